@@ -1,0 +1,191 @@
+"""culex against its Python peers, side by side, on one private server: one table.
+
+    python bench/compare.py                  # everything, medians of 2 runs
+    python bench/compare.py --quick          # 2k tasks, 1 run, a 100k backlog
+    python bench/compare.py --only culex,rq --runs 3
+
+Run it with the interpreter that has culex (the checkout under test) installed. The peers
+are installed on first use into their own environments under bench/.peers/. Raw results
+go to bench/results/<time>.json, the table to stdout (Markdown). See bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import extras
+import peers
+import redis
+import report
+import scenarios
+from scenarios import Sizes, System
+from server import PrivateServer, find_binary
+
+SYSTEMS = ["culex", *peers.PEERS]
+RESULTS = scenarios.HERE / "results"
+
+
+def parse() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="smaller counts, 1 run by default")
+    parser.add_argument("--runs", type=int, help="runs to take the median of (default 2)")
+    parser.add_argument("--only", help=f"comma-separated, among: {','.join(SYSTEMS)}")
+    parser.add_argument("--no-extras", action="store_true", help="skip culex's E and limit part")
+    parser.add_argument(
+        "--server", default="auto", help="redis, valkey or a path (auto: redis-server if any)"
+    )
+    parser.add_argument("--upgrade", action="store_true", help="upgrade the peers first")
+    args = parser.parse_args()
+    args.systems = args.only.split(",") if args.only else SYSTEMS
+    unknown = set(args.systems) - set(SYSTEMS)
+    if unknown:
+        parser.error(f"unknown systems: {', '.join(sorted(unknown))}")
+    if args.runs is None:
+        args.runs = 1 if args.quick else 2
+    return args
+
+
+def checkout() -> str:
+    """The commit of the culex under test, and whether the work tree has changes on top."""
+    import culex
+
+    folder = Path(culex.__file__).resolve().parent
+    git = ["git", "-C", str(folder)]
+    try:
+        head = subprocess.run(
+            [*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        )
+        dirty = subprocess.run(
+            [*git, "status", "--porcelain", "--", "."], capture_output=True, text=True, check=True
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return f"not a git checkout ({folder})"
+    return head.stdout.strip() + (" with uncommitted changes" if dirty.stdout.strip() else "")
+
+
+def source_digest() -> str:
+    """A digest of culex's source files: others may edit the checkout during a run."""
+    import culex
+
+    folder = Path(culex.__file__).resolve().parent
+    digest = hashlib.sha256()
+    for path in sorted(folder.rglob("*")):
+        if path.suffix in (".py", ".lua"):
+            digest.update(path.relative_to(folder).as_posix().encode() + path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def machine() -> dict[str, Any]:
+    model = ""
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            model = line.split(":", 1)[1].strip()
+            break
+    return {
+        "cpu": model,
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "load_average_at_start": os.getloadavg(),
+        "culex_checkout": checkout(),
+        "culex_source_at_start": source_digest(),
+    }
+
+
+def environments(systems: list[str], upgrade: bool) -> tuple[dict[str, str], dict[str, Any]]:
+    """Each system's interpreter, and the versions installed next to it."""
+    pythons: dict[str, str] = {}
+    versions: dict[str, Any] = {}
+    for name in systems:
+        if name == "culex":
+            pythons[name] = sys.executable
+            versions[name] = peers.versions(sys.executable, peers.CULEX_REPORTED)
+            continue
+        peers.ensure(name, upgrade=upgrade)
+        pythons[name] = str(peers.python(name))
+        wanted = [peers.distribution(d) for d in peers.PEERS[name] + peers.SHARED]
+        versions[name] = peers.versions(pythons[name], wanted)
+    return pythons, versions
+
+
+def run_all(
+    args: argparse.Namespace, systems: list[System], client: redis.Redis, sizes: Sizes
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Every system, then culex's extras, ``args.runs`` times: the raw results per run."""
+    runs: list[dict[str, Any]] = []
+    extra_runs: list[dict[str, Any]] = []
+    for run in range(args.runs):
+        results: dict[str, Any] = {}
+        for system in systems:
+            print(f"run {run + 1}/{args.runs}: {system.name}", flush=True)
+            results[system.name] = scenarios.measure(system, client, sizes)
+        runs.append(results)
+        if "culex" in args.systems and not args.no_extras:
+            print(f"run {run + 1}/{args.runs}: culex extras (E, limit)", flush=True)
+            culex = next(s for s in systems if s.name == "culex")
+            extra_runs.append(extras.measure(culex, client, sizes))
+    return runs, extra_runs
+
+
+def main() -> None:
+    args = parse()
+    sizes = Sizes(2_000, 200, 300, (1_000, 100_000)) if args.quick else Sizes()
+    started = time.strftime("%Y%m%d-%H%M%S")
+    logs = RESULTS / f"logs-{started}"
+    info = machine()
+    if info["load_average_at_start"][0] > 0.5:
+        print(f"note: the machine is busy (load {info['load_average_at_start'][0]:.2f})")
+    pythons, versions = environments(args.systems, args.upgrade)
+    server = PrivateServer(find_binary(args.server))
+    url = server.start()
+    info["server"] = server.version()
+    print(f"server: {info['server']} at {url}", flush=True)
+    client = redis.Redis.from_url(url)
+    try:
+        systems = [System(name, pythons[name], url, logs) for name in args.systems]
+        runs, extra_runs = run_all(args, systems, client, sizes)
+    finally:
+        client.close()
+        server.stop()
+    info["load_average_at_end"] = os.getloadavg()
+    info["runs"] = len(runs)
+    info["culex_source_at_end"] = source_digest()
+    if info["culex_source_at_end"] != info["culex_source_at_start"]:
+        info["culex_checkout"] += ", CHANGED during the run"
+    settings = {s.name: s.settings for s in systems}
+    medians = {name: report.median_tree([r.get(name) for r in runs]) for name in args.systems}
+    extra = report.median_tree(extra_runs)
+    text = report.render(info, sizes, medians, extra, settings, versions)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    out = RESULTS / f"{started}.json"
+    record = {
+        "command": sys.argv,
+        "machine": info,
+        "versions": versions,
+        "settings": settings,
+        "sizes": sizes.__dict__,
+        "runs": runs,
+        "extra_runs": extra_runs,
+        "medians": medians,
+        "extra_medians": extra,
+        "table": text,
+    }
+    out.write_text(json.dumps(record, indent=1, default=list))
+    print()
+    print(text)
+    print(f"\nraw results: {out}; worker logs: {logs}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""Every Redis key name culex uses, in one place.
+
+Each queue's keys share the hash tag ``{<queue>}``, so every key one script touches lives
+in one Redis Cluster slot and queues spread over shards.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+# A queue name becomes part of key names and of a hash tag: braces would break the tag.
+_FORBIDDEN = frozenset("{}")
+MAX_QUEUE_NAME = 200
+
+
+def check_queue_name(name: object) -> str:
+    """Return ``name`` if it can name a queue, else raise a clear error."""
+    if not isinstance(name, str):
+        raise TypeError(f"a queue name must be a str, got {type(name).__name__}")
+    if not name or len(name) > MAX_QUEUE_NAME:
+        raise ValueError(f"a queue name must have 1 to {MAX_QUEUE_NAME} characters: {name!r}")
+    if not name.isprintable() or any(c in _FORBIDDEN or c.isspace() for c in name):
+        raise ValueError(f"a queue name cannot hold braces, spaces or control characters: {name!r}")
+    return name
+
+
+class QueueKeys:
+    """The keys of one queue: four sorted sets, a wake-up signal, the task hashes, and the
+    records of the periodic jobs that run on it."""
+
+    __slots__ = (
+        "dead",
+        "name",
+        "pending",
+        "periodic_prefix",
+        "scheduled",
+        "signal",
+        "task_prefix",
+        "waiting",
+    )
+
+    def __init__(self, prefix: str, queue: str) -> None:
+        base = f"{prefix}:{{{queue}}}"
+        self.name = queue
+        self.waiting = f"{base}:waiting"
+        self.pending = f"{base}:pending"
+        self.scheduled = f"{base}:scheduled"
+        self.dead = f"{base}:dead"
+        self.signal = f"{base}:signal"
+        self.task_prefix = f"{base}:task:"
+        self.periodic_prefix = f"{base}:periodic:"
+
+    def task(self, task_id: str) -> str:
+        """The hash of one task."""
+        return self.task_prefix + task_id
+
+    def periodic(self, job_type: str) -> str:
+        """The record of one periodic job (its slots and last run), in the queue's slot."""
+        return self.periodic_prefix + job_type
+
+
+@lru_cache(maxsize=1024)
+def queue_keys(prefix: str, queue: str) -> QueueKeys:
+    """The (cached) keys of ``queue`` under ``prefix``."""
+    return QueueKeys(prefix, queue)
+
+
+def queues_key(prefix: str) -> str:
+    """A set of every queue name producers have used (for the CLI and dashboards)."""
+    return f"{prefix}:queues"

@@ -1,0 +1,75 @@
+-- claim: promote due scheduled tasks, then take up to `limit` tasks from waiting
+-- (lowest ready time first), lease them in pending, and return what a runner needs.
+--
+-- KEYS[1] waiting zset
+-- KEYS[2] pending zset   score: lease deadline in ms
+-- KEYS[3] scheduled zset
+-- KEYS[4] dead zset
+-- KEYS[5] task key prefix <prefix>:{<queue>}:task:   (the ids read from waiting are
+--         unknown to the caller; the prefix keeps every key in the queue's slot)
+-- ARGV[1] limit           how many tasks to claim at most (>= 0)
+-- ARGV[2] lease_ms
+-- ARGV[3] promote_limit   how many due scheduled tasks to promote at most
+-- ARGV[4] dead_ttl_ms     for an id found in waiting without its hash
+-- Returns: {now_ms, next_due_ms or -1, task, task, ...} where each task is
+--          {id, attempt, type, params, retry_count, max_retries, enqueue_time}.
+-- An empty claim writes nothing.
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local limit = tonumber(ARGV[1])
+local lease = tonumber(ARGV[2])
+
+local due = redis.call('ZRANGE', KEYS[3], '-inf', now, 'BYSCORE', 'LIMIT', 0,
+  tonumber(ARGV[3]), 'WITHSCORES')
+for i = 1, #due, 2 do
+  local id = due[i]
+  redis.call('ZREM', KEYS[3], id)
+  redis.call('ZADD', KEYS[1], due[i + 1], id)
+  redis.call('HSET', KEYS[5] .. id, 'state', 'waiting')
+end
+
+-- A task that can never run goes to dead with its reason instead of vanishing or
+-- breaking the whole claim: every check below comes before the first write for its id
+-- (a script that errors half-way keeps the writes it made).
+local function bury(key, id, reason)
+  redis.call('HSET', key, 'id', id, 'state', 'dead', 'finished_at', now, 'last_error',
+    'broken task: ' .. reason)
+  redis.call('PEXPIRE', key, tonumber(ARGV[4]))
+  redis.call('ZADD', KEYS[4], now, id)
+end
+
+local reply = {now, -1}
+if limit > 0 then
+  local ids = redis.call('ZRANGE', KEYS[1], 0, limit - 1)
+  for _, id in ipairs(ids) do
+    redis.call('ZREM', KEYS[1], id)
+    local key = KEYS[5] .. id
+    local kind = redis.call('TYPE', key)['ok']
+    if kind == 'none' then
+      bury(key, id, 'no task hash for this id')
+    elseif kind ~= 'hash' then
+      -- Not ours to delete: the value is kept beside the record, in the same slot.
+      redis.call('RENAME', key, key .. ':wrongtype')
+      bury(key, id, 'task key held a ' .. kind .. ', kept at ' .. key .. ':wrongtype')
+    else
+      local f = redis.call('HMGET', key, 'type', 'params', 'retry_count', 'max_retries',
+        'enqueue_time', 'attempt')
+      local attempt = f[6] or '0'
+      if not string.match(attempt, '^%d+$') or #attempt > 15 then
+        bury(key, id, 'attempt is not a whole number')
+      else
+        attempt = redis.call('HINCRBY', key, 'attempt', 1)
+        redis.call('HSET', key, 'state', 'pending', 'started_at', now)
+        redis.call('ZADD', KEYS[2], now + lease, id)
+        reply[#reply + 1] = {id, attempt, f[1] or '', f[2] or '', f[3] or '0', f[4] or '',
+          f[5] or ''}
+      end
+    end
+  end
+end
+
+local nxt = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
+if nxt[2] then
+  reply[2] = tonumber(nxt[2])
+end
+return reply

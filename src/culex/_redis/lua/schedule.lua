@@ -1,0 +1,80 @@
+-- schedule: enqueue one slot of a periodic job, exactly once however many runners ask.
+-- The record remembers the latest slot decided; a slot at or before it is never enqueued
+-- again, so the first runner to ask wins and the others change nothing.
+--
+-- KEYS[1] periodic record hash <prefix>:{<queue>}:periodic:<type>
+-- KEYS[2] task hash      <prefix>:{<queue>}:task:<id>
+-- KEYS[3] waiting zset   <prefix>:{<queue>}:waiting
+-- KEYS[4] signal list    <prefix>:{<queue>}:signal
+-- KEYS[5] task key prefix <prefix>:{<queue>}:task:   (to read the previous run's state;
+--         its id is in the record)
+-- ARGV[1] id             <type>:<slot ms> for a slot (deterministic: the same on every runner)
+-- ARGV[2] type           the job class name
+-- ARGV[3] queue
+-- ARGV[4] slot_ms        the slot to enqueue; "" for a trigger: one run now, outside the
+--                        schedule (no slot or overlap check; the slots are left alone)
+-- ARGV[5] next_slot_ms   the slot after it, recorded for `culex periodic`; "" if none
+-- ARGV[6] overlap        "1": enqueue even while the previous run is waiting or pending
+-- ARGV[7] run_new        "1": a job with no record runs this slot now (run_on_start);
+--                        otherwise it only records the slot and waits for the next one
+-- ARGV[8] max_retries    stored like enqueue's (0: periodic jobs never retry)
+-- Returns: {outcome, id} where outcome is
+--   "enqueued"  the task is waiting (hash and sets exactly as enqueue.lua writes them,
+--               plus `periodic` = "1" and `slot`: the slot ms, "" for a trigger);
+--   "done"      this slot or a later one was already decided (another runner won);
+--   "new"       no record yet and run_new is not "1": the slot is recorded, not run;
+--   "overlap"   the previous run is still waiting, scheduled or pending: the slot is skipped;
+--   "early"     the slot is later than the server's clock: nothing changes.
+-- Record fields: decided_slot, last_slot, last_task, last_enqueued_at, next_slot,
+-- skipped_slot, skip_reason (here); last_finished_at, last_outcome (complete, fail).
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local id = ARGV[1]
+local trigger = ARGV[4] == ''
+local slot = tonumber(ARGV[4])
+
+if ARGV[5] ~= '' and redis.call('HGET', KEYS[1], 'next_slot') ~= ARGV[5] then
+  redis.call('HSET', KEYS[1], 'next_slot', ARGV[5])
+end
+
+if not trigger then
+  if slot > now then  -- slots come from this server's clock: a later one is not due
+    return {'early', id}
+  end
+  local decided = redis.call('HGET', KEYS[1], 'decided_slot')
+  -- Another runner was first, or a later slot was decided: after an outage the latest
+  -- due slot is the one catch-up run, and the slots before it stay passed over.
+  if decided and tonumber(decided) >= slot then
+    return {'done', id}
+  end
+  redis.call('HSET', KEYS[1], 'decided_slot', slot)
+  if not decided and ARGV[7] ~= '1' then  -- a new job waits for its first slot
+    return {'new', id}
+  end
+  if redis.call('EXISTS', KEYS[2]) == 1 then
+    return {'done', id}
+  end
+  local last = redis.call('HGET', KEYS[1], 'last_task')
+  if last and ARGV[6] ~= '1' then
+    local state = redis.call('HGET', KEYS[5] .. last, 'state')
+    if state == 'waiting' or state == 'scheduled' or state == 'pending' then
+      redis.call('HSET', KEYS[1], 'skipped_slot', slot, 'skip_reason', 'overlap')
+      return {'overlap', id}
+    end
+  end
+  redis.call('HSET', KEYS[1], 'last_slot', slot)
+elseif redis.call('EXISTS', KEYS[2]) == 1 then
+  return {'done', id}
+end
+
+redis.call('HSET', KEYS[2], 'id', id, 'type', ARGV[2], 'queue', ARGV[3],
+  'params', '{}', 'enqueue_time', now, 'retry_count', 0, 'attempt', 0,
+  'max_retries', ARGV[8], 'state', 'waiting', 'due_at', now, 'periodic', '1',
+  'slot', ARGV[4])
+redis.call('ZADD', KEYS[3], now, id)
+-- one token is enough to wake a runner (as in enqueue.lua)
+if redis.call('LLEN', KEYS[4]) == 0 then
+  redis.call('RPUSH', KEYS[4], '1')
+end
+redis.call('HSET', KEYS[1], 'last_task', id, 'last_enqueued_at', now)
+return {'enqueued', id}

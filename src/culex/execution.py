@@ -1,0 +1,195 @@
+"""One attempt of one task: decode it, run the job's hooks and perform, judge the outcome.
+
+No Redis here: the runner turns an :class:`Outcome` into a fenced report.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import inspect
+import json
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor
+from typing import Any
+
+from ._redis.operations import Claimed
+from .config import seconds
+from .errors import JobFailure
+from .isolation import ChildDied, ChildRaised, run_in_process
+from .job import Job, JobRegistry, snake_case
+from .serialization import encode_result
+
+logger = logging.getLogger("culex")
+
+
+class Outcome:
+    """How an attempt ended: a result (success) or an error with the retry delay (None: dead)."""
+
+    __slots__ = ("claimed", "error", "result_json", "retry_delay_ms")
+
+    def __init__(
+        self,
+        claimed: Claimed,
+        result_json: str = "null",
+        error: str | None = None,
+        retry_delay_ms: int | None = None,
+    ) -> None:
+        self.claimed = claimed
+        self.result_json = result_json
+        self.error = error
+        self.retry_delay_ms = retry_delay_ms
+
+
+def task_name(claimed: Claimed) -> str:
+    """How logs name a task: ``send_email_job<ID>`` (the seed's form)."""
+    return f"{snake_case(claimed.type) if claimed.type else claimed.queue}<{claimed.id}>"
+
+
+def decode(claimed: Claimed, registry: JobRegistry, max_payload_bytes: int) -> Job | Outcome:
+    """The job object to run, or a dead Outcome when the task is broken (seed 003's rule)."""
+    if len(claimed.params) > max_payload_bytes:
+        return _broken(
+            claimed, f"params take {len(claimed.params)} bytes, more than max_payload_bytes"
+        )
+    job_class = registry.get(claimed.type)
+    if job_class is None:
+        return _broken(claimed, f"unknown job type {claimed.type!r}")
+    try:
+        raw = json.loads(claimed.params) if claimed.params else {}
+    except ValueError as exc:  # also bytes that are not UTF-8
+        return _broken(claimed, f"params are not valid JSON: {exc}")
+    try:
+        job = job_class.from_params(raw)
+    except (ValueError, TypeError) as exc:
+        return _broken(claimed, str(exc))
+    job.task_id = claimed.id
+    job.attempt = claimed.attempt
+    job.retry_count = claimed.retry_count
+    return job
+
+
+def _broken(claimed: Claimed, reason: str) -> Outcome:
+    reason = f"broken task: {reason}"
+    logger.error("task %s cannot run and goes to dead: %s", task_name(claimed), reason)
+    return Outcome(claimed, error=reason)
+
+
+async def attempt(job: Job, claimed: Claimed, pool: Executor) -> Outcome:
+    """Run one attempt and judge it. Never raises but for cancellation."""
+    started = time.perf_counter()
+    timeout = None if job.timeout is None else seconds(job.timeout, "timeout")
+    try:
+        if job.async_perform_:
+            result_json = encode_result(await _run_async(job, timeout))
+        elif job.isolation == "process":
+            loop = asyncio.get_running_loop()
+            result_json = await loop.run_in_executor(pool, run_in_process, job, _run_sync, timeout)
+        else:
+            result_json = encode_result(await _run_in_thread(job, pool, timeout))
+    except JobFailure as exc:
+        return _failed(job, claimed, exc.reason, exc.retry, started)
+    except TimeoutError:
+        return _failed(job, claimed, f"timed out after {timeout} s", True, started)
+    except (ChildRaised, ChildDied) as exc:
+        return _failed(job, claimed, str(exc), True, started)
+    except Exception as exc:
+        return _failed(job, claimed, f"{type(exc).__name__}: {exc}", True, started)
+    if logger.isEnabledFor(logging.INFO):
+        logger.info("task %s succeeded, took %s", task_name(claimed), _took(started))
+    return Outcome(claimed, result_json)
+
+
+async def _run_in_thread(job: Job, pool: Executor, timeout: float | None) -> Any:
+    loop = asyncio.get_running_loop()
+    context = contextvars.copy_context()
+    future = loop.run_in_executor(pool, context.run, _run_sync, job)
+    if timeout is None:
+        return await future
+    try:
+        return await asyncio.wait_for(future, timeout)
+    except TimeoutError:
+        logger.warning(
+            "[%s] timed out; its thread cannot be stopped and runs on "
+            '(isolation = "process" kills the work at the limit)',
+            type(job).__name__,
+        )
+        raise
+
+
+def _run_sync(job: Job) -> Any:
+    try:
+        job.before_perform()
+        return job.perform()
+    finally:
+        _after(job)
+
+
+async def _run_async(job: Job, timeout: float | None) -> Any:
+    try:
+        await _maybe_await(job.before_perform)
+        if timeout is None:
+            return await job.perform()
+        return await asyncio.wait_for(job.perform(), timeout)
+    finally:
+        await _maybe_await(_after, job)
+
+
+def _after(job: Job) -> Any:
+    # after_perform always runs; its own failure is logged and does not change the outcome.
+    try:
+        return job.after_perform()
+    except Exception:
+        logger.exception("[%s] after_perform raised", type(job).__name__)
+        return None
+
+
+async def _maybe_await(hook: Callable[..., Any], *args: Any) -> None:
+    result = hook(*args)
+    if inspect.isawaitable(result):
+        try:
+            await result
+        except Exception:
+            if hook is _after:
+                logger.exception("[%s] after_perform raised", type(args[0]).__name__)
+            else:
+                raise
+
+
+def _failed(job: Job, claimed: Claimed, reason: str, retry: bool, started: float) -> Outcome:
+    reason = reason or "failed"
+    delay_ms: int | None = None
+    if retry:
+        try:
+            delay_ms = job.retry_delay_ms(claimed.retry_count + 1)
+        except Exception as exc:
+            reason = f"{reason}; and the retry policy raised {type(exc).__name__}: {exc}"
+    took = _took(started)
+    if delay_ms is None:
+        logger.warning(
+            "Failure: task %s failed, taking %s and cannot be rescheduled (%s)",
+            task_name(claimed),
+            took,
+            reason,
+        )
+    else:
+        logger.warning(
+            "Failure: task %s failed, taking %s and will run again in %s (%s)",
+            task_name(claimed),
+            took,
+            _clock(delay_ms),
+            reason,
+        )
+    return Outcome(claimed, error=reason, retry_delay_ms=delay_ms)
+
+
+def _took(started: float) -> str:
+    return f"{(time.perf_counter() - started) * 1000:.1f} ms"
+
+
+def _clock(ms: int) -> str:
+    """00:00:02 for 2 s, as the seed prints a retry delay."""
+    total = ms // 1000
+    return f"{total // 3600:02d}:{total % 3600 // 60:02d}:{total % 60:02d}"

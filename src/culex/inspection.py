@@ -1,0 +1,103 @@
+"""Read-only looks at queues and periodic jobs, for the CLI and for users' own checks."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from . import config
+from ._redis import connection, operations
+from ._redis.client import SyncDriver
+from ._redis.keys import queue_keys, queues_key
+from ._redis.operations import Call
+
+if TYPE_CHECKING:
+    from .periodic import PeriodicJob
+
+STATES = ("waiting", "pending", "scheduled", "dead")
+
+
+def queue_counts(
+    settings: config.Settings | None = None, queues: list[str] | None = None
+) -> dict[str, dict[str, int]]:
+    """How many tasks each queue holds in each state (default: every known queue)."""
+    settings = settings or config.settings()
+    driver = connection.sync_driver(settings.redis_url)
+    names = (
+        queues
+        if queues is not None
+        else driver.run(operations.known_queues(queues_key(settings.prefix)))
+    )
+    calls = [call for q in names for call in operations.count(queue_keys(settings.prefix, q))]
+    results = driver.run_many(calls) if calls else []
+    return {
+        q: dict(zip(STATES, results[i * 4 : i * 4 + 4], strict=True)) for i, q in enumerate(names)
+    }
+
+
+def periodic_records(
+    jobs: Iterable[type[PeriodicJob]], settings: config.Settings | None = None
+) -> dict[str, dict[str, str]]:
+    """Each periodic job's record by job name ({} for a job no scheduler has seen yet).
+
+    Fields (ms since the epoch): ``next_slot``, ``last_slot``, ``last_task``,
+    ``last_enqueued_at``, ``last_finished_at``, ``last_outcome`` (succeeded or dead),
+    ``decided_slot``, ``skipped_slot`` and ``skip_reason`` (docs/periodic.md).
+    """
+    settings = settings or config.settings()
+    listed = list(jobs)
+    driver = connection.sync_driver(settings.redis_url)
+    calls = [
+        operations.read_periodic(queue_keys(settings.prefix, job.queue), job.__name__)
+        for job in listed
+    ]
+    return {job.__name__: record for job, record in zip(listed, _all(driver, calls), strict=True)}
+
+
+def periodic_status(
+    jobs: Iterable[type[PeriodicJob]], settings: config.Settings | None = None
+) -> list[dict[str, str]]:
+    """One row per periodic job, as ``culex periodic`` shows it: job, queue, schedule,
+    next run, last run and last outcome (the state of the last task while it is unfinished)."""
+    settings = settings or config.settings()
+    listed = list(jobs)
+    records = periodic_records(listed, settings)
+    driver = connection.sync_driver(settings.redis_url)
+    # A job that never ran has no last task: its read finds nothing ({}), like an expired one.
+    lasts = [
+        operations.read_task(
+            queue_keys(settings.prefix, job.queue), records[job.__name__].get("last_task", "")
+        )
+        for job in listed
+    ]
+    now, *tasks = _all(driver, [operations.server_time(), *lasts])
+    return [
+        _status(job, records[job.__name__], task, now)
+        for job, task in zip(listed, tasks, strict=True)
+    ]
+
+
+def _status(
+    job: type[PeriodicJob], record: dict[str, str], last_task: dict[str, str], now: int
+) -> dict[str, str]:
+    from .periodic import format_slot
+
+    following = int(record.get("next_slot") or job.schedule_.around(now)[1] or 0)
+    enqueued = int(record.get("last_enqueued_at") or 0)
+    unfinished = last_task.get("state") in ("waiting", "scheduled", "pending")
+    return {
+        "job": job.__name__,
+        "queue": job.queue,
+        "schedule": str(job.schedule_),
+        "next run": format_slot(job, following) if following else "never",
+        "last run": format_slot(job, enqueued) if enqueued else "never",
+        "last outcome": last_task["state"] if unfinished else record.get("last_outcome", "-"),
+    }
+
+
+def _all(driver: SyncDriver, calls: list[Call[Any]]) -> list[Any]:
+    results = driver.run_many(calls) if calls else []
+    for result in results:
+        if isinstance(result, Exception):
+            raise result
+    return results

@@ -1,0 +1,308 @@
+"""Jobs: classes of code that run many times. ``QueuedJob`` runs on demand.
+
+Params are class annotations (the seed's ``params`` macro): a typed keyword constructor is
+built from them, checked when the job object is made, before anything reaches Redis.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import json
+import logging
+import re
+import typing
+from collections.abc import Iterator, Mapping
+from datetime import datetime, timedelta
+from typing import Any, ClassVar, NoReturn
+
+from . import config
+from ._redis.keys import check_queue_name
+from .enqueue import enqueue_flow
+from .errors import JobFailure
+from .serialization import Codec, Deserializer, Serializer, codec_for
+from .task import Task, run_async, run_sync
+
+logger = logging.getLogger("culex")
+
+_MISSING: Any = object()
+
+
+def snake_case(name: str) -> str:
+    """``SendWelcomeEmailJob`` -> ``send_welcome_email_job`` (the default queue name)."""
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", name).lower()
+
+
+_BASES = frozenset({"culex.job.Job", "culex.job.QueuedJob", "culex.periodic.PeriodicJob"})
+
+
+def _is_culex_class(cls: type) -> bool:
+    """culex's own base classes (Job, QueuedJob, PeriodicJob) declare no params."""
+    return f"{cls.__module__}.{cls.__qualname__}" in _BASES
+
+
+class Param:
+    """One declared param: its name, compiled codec and default."""
+
+    __slots__ = ("codec", "default", "name")
+
+    def __init__(self, name: str, codec: Codec, default: Any) -> None:
+        self.name = name
+        self.codec = codec
+        self.default = default
+
+    @property
+    def required(self) -> bool:
+        return self.default is _MISSING
+
+
+class _JobHooks(Mapping[type, tuple[Serializer, Deserializer]]):
+    """The seed's custom-type hooks: ``serialize_<type>`` / ``deserialize_<type>`` on the job."""
+
+    def __init__(self, job: type) -> None:
+        self.job = job
+
+    def __getitem__(self, tp: type) -> tuple[Serializer, Deserializer]:
+        name = snake_case(getattr(tp, "__name__", ""))
+        serialize = getattr(self.job, f"serialize_{name}", None)
+        deserialize = getattr(self.job, f"deserialize_{name}", None)
+        if serialize is None or deserialize is None:
+            raise KeyError(tp)
+        return serialize, deserialize
+
+    def __iter__(self) -> Iterator[type]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+
+class JobRegistry:
+    """Job classes by type name: how a runner finds the code for a task's ``type``.
+
+    Every concrete job class adds itself to ``culex.registry`` when it is defined.
+    """
+
+    def __init__(self) -> None:
+        self._jobs: dict[str, type[Job]] = {}
+
+    def add(self, job: type[Job]) -> None:
+        self._jobs[job.__name__] = job
+
+    def get(self, name: str) -> type[Job] | None:
+        return self._jobs.get(name)
+
+    def remove(self, job: type[Job]) -> None:
+        if self._jobs.get(job.__name__) is job:
+            del self._jobs[job.__name__]
+
+    def queues(self) -> list[str]:
+        """Every registered job's queue, in order of first definition."""
+        return list(dict.fromkeys(job.queue for job in self._jobs.values()))
+
+    def __iter__(self) -> Iterator[type[Job]]:
+        return iter(list(self._jobs.values()))
+
+    def __contains__(self, job: object) -> bool:
+        return isinstance(job, type) and self._jobs.get(job.__name__) is job
+
+
+registry = JobRegistry()
+
+
+class Job:
+    """Base class of every job. Subclass ``QueuedJob`` (or ``PeriodicJob``), not this."""
+
+    # Policy belongs to the job (override in a subclass).
+    queue: ClassVar[str] = ""
+    max_retries: ClassVar[int] = 4
+    # An attribute, or a method taking the retry count: may this task run again?
+    rescheduleable: ClassVar[bool] = True
+    lease: ClassVar[float | timedelta | None] = None  # None: the runner's lease setting
+    timeout: ClassVar[float | timedelta | None] = None  # a time limit per attempt
+    # "thread" (default) or "process": where a sync perform runs (see culex.isolation)
+    isolation: ClassVar[str] = "thread"
+
+    params_: ClassVar[dict[str, Param]] = {}
+    async_perform_: ClassVar[bool] = False  # perform is ``async def`` (found once, at definition)
+
+    # Set by the runner on the job object it runs.
+    task_id: str
+    attempt: int
+    retry_count: int
+
+    def __init_subclass__(cls, abstract: bool = False, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if _is_culex_class(cls):  # QueuedJob, PeriodicJob: bases with no params or queue
+            return
+        cls.params_ = _collect_params(cls)
+        cls.async_perform_ = inspect.iscoroutinefunction(cls.perform)
+        if "queue" not in cls.__dict__ or not cls.__dict__["queue"]:
+            inherited = cls.queue if not abstract else ""
+            cls.queue = inherited or snake_case(cls.__name__)
+        check_queue_name(cls.queue)
+        _check_policy(cls)
+        if not abstract:
+            registry.add(cls)
+
+    def __init__(self, **params: Any) -> None:
+        where = type(self).__name__
+        declared = self.params_
+        unknown = params.keys() - declared.keys()
+        if unknown:
+            raise TypeError(f"{where} got unknown params: {', '.join(sorted(unknown))}")
+        for name, param in declared.items():
+            if name in params:
+                value = param.codec.validate(params[name], f"{where}.{name}")
+            elif param.required:
+                raise TypeError(f"{where} is missing the required param {name!r}")
+            else:
+                value = copy.deepcopy(param.default)
+            setattr(self, name, value)
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.params_)
+        return f"{type(self).__name__}({shown})"
+
+    # -- what a job does ------------------------------------------------------------
+
+    def perform(self) -> Any:
+        """The work. May be ``async def``. Its return value is stored as the result."""
+        raise NotImplementedError(f"{type(self).__name__} must define perform()")
+
+    def before_perform(self) -> None:
+        """Runs before perform; an exception here counts as a failed attempt."""
+
+    def after_perform(self) -> None:
+        """Runs after perform, whether it succeeded or not."""
+
+    def log(self, message: str) -> None:
+        """Log ``message`` as ``[JobName] message`` on the ``culex`` logger."""
+        logger.info("[%s] %s", type(self).__name__, message)
+
+    def fail(self, reason: str = "", retry: bool = True) -> NoReturn:
+        """End this attempt as failed; ``retry=False`` sends the task to dead at once."""
+        raise JobFailure(reason, retry=retry)
+
+    def reschedule_interval(self, retry_count: int) -> timedelta:
+        """How long to wait before retry number ``retry_count`` (1, 2, ...): 2 s x n²."""
+        return timedelta(seconds=2 * retry_count**2)
+
+    # -- used by the runner -----------------------------------------------------------
+
+    def retry_delay_ms(self, retry_count: int) -> int | None:
+        """The delay before the next attempt after failure ``retry_count``; None: dead."""
+        if retry_count > self.max_retries:
+            return None
+        allowed = self.rescheduleable
+        if callable(allowed):
+            allowed = allowed(retry_count)
+        if not allowed:
+            return None
+        interval = self.reschedule_interval(retry_count)
+        return max(0, round(config.seconds(interval, "reschedule_interval()") * 1000))
+
+    @classmethod
+    def from_params(cls, raw: object) -> Job:
+        """Rebuild a job object from a task's stored params (raises ValueError on mismatch)."""
+        if not isinstance(raw, dict):
+            raise ValueError(f"{cls.__name__}: params must be a JSON object, got {raw!r:.80}")
+        job = cls.__new__(cls)
+        where = cls.__name__
+        for name, param in cls.params_.items():
+            if name in raw:
+                value = param.codec.decode(raw[name], f"{where}.{name}")
+            elif param.required:
+                raise ValueError(f"{where}: the task has no value for the required param {name!r}")
+            else:
+                value = copy.deepcopy(param.default)
+            setattr(job, name, value)
+        unknown = raw.keys() - cls.params_.keys()
+        if unknown:
+            raise ValueError(f"{where}: the task has unknown params: {', '.join(sorted(unknown))}")
+        return job
+
+    def params_json(self) -> str:
+        """The params as the JSON object stored in the task hash."""
+        encoded = {name: p.codec.encode(getattr(self, name)) for name, p in self.params_.items()}
+        return json.dumps(encoded, separators=(",", ":"), ensure_ascii=False)
+
+
+class QueuedJob(Job):
+    """A job that runs on demand: now, after a delay, or at a time."""
+
+    def enqueue(
+        self,
+        *,
+        delay: timedelta | float | None = None,
+        at: datetime | None = None,
+        id: str | None = None,
+    ) -> Task:
+        """Store a task of this job in its queue; returns a handle on it."""
+        return run_sync(enqueue_flow([self], delay, at, id))[0]  # type: ignore[no-any-return]
+
+    async def aenqueue(
+        self,
+        *,
+        delay: timedelta | float | None = None,
+        at: datetime | None = None,
+        id: str | None = None,
+    ) -> Task:
+        """The async twin of :meth:`enqueue`."""
+        return (await run_async(enqueue_flow([self], delay, at, id)))[0]  # type: ignore[no-any-return]
+
+
+def _collect_params(cls: type[Job]) -> dict[str, Param]:
+    """The params a job class declares: its annotations that are not ClassVars."""
+    reserved = set(dir(Job))
+    try:
+        hints = typing.get_type_hints(cls)
+    except Exception as exc:
+        raise TypeError(f"{cls.__name__}: cannot resolve its param annotations: {exc}") from exc
+    own: dict[str, Any] = {}
+    for klass in reversed(cls.__mro__):
+        if klass is object or _is_culex_class(klass):
+            continue
+        for name in inspect.get_annotations(klass):
+            if name.startswith("_") or typing.get_origin(hints.get(name)) is ClassVar:
+                continue
+            if hints.get(name) is ClassVar:
+                continue
+            if name in reserved:
+                raise TypeError(
+                    f"{cls.__name__}: {name!r} is reserved by culex.Job, rename the param"
+                )
+            own[name] = hints[name]
+    hooks = _JobHooks(cls)
+    params: dict[str, Param] = {}
+    for name, annotation in own.items():
+        where = f"{cls.__name__}.{name}"
+        codec = codec_for(annotation, hooks, where)
+        default = _MISSING
+        for klass in cls.__mro__:
+            if name in klass.__dict__:
+                default = klass.__dict__[name]
+                break
+        if default is not _MISSING:
+            default = codec.validate(default, f"{where} (default)")
+        params[name] = Param(name, codec, default)
+    return params
+
+
+def _check_policy(cls: type[Job]) -> None:
+    """Reject policy attributes a runner could not use, when the class is defined."""
+    name = cls.__name__
+    if isinstance(cls.max_retries, bool) or not isinstance(cls.max_retries, int):
+        raise TypeError(f"{name}.max_retries must be an int, got {cls.max_retries!r}")
+    if cls.max_retries < 0:
+        raise ValueError(f"{name}.max_retries must be >= 0, got {cls.max_retries}")
+    if not isinstance(cls.rescheduleable, bool) and not callable(cls.rescheduleable):
+        raise TypeError(f"{name}.rescheduleable must be a bool or a method taking the retry count")
+    if cls.isolation not in ("thread", "process"):
+        raise ValueError(f'{name}.isolation must be "thread" or "process", got {cls.isolation!r}')
+    if cls.isolation == "process" and inspect.iscoroutinefunction(cls.perform):
+        raise TypeError(f'{name}: isolation = "process" is for a sync perform, not async def')
+    for attr in ("lease", "timeout"):
+        value = getattr(cls, attr)
+        if value is not None:
+            config.seconds(value, f"{name}.{attr}", minimum=0.001)

@@ -1,0 +1,128 @@
+"""Leases: a runner's claim on its running tasks, renewed by heartbeats from a thread.
+
+The heartbeat runs in a thread of its own with its own connection, so a task that blocks
+the event loop (a busy loop in an ``async def perform``) or holds the GIL in a C call does
+not stop the renewals: such a task is not handed out twice while its runner lives.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from . import config
+from ._redis import connection, operations
+from ._redis.client import SyncDriver
+from ._redis.keys import queue_keys
+from ._redis.operations import Claimed
+from .errors import ServerError
+
+logger = logging.getLogger("culex")
+
+# A runner that could not renew a lease for this share of it knows the task may be lost.
+LOST_AFTER = 0.8
+
+
+class Held:
+    """A task this runner holds: its lease and when that lease was last renewed."""
+
+    __slots__ = ("claimed", "finished", "lease_ms", "lost", "renewed")
+
+    def __init__(self, claimed: Claimed, lease_ms: int) -> None:
+        self.claimed = claimed
+        self.lease_ms = lease_ms
+        self.renewed = time.monotonic()
+        self.lost = False
+        # The attempt has ended and its report may be on its way: a refused renewal then
+        # means the report landed first, not a lost lease.
+        self.finished = False
+
+
+class LeaseKeeper:
+    """Renews the leases of every held task in one call per queue, every lease/3."""
+
+    def __init__(self, settings: config.Settings, url: str) -> None:
+        self.settings = settings
+        self.url = url
+        self._held: dict[tuple[str, str], Held] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="culex-heartbeat", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._wake.set()
+        self._thread.join(timeout=5)
+
+    def hold(self, claimed: Claimed, lease_ms: int) -> None:
+        """Keep renewing ``claimed``; a lease other than the claim's is set at once."""
+        with self._lock:
+            self._held[(claimed.queue, claimed.id)] = Held(claimed, lease_ms)
+        if lease_ms != self.settings.lease_ms:
+            self._wake.set()
+
+    def finish(self, claimed: Claimed) -> None:
+        """The attempt ended; keep renewing until its report lands, but expect refusals."""
+        held = self._held.get((claimed.queue, claimed.id))
+        if held is not None:
+            held.finished = True
+
+    def drop(self, claimed: Claimed) -> None:
+        """Stop renewing ``claimed`` (its outcome was reported, or it was handed back)."""
+        with self._lock:
+            held = self._held.get((claimed.queue, claimed.id))
+            if held is not None and held.claimed is claimed:
+                del self._held[(claimed.queue, claimed.id)]
+
+    def _run(self) -> None:
+        driver = connection.new_sync_driver(self.url)
+        while not self._stopped.is_set():
+            with self._lock:
+                held = list(self._held.values())
+            shortest = min((h.lease_ms for h in held), default=self.settings.lease_ms)
+            self._wake.wait(shortest / 3000)
+            self._wake.clear()
+            if held and not self._stopped.is_set():
+                self._renew(driver, held)
+        driver.close()
+
+    def _renew(self, driver: SyncDriver, held: list[Held]) -> None:
+        groups: dict[tuple[str, int], list[Held]] = {}
+        for h in held:
+            groups.setdefault((h.claimed.queue, h.lease_ms), []).append(h)
+        calls = [
+            operations.heartbeat(
+                queue_keys(self.settings.prefix, queue),
+                lease_ms,
+                [(h.claimed.id, h.claimed.attempt) for h in group],
+            )
+            for (queue, lease_ms), group in groups.items()
+        ]
+        try:
+            replies = driver.run_many(calls)
+        except ServerError as exc:
+            replies = [exc] * len(calls)
+        now = time.monotonic()
+        for group, reply in zip(groups.values(), replies, strict=True):
+            lost = set(reply) if isinstance(reply, list) else set()
+            for h in group:
+                if isinstance(reply, list) and h.claimed.id not in lost:
+                    h.renewed = now
+                elif (
+                    not h.lost
+                    and not h.finished
+                    and (h.claimed.id in lost or now - h.renewed > LOST_AFTER * h.lease_ms / 1000)
+                ):
+                    h.lost = True
+                    logger.warning(
+                        "lost the lease of task %s<%s> (attempt %d): it may run again elsewhere; "
+                        "its report will be refused",
+                        h.claimed.queue,
+                        h.claimed.id,
+                        h.claimed.attempt,
+                    )

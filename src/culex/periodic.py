@@ -1,0 +1,417 @@
+"""Periodic jobs: run on their own every interval, every n months, or on a cron expression.
+
+Slots are computed here without I/O, from the server's clock. Whether a slot is enqueued
+is decided in Redis by ``schedule.lua``: a slot's task id is ``<JobName>:<slot ms>`` and
+the job's record remembers the latest slot decided, so any number of runners may run the
+scheduler and each slot still runs once. The rules are in docs/periodic.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta, tzinfo
+from typing import Any, ClassVar, Protocol
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from cronsim import CronSim, CronSimError
+
+from . import config
+from ._redis import connection, operations
+from ._redis.client import AsyncDriver
+from ._redis.keys import queue_keys, queues_key
+from ._redis.operations import Call, Scheduled
+from .errors import ConfigurationError, ServerError
+from .job import Job, JobRegistry, registry
+from .task import Task, new_id
+
+logger = logging.getLogger("culex")
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+MAX_SLEEP = 60.0  # the scheduler looks at the server's clock again at least this often
+MIN_SLEEP = 0.001
+ERROR_PAUSE = (0.05, 5.0)  # back-off bounds after a server error
+
+
+# -- schedules: when the slots are ------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MonthSpan:
+    """A span of calendar months (the seed's ``Time::MonthSpan``): ``run_every = months(3)``."""
+
+    months: int
+
+    def __post_init__(self) -> None:
+        if isinstance(self.months, bool) or not isinstance(self.months, int) or self.months < 1:
+            raise TypeError(f"a month span is a whole number of months >= 1, got {self.months!r}")
+
+
+def months(n: int) -> MonthSpan:
+    """``run_every = culex.months(n)``: midnight of the first of every n-th month."""
+    return MonthSpan(n)
+
+
+class Schedule(Protocol):
+    """Where a periodic job's slots fall. Slots are ms since the epoch."""
+
+    @property
+    def tz(self) -> tzinfo:
+        """The time zone the slots are computed (and shown) in."""
+        ...
+
+    def around(self, now_ms: int) -> tuple[int | None, int | None]:
+        """The latest slot at or before ``now_ms``, and the first one after it."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Interval:
+    """Every ``ms``, counted from the epoch, so that every runner computes the same slots."""
+
+    ms: int
+    tz: tzinfo = UTC
+
+    def around(self, now_ms: int) -> tuple[int | None, int | None]:
+        current = now_ms - now_ms % self.ms
+        return current, current + self.ms
+
+    def __str__(self) -> str:
+        return f"every {timedelta(milliseconds=self.ms)}"
+
+
+@dataclass(frozen=True, slots=True)
+class Monthly:
+    """Midnight of the first of every ``n``-th month in ``tz``, counted from January 1970."""
+
+    n: int
+    tz: tzinfo
+
+    def around(self, now_ms: int) -> tuple[int | None, int | None]:
+        local = instant(now_ms).astimezone(self.tz)
+        index = (local.year - 1970) * 12 + local.month - 1
+        index -= index % self.n
+        current = self._slot(index)
+        if current > now_ms:  # a month that begins in a DST gap, seen from inside the gap
+            index -= self.n
+            current = self._slot(index)
+        return current, self._slot(index + self.n)
+
+    def _slot(self, index: int) -> int:
+        year, month = divmod(index, 12)
+        return ms(wall_clock(datetime(1970 + year, month + 1, 1), self.tz))
+
+    def __str__(self) -> str:
+        every = "every month" if self.n == 1 else f"every {self.n} months"
+        return f"{every} ({self.tz})"
+
+
+@dataclass(frozen=True, slots=True)
+class Cron:
+    """A five-field cron expression in ``tz``, evaluated by cronsim.
+
+    cronsim follows Debian cron: an expression with fixed minutes and hours names wall-clock
+    times (a time in a spring-forward gap runs at the first minute after the gap, a time in
+    a fall-back overlap runs once, at its first occurrence); one with ``*`` in the minute or
+    hour field follows real time through a change.
+    """
+
+    expr: str
+    tz: tzinfo
+
+    def around(self, now_ms: int) -> tuple[int | None, int | None]:
+        now = instant(now_ms)
+        # cronsim's reverse iteration starts one tick before where it is put: one second
+        # after now, so that a slot at exactly now counts as current.
+        start = (now.replace(microsecond=0) + timedelta(seconds=1)).astimezone(self.tz)
+        current = _first(CronSim(self.expr, start, reverse=True))
+        # Then walk forward in real time: for wall-clock expressions cronsim's answers may lie
+        # behind now (inside a fall-back overlap) or repeat (several times in one gap).
+        walk = CronSim(
+            self.expr, instant(now_ms if current is None else current).astimezone(self.tz)
+        )
+        for _ in range(1000):
+            slot = _first(walk)
+            if slot is None or slot > now_ms:
+                return current, slot
+            if current is None or slot > current:
+                current = slot
+        return current, None
+
+    def __str__(self) -> str:
+        return f"cron {self.expr} ({self.tz})"
+
+
+def _first(slots: CronSim) -> int | None:
+    try:
+        return ms(next(slots))
+    except StopIteration:  # cronsim gives up after 50 years without a match
+        return None
+
+
+def wall_clock(local: datetime, tz: tzinfo) -> datetime:
+    """The instant of a wall-clock time in ``tz``, by culex's DST rule: a time that occurs
+    twice (fall-back overlap) is its first occurrence; a time that does not exist
+    (spring-forward gap) is the first instant after the gap."""
+    local = local.replace(microsecond=0)
+    first = local.replace(tzinfo=tz, fold=0)
+    if first.astimezone(UTC).astimezone(tz).replace(tzinfo=None) == local:
+        return first  # it exists; fold=0 is its first occurrence when it occurs twice
+    # In a gap, fold=0 reads the time with the offset from before the change (an instant
+    # after the gap) and fold=1 with the offset after it (an instant before the gap); the
+    # change lies between them, found to the second.
+    low = int(local.replace(tzinfo=tz, fold=1).timestamp())
+    high = int(first.timestamp())
+    after = datetime.fromtimestamp(high, tz).utcoffset()
+    while high - low > 1:
+        middle = (low + high) // 2
+        if datetime.fromtimestamp(middle, tz).utcoffset() == after:
+            high = middle
+        else:
+            low = middle
+    return datetime.fromtimestamp(high, tz)
+
+
+def instant(slot_ms: int) -> datetime:
+    """A time in ms since the epoch as an aware UTC datetime (exact: no float)."""
+    return EPOCH + timedelta(milliseconds=slot_ms)
+
+
+def ms(when: datetime) -> int:
+    """An aware datetime as ms since the epoch (exact: no float)."""
+    return (when - EPOCH) // timedelta(milliseconds=1)
+
+
+# -- the job class ----------------------------------------------------------------------
+
+
+class PeriodicJob(Job):
+    """A job that runs on its own: ``run_every`` (a timedelta, seconds or ``months(n)``) or
+    ``cron`` (five fields, in ``timezone``). Takes no params and is never retried."""
+
+    run_every: ClassVar[timedelta | float | MonthSpan | None] = None
+    cron: ClassVar[str | None] = None
+    timezone: ClassVar[str | None] = None  # an IANA name for cron and months; default UTC
+    run_on_start: ClassVar[bool] = False  # a job no runner has seen runs at start, not later
+    overlap: ClassVar[bool] = False  # enqueue a slot even while the previous run is unfinished
+    max_retries: ClassVar[int] = 0  # a failure goes to dead; the next slot is the next try
+
+    schedule_: ClassVar[Schedule]
+
+    def __init_subclass__(cls, abstract: bool = False, **kwargs: Any) -> None:
+        super().__init_subclass__(abstract=abstract, **kwargs)
+        try:
+            _check(cls)
+            if not abstract:
+                cls.schedule_ = _schedule_of(cls)
+        except TypeError:
+            registry.remove(cls)  # a class that cannot run must not be found by runners
+            raise
+
+    @classmethod
+    def slot_id(cls, slot_ms: int) -> str:
+        """The task id of one slot: the same on every runner, so a slot is enqueued once."""
+        return f"{cls.__name__}:{slot_ms}"
+
+
+def _check(cls: type[PeriodicJob]) -> None:
+    name = cls.__name__
+    if cls.params_:
+        raise TypeError(
+            f"{name}: periodic jobs take no params, but it declares {', '.join(cls.params_)} "
+            "(a class setting needs ClassVar[...] or no annotation)"
+        )
+    if cls.max_retries != 0:
+        raise TypeError(
+            f"{name}: periodic jobs are never retried (max_retries stays 0): a failure goes "
+            "to dead and the next slot runs as scheduled"
+        )
+    for flag in ("run_on_start", "overlap"):
+        if not isinstance(getattr(cls, flag), bool):
+            raise TypeError(f"{name}.{flag} must be True or False, got {getattr(cls, flag)!r}")
+
+
+def _schedule_of(cls: type[PeriodicJob]) -> Schedule:
+    """The job's schedule, checked when its class is defined."""
+    name = cls.__name__
+    if (cls.run_every is None) == (cls.cron is None):
+        raise TypeError(
+            f"{name} needs exactly one of run_every (a timedelta, seconds or culex.months(n)) "
+            'and cron (e.g. "*/5 * * * *")'
+        )
+    tz = _zone(name, cls.timezone)
+    if cls.cron is not None:
+        return _cron(name, cls.cron, tz)
+    if isinstance(cls.run_every, MonthSpan):
+        return Monthly(cls.run_every.months, tz)
+    if cls.timezone is not None:
+        raise TypeError(
+            f"{name}: timezone is for cron and months; run_every = timedelta counts from the "
+            'epoch (UTC). For a time of day, use cron (e.g. cron = "0 3 * * *")'
+        )
+    try:
+        seconds = config.seconds(cls.run_every, f"{name}.run_every", minimum=1)
+    except ConfigurationError as exc:
+        raise TypeError(f"{exc} (periodic jobs run at most once a second)") from None
+    return Interval(round(seconds * 1000))
+
+
+def _zone(name: str, timezone: object) -> tzinfo:
+    if timezone is None:
+        return UTC
+    if not isinstance(timezone, str):
+        raise TypeError(f'{name}.timezone must be a name like "Europe/Berlin", got {timezone!r}')
+    try:
+        return ZoneInfo(timezone)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise TypeError(f"{name}.timezone: unknown time zone {timezone!r}") from None
+
+
+def _cron(name: str, expr: object, tz: tzinfo) -> Cron:
+    if not isinstance(expr, str) or len(expr.split()) != 5:
+        raise TypeError(
+            f"{name}.cron must have five fields (minute hour day month weekday), got {expr!r}"
+        )
+    try:
+        slots = CronSim(expr, datetime.now(tz))
+    except CronSimError as exc:
+        raise TypeError(f"{name}.cron {expr!r}: {exc}") from None
+    if _first(slots) is None:
+        raise TypeError(f"{name}.cron {expr!r} never matches")
+    return Cron(expr, tz)
+
+
+def periodic_jobs(jobs: JobRegistry, queues: Iterable[str]) -> list[type[PeriodicJob]]:
+    """The registered periodic jobs whose queue is one of ``queues``."""
+    wanted = set(queues)
+    return [job for job in jobs if issubclass(job, PeriodicJob) and job.queue in wanted]
+
+
+def format_slot(job: type[PeriodicJob], slot_ms: int) -> str:
+    """A slot as the job's local time, for logs and ``culex periodic``."""
+    return instant(slot_ms).astimezone(job.schedule_.tz).strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
+# -- the scheduler ----------------------------------------------------------------------
+
+
+class Scheduler:
+    """Enqueues the due slots of periodic jobs. Every runner runs one; Redis decides."""
+
+    def __init__(
+        self,
+        jobs: Iterable[type[PeriodicJob]],
+        settings: config.Settings,
+        driver: AsyncDriver,
+    ) -> None:
+        self.jobs = list(jobs)
+        self.settings = settings
+        self.driver = driver
+        self._next: dict[type[PeriodicJob], int | None] = {}  # when to look again, per job
+        self._started: set[type[PeriodicJob]] = set()  # jobs whose start call went through
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Until ``stop`` is set: sleep until the earliest next slot, enqueue what is due."""
+        failures = 0
+        while not stop.is_set():
+            try:
+                pause = await self.tick()
+                failures = 0
+            except Exception as exc:
+                failures += 1
+                low, high = ERROR_PAUSE
+                pause = min(high, low * 2 ** (failures - 1))
+                if isinstance(exc, ServerError):
+                    logger.warning("periodic jobs: %s", exc)
+                else:
+                    logger.exception("periodic jobs: the scheduler failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), pause)
+
+    async def tick(self) -> float:
+        """Enqueue each due slot (once across runners); returns the seconds to the next."""
+        now = await self.driver.run(operations.server_time())
+        due = [job for job in self.jobs if self._is_due(job, now)]
+        slots: list[tuple[type[PeriodicJob], int]] = []
+        for job in due:
+            current, self._next[job] = job.schedule_.around(now)
+            if current is None:  # a cron expression with no slot in the past 50 years
+                self._started.add(job)
+            else:
+                slots.append((job, current))
+        firsts = [
+            operations.register_queue(queues_key(self.settings.prefix), queue)
+            for queue in dict.fromkeys(job.queue for job, _ in slots if job not in self._started)
+        ]
+        calls = [self._call(job, slot) for job, slot in slots]
+        results = await self.driver.run_many([*firsts, *calls]) if calls else []
+        failed: ServerError | None = None
+        for (job, slot), result in zip(slots, results[len(firsts) :], strict=True):
+            if isinstance(result, ServerError):
+                self._next[job], failed = now, result  # due again after the back-off
+            else:
+                self._started.add(job)
+                _log(job, slot, result)
+        if failed is not None:
+            raise failed
+        pending = [slot for slot in self._next.values() if slot is not None]
+        if not pending:
+            return MAX_SLEEP
+        return min(MAX_SLEEP, max(MIN_SLEEP, (min(pending) - now) / 1000))
+
+    def _is_due(self, job: type[PeriodicJob], now: int) -> bool:
+        if job not in self._started:
+            return True
+        slot = self._next.get(job)
+        return slot is not None and slot <= now
+
+    def _call(self, job: type[PeriodicJob], slot: int) -> Call[Scheduled]:
+        return operations.schedule(
+            queue_keys(self.settings.prefix, job.queue),
+            job.__name__,
+            job.slot_id(slot),
+            slot_ms=slot,
+            next_slot_ms=self._next[job],
+            overlap=job.overlap,
+            run_new=job.run_on_start and job not in self._started,
+            max_retries=job.max_retries,
+        )
+
+
+def _log(job: type[PeriodicJob], slot: int, result: Scheduled) -> None:
+    name, when = job.__name__, format_slot(job, slot)
+    if result.outcome == "enqueued":
+        logger.info("periodic job %s: slot %s enqueued as task %s", name, when, result.task_id)
+    elif result.outcome == "overlap":
+        logger.warning(
+            "periodic job %s: slot %s skipped, the previous run is unfinished (overlap = False)",
+            name,
+            when,
+        )
+    elif result.outcome == "new":
+        logger.info("periodic job %s is new: it first runs at its next slot", name)
+    else:  # "done" (another runner was first) or "early"
+        logger.debug("periodic job %s: slot %s %s", name, when, result.outcome)
+
+
+def trigger(job: type[PeriodicJob], settings: config.Settings | None = None) -> Task:
+    """Enqueue one run of ``job`` now, outside its schedule (``culex periodic trigger``)."""
+    settings = settings or config.settings()
+    driver = connection.sync_driver(settings.redis_url)
+    driver.run(operations.register_queue(queues_key(settings.prefix), job.queue))
+    done = driver.run(
+        operations.schedule(
+            queue_keys(settings.prefix, job.queue),
+            job.__name__,
+            f"{job.__name__}:trigger:{new_id()}",
+            slot_ms=None,
+            next_slot_ms=None,
+            overlap=True,
+            run_new=True,
+            max_retries=job.max_retries,
+        )
+    )
+    return Task(done.task_id, job.queue, settings.redis_url)

@@ -1,0 +1,434 @@
+"""The runner: takes tasks from queues, runs them, and reports each outcome, fenced.
+
+One asyncio loop holds a claim loop (wakes on a per-queue signal, not by polling), a
+reporter (sends finished outcomes in one pipelined round trip) and a reclaimer (turns
+expired leases of lost runners into failed attempts). A thread renews the leases of every
+held task (culex.lease), so a task that blocks the loop does not lose its lease.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import time
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from . import config
+from ._redis import connection, operations
+from ._redis.client import AsyncDriver
+from ._redis.keys import QueueKeys, queue_keys
+from ._redis.operations import Call, Claimed
+from .errors import ConfigurationError, ServerError, ServerUnavailable
+from .execution import Outcome, attempt, decode, task_name
+from .job import Job, JobRegistry, registry
+from .lease import LeaseKeeper
+from .periodic import Scheduler, periodic_jobs
+
+logger = logging.getLogger("culex")
+
+PROMOTE_LIMIT = 1000  # due scheduled tasks promoted per claim
+RECLAIM_LIMIT = 100  # expired leases reclaimed per queue per pass
+RECLAIM_EVERY = 2.0  # seconds between reclaim passes (at most; less with a short lease)
+RETRY_PAUSE = (0.05, 2.0)  # back-off bounds after a server error
+SERVER_TIMER_SLACK = 0.2  # how late a server may time out a blocked client (2 / hz)
+SHORT_SLEEP = 0.005  # a task due sooner than this is waited for without a blocking call
+
+
+class Runner:
+    """Runs the tasks of the given queues (default: every registered job's queue)."""
+
+    def __init__(
+        self,
+        run_from: Iterable[str] | None = None,
+        concurrency: int | None = None,
+        *,
+        redis_url: str | None = None,
+        jobs: JobRegistry = registry,
+    ) -> None:
+        flags: dict[str, object] = {}
+        if run_from is not None:
+            flags["run_from"] = list(run_from) if not isinstance(run_from, str) else run_from
+        if concurrency is not None:
+            flags["concurrency"] = concurrency
+        if redis_url is not None:
+            flags["redis_url"] = redis_url
+        self.settings = config.settings(**flags)
+        self.jobs = jobs
+        self.queues = list(self.settings.run_from) or jobs.queues()
+        if not self.queues:
+            raise ConfigurationError(
+                "nothing to run: no job class is registered and run_from names no queue"
+            )
+        self._stopping = asyncio.Event()
+        self._running: dict[asyncio.Task[None], Claimed] = {}
+        self._reports: list[Outcome] = []
+        self._report_ready = asyncio.Event()
+        self._slot_freed = asyncio.Event()
+        self._driver: AsyncDriver | None = None
+        self._keeper: LeaseKeeper | None = None
+        self._pool = ThreadPoolExecutor(self.settings.concurrency, thread_name_prefix="culex")
+        self._signals = 0
+        self._failures = 0
+        # Queues whose keys the server refused (e.g. WRONGTYPE): skipped until this time.
+        self._unhealthy: dict[str, tuple[float, int]] = {}
+
+    # -- starting and stopping ------------------------------------------------------
+
+    def run(self) -> None:
+        """Run until SIGINT/SIGTERM (or :meth:`stop`), then stop gracefully."""
+        asyncio.run(self.arun(handle_signals=True))
+
+    def stop(self) -> None:
+        """Ask the runner to stop: no more claims; running tasks finish or go back."""
+        self._stopping.set()
+
+    async def arun(self, *, handle_signals: bool = False) -> None:
+        """Run on the current event loop until :meth:`stop` is called."""
+        loop = asyncio.get_running_loop()
+        if handle_signals:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, self._on_signal, sig)
+        url = connection.resolve_url(self.settings.redis_url)
+        self._driver = connection.new_async_driver(url)
+        try:
+            await self._check_server()
+        except BaseException:
+            await self._driver.close()
+            raise
+        self._keeper = LeaseKeeper(self.settings, url)
+        self._keeper.start()
+        logger.info("culex is buzzing...")
+        logger.info("Queues: %s", ", ".join(self.queues))
+        helpers = [
+            asyncio.create_task(self._report_loop(), name="culex-reporter"),
+            asyncio.create_task(self._reclaim_loop(), name="culex-reclaim"),
+        ]
+        periodic = periodic_jobs(self.jobs, self.queues)
+        if self.settings.run_cron_scheduler and periodic:
+            schedule = Scheduler(periodic, self.settings, self._driver).run(self._stopping)
+            helpers.append(asyncio.create_task(schedule, name="culex-periodic"))
+        try:
+            await self._claim_loop()
+            await self._finish()
+        finally:
+            for helper in helpers:
+                helper.cancel()
+            await asyncio.gather(*helpers, return_exceptions=True)
+            self._keeper.stop()
+            await self._driver.close()
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            if handle_signals:
+                for sig in (signal.SIGINT, signal.SIGTERM):
+                    loop.remove_signal_handler(sig)
+            logger.info("culex stopped")
+
+    async def _check_server(self) -> None:
+        """Refuse a server that may evict keys: eviction silently deletes queue state."""
+        assert self._driver is not None
+        try:
+            reply = await self._driver.run(operations.config_get("maxmemory-policy"))
+        except ServerUnavailable:
+            raise
+        except ServerError as exc:  # CONFIG is often disabled on managed servers
+            logger.warning("cannot read maxmemory-policy (%s); make sure it is noeviction", exc)
+            return
+        if reply in (None, "noeviction"):
+            return
+        message = (
+            f"the server's maxmemory-policy is {reply!r}: it may evict queue keys and lose "
+            "tasks. Set it to noeviction (CONFIG SET maxmemory-policy noeviction)"
+        )
+        if not self.settings.allow_eviction:
+            raise ConfigurationError(f"{message}, or set allow_eviction=True to run anyway")
+        logger.warning("DANGER: %s; running anyway because allow_eviction is set", message)
+
+    def _on_signal(self, sig: int) -> None:
+        self._signals += 1
+        if self._signals == 1:
+            logger.info(
+                "%s: stopping; running tasks have %.0f s to finish (signal again to stop at once)",
+                signal.Signals(sig).name,
+                self.settings.grace_period,
+            )
+            self.stop()
+        else:
+            logger.warning("stopping at once; running tasks come back when their lease ends")
+            for task in list(self._running):
+                task.cancel()
+            os._exit(1)
+
+    async def _finish(self) -> None:
+        """Graceful stop: wait up to grace_period, then hand unfinished tasks back."""
+        if self._running:
+            _, unfinished = await asyncio.wait(
+                list(self._running), timeout=self.settings.grace_period
+            )
+            held = [self._running[task] for task in unfinished]
+            for task in unfinished:
+                task.cancel()
+            if held:
+                await self._release(held)
+        await self._flush_reports()
+
+    async def _release(self, held: list[Claimed]) -> None:
+        calls = [self._call_release(claimed) for claimed in held]
+        for claimed, result in zip(held, await self._run_many(calls), strict=True):
+            if result is True:
+                logger.info("task %s handed back to waiting", task_name(claimed))
+            self._drop(claimed)
+
+    def _call_release(self, claimed: Claimed) -> Call[bool]:
+        return operations.release(self._keys(claimed.queue), claimed.id, claimed.attempt)
+
+    # -- claiming -----------------------------------------------------------------------
+
+    async def _claim_loop(self) -> None:
+        keys = [queue_keys(self.settings.prefix, q) for q in self.queues]
+        signals = [k.signal for k in keys]
+        turn = 0
+        while not self._stopping.is_set():
+            free = self.settings.concurrency - len(self._running)
+            if free <= 0:
+                self._slot_freed.clear()
+                await self._until(self._slot_freed.wait())
+                continue
+            # Rotate the first queue asked, so one busy queue cannot starve the others.
+            order = keys[turn:] + keys[:turn]
+            turn = (turn + 1) % len(keys)
+            claimed, due_in = await self._claim(order, free)
+            if claimed == 0 and not self._stopping.is_set():
+                await self._until(self._wait_for_work(signals, due_in))
+
+    async def _claim(self, order: list[QueueKeys], free: int) -> tuple[int, float | None]:
+        """Claim up to ``free`` tasks; returns how many, and when the next task is due (s)."""
+        due_in: float | None = None
+        total = 0
+        now = time.monotonic()
+        for keys in order:
+            if keys.name in self._unhealthy and self._unhealthy[keys.name][0] > now:
+                continue
+            call = operations.claim(
+                keys,
+                limit=free - total,
+                lease_ms=self.settings.lease_ms,
+                promote_limit=PROMOTE_LIMIT,
+                dead_ttl_ms=self.settings.failed_job_ttl_ms,
+            )
+            try:
+                reply = await self._driver_run(call)
+            except ServerUnavailable as exc:
+                logger.warning("%s", exc)
+                return 0, self._pause()
+            except ServerError as exc:
+                self._sick(keys.name, exc)
+                continue
+            self._unhealthy.pop(keys.name, None)
+            if reply.next_due_ms is not None:
+                due = max(0.001, (reply.next_due_ms - reply.now_ms) / 1000)
+                due_in = due if due_in is None else min(due_in, due)
+            for claimed in reply.tasks:
+                self._start(claimed)
+            total += len(reply.tasks)
+            if total >= free:
+                break
+        return total, due_in
+
+    def _sick(self, queue: str, exc: ServerError) -> None:
+        """A queue whose keys the server refuses is skipped with back-off, never deleted."""
+        _, strikes = self._unhealthy.get(queue, (0.0, 0))
+        pause = min(60.0, 0.5 * 2**strikes)
+        self._unhealthy[queue] = (time.monotonic() + pause, strikes + 1)
+        logger.error("queue %s is unhealthy (%s); trying it again in %.1f s", queue, exc, pause)
+
+    async def _driver_run(self, call: Call[Any]) -> Any:
+        assert self._driver is not None
+        result = await self._driver.run(call)
+        self._failures = 0
+        return result
+
+    async def _wait_for_work(self, signals: list[str], due_in: float | None) -> None:
+        """Block until a queue is signalled, idle_wait passes, or a scheduled task is due."""
+        assert self._driver is not None
+        idle = self.settings.idle_wait
+        try:
+            if due_in is None or due_in > idle + SERVER_TIMER_SLACK:
+                await self._driver.run(operations.wait_signal(signals, idle))
+                return
+            if due_in <= SHORT_SLEEP:  # not worth a blocking call: sleep past the due time
+                await asyncio.sleep(due_in + 0.0005)
+                return
+            # The server times blocked clients out only at its hz (every 100 ms at hz 10):
+            # too coarse for a task due soon, so the timer is ours (the cancelled wait's
+            # connection is dropped and a new one made).
+            blocked = self._driver.run(operations.wait_signal(signals, idle + SERVER_TIMER_SLACK))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(blocked, due_in)
+        except ServerError as exc:
+            logger.warning("waiting for work failed: %s", exc)
+            await asyncio.sleep(self._pause())
+
+    async def _until(self, awaitable: Any) -> None:
+        """Await ``awaitable``, but give up on it as soon as a stop is asked."""
+        work = asyncio.ensure_future(awaitable)
+        stop = asyncio.ensure_future(self._stopping.wait())
+        await asyncio.wait((work, stop), return_when=asyncio.FIRST_COMPLETED)
+        for future in (work, stop):
+            if not future.done():
+                future.cancel()
+        await asyncio.gather(work, stop, return_exceptions=True)
+
+    # -- running ----------------------------------------------------------------------
+
+    def _start(self, claimed: Claimed) -> None:
+        if logger.isEnabledFor(logging.INFO):
+            logger.info("Running task %s from %s", task_name(claimed), claimed.queue)
+        assert self._keeper is not None
+        self._keeper.hold(claimed, self.settings.lease_ms)
+        task = asyncio.create_task(self._execute(claimed))
+        self._running[task] = claimed
+        task.add_done_callback(self._done)
+
+    async def _execute(self, claimed: Claimed) -> None:
+        job = decode(claimed, self.jobs, self.settings.max_payload_bytes)
+        if isinstance(job, Outcome):
+            outcome = job
+        else:
+            lease_ms = self._lease_ms(job)
+            if lease_ms != self.settings.lease_ms:
+                assert self._keeper is not None
+                self._keeper.hold(claimed, lease_ms)
+            outcome = await attempt(job, claimed, self._pool)
+        if self._keeper is not None:
+            self._keeper.finish(claimed)
+        self._reports.append(outcome)
+        self._report_ready.set()
+
+    def _lease_ms(self, job: Job) -> int:
+        if job.lease is None:
+            return self.settings.lease_ms
+        return round(config.seconds(job.lease, "lease") * 1000)
+
+    def _drop(self, claimed: Claimed) -> None:
+        if self._keeper is not None:
+            self._keeper.drop(claimed)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._running.pop(task, None)
+        self._slot_freed.set()
+        if not task.cancelled() and task.exception() is not None:
+            logger.error("a task's execution raised", exc_info=task.exception())
+
+    # -- reporting ----------------------------------------------------------------------
+
+    async def _report_loop(self) -> None:
+        while True:
+            await self._report_ready.wait()
+            self._report_ready.clear()
+            await self._flush_reports()
+
+    async def _flush_reports(self) -> None:
+        while self._reports:
+            batch, self._reports = self._reports, []
+            calls, owners = self._report_calls(batch)
+            for outcomes, result in zip(owners, await self._run_many(calls), strict=True):
+                if isinstance(result, ServerError) or result is _UNSENT:
+                    self._reports += outcomes  # sent again after the pause
+                    continue
+                refused = set(result) if isinstance(result, list) else set()
+                if result is None:  # a refused fail
+                    refused = {outcomes[0].claimed.id}
+                for outcome in outcomes:
+                    if outcome.claimed.id in refused:
+                        logger.warning(
+                            "report for task %s (attempt %d) refused: its lease was lost and "
+                            "it was handed out again",
+                            task_name(outcome.claimed),
+                            outcome.claimed.attempt,
+                        )
+                    self._drop(outcome.claimed)
+            if self._reports:
+                await asyncio.sleep(self._pause())
+
+    def _report_calls(self, batch: list[Outcome]) -> tuple[list[Call[Any]], list[list[Outcome]]]:
+        """One complete call per queue for the successes, one fail call per failure."""
+        successes: dict[str, list[Outcome]] = {}
+        calls: list[Call[Any]] = []
+        owners: list[list[Outcome]] = []
+        for outcome in batch:
+            claimed = outcome.claimed
+            if outcome.error is None:
+                successes.setdefault(claimed.queue, []).append(outcome)
+                continue
+            calls.append(
+                operations.fail(
+                    self._keys(claimed.queue),
+                    claimed.id,
+                    claimed.attempt,
+                    outcome.error,
+                    retry_delay_ms=outcome.retry_delay_ms,
+                    dead_ttl_ms=self.settings.failed_job_ttl_ms,
+                    dead_max=self.settings.dead_max,
+                )
+            )
+            owners.append([outcome])
+        for queue, outcomes in successes.items():
+            done = [(o.claimed.id, o.claimed.attempt, o.result_json) for o in outcomes]
+            calls.append(
+                operations.complete(self._keys(queue), self.settings.successful_job_ttl_ms, done)
+            )
+            owners.append(outcomes)
+        return calls, owners
+
+    # -- leases of lost runners --------------------------------------------------------
+
+    async def _reclaim_loop(self) -> None:
+        every = min(RECLAIM_EVERY, self.settings.lease / 3)
+        while True:
+            await asyncio.sleep(every)
+            calls = [
+                operations.reclaim(
+                    self._keys(q),
+                    limit=RECLAIM_LIMIT,
+                    dead_ttl_ms=self.settings.failed_job_ttl_ms,
+                    dead_max=self.settings.dead_max,
+                )
+                for q in self.queues
+            ]
+            for queue, reclaimed in zip(self.queues, await self._run_many(calls), strict=True):
+                if isinstance(reclaimed, list):
+                    for task_id, state in reclaimed:
+                        logger.warning(
+                            "task %s<%s> lost its runner (lease expired), now %s",
+                            queue,
+                            task_id,
+                            state,
+                        )
+
+    # -- talking to the server ------------------------------------------------------------
+
+    def _keys(self, queue: str) -> QueueKeys:
+        return queue_keys(self.settings.prefix, queue)
+
+    async def _run_many(self, calls: list[Call[Any]]) -> list[Any]:
+        assert self._driver is not None
+        try:
+            results = await self._driver.run_many(calls)
+        except ServerError as exc:
+            logger.warning("%s", exc)
+            return [_UNSENT] * len(calls)
+        self._failures = 0
+        return results
+
+    def _pause(self) -> float:
+        """Exponential back-off after consecutive server errors."""
+        self._failures += 1
+        low, high = RETRY_PAUSE
+        return float(min(high, low * 2 ** (self._failures - 1)))
+
+
+_UNSENT = object()

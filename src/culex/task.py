@@ -1,0 +1,172 @@
+"""A handle on one enqueued task: its id, state and result."""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import itertools
+import os
+import time
+from collections.abc import Generator
+from typing import Any
+
+from . import config
+from ._redis import connection, operations
+from ._redis.keys import queue_keys
+from ._redis.operations import Call
+from .errors import CulexError, TaskFailed
+from .serialization import decode_result
+
+
+class TaskState(enum.StrEnum):
+    """Where a task is. The same words as the Redis sets, the CLI and the docs."""
+
+    WAITING = "waiting"
+    SCHEDULED = "scheduled"
+    PENDING = "pending"
+    SUCCEEDED = "succeeded"
+    DEAD = "dead"
+
+
+class TaskNotFound(CulexError, LookupError):
+    """No record of the task: it never existed, or it finished and its hash expired."""
+
+
+_sequence = itertools.count()
+MAX_ID_LENGTH = 200
+
+
+def new_id() -> str:
+    """A unique task id that sorts by creation time (ties in waiting keep FIFO order)."""
+    ms = time.time_ns() // 1_000_000
+    return f"{ms:012x}{next(_sequence) & 0xFFFF:04x}{os.urandom(6).hex()}"
+
+
+def check_id(task_id: object) -> str:
+    """Return a client-made task id if it is usable, else raise a clear error."""
+    if not isinstance(task_id, str):
+        raise TypeError(f"a task id must be a str, got {type(task_id).__name__}")
+    if not task_id or len(task_id) > MAX_ID_LENGTH or not task_id.isprintable() or " " in task_id:
+        raise ValueError(
+            f"a task id must be 1 to {MAX_ID_LENGTH} printable characters without spaces: "
+            f"{task_id!r}"
+        )
+    return task_id
+
+
+# Waiting for a result polls the task's hash: quickly at first, then every 50 ms.
+_FIRST_POLL = 0.001
+_LAST_POLL = 0.05
+
+Flow = Generator[Call[Any] | list[Call[Any]] | float, Any, Any]
+"""An I/O-free procedure. It yields a Call (send it and reply), a list of calls (send them
+in one round trip and reply with their results) or a float (sleep that long)."""
+
+
+class Task:
+    """An enqueued task. ``state()`` and ``result()`` ask the server; ``a*`` twins are async."""
+
+    __slots__ = ("id", "queue", "url")
+
+    def __init__(self, task_id: str, queue: str, url: str | None = None) -> None:
+        self.id = task_id
+        self.queue = queue
+        self.url = url
+
+    def __repr__(self) -> str:
+        return f"<Task {self.queue}<{self.id}>>"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Task) and (other.id, other.queue) == (self.id, self.queue)
+
+    def __hash__(self) -> int:
+        return hash((self.id, self.queue))
+
+    def _read(self) -> Call[dict[str, str]]:
+        return operations.read_task(queue_keys(config.settings().prefix, self.queue), self.id)
+
+    def _state_flow(self) -> Flow:
+        fields = yield self._read()
+        state = fields.get("state")
+        return TaskState(state) if state in TaskState._value2member_map_ else None
+
+    def _info_flow(self) -> Flow:
+        return (yield self._read())
+
+    def _result_flow(self, timeout: float | None) -> Flow:
+        if timeout is not None:
+            timeout = config.seconds(timeout, "timeout")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        pause = _FIRST_POLL
+        while True:
+            fields = yield self._read()
+            state = fields.get("state")
+            if state == "succeeded":
+                return decode_result(fields.get("result"))
+            if state == "dead":
+                raise TaskFailed(self.id, fields.get("last_error", ""))
+            if not fields:
+                raise TaskNotFound(
+                    f"task {self.queue}<{self.id}> not found: it never existed, or it finished "
+                    "and its record expired (see successful_job_ttl)"
+                )
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise TimeoutError(f"task {self.queue}<{self.id}> is still {state}")
+            yield pause if left is None else min(pause, left)
+            pause = min(pause * 2, _LAST_POLL)
+
+    def state(self) -> TaskState | None:
+        """The task's state now; None when it has no record (expired or never existed)."""
+        return run_sync(self._state_flow(), self.url)  # type: ignore[no-any-return]
+
+    async def astate(self) -> TaskState | None:
+        return await run_async(self._state_flow(), self.url)  # type: ignore[no-any-return]
+
+    def info(self) -> dict[str, str]:
+        """Every field of the task's hash ({} when it has no record)."""
+        return run_sync(self._info_flow(), self.url)  # type: ignore[no-any-return]
+
+    async def ainfo(self) -> dict[str, str]:
+        return await run_async(self._info_flow(), self.url)  # type: ignore[no-any-return]
+
+    def result(self, timeout: float | None = None) -> Any:
+        """Wait for perform's return value. Raises TaskFailed (dead) or TimeoutError."""
+        return run_sync(self._result_flow(timeout), self.url)
+
+    async def aresult(self, timeout: float | None = None) -> Any:
+        return await run_async(self._result_flow(timeout), self.url)
+
+
+def run_sync(flow: Flow, url: str | None = None) -> Any:
+    """Drive a flow with blocking I/O."""
+    driver = connection.sync_driver(url)
+    try:
+        step = next(flow)
+        while True:
+            if isinstance(step, float):
+                time.sleep(step)
+                step = flow.send(None)
+            elif isinstance(step, list):
+                step = flow.send(driver.run_many(step))
+            else:
+                step = flow.send(driver.run(step))
+    except StopIteration as done:
+        return done.value
+
+
+async def run_async(flow: Flow, url: str | None = None) -> Any:
+    """Drive a flow on the running event loop."""
+    driver = await connection.async_driver(url)
+    try:
+        step = next(flow)
+        while True:
+            if isinstance(step, float):
+                await asyncio.sleep(step)
+                step = flow.send(None)
+            elif isinstance(step, list):
+                step = flow.send(await driver.run_many(step))
+            else:
+                step = flow.send(await driver.run(step))
+    except StopIteration as done:
+        return done.value

@@ -1,0 +1,93 @@
+"""Scenario 5: poison tasks among healthy ones. Some always raise; some kill their runner
+(``os._exit``) on every attempt. Dead ends up holding exactly the poison tasks, each run at
+most max_retries + 1 times, and every other task succeeds.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter
+from collections.abc import Callable
+
+import pytest
+import redis
+
+import culex
+from culex._redis.keys import queue_keys
+
+from .chaos_jobs import QUEUE, ChaosJob, PoisonExitJob, PoisonRaiseJob, SyncChaosJob
+from .fleet import Fleet
+from .ledger import DEAD, DIED, SUCCEEDED, Ledger, text
+from .workload import Producer, drain, publish
+
+LEASE = 2.0
+RUNNERS = 3
+HEALTHY = 300
+RAISING = 5
+EXITING = 3
+
+
+@pytest.mark.timeout(180)
+def test_poison_tasks(
+    r: redis.Redis, url: str, ledger: Ledger, fleets: Callable[..., Fleet], rng: random.Random
+) -> None:
+    fleet = fleets(url, concurrency=4, env={"CULEX_LEASE": str(LEASE)})
+    for _ in range(RUNNERS):
+        fleet.start()
+    work: list[tuple[str, culex.QueuedJob, str]] = [
+        (
+            f"ok-{n:04d}",
+            (SyncChaosJob if n % 3 == 0 else ChaosJob)(ms=rng.randint(10, 100)),
+            SUCCEEDED,
+        )
+        for n in range(HEALTHY)
+    ]
+    # The killers go first: each of their attempts waits for a lease to expire.
+    poison: list[tuple[str, culex.QueuedJob, str]]
+    poison = [(f"exit-{n}", PoisonExitJob(), DEAD) for n in range(EXITING)]
+    poison += [(f"raise-{n}", PoisonRaiseJob(), DEAD) for n in range(RAISING)]
+    for n, task in enumerate(poison):
+        work.insert(n * 2 if task[0].startswith("exit") else rng.randrange(len(work)), task)
+    producer = Producer(ledger, work, rate=200)
+    began = time.monotonic()
+    producer.start()
+    producer.join()
+    drain_s = drain(r, ledger, timeout=120, tick=fleet.replace_dead)
+    verdict = ledger.check(r)
+    keys = queue_keys("culex", QUEUE)
+    dead = {text(x) for x in r.zrange(keys.dead, 0, -1)}
+    runs = Counter(e.id for e in verdict.executions)
+    poison_ids = {task_id for task_id, _, _ in poison}
+    reasons = {i: text(r.hget(keys.task(i), "last_error") or "") for i in poison_ids}
+    publish(
+        "poison",
+        {
+            "lease_s": LEASE,
+            "healthy": HEALTHY,
+            "raising": RAISING,
+            "exiting": EXITING,
+            "max_retries": {
+                "raising": PoisonRaiseJob.max_retries,
+                "exiting": PoisonExitJob.max_retries,
+            },
+            "runner_deaths": sum(f.kind == DIED for f in verdict.faults),
+            "poison_runs": {i: runs[i] for i in sorted(poison_ids)},
+            "wall_s": round(time.monotonic() - began, 1),
+            "drain_s": round(drain_s, 1),
+            **verdict.figures(),
+        },
+    )
+    assert verdict.ok, verdict.problems()
+    assert dead == poison_ids, f"dead holds {sorted(dead)}"
+    limits = {i: type(job).max_retries + 1 for i, job, _ in poison}
+    for task_id in poison_ids:
+        assert 1 <= runs[task_id] <= limits[task_id], f"{task_id} ran {runs[task_id]} times"
+        assert reasons[task_id], f"{task_id} is dead without a reason"
+    for n in range(RAISING):
+        assert runs[f"raise-{n}"] == limits[f"raise-{n}"]
+        assert "poison: this task always raises" in reasons[f"raise-{n}"]
+    # Every runner that died was killed by a poison task, and every such task killed one.
+    died = {f.pid for f in verdict.faults if f.kind == DIED}
+    killers = {e.pid for e in verdict.executions if e.outcome == "exit"}
+    assert died == killers, f"runners died: {sorted(died)}; ran an os._exit: {sorted(killers)}"

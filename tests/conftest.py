@@ -1,0 +1,63 @@
+"""The test session's own private Valkey server, started the way culex starts one.
+
+Tests never use a server they did not start (a developer's Redis on :6379 is left alone).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+import culex
+from culex import config
+from culex.embedded import EmbeddedServer
+
+
+@pytest.fixture(scope="session")
+def server() -> Iterator[EmbeddedServer]:
+    with tempfile.TemporaryDirectory(prefix="culex-test-") as data_dir:
+        embedded = EmbeddedServer(Path(data_dir))
+        url = embedded.ensure_running()
+        os.environ["CULEX_REDIS_URL"] = url
+        config.reset()
+        try:
+            yield embedded
+        finally:
+            embedded.stop()
+            os.environ.pop("CULEX_REDIS_URL", None)
+
+
+@pytest.fixture
+def url(server: EmbeddedServer) -> str:
+    return server.url
+
+
+@pytest.fixture
+def r(server: EmbeddedServer) -> Iterator[redis.Redis]:
+    """A plain redis-py client on the test server; the database is empty for each test."""
+    client = redis.Redis.from_url(server.url)
+    client.flushall()
+    config.reset()
+    try:
+        yield client
+    finally:
+        client.close()
+        config.reset()
+
+
+@contextlib.asynccontextmanager
+async def running(runner: culex.Runner) -> AsyncIterator[culex.Runner]:
+    """Run ``runner`` on the test's loop for the duration of the block, then stop it."""
+    task = asyncio.create_task(runner.arun())
+    try:
+        yield runner
+    finally:
+        runner.stop()
+        await asyncio.wait_for(task, 30)

@@ -1,0 +1,110 @@
+"""The culex command, run as a user runs it: in its own process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import redis
+
+import culex
+from culex._redis.keys import queue_keys
+
+JOBS = textwrap.dedent(
+    """
+    import asyncio
+    import culex
+
+    class CliJob(culex.QueuedJob):
+        n: int
+
+        async def perform(self) -> int:
+            if self.n < 0:
+                await asyncio.sleep(60)
+            return self.n * 2
+    """
+)
+
+
+def culex_command(*args: str, cwd: Path | None = None) -> list[str]:
+    return [sys.executable, "-m", "culex", *args]
+
+
+def test_run_processes_tasks_and_stops_cleanly_on_sigterm(r: redis.Redis, tmp_path: Path) -> None:
+    (tmp_path / "cli_jobs.py").write_text(JOBS)
+    env = {**os.environ, "CULEX_GRACE_PERIOD": "0.2"}
+    proc = subprocess.Popen(
+        culex_command("run", "cli_jobs", "--concurrency", "4"),
+        cwd=tmp_path,
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        tasks = [culex.Task(_enqueue(r, i), "cli_job") for i in (1, 2, 3, -1)]
+        assert [t.result(timeout=20) for t in tasks[:3]] == [2, 4, 6]
+        keys = queue_keys("culex", "cli_job")
+        while r.zcard(keys.pending) == 0:  # the sleeping task has started
+            time.sleep(0.01)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "culex is buzzing..." in err
+    assert "Running task cli_job<" in err and "succeeded, took" in err
+    assert "handed back to waiting" in err
+    assert r.zcard(keys.pending) == 0
+    assert tasks[3].state() is culex.TaskState.WAITING
+
+
+def _enqueue(r: redis.Redis, n: int) -> str:
+    """Enqueue the way a foreign producer would: the job class lives in the runner only."""
+    script = r.register_script(
+        (Path(culex.__file__).parent / "_redis" / "lua" / "enqueue.lua").read_text()
+    )
+    keys = queue_keys("culex", "cli_job")
+    task_id = f"cli-{n}"
+    script(
+        keys=[keys.task(task_id), keys.waiting, keys.scheduled, keys.signal],
+        args=[task_id, "CliJob", "cli_job", f'{{"n": {n}}}', "", 0, 4],
+    )
+    return task_id
+
+
+def test_unknown_module_is_a_clear_error(tmp_path: Path) -> None:
+    done = subprocess.run(
+        culex_command("run", "no_such_module"), cwd=tmp_path, capture_output=True, text=True
+    )
+    assert done.returncode == 2
+    assert "no module named 'no_such_module'" in done.stderr
+
+
+def test_demo_shows_success_retry_and_delay(r: redis.Redis) -> None:
+    done = subprocess.run(culex_command("demo"), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    log = done.stderr
+    assert "[WelcomeJob] welcome, newcomer!" in log
+    assert "will run again in 00:00:01" in log
+    assert "[FlakyJob] worked on attempt 2" in log
+    assert "[ReminderJob] reminder: culex keeps your tasks" in log
+    assert "result of" in log and "'reminded'" in log
+
+
+def test_queues_lists_counts(r: redis.Redis) -> None:
+    from datetime import timedelta
+
+    class ListedJob(culex.QueuedJob):
+        def perform(self) -> None: ...
+
+    ListedJob().enqueue()
+    ListedJob().enqueue(delay=timedelta(hours=1))
+    done = subprocess.run(culex_command("queues"), capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    row = next(line for line in done.stdout.splitlines() if line.startswith("listed_job"))
+    assert row.split()[1:] == ["1", "0", "1", "0"]
+    culex.registry.remove(ListedJob)

@@ -1,0 +1,135 @@
+"""Job classes: params from annotations, checks at construction, policy checks."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+import pytest
+
+import culex
+from culex.job import snake_case
+
+
+class SendWelcomeEmailJob(culex.QueuedJob):
+    to: str
+    subject: str = "Welcome"
+    tags: list[str] = []  # noqa: RUF012 - a param default, copied per job object
+
+    def perform(self) -> None: ...
+
+
+def test_default_queue_is_the_snake_case_class_name() -> None:
+    assert SendWelcomeEmailJob.queue == "send_welcome_email_job"
+    assert snake_case("HTTPFetchJob") == "http_fetch_job"
+    assert SendWelcomeEmailJob in culex.registry
+
+
+def test_params_from_annotations_with_defaults() -> None:
+    job = SendWelcomeEmailJob(to="a@b.c")
+    assert (job.to, job.subject, job.tags) == ("a@b.c", "Welcome", [])
+    job.tags.append("x")
+    assert SendWelcomeEmailJob(to="b").tags == []  # defaults are not shared
+
+
+def test_wrong_missing_and_unknown_params_raise_type_error() -> None:
+    with pytest.raises(TypeError, match=r"SendWelcomeEmailJob.to: expected str"):
+        SendWelcomeEmailJob(to=5)
+    with pytest.raises(TypeError, match="missing the required param 'to'"):
+        SendWelcomeEmailJob()
+    with pytest.raises(TypeError, match="unknown params: cc"):
+        SendWelcomeEmailJob(to="a", cc="b")
+
+
+def test_bad_class_definitions_are_refused_when_defined() -> None:
+    with pytest.raises(TypeError, match="reserved"):
+
+        class ReservedJob(culex.QueuedJob):
+            perform: int  # type: ignore[assignment]
+
+    with pytest.raises(ValueError, match="max_retries"):
+
+        class NegativeJob(culex.QueuedJob):
+            max_retries = -1
+
+    with pytest.raises(ValueError, match="queue name"):
+
+        class BraceJob(culex.QueuedJob):
+            queue = "a{b}"
+
+    with pytest.raises(TypeError, match="default"):
+
+        class BadDefaultJob(culex.QueuedJob):
+            n: int = "zero"  # type: ignore[assignment]
+
+
+def test_enqueue_arguments_are_checked_before_anything_is_sent() -> None:
+    job = SendWelcomeEmailJob(to="a")
+    with pytest.raises(TypeError, match="timezone-aware"):
+        job.enqueue(at=datetime(2030, 1, 1))
+    with pytest.raises(TypeError, match="not both"):
+        job.enqueue(delay=1, at=datetime(2030, 1, 1, tzinfo=UTC))
+    with pytest.raises(ValueError, match="delay"):
+        job.enqueue(delay=-1)
+    with pytest.raises(ValueError, match="task id"):
+        job.enqueue(id="has space")
+
+
+def test_payload_limit(r: object) -> None:
+    culex.configure(max_payload_bytes=100)
+    with pytest.raises(ValueError, match="max_payload_bytes"):
+        SendWelcomeEmailJob(to="x" * 200).enqueue()
+
+
+class MoneyJob(culex.QueuedJob):
+    amount: Decimal
+    when: datetime
+    wait: timedelta
+
+    def perform(self) -> None: ...
+
+
+def test_params_survive_the_trip_through_the_task_hash() -> None:
+    job = MoneyJob(
+        amount=Decimal("1.10"), when=datetime(2030, 1, 1, tzinfo=UTC), wait=timedelta(hours=1)
+    )
+    import json
+
+    back = MoneyJob.from_params(json.loads(job.params_json()))
+    assert (back.amount, back.when, back.wait) == (job.amount, job.when, job.wait)
+
+
+class User:
+    def __init__(self, user_id: int) -> None:
+        self.user_id = user_id
+
+
+class GreetUserJob(culex.QueuedJob):
+    user: User
+
+    @staticmethod
+    def serialize_user(user: User) -> int:
+        return user.user_id
+
+    @staticmethod
+    def deserialize_user(raw: object) -> User:
+        assert isinstance(raw, int)
+        return User(raw)
+
+    def perform(self) -> int:
+        return self.user.user_id
+
+
+def test_the_seeds_serialize_and_deserialize_hooks() -> None:
+    import json
+
+    job = GreetUserJob(user=User(42))
+    assert json.loads(job.params_json()) == {"user": 42}
+    assert GreetUserJob.from_params({"user": 42}).user.user_id == 42
+
+
+def test_an_unsupported_param_type_is_refused_when_defined() -> None:
+    with pytest.raises(TypeError):
+
+        class NoHookJob(culex.QueuedJob):
+            user: User

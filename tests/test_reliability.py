@@ -1,0 +1,308 @@
+"""Leases, heartbeats, reclaim, time limits, server checks and faults (issue 3 semantics)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+import redis
+
+import culex
+from culex import config
+from culex._redis import connection, operations
+from culex._redis.keys import queue_keys
+from culex._redis.operations import Claimed
+from culex.embedded import EmbeddedServer
+from culex.lease import LeaseKeeper
+
+from .conftest import running
+
+
+class BusyJob(culex.QueuedJob):
+    queue = "busy"
+    runs: ClassVar[int] = 0
+
+    async def perform(self) -> str:
+        BusyJob.runs += 1
+        end = time.monotonic() + 1.5
+        while time.monotonic() < end:  # blocks the event loop for 2.5 leases
+            pass
+        return "done"
+
+
+async def test_a_task_that_blocks_the_loop_keeps_its_lease(r: redis.Redis, url: str) -> None:
+    culex.configure(lease=0.6)
+    BusyJob.runs = 0
+    keys = queue_keys("culex", "busy")
+    reclaimed: list[object] = []
+    stop = threading.Event()
+
+    def other_runner_reclaims() -> None:  # what any other runner would do meanwhile
+        driver = connection.new_sync_driver(url)
+        while not stop.is_set():
+            reclaimed.extend(
+                driver.run(operations.reclaim(keys, limit=10, dead_ttl_ms=10_000, dead_max=10))
+            )
+            time.sleep(0.05)
+        driver.close()
+
+    watcher = threading.Thread(target=other_runner_reclaims)
+    watcher.start()
+    try:
+        task = await BusyJob().aenqueue()
+        async with running(culex.Runner(run_from=["busy"])):
+            assert await task.aresult(timeout=20) == "done"
+    finally:
+        stop.set()
+        watcher.join()
+    assert reclaimed == []
+    assert BusyJob.runs == 1
+    assert (await task.ainfo())["attempt"] == "1"
+
+
+class ShortLeaseJob(culex.QueuedJob):
+    queue = "short_lease"
+    lease = 0.5
+    started: ClassVar[asyncio.Event]
+    release: ClassVar[asyncio.Event]
+
+    async def perform(self) -> None:
+        ShortLeaseJob.started.set()
+        await ShortLeaseJob.release.wait()
+
+
+async def test_a_job_class_lease_overrides_the_setting(r: redis.Redis) -> None:
+    ShortLeaseJob.started, ShortLeaseJob.release = asyncio.Event(), asyncio.Event()
+    keys = queue_keys("culex", "short_lease")
+    task = await ShortLeaseJob().aenqueue()
+    async with running(culex.Runner(run_from=["short_lease"])):  # the setting: 30 s
+        await asyncio.wait_for(ShortLeaseJob.started.wait(), 10)
+        deadline = 0.0
+        for _ in range(200):  # the keeper renews with the job's lease right away
+            seconds, micros = r.time()
+            deadline = (r.zscore(keys.pending, task.id) or 0) - (seconds * 1000 + micros // 1000)
+            if deadline <= 500:
+                break
+            await asyncio.sleep(0.01)
+        assert 0 < deadline <= 500
+        ShortLeaseJob.release.set()
+        await task.aresult(timeout=10)
+
+
+class OnceJob(culex.QueuedJob):
+    queue = "crashed"
+
+    async def perform(self) -> int:
+        return self.attempt
+
+
+async def test_a_lost_runners_task_runs_again_as_a_failed_attempt(r: redis.Redis) -> None:
+    culex.configure(lease=0.3)
+    keys = queue_keys("culex", "crashed")
+    task = await OnceJob().aenqueue()
+    driver = await connection.async_driver()
+    # a runner claims the task, then dies without a word
+    await driver.run(
+        operations.claim(keys, limit=1, lease_ms=300, promote_limit=0, dead_ttl_ms=1000)
+    )
+    async with running(culex.Runner(run_from=["crashed"])):
+        assert await task.aresult(timeout=20) == 2
+    info = await task.ainfo()
+    assert info["retry_count"] == "1"
+    assert info["last_error"] == "lease expired (runner lost)"
+
+
+def test_the_keeper_says_when_it_could_not_renew(
+    r: redis.Redis, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = culex.Settings(lease=0.3)
+    keeper = LeaseKeeper(settings, f"unix://{tmp_path}/nothing-here.sock")
+    claimed = Claimed("q", [b"t1", 1, b"J", b"{}", b"0", b"4", b"0"])
+    keeper.hold(claimed, 300)
+    with caplog.at_level(logging.WARNING, logger="culex"):
+        keeper.start()
+        for _ in range(300):
+            if "lost the lease of task q<t1>" in caplog.text:
+                break
+            time.sleep(0.01)
+        keeper.stop()
+    assert "lost the lease of task q<t1>" in caplog.text
+
+
+class HangingThreadJob(culex.QueuedJob):
+    queue = "limits"
+    timeout = 0.2
+    max_retries = 0
+
+    def perform(self) -> None:
+        time.sleep(1)
+
+
+class HangingAsyncJob(culex.QueuedJob):
+    queue = "limits"
+    timeout = 0.2
+    max_retries = 0
+    cancelled: ClassVar[bool] = False
+
+    async def perform(self) -> None:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            HangingAsyncJob.cancelled = True
+            raise
+
+
+class HangingProcessJob(culex.QueuedJob):
+    queue = "limits"
+    timeout = 0.5
+    max_retries = 0
+    isolation = "process"
+    pid_file: str
+
+    def perform(self) -> None:
+        Path(self.pid_file).write_text(str(os.getpid()))
+        time.sleep(60)
+
+
+class ProcessJob(culex.QueuedJob):
+    queue = "limits"
+    isolation = "process"
+    n: int
+
+    def perform(self) -> dict[str, int]:
+        if self.n < 0:
+            os._exit(3)
+        return {"pid": os.getpid(), "n": self.n}
+
+
+async def test_time_limits_and_process_isolation(r: redis.Redis, tmp_path: Path) -> None:
+    pid_file = tmp_path / "pid"
+    HangingAsyncJob.cancelled = False
+    thread = await HangingThreadJob().aenqueue()
+    coro = await HangingAsyncJob().aenqueue()
+    proc = await HangingProcessJob(pid_file=str(pid_file)).aenqueue()
+    ok = await ProcessJob(n=5).aenqueue()
+    dies = await ProcessJob(n=-1).aenqueue()
+    async with running(culex.Runner(run_from=["limits"])):
+        for task in (thread, coro, proc):
+            with pytest.raises(culex.TaskFailed, match="timed out"):
+                await task.aresult(timeout=20)
+        result = await ok.aresult(timeout=20)
+        for _ in range(100):
+            if (await dies.ainfo()).get("last_error"):
+                break
+            await asyncio.sleep(0.05)
+    assert HangingAsyncJob.cancelled
+    assert result["n"] == 5 and result["pid"] != os.getpid()
+    assert "died (exit code 3)" in (await dies.ainfo())["last_error"]
+    child = int(pid_file.read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(child, 0)  # the child was killed at the limit
+
+
+def test_isolation_is_checked_when_the_class_is_defined() -> None:
+    with pytest.raises(ValueError, match="isolation"):
+
+        class WrongIsolationJob(culex.QueuedJob):
+            isolation = "fiber"
+
+    with pytest.raises(TypeError, match="sync perform"):
+
+        class AsyncProcessJob(culex.QueuedJob):
+            isolation = "process"
+
+            async def perform(self) -> None: ...
+
+
+async def test_a_runner_refuses_a_server_that_may_evict(
+    r: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    r.config_set("maxmemory-policy", "allkeys-lru")
+    try:
+        with pytest.raises(culex.ConfigurationError, match="noeviction"):
+            await culex.Runner(run_from=["order"]).arun()
+        culex.configure(allow_eviction=True)
+        with caplog.at_level(logging.WARNING, logger="culex"):
+            async with running(culex.Runner(run_from=["order"])):
+                pass
+        assert "DANGER" in caplog.text
+    finally:
+        r.config_set("maxmemory-policy", "noeviction")
+
+
+class PlainJob(culex.QueuedJob):
+    queue = "plain"
+    n: int
+
+    def perform(self) -> int:
+        return self.n
+
+
+async def test_huge_foreign_payload_and_wrongtype_queue_do_not_stop_the_runner(
+    r: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    keys = queue_keys("culex", "plain")
+    huge = await PlainJob(n=1).aenqueue()
+    r.hset(keys.task(huge.id), "params", b'{"n": 1, "pad": "' + b"x" * 10_000_000 + b'"}')
+    good = await PlainJob(n=2).aenqueue()
+    r.set("culex:{wrong}:waiting", "not a sorted set")
+    with caplog.at_level(logging.WARNING, logger="culex"):
+        async with running(culex.Runner(run_from=["wrong", "plain"])):
+            assert await good.aresult(timeout=10) == 2
+            with pytest.raises(culex.TaskFailed, match="max_payload_bytes"):
+                await huge.aresult(timeout=10)
+    assert "queue wrong is unhealthy" in caplog.text
+    assert r.get("culex:{wrong}:waiting") == b"not a sorted set"
+
+
+def test_enqueue_many_in_order_across_chunks(r: redis.Redis) -> None:
+    tasks = culex.enqueue_many(PlainJob(n=i) for i in range(2500))
+    keys = queue_keys("culex", "plain")
+    assert len(tasks) == 2500 and r.zcard(keys.waiting) == 2500
+    assert [t.id for t in tasks] == [x.decode() for x in r.zrange(keys.waiting, 0, -1)]
+    with pytest.raises(TypeError, match="QueuedJob"):
+        culex.enqueue_many(PlainJob(n=1))  # type: ignore[arg-type]
+
+
+async def test_aenqueue_many_with_delay(r: redis.Redis) -> None:
+    tasks = await culex.aenqueue_many([PlainJob(n=1), PlainJob(n=2)], delay=60)
+    assert [await t.astate() for t in tasks] == [culex.TaskState.SCHEDULED] * 2
+
+
+def test_durable_enqueue_waits_for_the_fsync(r: redis.Redis) -> None:
+    before = r.info("commandstats").get("cmdstat_waitaof", {}).get("calls", 0)
+    culex.configure(durable_enqueue=True)
+    task = PlainJob(n=1).enqueue()
+    culex.enqueue_many([PlainJob(n=2), PlainJob(n=3)])
+    assert task.state() is culex.TaskState.WAITING
+    assert r.info("commandstats")["cmdstat_waitaof"]["calls"] == before + 2
+
+
+async def test_runner_rides_out_a_server_restart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = EmbeddedServer(tmp_path / "data")
+    url = server.ensure_running()
+    try:
+        monkeypatch.setenv("CULEX_REDIS_URL", url)  # the environment wins over configure()
+        config.reset()
+        first = await PlainJob(n=1).aenqueue()
+        async with running(culex.Runner(run_from=["plain"], redis_url=url)):
+            assert await first.aresult(timeout=10) == 1
+            server.stop()
+            with pytest.raises(culex.ServerError, match="cannot reach"):
+                PlainJob(n=2).enqueue()
+            await asyncio.sleep(0.5)  # the runner backs off meanwhile
+            server.ensure_running()
+            second = await PlainJob(n=3).aenqueue()
+            assert await second.aresult(timeout=20) == 3
+    finally:
+        server.stop()
+        monkeypatch.undo()
+        config.reset()

@@ -1,0 +1,333 @@
+"""The runner against a real server: order, scheduling, retries, dead, hooks, results."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from datetime import UTC, datetime, timedelta
+from typing import ClassVar
+
+import pytest
+import redis
+
+import culex
+from culex._redis.keys import queue_keys
+
+from .conftest import running
+
+seen: list[str] = []
+
+
+class OrderJob(culex.QueuedJob):
+    queue = "order"
+    n: int
+
+    async def perform(self) -> int:
+        seen.append(f"order:{self.n}")
+        return self.n
+
+
+async def test_fifo_order(r: redis.Redis) -> None:
+    seen.clear()
+    tasks = [await OrderJob(n=i).aenqueue() for i in range(30)]
+    async with running(culex.Runner(run_from=["order"], concurrency=1)):
+        assert [await t.aresult(timeout=10) for t in tasks] == list(range(30))
+    assert seen == [f"order:{i}" for i in range(30)]
+
+
+class ClockJob(culex.QueuedJob):
+    queue = "clock"
+
+    async def perform(self) -> float:
+        return datetime.now(UTC).timestamp()
+
+
+async def test_delay_and_at_run_no_earlier_than_asked(r: redis.Redis) -> None:
+    start = datetime.now(UTC)
+    delayed = await ClockJob().aenqueue(delay=timedelta(milliseconds=400))
+    at = await ClockJob().aenqueue(at=start + timedelta(milliseconds=700))
+    now = await ClockJob().aenqueue()
+    assert await delayed.astate() is culex.TaskState.SCHEDULED
+    assert await now.astate() is culex.TaskState.WAITING
+    async with running(culex.Runner(run_from=["clock"])):
+        ran_now = await now.aresult(timeout=10)
+        ran_delayed = await delayed.aresult(timeout=10)
+        ran_at = await at.aresult(timeout=10)
+    assert ran_now < ran_delayed < ran_at
+    assert ran_delayed >= start.timestamp() + 0.4 - 0.01
+    assert ran_at >= start.timestamp() + 0.7 - 0.01
+
+
+def test_default_backoff_is_two_seconds_times_retry_count_squared() -> None:
+    job = OrderJob(n=1)
+    assert [job.retry_delay_ms(n) for n in range(1, 6)] == [2000, 8000, 18000, 32000, None]
+
+
+class AlwaysFailsJob(culex.QueuedJob):
+    queue = "fails"
+    max_retries = 3
+    runs: ClassVar[list[int]] = []
+
+    async def perform(self) -> None:
+        AlwaysFailsJob.runs.append(self.attempt)
+        raise ValueError(f"attempt {self.attempt} broke")
+
+    def reschedule_interval(self, retry_count: int) -> timedelta:
+        return timedelta(milliseconds=50 * retry_count**2)
+
+
+async def test_retries_follow_the_interval_then_dead(r: redis.Redis) -> None:
+    AlwaysFailsJob.runs = []
+    task = await AlwaysFailsJob().aenqueue()
+    keys = queue_keys("culex", "fails")
+    due_gaps = []
+    async with running(culex.Runner(run_from=["fails"])):
+        with pytest.raises(culex.TaskFailed, match="attempt 4 broke"):
+            await task.aresult(timeout=20)
+    assert AlwaysFailsJob.runs == [1, 2, 3, 4]  # max_retries 3: four attempts
+    info = await task.ainfo()
+    assert info["state"] == "dead" and info["retry_count"] == "4"
+    assert r.zscore(keys.dead, task.id) is not None
+    assert 0 < r.pttl(keys.task(task.id)) <= 86_400_000
+    del due_gaps
+
+
+async def test_retry_is_scheduled_exactly_after_reschedule_interval(r: redis.Redis) -> None:
+    class SlowRetryJob(culex.QueuedJob):
+        queue = "slow_retry"
+
+        async def perform(self) -> None:
+            raise RuntimeError("nope")
+
+    task = await SlowRetryJob().aenqueue()
+    async with running(culex.Runner(run_from=["slow_retry"])):
+        for _ in range(500):
+            if await task.astate() is culex.TaskState.SCHEDULED:
+                break
+            await asyncio.sleep(0.01)
+    info = await task.ainfo()
+    assert info["state"] == "scheduled" and info["retry_count"] == "1"
+    assert int(info["due_at"]) - int(info["failed_at"]) == 2000  # the real formula: 2 s x 1²
+    assert "RuntimeError: nope" in info["last_error"]
+
+
+class NoRetryJob(culex.QueuedJob):
+    queue = "no_retry"
+    runs = 0
+
+    def perform(self) -> None:
+        NoRetryJob.runs += 1
+        self.fail("card declined", retry=False)
+
+
+async def test_fail_without_retry_goes_to_dead_at_once(r: redis.Redis) -> None:
+    NoRetryJob.runs = 0
+    task = await NoRetryJob().aenqueue()
+    async with running(culex.Runner(run_from=["no_retry"])):
+        with pytest.raises(culex.TaskFailed, match="card declined"):
+            await task.aresult(timeout=10)
+    assert NoRetryJob.runs == 1
+
+
+class NotRescheduleableJob(culex.QueuedJob):
+    queue = "not_rescheduleable"
+    rescheduleable = False
+
+    def perform(self) -> None:
+        raise OSError("disk full")
+
+
+class RescheduleOnceJob(culex.QueuedJob):
+    queue = "reschedule_once"
+    runs = 0
+
+    def rescheduleable(self, retry_count: int) -> bool:  # type: ignore[override]
+        return retry_count < 2
+
+    def reschedule_interval(self, retry_count: int) -> timedelta:
+        return timedelta(0)
+
+    def perform(self) -> None:
+        RescheduleOnceJob.runs += 1
+        self.fail("again")
+
+
+async def test_rescheduleable_attribute_and_method(r: redis.Redis) -> None:
+    RescheduleOnceJob.runs = 0
+    a = await NotRescheduleableJob().aenqueue()
+    b = await RescheduleOnceJob().aenqueue()
+    async with running(culex.Runner(run_from=["not_rescheduleable", "reschedule_once"])):
+        with pytest.raises(culex.TaskFailed, match="OSError: disk full"):
+            await a.aresult(timeout=10)
+        with pytest.raises(culex.TaskFailed):
+            await b.aresult(timeout=10)
+    assert (await a.ainfo())["retry_count"] == "1"
+    assert RescheduleOnceJob.runs == 2
+
+
+class HookJob(culex.QueuedJob):
+    queue = "hooks"
+    max_retries = 1
+    fail_before: bool
+    calls: ClassVar[list[str]] = []
+
+    def before_perform(self) -> None:
+        HookJob.calls.append("before")
+        if self.fail_before:
+            raise RuntimeError("not ready")
+
+    def perform(self) -> str:
+        HookJob.calls.append("perform")
+        return "done"
+
+    def after_perform(self) -> None:
+        HookJob.calls.append("after")
+
+    def reschedule_interval(self, retry_count: int) -> timedelta:
+        return timedelta(0)
+
+
+async def test_hooks_run_around_perform_and_before_can_fail_the_attempt(r: redis.Redis) -> None:
+    HookJob.calls = []
+    async with running(culex.Runner(run_from=["hooks"])):
+        assert await (await HookJob(fail_before=False).aenqueue()).aresult(timeout=10) == "done"
+        assert HookJob.calls == ["before", "perform", "after"]
+        HookJob.calls = []
+        with pytest.raises(culex.TaskFailed, match="not ready"):
+            await (await HookJob(fail_before=True).aenqueue()).aresult(timeout=10)
+    # two attempts (max_retries 1), perform never ran, after ran each time
+    assert HookJob.calls == ["before", "after", "before", "after"]
+
+
+class ThreadJob(culex.QueuedJob):
+    queue = "threads"
+
+    def perform(self) -> str:
+        return threading.current_thread().name
+
+
+class LoopJob(culex.QueuedJob):
+    queue = "threads"
+
+    async def perform(self) -> str:
+        return threading.current_thread().name
+
+
+def test_sync_enqueue_and_sync_and_async_perform(r: redis.Redis) -> None:
+    sync_task = ThreadJob().enqueue()
+    async_task = LoopJob().enqueue()
+
+    async def run() -> tuple[str, str]:
+        async with running(culex.Runner(run_from=["threads"])):
+            return await sync_task.aresult(timeout=10), await async_task.aresult(timeout=10)
+
+    in_thread, on_loop = asyncio.run(run())
+    assert in_thread.startswith("culex")  # the runner's thread pool
+    assert on_loop == threading.current_thread().name
+    assert sync_task.state() is culex.TaskState.SUCCEEDED
+
+
+class ResultJob(culex.QueuedJob):
+    queue = "results"
+    value: dict[str, list[int]]
+
+    def perform(self) -> dict[str, list[int]]:
+        return self.value
+
+
+async def test_result_round_trip_and_timeout(r: redis.Redis) -> None:
+    task = await ResultJob(value={"a": [1, 2]}).aenqueue()
+    with pytest.raises(TimeoutError):
+        await task.aresult(timeout=0.05)
+    async with running(culex.Runner(run_from=["results"])):
+        assert await task.aresult(timeout=10) == {"a": [1, 2]}
+    assert task.result(timeout=1) == {"a": [1, 2]}
+
+
+class StrictJob(culex.QueuedJob):
+    queue = "broken"
+    n: int
+
+    def perform(self) -> int:
+        return self.n
+
+
+async def test_broken_tasks_go_to_dead_and_the_runner_goes_on(r: redis.Redis) -> None:
+    keys = queue_keys("culex", "broken")
+    garbage = await StrictJob(n=1).aenqueue()
+    r.hset(keys.task(garbage.id), "params", b"\xff\xfe{not json")
+    unknown = await StrictJob(n=2).aenqueue()
+    r.hset(keys.task(unknown.id), "type", "NoSuchJob")
+    missing = await StrictJob(n=3).aenqueue()
+    r.hset(keys.task(missing.id), "params", "{}")
+    wrong = await StrictJob(n=4).aenqueue()
+    r.hset(keys.task(wrong.id), "params", '{"n": "four"}')
+    good = await StrictJob(n=5).aenqueue()
+    async with running(culex.Runner(run_from=["broken"])):
+        assert await good.aresult(timeout=10) == 5
+        reasons = {}
+        for task in (garbage, unknown, missing, wrong):
+            with pytest.raises(culex.TaskFailed) as failed:
+                await task.aresult(timeout=10)
+            reasons[task.id] = failed.value.reason
+    assert "not valid JSON" in reasons[garbage.id]
+    assert "unknown job type 'NoSuchJob'" in reasons[unknown.id]
+    assert "required param 'n'" in reasons[missing.id]
+    assert "StrictJob.n" in reasons[wrong.id]
+    assert r.zcard(keys.dead) == 4
+    attempts = [(await t.ainfo())["attempt"] for t in (garbage, unknown, missing, wrong)]
+    assert attempts == ["1", "1", "1", "1"]
+
+
+async def test_a_stale_completion_changes_nothing(r: redis.Redis) -> None:
+    """A runner whose lease was lost reports late: the report is refused."""
+    from culex._redis import connection, operations
+
+    keys = queue_keys("culex", "order")
+    task = await OrderJob(n=1).aenqueue()
+    driver = await connection.async_driver()
+    first = await driver.run(
+        operations.claim(keys, limit=1, lease_ms=1, promote_limit=0, dead_ttl_ms=1000)
+    )
+    await asyncio.sleep(0.01)
+    await driver.run(operations.reclaim(keys, limit=10, dead_ttl_ms=1000, dead_max=10))
+    r.zadd(keys.scheduled, {task.id: 0})
+    second = await driver.run(
+        operations.claim(keys, limit=1, lease_ms=60_000, promote_limit=10, dead_ttl_ms=1000)
+    )
+    assert second.tasks[0].attempt == first.tasks[0].attempt + 1
+    before = r.hgetall(keys.task(task.id))
+    stale = operations.complete(keys, 1000, [(task.id, first.tasks[0].attempt, '"late"')])
+    assert await driver.run(stale) == [task.id]
+    assert r.hgetall(keys.task(task.id)) == before
+    fresh = operations.complete(keys, 1000, [(task.id, second.tasks[0].attempt, '"fresh"')])
+    assert await driver.run(fresh) == []
+    assert await task.aresult(timeout=1) == "fresh"
+
+
+async def test_idle_runner_wakes_on_new_work_without_waiting_idle_wait(r: redis.Redis) -> None:
+    culex.configure(idle_wait=30)  # a missed wake-up would make this test time out
+    async with running(culex.Runner(run_from=["order"])):
+        await asyncio.sleep(0.2)  # the runner is now blocked waiting for a signal
+        task = await OrderJob(n=7).aenqueue()
+        assert await task.aresult(timeout=5) == 7
+
+
+async def test_graceful_stop_hands_running_tasks_back(r: redis.Redis) -> None:
+    started = asyncio.Event()
+
+    class SleepyJob(culex.QueuedJob):
+        queue = "sleepy"
+
+        async def perform(self) -> None:
+            started.set()
+            await asyncio.sleep(60)
+
+    culex.configure(grace_period=0.1)
+    task = await SleepyJob().aenqueue()
+    async with running(culex.Runner(run_from=["sleepy"])):
+        await asyncio.wait_for(started.wait(), 10)
+    keys = queue_keys("culex", "sleepy")
+    assert await task.astate() is culex.TaskState.WAITING
+    assert r.zcard(keys.pending) == 0
+    assert (await task.ainfo())["retry_count"] == "0"

@@ -1,0 +1,250 @@
+"""Each Lua script: state before -> call -> state after, against the real server."""
+
+from __future__ import annotations
+
+import redis
+
+from culex._redis import operations
+from culex._redis.client import SyncDriver
+from culex._redis.keys import queue_keys
+
+K = queue_keys("culex", "q")
+DAY_MS = 86_400_000
+
+
+def drive(r: redis.Redis) -> SyncDriver:
+    return SyncDriver(r, "test")
+
+
+def put(d: SyncDriver, task_id: str, *, delay_ms: int = 0, max_retries: int = 4) -> None:
+    d.run(
+        operations.enqueue(
+            K, task_id, "NoopJob", "{}", due_ms=None, delay_ms=delay_ms, max_retries=max_retries
+        )
+    )
+
+
+def claim(d: SyncDriver, limit: int = 10, lease_ms: int = 30_000) -> operations.ClaimReply:
+    return d.run(
+        operations.claim(K, limit=limit, lease_ms=lease_ms, promote_limit=100, dead_ttl_ms=DAY_MS)
+    )
+
+
+def dirty(r: redis.Redis) -> int:
+    """How many writes the server has taken (INFO persistence)."""
+    return int(r.info("persistence")["rdb_changes_since_last_save"])
+
+
+def test_enqueue_stores_the_hash_and_waits(r: redis.Redis) -> None:
+    d = drive(r)
+    out = d.run(
+        operations.enqueue(K, "t1", "MyJob", '{"a":1}', due_ms=None, delay_ms=0, max_retries=3)
+    )
+    assert (out.task_id, out.state, out.existed) == ("t1", "waiting", False)
+    h = r.hgetall(K.task("t1"))
+    assert h[b"type"] == b"MyJob" and h[b"params"] == b'{"a":1}' and h[b"queue"] == b"q"
+    assert h[b"state"] == b"waiting" and h[b"attempt"] == b"0" and h[b"max_retries"] == b"3"
+    assert r.zscore(K.waiting, "t1") == float(h[b"enqueue_time"])
+    assert r.llen(K.signal) == 1
+
+
+def test_enqueue_with_delay_schedules(r: redis.Redis) -> None:
+    d = drive(r)
+    out = d.run(operations.enqueue(K, "t1", "J", "{}", due_ms=None, delay_ms=5000, max_retries=4))
+    assert out.state == "scheduled"
+    h = r.hgetall(K.task("t1"))
+    assert r.zscore(K.scheduled, "t1") == int(h[b"enqueue_time"]) + 5000
+    assert r.zcard(K.waiting) == 0 and r.llen(K.signal) == 0
+
+
+def test_enqueue_at_a_past_time_waits_and_a_taken_id_changes_nothing(r: redis.Redis) -> None:
+    d = drive(r)
+    assert (
+        d.run(operations.enqueue(K, "t1", "J", "{}", due_ms=1, delay_ms=0, max_retries=4)).state
+        == "waiting"
+    )
+    again = d.run(
+        operations.enqueue(K, "t1", "Other", "{}", due_ms=None, delay_ms=0, max_retries=4)
+    )
+    assert again.existed
+    assert r.hget(K.task("t1"), "type") == b"J"
+
+
+def test_claim_takes_fifo_batch_and_leases(r: redis.Redis) -> None:
+    d = drive(r)
+    for i in range(5):
+        put(d, f"t{i}")
+    reply = claim(d, limit=3, lease_ms=10_000)
+    assert [t.id for t in reply.tasks] == ["t0", "t1", "t2"]
+    assert all(t.attempt == 1 and t.type == "NoopJob" for t in reply.tasks)
+    assert r.zcard(K.waiting) == 2
+    assert r.zscore(K.pending, "t0") == reply.now_ms + 10_000
+    assert r.hget(K.task("t0"), "state") == b"pending"
+
+
+def test_claim_promotes_due_scheduled_tasks(r: redis.Redis) -> None:
+    d = drive(r)
+    put(d, "later", delay_ms=60_000)
+    d.run(operations.enqueue(K, "due", "J", "{}", due_ms=None, delay_ms=1, max_retries=4))
+    r.zadd(K.scheduled, {"due": 1})  # due long ago
+    reply = claim(d)
+    assert [t.id for t in reply.tasks] == ["due"]
+    assert reply.next_due_ms == r.zscore(K.scheduled, "later")
+    assert r.zcard(K.scheduled) == 1
+
+
+def test_empty_claim_writes_nothing(r: redis.Redis) -> None:
+    d = drive(r)
+    before = dirty(r)
+    reply = claim(d)
+    reply2 = claim(d)
+    assert reply.tasks == [] and reply2.tasks == [] and reply.next_due_ms is None
+    assert dirty(r) == before
+    assert r.dbsize() == 0
+
+
+def test_claim_buries_an_id_without_hash(r: redis.Redis) -> None:
+    d = drive(r)
+    r.zadd(K.waiting, {"ghost": 1})
+    put(d, "real")
+    reply = claim(d)
+    assert [t.id for t in reply.tasks] == ["real"]
+    assert r.zscore(K.dead, "ghost") is not None
+    assert b"no task hash" in r.hget(K.task("ghost"), "last_error")
+    assert r.pttl(K.task("ghost")) > 0
+
+
+def test_claim_buries_a_bad_attempt_and_a_wrong_type_key_and_serves_the_rest(
+    r: redis.Redis,
+) -> None:
+    d = drive(r)
+    r.hset(K.task("garbled"), mapping={"type": "NoopJob", "params": "{}", "attempt": "\xff"})
+    r.zadd(K.waiting, {"garbled": 1})
+    r.set(K.task("stringy"), "not a hash")
+    r.zadd(K.waiting, {"stringy": 2})
+    put(d, "real")
+    reply = claim(d)
+    assert [t.id for t in reply.tasks] == ["real"]
+    assert b"attempt is not a whole number" in r.hget(K.task("garbled"), "last_error")
+    assert b"held a string" in r.hget(K.task("stringy"), "last_error")
+    assert r.get(K.task("stringy") + ":wrongtype") == b"not a hash"  # kept, not deleted
+    assert {m.decode() for m in r.zrange(K.dead, 0, -1)} == {"garbled", "stringy"}
+    assert r.zcard(K.pending) == 1 and r.zcard(K.waiting) == 0
+
+
+def test_complete_reports_a_batch_and_refuses_only_the_stale(r: redis.Redis) -> None:
+    d = drive(r)
+    for i in range(3):
+        put(d, f"t{i}")
+    a, b, c = claim(d).tasks
+    refused = d.run(
+        operations.complete(
+            K, 5000, [("t0", a.attempt, "0"), ("t1", b.attempt + 1, "1"), ("t2", c.attempt, "2")]
+        )
+    )
+    assert refused == ["t1"]
+    assert [r.hget(K.task(f"t{i}"), "state") for i in range(3)] == [
+        b"succeeded",
+        b"pending",
+        b"succeeded",
+    ]
+    assert r.zrange(K.pending, 0, -1) == [b"t1"]
+
+
+def test_complete_stores_result_and_expires(r: redis.Redis) -> None:
+    d = drive(r)
+    put(d, "t")
+    t = claim(d).tasks[0]
+    assert d.run(operations.complete(K, 5000, [("t", t.attempt, '"ok"')])) == []
+    h = r.hgetall(K.task("t"))
+    assert h[b"state"] == b"succeeded" and h[b"result"] == b'"ok"'
+    assert 0 < r.pttl(K.task("t")) <= 5000
+    assert r.zcard(K.pending) == 0
+
+
+def test_stale_attempt_is_refused_and_changes_nothing(r: redis.Redis) -> None:
+    d = drive(r)
+    put(d, "t")
+    t = claim(d).tasks[0]
+    before = r.hgetall(K.task("t")), r.zrange(K.pending, 0, -1, withscores=True)
+    stale = t.attempt - 1
+    assert d.run(operations.complete(K, 5000, [("t", stale, '"late"')])) == ["t"]
+    assert (
+        d.run(
+            operations.fail(K, "t", stale, "x", retry_delay_ms=0, dead_ttl_ms=DAY_MS, dead_max=10)
+        )
+        is None
+    )
+    assert d.run(operations.release(K, "t", stale)) is False
+    assert d.run(operations.heartbeat(K, 99_000, [("t", stale)])) == ["t"]
+    assert (r.hgetall(K.task("t")), r.zrange(K.pending, 0, -1, withscores=True)) == before
+
+
+def test_fail_schedules_a_retry_with_the_delay(r: redis.Redis) -> None:
+    d = drive(r)
+    put(d, "t")
+    t = claim(d).tasks[0]
+    out = d.run(
+        operations.fail(
+            K, "t", t.attempt, "boom", retry_delay_ms=8000, dead_ttl_ms=DAY_MS, dead_max=10
+        )
+    )
+    assert out == "scheduled"
+    h = r.hgetall(K.task("t"))
+    assert h[b"retry_count"] == b"1" and h[b"last_error"] == b"boom" and h[b"state"] == b"scheduled"
+    assert r.zscore(K.scheduled, "t") == int(h[b"failed_at"]) + 8000 == int(h[b"due_at"])
+
+
+def test_fail_without_retry_goes_to_dead_and_dead_is_trimmed(r: redis.Redis) -> None:
+    d = drive(r)
+    for i in range(4):
+        put(d, f"t{i}")
+    for t in claim(d).tasks:
+        out = d.run(
+            operations.fail(
+                K, t.id, t.attempt, "no", retry_delay_ms=None, dead_ttl_ms=DAY_MS, dead_max=3
+            )
+        )
+        assert out == "dead"
+    assert r.zcard(K.dead) == 3
+    assert r.zscore(K.dead, "t0") is None  # the oldest went first
+    assert 0 < r.pttl(K.task("t3")) <= DAY_MS
+
+
+def test_heartbeat_renews_held_leases(r: redis.Redis) -> None:
+    d = drive(r)
+    put(d, "t")
+    t = claim(d, lease_ms=1000).tasks[0]
+    first = r.zscore(K.pending, "t")
+    assert d.run(operations.heartbeat(K, 60_000, [("t", t.attempt)])) == []
+    assert r.zscore(K.pending, "t") >= first + 59_000
+
+
+def test_release_hands_back_without_counting_a_failure(r: redis.Redis) -> None:
+    d = drive(r)
+    put(d, "t")
+    score = r.zscore(K.waiting, "t")
+    t = claim(d).tasks[0]
+    assert d.run(operations.release(K, "t", t.attempt)) is True
+    assert r.zscore(K.waiting, "t") == score
+    assert r.hget(K.task("t"), "retry_count") == b"0"
+    assert claim(d).tasks[0].attempt == 2
+
+
+def test_reclaim_turns_expired_leases_into_failed_attempts(r: redis.Redis) -> None:
+    d = drive(r)
+    put(d, "retry", max_retries=1)
+    put(d, "bury", max_retries=0)
+    put(d, "alive")
+    claimed = {t.id: t for t in claim(d, lease_ms=60_000).tasks}
+    r.zadd(K.pending, {"retry": 1, "bury": 1})  # their leases ran out long ago
+    out = dict(d.run(operations.reclaim(K, limit=10, dead_ttl_ms=DAY_MS, dead_max=10)))
+    assert out == {"retry": "scheduled", "bury": "dead"}
+    assert r.hget(K.task("retry"), "last_error") == b"lease expired (runner lost)"
+    h = r.hgetall(K.task("retry"))
+    assert r.zscore(K.scheduled, "retry") == int(h[b"failed_at"]) + 2000
+    assert r.zscore(K.dead, "bury") is not None
+    assert r.zrange(K.pending, 0, -1) == [b"alive"]
+    # the lost runner's late report is refused
+    late = d.run(operations.complete(K, 1000, [("retry", claimed["retry"].attempt, "1")]))
+    assert late == ["retry"]
