@@ -298,6 +298,16 @@ def test_a_dead_periodic_task_is_recorded(r: redis.Redis) -> None:
     assert r.hget(Q.periodic("TickJob"), "last_outcome") == b"dead"
 
 
+def test_a_periodic_task_whose_runner_was_lost_is_recorded_dead(r: redis.Redis) -> None:
+    d = SyncDriver(r, "test")
+    outcome(d, 1000)
+    claimed = _claim(d, Q)
+    r.zadd(Q.pending, {claimed.id: 1})  # its lease ran out: the runner is gone
+    reclaim = operations.reclaim(Q, limit=10, dead_ttl_ms=HOUR, dead_max=10)
+    assert d.run(reclaim) == [(claimed.id, "dead")]  # never retried
+    assert r.hget(Q.periodic("TickJob"), "last_outcome") == b"dead"
+
+
 def _claim(d: SyncDriver, keys: QueueKeys) -> operations.Claimed:
     reply = d.run(
         operations.claim(keys, limit=1, lease_ms=60_000, promote_limit=10, dead_ttl_ms=HOUR)

@@ -331,3 +331,15 @@ async def test_graceful_stop_hands_running_tasks_back(r: redis.Redis) -> None:
     assert await task.astate() is culex.TaskState.WAITING
     assert r.zcard(keys.pending) == 0
     assert (await task.ainfo())["retry_count"] == "0"
+
+
+async def test_thousands_of_concurrent_async_enqueues_share_a_bounded_set_of_connections(
+    r: redis.Redis,
+) -> None:
+    from culex._redis.client import MAX_CONNECTIONS
+
+    before = len(r.client_list())
+    tasks = await asyncio.gather(*(OrderJob(n=n).aenqueue() for n in range(1500)))
+    assert len({t.id for t in tasks}) == 1500
+    assert r.zcard(queue_keys("culex", "order").waiting) == 1500
+    assert len(r.client_list()) - before <= MAX_CONNECTIONS

@@ -233,18 +233,29 @@ def test_release_hands_back_without_counting_a_failure(r: redis.Redis) -> None:
 
 def test_reclaim_turns_expired_leases_into_failed_attempts(r: redis.Redis) -> None:
     d = drive(r)
-    put(d, "retry", max_retries=1)
+    put(d, "retry", max_retries=2)
     put(d, "bury", max_retries=0)
     put(d, "alive")
     claimed = {t.id: t for t in claim(d, lease_ms=60_000).tasks}
+    r.delete(K.signal)
     r.zadd(K.pending, {"retry": 1, "bury": 1})  # their leases ran out long ago
     out = dict(d.run(operations.reclaim(K, limit=10, dead_ttl_ms=DAY_MS, dead_max=10)))
-    assert out == {"retry": "scheduled", "bury": "dead"}
+    # The first re-run after a lost runner is not delayed (the lease was the wait) ...
+    assert out == {"retry": "waiting", "bury": "dead"}
     assert r.hget(K.task("retry"), "last_error") == b"lease expired (runner lost)"
-    h = r.hgetall(K.task("retry"))
-    assert r.zscore(K.scheduled, "retry") == int(h[b"failed_at"]) + 2000
+    assert r.hget(K.task("retry"), "state") == b"waiting" and r.llen(K.signal) == 1
     assert r.zscore(K.dead, "bury") is not None
     assert r.zrange(K.pending, 0, -1) == [b"alive"]
+    # ... a second loss backs off 2 s x 1², a third would be 2 s x 2².
+    again = claim(d, lease_ms=60_000).tasks[0]
+    assert again.id == "retry" and again.attempt == claimed["retry"].attempt + 1
+    r.zadd(K.pending, {"retry": 1})
+    assert dict(d.run(operations.reclaim(K, limit=10, dead_ttl_ms=DAY_MS, dead_max=10))) == {
+        "retry": "scheduled"
+    }
+    h = r.hgetall(K.task("retry"))
+    assert r.zscore(K.scheduled, "retry") == int(h[b"failed_at"]) + 2000
+    assert h[b"retry_count"] == b"2"
     # the lost runner's late report is refused
     late = d.run(operations.complete(K, 1000, [("retry", claimed["retry"].attempt, "1")]))
     assert late == ["retry"]

@@ -37,6 +37,7 @@ RECLAIM_EVERY = 2.0  # seconds between reclaim passes (at most; less with a shor
 RETRY_PAUSE = (0.05, 2.0)  # back-off bounds after a server error
 SERVER_TIMER_SLACK = 0.2  # how late a server may time out a blocked client (2 / hz)
 SHORT_SLEEP = 0.005  # a task due sooner than this is waited for without a blocking call
+HELPER_STOP_TIMEOUT = 5.0  # seconds a helper loop may take to stop
 
 
 class Runner:
@@ -73,6 +74,7 @@ class Runner:
         self._keeper: LeaseKeeper | None = None
         self._pool = ThreadPoolExecutor(self.settings.concurrency, thread_name_prefix="culex")
         self._signals = 0
+        self._closing = False  # set once the claim loop and grace period are over
         self._failures = 0
         # Queues whose keys the server refused (e.g. WRONGTYPE): skipped until this time.
         self._unhealthy: dict[str, tuple[float, int]] = {}
@@ -116,9 +118,10 @@ class Runner:
             await self._claim_loop()
             await self._finish()
         finally:
-            for helper in helpers:
-                helper.cancel()
-            await asyncio.gather(*helpers, return_exceptions=True)
+            self._stopping.set()
+            self._closing = True
+            self._report_ready.set()
+            await self._stop_helpers(helpers)
             self._keeper.stop()
             await self._driver.close()
             self._pool.shutdown(wait=False, cancel_futures=True)
@@ -126,6 +129,18 @@ class Runner:
                 for sig in (signal.SIGINT, signal.SIGTERM):
                     loop.remove_signal_handler(sig)
             logger.info("culex stopped")
+
+    async def _stop_helpers(self, helpers: list[asyncio.Task[Any]]) -> None:
+        """Stop the helper loops. Each also ends on its own once stopping is set, so a
+        cancellation lost inside a client library cannot keep the runner from exiting."""
+        for helper in helpers:
+            helper.cancel()
+        _, stuck = await asyncio.wait(helpers, timeout=HELPER_STOP_TIMEOUT)
+        for helper in stuck:
+            logger.warning("%s did not stop in time; leaving it", helper.get_name())
+        for helper in helpers:
+            if helper.done() and not helper.cancelled() and helper.exception() is not None:
+                logger.error("%s failed", helper.get_name(), exc_info=helper.exception())
 
     async def _check_server(self) -> None:
         """Refuse a server that may evict keys: eviction silently deletes queue state."""
@@ -326,7 +341,8 @@ class Runner:
     # -- reporting ----------------------------------------------------------------------
 
     async def _report_loop(self) -> None:
-        while True:
+        # Runs through the grace period; _finish sends what is left after it.
+        while not self._closing:
             await self._report_ready.wait()
             self._report_ready.clear()
             await self._flush_reports()
@@ -388,8 +404,10 @@ class Runner:
 
     async def _reclaim_loop(self) -> None:
         every = min(RECLAIM_EVERY, self.settings.lease / 3)
-        while True:
-            await asyncio.sleep(every)
+        while not self._stopping.is_set():
+            await self._until(asyncio.sleep(every))
+            if self._stopping.is_set():
+                return
             calls = [
                 operations.reclaim(
                     self._keys(q),

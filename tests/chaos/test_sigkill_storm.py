@@ -31,8 +31,9 @@ RATE = 100.0  # tasks per second: below what the fleet can do, so there is no ba
 
 
 def backoff(retry_count: int) -> float:
-    """The default retry delay of a task whose runner was lost (DESIGN.md §3: 2 s x n²)."""
-    return 2.0 * retry_count**2
+    """The retry delay of a task whose runner was lost: 2 s x (n-1)², so 0 s the first time
+    (reclaim.lua: the expired lease was the wait)."""
+    return 2.0 * (retry_count - 1) ** 2
 
 
 def bound(rerun: Rerun) -> float:

@@ -12,6 +12,7 @@ about 2.5x the calls per second of ``Redis.execute_command`` (see bench/).
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections import deque
 from collections.abc import Sequence
@@ -25,6 +26,8 @@ from ..errors import ServerError, ServerUnavailable
 from .operations import Call
 
 T = TypeVar("T")
+
+MAX_CONNECTIONS = 256  # calls in flight at once per async driver
 
 # Error replies that say the whole server is unable to serve for now.
 _TRANSIENT = ("LOADING", "BUSY", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN")
@@ -146,12 +149,19 @@ class SyncDriver:
 
 
 class AsyncDriver:
-    """Sends calls over asyncio connections of one event loop."""
+    """Sends calls over asyncio connections of one event loop.
 
-    def __init__(self, client: redis.asyncio.Redis, where: str) -> None:
+    At most ``max_connections`` calls are in flight at once; more wait their turn (so a
+    ``gather`` of thousands of enqueues does not open thousands of connections).
+    """
+
+    def __init__(
+        self, client: redis.asyncio.Redis, where: str, max_connections: int = MAX_CONNECTIONS
+    ) -> None:
         self.client = client
         self.where = where
         self._idle: deque[Any] = deque()
+        self._slots = asyncio.Semaphore(max_connections)
 
     async def run(self, call: Call[T]) -> T:
         reply = (await self._exchange([call]))[0]
@@ -172,6 +182,10 @@ class AsyncDriver:
         return _settle(calls, replies, self.where)
 
     async def _exchange(self, calls: Sequence[Call[Any]]) -> list[Any]:
+        async with self._slots:
+            return await self._exchange_now(calls)
+
+    async def _exchange_now(self, calls: Sequence[Call[Any]]) -> list[Any]:
         packed = pack(calls)
         pool = self.client.connection_pool
         try:

@@ -40,6 +40,9 @@ def _options(url: str) -> dict[str, Any]:
         "encoding_errors": "surrogateescape",
         "health_check_interval": 30,
         "protocol": 2,  # raw replies are parsed by the calls: one reply shape
+        # The drivers keep their connections and bound them themselves (AsyncDriver waits
+        # for a free one); redis-py 8's pool would raise past 100 instead of waiting.
+        "max_connections": 2**31,
     }
     if not url.startswith("unix:"):
         options["socket_keepalive"] = True
@@ -86,14 +89,9 @@ def new_sync_driver(url: str) -> SyncDriver:
     return SyncDriver(redis.Redis.from_url(url, **_options(url)), url)
 
 
-def new_async_driver(url: str, *, max_connections: int | None = None) -> AsyncDriver:
+def new_async_driver(url: str) -> AsyncDriver:
     """A driver of its own (a runner's: its blocking waits must not hold a shared pool)."""
-    client = redis.asyncio.Redis.from_url(
-        url,
-        max_connections=max_connections,
-        **_options(url),
-    )
-    return AsyncDriver(client, url)
+    return AsyncDriver(redis.asyncio.Redis.from_url(url, **_options(url)), url)
 
 
 def _forget() -> None:

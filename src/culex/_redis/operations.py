@@ -230,9 +230,17 @@ def _parse_pairs(reply: list[bytes]) -> list[tuple[str, str]]:
 def reclaim(
     keys: QueueKeys, *, limit: int, dead_ttl_ms: int, dead_max: int
 ) -> Call[list[tuple[str, str]]]:
-    """Expired leases become failed attempts: a list of (id, "scheduled" or "dead")."""
+    """Expired leases become failed attempts: (id, "waiting", "scheduled" or "dead")."""
     return Call(
-        (keys.pending, keys.scheduled, keys.dead, keys.task_prefix),
+        (
+            keys.pending,
+            keys.scheduled,
+            keys.dead,
+            keys.task_prefix,
+            keys.waiting,
+            keys.signal,
+            keys.periodic_prefix,
+        ),
         (limit, dead_ttl_ms, dead_max),
         _parse_pairs,
         scripts.RECLAIM,
