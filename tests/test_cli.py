@@ -62,6 +62,31 @@ def test_run_processes_tasks_and_stops_cleanly_on_sigterm(r: redis.Redis, tmp_pa
     assert tasks[3].state() is culex.TaskState.WAITING
 
 
+def test_a_second_signal_stops_at_once_and_leaves_the_task_to_its_lease(
+    r: redis.Redis, tmp_path: Path
+) -> None:
+    (tmp_path / "cli_jobs.py").write_text(JOBS)
+    env = {**os.environ, "CULEX_GRACE_PERIOD": "60"}  # the first signal alone would wait
+    proc = subprocess.Popen(
+        culex_command("run", "cli_jobs"), cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True
+    )
+    keys = queue_keys("culex", "cli_job")
+    try:
+        task = culex.Task(_enqueue(r, -1), "cli_job")
+        while r.zcard(keys.pending) == 0:  # the sleeping task has started
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=20)
+    finally:
+        proc.kill()
+    assert proc.returncode == 1, err
+    assert "stopping at once" in err
+    assert task.state() is culex.TaskState.PENDING  # it comes back when its lease ends
+    assert r.hget(keys.task(task.id), "retry_count") == b"0"
+
+
 def _enqueue(r: redis.Redis, n: int) -> str:
     """Enqueue the way a foreign producer would: the job class lives in the runner only."""
     script = r.register_script(

@@ -16,7 +16,8 @@ class ServerError(CulexError):
 
 
 class ServerUnavailable(ServerError):
-    """The server cannot serve anyone now: unreachable, loading, busy or read-only.
+    """The server cannot serve anyone now: unreachable, loading, busy, read-only or out
+    of memory.
 
     A runner backs off and tries again; the condition is not tied to one queue.
     """

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 import redis
 import redis.asyncio
+from redis import exceptions as redis_errors
 from redis.exceptions import NoScriptError
 
 from ..errors import ServerError, ServerUnavailable
@@ -29,21 +30,32 @@ T = TypeVar("T")
 
 MAX_CONNECTIONS = 256  # calls in flight at once per async driver
 
-# Error replies that say the whole server is unable to serve for now.
-_TRANSIENT = ("LOADING", "BUSY", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN")
+# Error replies that say the whole server is unable to serve for now. redis-py turns some
+# into classes of their own and strips the code from the message; others keep it.
+_TRANSIENT = ("LOADING", "BUSY", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "OOM")
+_TRANSIENT_CLASSES: dict[type[Exception], str] = {
+    redis_errors.BusyLoadingError: "LOADING",
+    redis_errors.ReadOnlyError: "READONLY",
+    redis_errors.OutOfMemoryError: "OOM",
+    redis_errors.MasterDownError: "MASTERDOWN",
+    redis_errors.TryAgainError: "TRYAGAIN",
+    redis_errors.ClusterDownError: "CLUSTERDOWN",
+}
 
 
 def server_error(exc: Exception, where: str) -> ServerError:
     """Say what went wrong with the server in words a user can act on."""
-    if isinstance(exc, redis.ConnectionError | redis.TimeoutError | OSError):
+    code = _TRANSIENT_CLASSES.get(type(exc))  # first: LOADING is a ConnectionError too
+    if code is None and isinstance(exc, redis.ConnectionError | redis.TimeoutError | OSError):
         return ServerUnavailable(f"cannot reach the Redis server at {where}: {exc}")
-    if str(exc).startswith(_TRANSIENT):
-        return ServerUnavailable(f"the Redis server at {where} cannot serve now: {exc}")
-    if str(exc).startswith("OOM"):
-        return ServerError(
-            f"the Redis server at {where} is out of memory (maxmemory reached): {exc}"
+    text = f"{code} {exc}" if code else str(exc)
+    if text.startswith("OOM"):
+        return ServerUnavailable(
+            f"the Redis server at {where} is out of memory (maxmemory reached): {text}"
         )
-    return ServerError(f"the Redis server at {where} refused the command: {exc}")
+    if text.startswith(_TRANSIENT):
+        return ServerUnavailable(f"the Redis server at {where} cannot serve now: {text}")
+    return ServerError(f"the Redis server at {where} refused the command: {text}")
 
 
 def pack(calls: Sequence[Call[Any]]) -> bytes:

@@ -1,0 +1,157 @@
+"""Redis faults (issue 3): a runner backs off without a busy loop, keeps the tasks in its
+hands, and carries on when the server serves again; enqueue raises a clear culex error.
+
+Each test has a private server of its own: the faults (read-only, out of memory, a script
+that holds the server) must not leak into the session's server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from redis.exceptions import BusyLoadingError, OutOfMemoryError, ReadOnlyError
+
+import culex
+from culex import config
+from culex._redis.client import server_error
+from culex._redis.keys import queue_keys
+from culex.embedded import EmbeddedServer
+
+from .conftest import running
+
+KEYS = queue_keys("culex", "fault")
+BLOCK = 1.2  # seconds a fault lasts
+# Calls a runner may make in one second while the server refuses it: an idle runner makes
+# about 20 (a blocking wait and a claim per idle_wait); a busy loop would make thousands.
+QUIET = 200
+
+
+class FaultJob(culex.QueuedJob):
+    queue = "fault"
+    n: int
+    sleep: float = 0.0
+
+    async def perform(self) -> int:
+        await asyncio.sleep(self.sleep)
+        return self.n
+
+
+@pytest.fixture
+def own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, redis.Redis]]:
+    server = EmbeddedServer(tmp_path / "data")
+    url = server.ensure_running()
+    monkeypatch.setenv("CULEX_REDIS_URL", url)
+    config.reset()
+    client = redis.Redis.from_url(url)
+    try:
+        yield url, client
+    finally:
+        client.close()
+        server.stop()
+        monkeypatch.undo()
+        config.reset()
+
+
+def _hold_the_server(client: redis.Redis) -> threading.Thread:
+    """A script that runs for BLOCK seconds: everyone else is answered BUSY meanwhile."""
+    client.config_set("busy-reply-threshold", 100)
+    script = f"""
+    local t = redis.call('TIME')
+    local start = t[1] * 1000000 + t[2]
+    repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] - start > {BLOCK * 1e6}
+    return 1
+    """
+    holder = threading.Thread(target=client.eval, args=(script, 0))
+    holder.start()
+    return holder
+
+
+def _replica_of_nobody(client: redis.Redis) -> None:
+    """Make the server a replica of a port nothing listens on: it answers writes READONLY."""
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    client.execute_command("REPLICAOF", "127.0.0.1", str(port))
+
+
+Fault = tuple[Callable[[redis.Redis], object], Callable[[redis.Redis], object], str | None]
+FAULTS: dict[str, Fault] = {
+    # name: (start, end, what an enqueue meanwhile raises)
+    "BUSY": (_hold_the_server, lambda c: None, "BUSY"),
+    "READONLY": (
+        _replica_of_nobody,
+        lambda c: c.execute_command("REPLICAOF", "NO", "ONE"),
+        "READONLY",
+    ),
+    "OOM": (
+        lambda c: c.config_set("maxmemory", 1),
+        lambda c: c.config_set("maxmemory", 0),
+        "out of memory",
+    ),
+    "NOSCRIPT": (lambda c: c.script_flush(), lambda c: None, None),
+}
+
+
+def _calls(client: redis.Redis) -> int:
+    """Script calls and blocking waits the server got (answered or refused)."""
+    stats = client.info("commandstats")
+    return sum(
+        int(stats[name].get(kind, 0))
+        for name in ("cmdstat_evalsha", "cmdstat_blpop")
+        if name in stats
+        for kind in ("calls", "rejected_calls", "failed_calls")
+    )
+
+
+@pytest.mark.parametrize("fault", list(FAULTS))
+async def test_a_runner_rides_out_a_fault_and_keeps_its_tasks(
+    own: tuple[str, redis.Redis], fault: str
+) -> None:
+    url, client = own
+    start, end, refusal = FAULTS[fault]
+    first = await FaultJob(n=1).aenqueue()
+    async with running(culex.Runner(run_from=["fault"], redis_url=url)):
+        assert await first.aresult(timeout=10) == 1
+        held = await FaultJob(n=2, sleep=BLOCK / 2).aenqueue()
+        while client.zcard(KEYS.pending) == 0:  # noqa: ASYNC110 (in the runner's hands)
+            await asyncio.sleep(0.005)
+        before = _calls(client)
+        holder = start(client)
+        try:
+            if refusal is not None:
+                with pytest.raises(culex.ServerUnavailable, match=refusal):
+                    await FaultJob(n=3).aenqueue()
+            await asyncio.sleep(BLOCK)
+        finally:
+            if isinstance(holder, threading.Thread):
+                holder.join()
+            end(client)
+        assert _calls(client) - before < QUIET * BLOCK
+        assert await held.aresult(timeout=20) == 2  # finished, and its report got through
+        after = await FaultJob(n=4).aenqueue()
+        assert await after.aresult(timeout=20) == 4
+    assert client.hget(KEYS.task(held.id), "attempt") == b"1"  # it ran once: lease kept
+
+
+@pytest.mark.parametrize(
+    ("reply", "code", "unavailable"),
+    [
+        (BusyLoadingError("Redis is loading the dataset in memory"), "LOADING", True),
+        (redis.ResponseError("BUSY Redis is busy running a script"), "BUSY", True),
+        (ReadOnlyError("You can't write against a read only replica."), "READONLY", True),
+        (OutOfMemoryError("command not allowed when used memory > 'maxmemory'."), "OOM", True),
+        (redis.ResponseError("WRONGTYPE Operation against a key"), "WRONGTYPE", False),
+    ],
+)
+def test_error_replies_are_told_apart(reply: Exception, code: str, unavailable: bool) -> None:
+    """As redis-py hands them over. LOADING cannot be made on demand here (the others are,
+    above): it takes the same path."""
+    error = server_error(reply, "redis://here")
+    assert isinstance(error, culex.ServerUnavailable) is unavailable
+    assert isinstance(error, culex.ServerError) and code in str(error)
