@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import tempfile
 from collections.abc import AsyncIterator, Iterator
@@ -17,6 +18,7 @@ import redis
 
 import culex
 from culex import config
+from culex._redis.client import SyncDriver
 from culex.embedded import EmbeddedServer
 
 
@@ -61,3 +63,13 @@ async def running(runner: culex.Runner) -> AsyncIterator[culex.Runner]:
     finally:
         runner.stop()
         await asyncio.wait_for(task, 30)
+
+
+def driver_of(r: redis.Redis) -> SyncDriver:
+    """culex's own blocking driver, on the server ``r`` talks to (one per server)."""
+    return _driver(f"unix://{r.connection_pool.connection_kwargs['path']}")
+
+
+@functools.cache
+def _driver(url: str) -> SyncDriver:
+    return SyncDriver(url)

@@ -29,7 +29,7 @@ from culex._redis.client import SyncDriver
 from culex._redis.keys import QueueKeys, queue_keys
 from culex.periodic import Cron, Interval, Monthly, PeriodicJob, Scheduler, ms, wall_clock
 
-from .conftest import running
+from .conftest import driver_of, running
 
 BERLIN = ZoneInfo("Europe/Berlin")
 HOUR = 3_600_000
@@ -228,7 +228,7 @@ def outcome(d: SyncDriver, slot: int | None, **options: Any) -> str:
 
 
 def test_schedule_enqueues_each_slot_once(r: redis.Redis) -> None:
-    d = SyncDriver(r, "test")
+    d = driver_of(r)
     assert outcome(d, 1000, next_slot=2000) == "enqueued"
     assert outcome(d, 1000, next_slot=2000) == "done"
     h = r.hgetall(Q.task("TickJob:1000"))
@@ -249,7 +249,7 @@ def test_schedule_enqueues_each_slot_once(r: redis.Redis) -> None:
 
 
 def test_schedule_a_new_job_waits_for_its_first_slot_unless_run_new(r: redis.Redis) -> None:
-    d = SyncDriver(r, "test")
+    d = driver_of(r)
     assert outcome(d, 1000, next_slot=2000, run_new=False) == "new"
     assert r.zcard(Q.waiting) == 0
     assert r.hget(Q.periodic("TickJob"), "decided_slot") == b"1000"
@@ -260,7 +260,7 @@ def test_schedule_a_new_job_waits_for_its_first_slot_unless_run_new(r: redis.Red
 
 
 def test_schedule_skips_a_slot_while_the_previous_run_is_unfinished(r: redis.Redis) -> None:
-    d = SyncDriver(r, "test")
+    d = driver_of(r)
     assert outcome(d, 1000) == "enqueued"
     assert outcome(d, 2000) == "overlap"  # the previous run is waiting
     record = r.hgetall(Q.periodic("TickJob"))
@@ -276,7 +276,7 @@ def test_schedule_skips_a_slot_while_the_previous_run_is_unfinished(r: redis.Red
 
 
 def test_schedule_refuses_a_slot_that_is_not_due_and_trigger_runs_now(r: redis.Redis) -> None:
-    d = SyncDriver(r, "test")
+    d = driver_of(r)
     future = int(time.time() * 1000) + HOUR
     assert outcome(d, future) == "early"
     assert r.exists(Q.task(f"TickJob:{future}")) == 0
@@ -288,7 +288,7 @@ def test_schedule_refuses_a_slot_that_is_not_due_and_trigger_runs_now(r: redis.R
 
 
 def test_a_dead_periodic_task_is_recorded(r: redis.Redis) -> None:
-    d = SyncDriver(r, "test")
+    d = driver_of(r)
     outcome(d, 1000)
     claimed = _claim(d, Q)
     fail = operations.fail(
@@ -299,7 +299,7 @@ def test_a_dead_periodic_task_is_recorded(r: redis.Redis) -> None:
 
 
 def test_a_periodic_task_whose_runner_was_lost_is_recorded_dead(r: redis.Redis) -> None:
-    d = SyncDriver(r, "test")
+    d = driver_of(r)
     outcome(d, 1000)
     claimed = _claim(d, Q)
     r.zadd(Q.pending, {claimed.id: 1})  # its lease ran out: the runner is gone
@@ -546,7 +546,7 @@ def test_culex_periodic_lists_the_jobs_and_trigger_enqueues_one_run(
     assert nightly[:3] == ["NightlyJob", "nightly_job", "cron 30 2 * * * (Europe/Berlin)"]
     assert nightly[3].endswith(" 02:30:00 CEST") or nightly[3].endswith(" 02:30:00 CET")
     assert nightly[5] == "waiting"  # the triggered run has not run yet
-    d = SyncDriver(r, "test")
+    d = driver_of(r)
     claimed = _claim(d, keys)
     assert claimed.id == task_id
     d.run(operations.complete(keys, 1000, [(claimed.id, claimed.attempt, "null")]))

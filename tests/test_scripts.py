@@ -8,12 +8,14 @@ from culex._redis import operations
 from culex._redis.client import SyncDriver
 from culex._redis.keys import queue_keys
 
+from .conftest import driver_of
+
 K = queue_keys("culex", "q")
 DAY_MS = 86_400_000
 
 
 def drive(r: redis.Redis) -> SyncDriver:
-    return SyncDriver(r, "test")
+    return driver_of(r)
 
 
 def put(d: SyncDriver, task_id: str, *, delay_ms: int = 0, max_retries: int = 4) -> None:

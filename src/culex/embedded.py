@@ -23,10 +23,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
-
+from ._redis.wire import Address, ReplyError, SyncConnection, hiredis_pack
 from .errors import CulexError, ServerError
 
 __all__ = [
@@ -221,9 +218,10 @@ class EmbeddedServer:
                 return False
             pid = self.pid() if state is _State.UP else self._orphan_pid()
             try:
-                with self._client(timeout) as client:
-                    client.shutdown()
-            except redis.RedisError as exc:
+                self._command(timeout, "SHUTDOWN")
+            except ConnectionError:
+                pass  # the server closes the connection as it goes: the expected answer
+            except (OSError, ReplyError) as exc:
                 raise ServerError(
                     f"the culex server at {self.socket_path} refused SHUTDOWN: {exc}"
                     f"{self._log_tail(0)}"
@@ -262,40 +260,41 @@ class EmbeddedServer:
 
     # -- internals ---------------------------------------------------------------------------
 
-    def _client(self, timeout: float) -> redis.Redis:
-        # No retries: a refused connection must answer "down" now, not after redis-py's backoff.
-        return redis.Redis(
-            unix_socket_path=str(self.socket_path),
-            socket_timeout=timeout,
-            socket_connect_timeout=timeout,
-            retry=Retry(NoBackoff(), 0),
+    def _command(self, timeout: float, *words: str) -> Any:
+        """One command on a connection of its own, no retries: a refused connection must
+        answer "down" now. Raises OSError, or ReplyError for an error reply."""
+        connection = SyncConnection(
+            Address(f"unix://{self.socket_path}", path=str(self.socket_path)), timeout
         )
+        try:
+            reply = connection.exchange(hiredis_pack([words]), 1)[0]
+        finally:
+            connection.close()
+        if isinstance(reply, ReplyError):
+            raise reply
+        return reply
 
     def _probe(self, timeout: float = 2.0) -> _State:
         if self._socket_dir is not None and not _ensure_private_dir(self._socket_dir, create=False):
             return _State.DOWN
         try:
-            with self._client(timeout) as client:
-                client.ping()
-        except redis.BusyLoadingError:  # a ConnectionError subclass, so it comes first
+            self._command(timeout, "PING")
+        except (ReplyError, TimeoutError):
+            # LOADING, a timeout or another error reply: something is there, and starting a
+            # second server on the same data folder would be far worse than waiting for it.
             return _State.BUSY
-        except redis.ConnectionError:
+        except OSError:  # refused, no socket file
             return _State.DOWN
-        except redis.RedisError:
-            # A timeout or an error reply: something is there, and starting a second server
-            # on the same data folder would be far worse than waiting for it.
-            return _State.BUSY
         return _State.UP
 
     def _info(self) -> dict[str, Any] | None:
         if self._socket_dir is not None and not _ensure_private_dir(self._socket_dir, create=False):
             return None
         try:
-            with self._client(2.0) as client:
-                info: dict[str, Any] = client.info("server")
-        except redis.RedisError:
+            text = self._command(2.0, "INFO", "server")
+        except (OSError, ReplyError):
             return None
-        return info
+        return _parse_info(text)
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
@@ -449,3 +448,13 @@ def _binary_version(binary: str) -> str | None:
 def ensure_default_server() -> str:
     """Start or join the server of the default data folder; return its URL."""
     return EmbeddedServer(default_data_dir()).ensure_running()
+
+
+def _parse_info(text: bytes) -> dict[str, str]:
+    """The ``field:value`` lines of an INFO reply."""
+    fields: dict[str, str] = {}
+    for line in text.decode(errors="replace").splitlines():
+        name, sep, value = line.partition(":")
+        if sep and not line.startswith("#"):
+            fields[name] = value
+    return fields

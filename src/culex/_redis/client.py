@@ -1,13 +1,8 @@
 """The two drivers that send a :class:`~culex._redis.operations.Call`: sync and async.
 
 They differ only in how they wait for the server; what is sent and how the reply is read
-is decided by the call itself.
-
-Speed: redis-py's client layer (command packing, pool checkout, retries, response
-callbacks) costs more than the server's work for our small scripts, so the drivers keep
-their own idle connections from redis-py's pool (which still does connecting, TLS, auth
-and the hiredis parser), pack commands themselves, and read raw replies. Measured here:
-about 2.5x the calls per second of ``Redis.execute_command`` (see bench/).
+is decided by the call itself. Each keeps its idle connections (culex._redis.wire) and
+sends a batch of calls in one write, reading one reply per call.
 """
 
 from __future__ import annotations
@@ -18,38 +13,26 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
-import redis
-import redis.asyncio
-from redis import exceptions as redis_errors
-from redis.exceptions import NoScriptError
+import hiredis
 
 from ..errors import ServerError, ServerUnavailable
 from .operations import Call
+from .wire import Address, AsyncConnection, ReplyError, SyncConnection
 
 T = TypeVar("T")
 
 MAX_CONNECTIONS = 256  # calls in flight at once per async driver
 
-# Error replies that say the whole server is unable to serve for now. redis-py turns some
-# into classes of their own and strips the code from the message; others keep it.
-_TRANSIENT = ("LOADING", "BUSY", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "OOM")
-_TRANSIENT_CLASSES: dict[type[Exception], str] = {
-    redis_errors.BusyLoadingError: "LOADING",
-    redis_errors.ReadOnlyError: "READONLY",
-    redis_errors.OutOfMemoryError: "OOM",
-    redis_errors.MasterDownError: "MASTERDOWN",
-    redis_errors.TryAgainError: "TRYAGAIN",
-    redis_errors.ClusterDownError: "CLUSTERDOWN",
-}
+# Error replies that say the whole server is unable to serve for now.
+_TRANSIENT = ("LOADING", "BUSY", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN")
 
 
-def server_error(exc: Exception, where: str) -> ServerError:
+def server_error(exc: BaseException, where: str) -> ServerError:
     """Say what went wrong with the server in words a user can act on."""
-    code = _TRANSIENT_CLASSES.get(type(exc))  # first: LOADING is a ConnectionError too
-    if code is None and isinstance(exc, redis.ConnectionError | redis.TimeoutError | OSError):
+    if isinstance(exc, OSError):  # refused, reset, closed, timed out
         return ServerUnavailable(f"cannot reach the Redis server at {where}: {exc}")
-    text = f"{code} {exc}" if code else str(exc)
-    if text.startswith("OOM"):
+    text = str(exc)
+    if text.startswith("OOM"):  # server-wide too: a runner pauses, as for the others
         return ServerUnavailable(
             f"the Redis server at {where} is out of memory (maxmemory reached): {text}"
         )
@@ -58,23 +41,34 @@ def server_error(exc: Exception, where: str) -> ServerError:
     return ServerError(f"the Redis server at {where} refused the command: {text}")
 
 
+def _words(call: Call[Any]) -> tuple[Any, ...]:
+    if call.script is None:
+        return tuple(call.args)
+    return ("EVALSHA", call.script.sha, len(call.keys), *call.keys, *call.args)
+
+
 def pack(calls: Sequence[Call[Any]]) -> bytes:
     """The RESP bytes of ``calls``, in order (one write for a whole batch)."""
     parts: list[bytes] = []
     for call in calls:
-        if call.script is None:
-            args: Sequence[Any] = call.args
+        words = _words(call)
+        try:
+            parts.append(hiredis.pack_command(words))
+        except UnicodeEncodeError:  # an id read back with surrogateescape: its raw bytes
+            parts.append(_pack_slowly(words))
+    return b"".join(parts)
+
+
+def _pack_slowly(words: Sequence[Any]) -> bytes:
+    parts = [b"*%d\r\n" % len(words)]
+    for word in words:
+        if isinstance(word, str):
+            data = word.encode("utf-8", "surrogateescape")
+        elif isinstance(word, bytes):
+            data = word
         else:
-            args = ("EVALSHA", call.script.sha, len(call.keys), *call.keys, *call.args)
-        parts.append(b"*%d\r\n" % len(args))
-        for arg in args:
-            if isinstance(arg, str):
-                data = arg.encode("utf-8", "surrogateescape")
-            elif isinstance(arg, bytes):
-                data = arg
-            else:
-                data = str(arg).encode()
-            parts += (b"$%d\r\n" % len(data), data, b"\r\n")
+            data = str(word).encode()
+        parts += (b"$%d\r\n" % len(data), data, b"\r\n")
     return b"".join(parts)
 
 
@@ -83,10 +77,14 @@ def _load(call: Call[Any]) -> Call[Any]:
     return Call((), ("SCRIPT", "LOAD", call.script.source), lambda reply: reply)
 
 
+def _no_script(reply: Any) -> bool:
+    return isinstance(reply, ReplyError) and reply.code == "NOSCRIPT"
+
+
 def _settle(calls: Sequence[Call[Any]], replies: list[Any], where: str) -> list[Any]:
     """Parse each reply; a failed call's place holds its ServerError."""
     return [
-        server_error(reply, where) if isinstance(reply, Exception) else call.parse(reply)
+        server_error(reply, where) if isinstance(reply, ReplyError) else call.parse(reply)
         for call, reply in zip(calls, replies, strict=True)
     ]
 
@@ -94,18 +92,18 @@ def _settle(calls: Sequence[Call[Any]], replies: list[Any], where: str) -> list[
 class SyncDriver:
     """Sends calls over blocking connections (safe to share between threads)."""
 
-    def __init__(self, client: redis.Redis, where: str) -> None:
-        self.client = client
-        self.where = where
-        self._idle: deque[Any] = deque()  # append/pop are atomic: no lock needed
+    def __init__(self, url: str) -> None:
+        self.address = Address.parse(url)
+        self.where = url
+        self._idle: deque[SyncConnection] = deque()  # append/pop are atomic: no lock needed
         self._pid = os.getpid()
 
     def run(self, call: Call[T]) -> T:
         reply = self._exchange([call])[0]
-        if isinstance(reply, NoScriptError):
+        if _no_script(reply):
             self._exchange([_load(call)])
             reply = self._exchange([call])[0]
-        if isinstance(reply, Exception):
+        if isinstance(reply, ReplyError):
             raise server_error(reply, self.where) from reply
         return call.parse(reply)
 
@@ -113,51 +111,45 @@ class SyncDriver:
         """Send calls in one round trip; a failed call's place holds its ServerError."""
         replies = self._exchange(calls)
         for i, reply in enumerate(replies):
-            if isinstance(reply, NoScriptError):
+            if _no_script(reply):
                 self._exchange([_load(calls[i])])
                 replies[i] = self._exchange([calls[i]])[0]
         return _settle(calls, replies, self.where)
 
     def _exchange(self, calls: Sequence[Call[Any]]) -> list[Any]:
-        """Write the calls, read one reply each (error replies come back as exceptions)."""
+        """Write the calls, read one reply each (error replies come back as ReplyError)."""
         if os.getpid() != self._pid:  # a forked child must not share our sockets
             self._idle.clear()
             self._pid = os.getpid()
         packed = pack(calls)
-        pool = self.client.connection_pool
         try:
             conn = self._idle.pop()
-            reused = True
         except IndexError:
-            try:
-                conn, reused = pool.get_connection(), False
-            except (redis.RedisError, OSError) as exc:
-                raise server_error(exc, self.where) from exc
+            conn = None
         try:
-            try:
-                conn.send_packed_command([packed], check_health=False)
-            except (redis.ConnectionError, OSError):
-                if not reused:
-                    raise
-                conn.disconnect()  # a stale idle connection (server restart): once more
-                conn.send_packed_command([packed], check_health=False)
-            replies = []
-            for _ in calls:
+            if conn is not None:
                 try:
-                    replies.append(conn.read_response())
-                except redis.ResponseError as exc:
-                    replies.append(exc)
-        except (redis.RedisError, OSError) as exc:
-            conn.disconnect()
-            pool.release(conn)
+                    replies = conn.exchange(packed, len(calls))
+                except OSError:  # an idle connection gone stale (a server restart): once more
+                    conn.close()
+                    conn = None
+            if conn is None:
+                conn = SyncConnection(self.address)
+                replies = conn.exchange(packed, len(calls))
+        except OSError as exc:
+            if conn is not None:
+                conn.close()
             raise server_error(exc, self.where) from exc
+        except BaseException:
+            if conn is not None:
+                conn.close()
+            raise
         self._idle.append(conn)
         return replies
 
     def close(self) -> None:
         while self._idle:
-            self._idle.pop().disconnect()
-        self.client.close()
+            self._idle.pop().close()
 
 
 class AsyncDriver:
@@ -167,20 +159,18 @@ class AsyncDriver:
     ``gather`` of thousands of enqueues does not open thousands of connections).
     """
 
-    def __init__(
-        self, client: redis.asyncio.Redis, where: str, max_connections: int = MAX_CONNECTIONS
-    ) -> None:
-        self.client = client
-        self.where = where
-        self._idle: deque[Any] = deque()
+    def __init__(self, url: str, max_connections: int = MAX_CONNECTIONS) -> None:
+        self.address = Address.parse(url)
+        self.where = url
+        self._idle: deque[AsyncConnection] = deque()
         self._slots = asyncio.Semaphore(max_connections)
 
     async def run(self, call: Call[T]) -> T:
         reply = (await self._exchange([call]))[0]
-        if isinstance(reply, NoScriptError):
+        if _no_script(reply):
             await self._exchange([_load(call)])
             reply = (await self._exchange([call]))[0]
-        if isinstance(reply, Exception):
+        if isinstance(reply, ReplyError):
             raise server_error(reply, self.where) from reply
         return call.parse(reply)
 
@@ -188,7 +178,7 @@ class AsyncDriver:
         """Send calls in one round trip; a failed call's place holds its ServerError."""
         replies = await self._exchange(calls)
         for i, reply in enumerate(replies):
-            if isinstance(reply, NoScriptError):
+            if _no_script(reply):
                 await self._exchange([_load(calls[i])])
                 replies[i] = (await self._exchange([calls[i]]))[0]
         return _settle(calls, replies, self.where)
@@ -199,41 +189,27 @@ class AsyncDriver:
 
     async def _exchange_now(self, calls: Sequence[Call[Any]]) -> list[Any]:
         packed = pack(calls)
-        pool = self.client.connection_pool
-        try:
+        conn = None
+        while self._idle:
             conn = self._idle.pop()
-            reused = True
-        except IndexError:
-            try:
-                conn, reused = await pool.get_connection(), False
-            except (redis.RedisError, OSError) as exc:
-                raise server_error(exc, self.where) from exc
+            if conn.usable:
+                break
+            conn = None
         try:
-            try:
-                await conn.send_packed_command([packed], check_health=False)
-            except (redis.ConnectionError, OSError):
-                if not reused:
-                    raise
-                await conn.disconnect()
-                await conn.send_packed_command([packed], check_health=False)
-            replies = []
-            for _ in calls:
+            if conn is not None:
                 try:
-                    replies.append(await conn.read_response())
-                except redis.ResponseError as exc:
-                    replies.append(exc)
-        except BaseException as exc:
-            # Also on cancellation: a half-read reply would poison the connection.
-            # nowait: do not wait for the server to close its side (a blocked BLPOP would).
-            await conn.disconnect(nowait=True)
-            await pool.release(conn)
-            if isinstance(exc, redis.RedisError | OSError):
-                raise server_error(exc, self.where) from exc
-            raise
+                    replies = await conn.exchange(packed, len(calls))
+                except OSError:  # gone stale while idle (a server restart): once more
+                    conn = None
+            if conn is None:
+                conn = await AsyncConnection.open(self.address)
+                replies = await conn.exchange(packed, len(calls))
+        except (OSError, TimeoutError) as exc:
+            # (exchange closes its connection on any error, cancellation included)
+            raise server_error(exc, self.where) from exc
         self._idle.append(conn)
         return replies
 
     async def close(self) -> None:
         while self._idle:
-            await self._idle.pop().disconnect()
-        await self.client.aclose()
+            self._idle.pop().close()

@@ -1,0 +1,278 @@
+"""The wire to a Redis-protocol server: addresses, sockets and RESP replies.
+
+culex sends only a few kinds of commands (its scripts, a blocking wait, some reads), packed
+by the calls themselves, so it needs no general client: a socket, hiredis's reply parser
+and a handshake. Owning this layer is what makes culex fast and small. redis-py's client
+layer cost more per call than the server's work for our scripts, and importing it alone
+took about 20 MB of a runner's memory (see bench/README.md).
+
+URLs: ``redis://[[user]:password@]host[:port][/db]``, ``rediss://`` for TLS (add
+``?ssl_cert_reqs=none`` to skip certificate checks) and
+``unix://[[user]:password@]/path/to/socket[?db=N]``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import hiredis
+
+from ..errors import ConfigurationError
+
+CONNECT_TIMEOUT = 10.0  # seconds
+READ_SIZE = 65536
+
+
+class ReplyError(Exception):
+    """An error reply of the server; ``code`` is its first word (NOSCRIPT, OOM, ...)."""
+
+    @property
+    def code(self) -> str:
+        text = str(self)
+        return text.split(" ", 1)[0] if text else ""
+
+
+class ProtocolError(ConnectionError):
+    """The server sent something that is not RESP: the connection is dropped."""
+
+
+@dataclass(frozen=True)
+class Address:
+    """Where a server is and how to log in to it."""
+
+    url: str
+    path: str | None = None  # a unix socket
+    host: str = "localhost"
+    port: int = 6379
+    db: int = 0
+    username: str | None = None
+    password: str | None = None
+    tls: bool = False
+    tls_verify: bool = True
+
+    @classmethod
+    def parse(cls, url: str) -> Address:
+        parts = urlsplit(url)
+        query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+        username = unquote(parts.username) if parts.username else None
+        password = unquote(parts.password) if parts.password is not None else None
+        try:
+            if parts.scheme == "unix":
+                if not parts.path:
+                    raise ValueError("no socket path")
+                return cls(
+                    url,
+                    path=unquote(parts.path),
+                    db=int(query.get("db", 0)),
+                    username=username,
+                    password=password,
+                )
+            if parts.scheme in ("redis", "rediss", "valkey", "valkeys"):
+                db_text = parts.path.lstrip("/") or query.get("db", "0")
+                return cls(
+                    url,
+                    host=parts.hostname or "localhost",
+                    port=parts.port or 6379,
+                    db=int(db_text),
+                    username=username,
+                    password=password,
+                    tls=parts.scheme in ("rediss", "valkeys"),
+                    tls_verify=query.get("ssl_cert_reqs", "required") != "none",
+                )
+        except ValueError as exc:
+            raise ConfigurationError(f"bad Redis URL {url!r}: {exc}") from None
+        raise ConfigurationError(
+            f"bad Redis URL {url!r}: the scheme must be redis://, rediss:// or unix://"
+        )
+
+    def handshake(self) -> list[tuple[Any, ...]]:
+        """The commands a new connection sends before any other."""
+        commands: list[tuple[Any, ...]] = []
+        if self.password is not None:
+            login = (self.username, self.password) if self.username else (self.password,)
+            commands.append(("AUTH", *login))
+        if self.db:
+            commands.append(("SELECT", self.db))
+        return commands
+
+    def tls_context(self) -> Any:
+        import ssl  # only for rediss:// (the module is big)
+
+        context = ssl.create_default_context()
+        if not self.tls_verify:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        return context
+
+
+def new_reader() -> hiredis.Reader:
+    return hiredis.Reader(replyError=ReplyError, protocolError=ProtocolError)
+
+
+def _check_handshake(replies: list[Any], address: Address) -> None:
+    for reply in replies:
+        if isinstance(reply, ReplyError):
+            raise ConnectionError(f"the server at {address.url} refused the login: {reply}")
+
+
+class SyncConnection:
+    """A blocking connection; one exchange at a time."""
+
+    def __init__(self, address: Address, timeout: float | None = None) -> None:
+        if address.path is not None:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(CONNECT_TIMEOUT if timeout is None else timeout)
+            try:
+                sock.connect(address.path)
+            except BaseException:
+                sock.close()
+                raise
+        else:
+            sock = socket.create_connection(
+                (address.host, address.port), CONNECT_TIMEOUT if timeout is None else timeout
+            )
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+            if address.tls:
+                sock = address.tls_context().wrap_socket(sock, server_hostname=address.host)
+        sock.settimeout(timeout)
+        self._sock = sock
+        self._reader = new_reader()
+        commands = address.handshake()
+        if commands:
+            try:
+                _check_handshake(self.exchange(hiredis_pack(commands), len(commands)), address)
+            except BaseException:
+                self.close()
+                raise
+
+    def exchange(self, packed: bytes, count: int) -> list[Any]:
+        """Send ``packed`` and read ``count`` replies (error replies as ReplyError)."""
+        self._sock.sendall(packed)
+        replies: list[Any] = []
+        reader = self._reader
+        while len(replies) < count:
+            reply = reader.gets()
+            if reply is False:
+                data = self._sock.recv(READ_SIZE)
+                if not data:
+                    raise ConnectionError("the server closed the connection")
+                reader.feed(data)
+            else:
+                replies.append(reply)
+        return replies
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+class _Protocol(asyncio.Protocol):
+    """Feeds what arrives to the parser and hands the replies to the waiting exchange."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.reader = new_reader()
+        self.waiter: asyncio.Future[list[Any]] | None = None
+        self.count = 0
+        self.replies: list[Any] = []
+        self.lost: Exception | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.reader.feed(data)
+        waiter = self.waiter
+        if waiter is None:
+            return
+        try:
+            while len(self.replies) < self.count:
+                reply = self.reader.gets()
+                if reply is False:
+                    return
+                self.replies.append(reply)
+        except ProtocolError as exc:
+            self._fail(exc)
+            return
+        self.waiter = None
+        if not waiter.done():
+            waiter.set_result(self.replies)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._fail(exc or ConnectionError("the server closed the connection"))
+
+    def _fail(self, exc: Exception) -> None:
+        self.lost = exc if isinstance(exc, OSError) else ConnectionError(str(exc))
+        waiter, self.waiter = self.waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_exception(self.lost)
+        if self.transport is not None:
+            self.transport.close()
+
+
+class AsyncConnection:
+    """An asyncio connection; one exchange at a time."""
+
+    def __init__(self, protocol: _Protocol) -> None:
+        self._protocol = protocol
+
+    @classmethod
+    async def open(cls, address: Address) -> AsyncConnection:
+        loop = asyncio.get_running_loop()
+        async with asyncio.timeout(CONNECT_TIMEOUT):
+            if address.path is not None:
+                _, protocol = await loop.create_unix_connection(_Protocol, address.path)
+            else:
+                ssl = address.tls_context() if address.tls else None
+                _, protocol = await loop.create_connection(
+                    _Protocol, address.host, address.port, ssl=ssl
+                )
+                sock = protocol.transport.get_extra_info("socket") if protocol.transport else None
+                if sock is not None:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+            connection = cls(protocol)
+            commands = address.handshake()
+            if commands:
+                try:
+                    replies = await connection.exchange(hiredis_pack(commands), len(commands))
+                    _check_handshake(replies, address)
+                except BaseException:
+                    connection.close()
+                    raise
+        return connection
+
+    async def exchange(self, packed: bytes, count: int) -> list[Any]:
+        """Send ``packed`` and read ``count`` replies. A cancelled exchange closes the
+        connection (a half-read reply would poison the next)."""
+        protocol = self._protocol
+        if protocol.lost is not None or protocol.transport is None:
+            raise ConnectionError("the connection is closed")
+        waiter = asyncio.get_running_loop().create_future()
+        protocol.waiter, protocol.count, protocol.replies = waiter, count, []
+        protocol.transport.write(packed)
+        try:
+            replies: list[Any] = await waiter
+        except BaseException:
+            self.close()
+            raise
+        return replies
+
+    @property
+    def usable(self) -> bool:
+        return self._protocol.lost is None
+
+    def close(self) -> None:
+        if self._protocol.transport is not None:
+            self._protocol.transport.close()
+        self._protocol.lost = self._protocol.lost or ConnectionError("closed")
+
+
+def hiredis_pack(commands: Sequence[tuple[Any, ...]]) -> bytes:
+    """RESP for plain commands (str, bytes, int and float words)."""
+    return b"".join(hiredis.pack_command(command) for command in commands)

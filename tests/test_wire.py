@@ -1,0 +1,120 @@
+"""culex's own wire to the server: URLs, TCP, login, database numbers, dropped connections."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+import culex
+from culex import config
+from culex._redis import connection, operations
+from culex._redis.keys import queue_keys
+from culex._redis.wire import Address
+from culex.embedded import server_binary
+
+from .conftest import running
+
+PASSWORD = "s3cret/with:odd@chars"
+
+
+class WireJob(culex.QueuedJob):
+    queue = "wire"
+    n: int
+
+    def perform(self) -> int:
+        return self.n
+
+
+def test_urls_are_read_and_bad_ones_refused() -> None:
+    tcp = Address.parse("redis://user:p%40ss@example.com:6380/2")
+    assert (tcp.host, tcp.port, tcp.db, tcp.username, tcp.password, tcp.tls) == (
+        "example.com",
+        6380,
+        2,
+        "user",
+        "p@ss",
+        False,
+    )
+    assert Address.parse("redis://localhost").port == 6379
+    tls = Address.parse("rediss://h?ssl_cert_reqs=none")
+    assert tls.tls and not tls.tls_verify
+    unix = Address.parse("unix:///run/valkey.sock?db=5")
+    assert (unix.path, unix.db) == ("/run/valkey.sock", 5)
+    assert Address.parse("redis://:pw@h").handshake() == [("AUTH", "pw")]
+    for bad in ("http://h", "redis://h/x", "unix://", "localhost:6379"):
+        with pytest.raises(culex.ConfigurationError, match="bad Redis URL"):
+            Address.parse(bad)
+
+
+@pytest.fixture
+def tcp_server(tmp_path: Path) -> Iterator[int]:
+    """A private server on a TCP port that wants a password."""
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = int(free.getsockname()[1])
+    proc = subprocess.Popen(
+        [server_binary(), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+         "--appendonly", "no", "--dir", str(tmp_path), "--requirepass", PASSWORD],
+        stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+    client = redis.Redis(port=port, password=PASSWORD)
+    try:
+        for _ in range(500):
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                time.sleep(0.01)
+        yield port
+    finally:
+        client.close()
+        proc.terminate()
+        proc.wait(10)
+
+
+async def test_tcp_with_a_password_and_a_database_number(
+    tcp_server: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    quoted = PASSWORD.replace("/", "%2F").replace(":", "%3A").replace("@", "%40")
+    url = f"redis://:{quoted}@127.0.0.1:{tcp_server}/3"
+    monkeypatch.setenv("CULEX_REDIS_URL", url)  # the environment wins over configure()
+    config.reset()
+    sync_task = WireJob(n=1).enqueue()
+    async_task = await WireJob(n=2).aenqueue()
+    client = redis.Redis(port=tcp_server, password=PASSWORD, db=3)
+    try:
+        keys = queue_keys("culex", "wire")
+        assert client.zcard(keys.waiting) == 2  # in database 3, where the URL said
+        assert redis.Redis(port=tcp_server, password=PASSWORD).dbsize() == 0
+        async with running(culex.Runner(run_from=["wire"], redis_url=url)):
+            assert await sync_task.aresult(timeout=10) == 1
+            assert await async_task.aresult(timeout=10) == 2
+    finally:
+        client.close()
+    wrong = f"redis://:nope@127.0.0.1:{tcp_server}/3"
+    with pytest.raises(culex.ServerUnavailable, match="refused the login"):
+        connection.new_sync_driver(wrong).run(operations.server_time())
+    monkeypatch.undo()
+    config.reset()
+
+
+async def test_a_connection_the_server_dropped_is_replaced(r: redis.Redis, url: str) -> None:
+    sync = connection.new_sync_driver(url)
+    asynchronous = connection.new_async_driver(url)
+    try:
+        before = (
+            sync.run(operations.server_time()),
+            await asynchronous.run(operations.server_time()),
+        )
+        r.client_kill_filter(_type="normal", skipme=True)  # every idle connection of ours
+        after = sync.run(operations.server_time()), await asynchronous.run(operations.server_time())
+        assert after >= before
+    finally:
+        sync.close()
+        await asynchronous.close()
