@@ -9,7 +9,6 @@ held task (culex.lease), so a task that blocks the loop does not lose its lease.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import signal
@@ -35,8 +34,10 @@ PROMOTE_LIMIT = 1000  # due scheduled tasks promoted per claim
 RECLAIM_LIMIT = 100  # expired leases reclaimed per queue per pass
 RECLAIM_EVERY = 2.0  # seconds between reclaim passes (at most; less with a short lease)
 RETRY_PAUSE = (0.05, 2.0)  # back-off bounds after a server error
-SERVER_TIMER_SLACK = 0.2  # how late a server may time out a blocked client (2 / hz)
 SHORT_SLEEP = 0.005  # a task due sooner than this is waited for without a blocking call
+# The loop's timers wake up to 1 ms late (epoll takes whole ms): a wait for a due task
+# ends this much early on the loop's timer, and the rest is slept precisely.
+TIMER_GRAIN = 0.001
 HELPER_STOP_TIMEOUT = 5.0  # seconds a helper loop may take to stop
 
 
@@ -74,6 +75,8 @@ class Runner:
         self._keeper: LeaseKeeper | None = None
         self._pool = ThreadPoolExecutor(self.settings.concurrency, thread_name_prefix="culex")
         self._signals = 0
+        self._waiter: asyncio.Future[bool] | None = None  # the blocking wait for a signal
+        self._stopped: asyncio.Future[Any] | None = None  # done once a stop is asked
         self._closing = False  # set once the claim loop and grace period are over
         self._failures = 0
         # Queues whose keys the server refused (e.g. WRONGTYPE): skipped until this time.
@@ -118,6 +121,10 @@ class Runner:
             await self._claim_loop()
             await self._finish()
         finally:
+            for future in (self._waiter, self._stopped):
+                if future is not None:
+                    future.cancel()
+                    await asyncio.gather(future, return_exceptions=True)
             self._stopping.set()
             self._closing = True
             self._report_ready.set()
@@ -217,7 +224,7 @@ class Runner:
             turn = (turn + 1) % len(keys)
             claimed, due_in = await self._claim(order, free)
             if claimed == 0 and not self._stopping.is_set():
-                await self._until(self._wait_for_work(signals, due_in))
+                await self._wait_for_work(signals, due_in)
 
     async def _claim(self, order: list[QueueKeys], free: int) -> tuple[int, float | None]:
         """Claim up to ``free`` tasks; returns how many, and when the next task is due (s)."""
@@ -243,8 +250,8 @@ class Runner:
                 self._sick(keys.name, exc)
                 continue
             self._unhealthy.pop(keys.name, None)
-            if reply.next_due_ms is not None:
-                due = max(0.001, (reply.next_due_ms - reply.now_ms) / 1000)
+            due = reply.next_due_in
+            if due is not None:
                 due_in = due if due_in is None else min(due_in, due)
             for claimed in reply.tasks:
                 self._start(claimed)
@@ -267,25 +274,39 @@ class Runner:
         return result
 
     async def _wait_for_work(self, signals: list[str], due_in: float | None) -> None:
-        """Block until a queue is signalled, idle_wait passes, or a scheduled task is due."""
+        """Block until a queue is signalled, idle_wait passes, or a scheduled task is due.
+
+        The blocking wait stays in flight when a due task wakes the runner first, and the
+        next wait takes it up again: no connection is dropped and made anew for a timer.
+        (The server times blocked clients out only at its hz, every 100 ms at hz 10: too
+        coarse for a task due soon, so that timer is ours.)
+        """
         assert self._driver is not None
-        idle = self.settings.idle_wait
-        try:
-            if due_in is None or due_in > idle + SERVER_TIMER_SLACK:
-                await self._driver.run(operations.wait_signal(signals, idle))
-                return
-            if due_in <= SHORT_SLEEP:  # not worth a blocking call: sleep past the due time
-                await asyncio.sleep(due_in + 0.0005)
-                return
-            # The server times blocked clients out only at its hz (every 100 ms at hz 10):
-            # too coarse for a task due soon, so the timer is ours (the cancelled wait's
-            # connection is dropped and a new one made).
-            blocked = self._driver.run(operations.wait_signal(signals, idle + SERVER_TIMER_SLACK))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(blocked, due_in)
-        except ServerError as exc:
+        deadline = None if due_in is None else time.monotonic() + due_in
+        if due_in is not None and due_in <= SHORT_SLEEP:  # sooner than a round trip is worth
+            await self._until(asyncio.sleep(max(0.0, due_in - TIMER_GRAIN)))
+            _sleep_until(deadline)
+            return
+        if self._waiter is None:
+            wait = operations.wait_signal(signals, self.settings.idle_wait)
+            self._waiter = asyncio.ensure_future(self._driver.run(wait))
+        waiter = self._waiter
+        if self._stopped is None:  # one future for the whole run, not one per wait
+            self._stopped = asyncio.ensure_future(self._stopping.wait())
+        timeout = None if due_in is None else due_in - TIMER_GRAIN
+        await asyncio.wait((waiter, self._stopped), timeout=timeout, return_when="FIRST_COMPLETED")
+        if self._stopping.is_set():
+            return
+        if not waiter.done():
+            _sleep_until(deadline)
+            return  # a scheduled task is due; the wait goes on in the background
+        self._waiter = None
+        exc = waiter.exception()
+        if isinstance(exc, ServerError):
             logger.warning("waiting for work failed: %s", exc)
             await asyncio.sleep(self._pause())
+        elif exc is not None:
+            raise exc
 
     async def _until(self, awaitable: Any) -> None:
         """Await ``awaitable``, but give up on it as soon as a stop is asked."""
@@ -450,3 +471,13 @@ class Runner:
 
 
 _UNSENT = object()
+
+
+def _sleep_until(deadline: float | None) -> None:
+    """Block for what is left to ``deadline`` when that is under a millisecond: the only
+    way to be on time to the sub-ms; it holds the loop at most TIMER_GRAIN."""
+    if deadline is None:
+        return
+    rest = deadline - time.monotonic()
+    if 0 < rest <= TIMER_GRAIN:
+        time.sleep(rest)

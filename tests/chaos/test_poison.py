@@ -82,19 +82,19 @@ def test_poison_tasks(
     assert verdict.ok, verdict.problems()
     assert dead == poison_ids, f"dead holds {sorted(dead)}"
     limits = {i: type(job).max_retries + 1 for i, job, _ in poison}
-    for task_id in poison_ids:
-        assert 1 <= runs[task_id] <= limits[task_id], f"{task_id} ran {runs[task_id]} times"
-        assert reasons[task_id], f"{task_id} is dead without a reason"
     # Every runner that died was killed by a poison task, and every such task killed one.
     died = {f.pid for f in verdict.faults if f.kind == DIED}
-    for n in range(RAISING):
-        task_id = f"raise-{n}"
-        # Each attempt was claimed; one claimed by a runner that a killer took down may
-        # never have started (its lease expired: a failed attempt too, without a run).
+    for task_id in poison_ids:
+        # Each attempt was claimed, and each counted: one claimed by a runner that a killer
+        # took down may never have started (its lease expired: a failed attempt without a
+        # run), so a task ran fewer times than it was claimed only when a runner died.
         attempts = int(r.hget(keys.task(task_id), "attempt") or 0)
         assert attempts == limits[task_id], f"{task_id} was claimed {attempts} times"
+        assert runs[task_id] <= attempts, f"{task_id} ran {runs[task_id]} times"
         assert runs[task_id] == attempts or died, f"{task_id} ran {runs[task_id]} times"
-        reason = reasons[task_id]
+        assert reasons[task_id], f"{task_id} is dead without a reason"
+    for n in range(RAISING):
+        reason = reasons[f"raise-{n}"]
         assert "poison: this task always raises" in reason or reason == LOST, reason
     killers = {e.pid for e in verdict.executions if e.outcome == "exit"}
     assert died == killers, f"runners died: {sorted(died)}; ran an os._exit: {sorted(killers)}"

@@ -127,9 +127,20 @@ class Claimed:
 class ClaimReply:
     """Claimed tasks, the server time, and when the next scheduled task is due (or None)."""
 
-    now_ms: int
+    now_us: int
     next_due_ms: int | None
     tasks: list[Claimed]
+
+    @property
+    def now_ms(self) -> int:
+        return self.now_us // 1000
+
+    @property
+    def next_due_in(self) -> float | None:
+        """Seconds from the server's now to the next due task (None: none is scheduled)."""
+        if self.next_due_ms is None:
+            return None
+        return max(0.0, (self.next_due_ms * 1000 - self.now_us) / 1e6)
 
 
 def claim(

@@ -11,9 +11,10 @@
 -- ARGV[2] lease_ms
 -- ARGV[3] promote_limit   how many due scheduled tasks to promote at most
 -- ARGV[4] dead_ttl_ms     for an id found in waiting without its hash
--- Returns: {now_ms, next_due_ms or -1, task, task, ...} where each task is
+-- Returns: {now_us, next_due_ms or -1, task, task, ...} where each task is
 --          {id, attempt, type, params, retry_count, max_retries, enqueue_time}.
--- An empty claim writes nothing.
+-- An empty claim writes nothing. now_us is the server time in microseconds: a runner
+-- times its wait for the next due task from it (ms would make it up to 1 ms late).
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local limit = tonumber(ARGV[1])
@@ -38,7 +39,7 @@ local function bury(key, id, reason)
   redis.call('ZADD', KEYS[4], now, id)
 end
 
-local reply = {now, -1}
+local reply = {t[1] * 1000000 + t[2], -1}
 if limit > 0 then
   local ids = redis.call('ZRANGE', KEYS[1], 0, limit - 1)
   for _, id in ipairs(ids) do
