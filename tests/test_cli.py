@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import queue
+import re
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -85,6 +88,32 @@ def test_a_second_signal_stops_at_once_and_leaves_the_task_to_its_lease(
     assert "stopping at once" in err
     assert task.state() is culex.TaskState.PENDING  # it comes back when its lease ends
     assert r.hget(keys.task(task.id), "retry_count") == b"0"
+
+
+def test_log_lines_show_while_the_runner_runs(r: redis.Redis, tmp_path: Path) -> None:
+    """The command's log is written in batches (culex.logs), but never held back long."""
+    (tmp_path / "cli_jobs.py").write_text(JOBS)
+    proc = subprocess.Popen(
+        culex_command("run", "cli_jobs"), cwd=tmp_path, stderr=subprocess.PIPE, text=True
+    )
+    seen: queue.Queue[str] = queue.Queue()
+    reader = threading.Thread(target=lambda: [seen.put(line) for line in proc.stderr or ()])
+    reader.start()
+    try:
+        task = culex.Task(_enqueue(r, 5), "cli_job")
+        assert task.result(timeout=20) == 10
+        lines: list[str] = []
+        while not any("succeeded, took" in line for line in lines):
+            lines.append(seen.get(timeout=10))  # raises queue.Empty if it never shows
+        assert any(f"Running task cli_job<{task.id}> from cli_job" in line for line in lines)
+        assert re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d - ", lines[-1]), lines[-1]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+        reader.join()
+        if proc.stderr is not None:
+            proc.stderr.close()
+    assert proc.returncode == 0
 
 
 def _enqueue(r: redis.Redis, n: int) -> str:

@@ -6,24 +6,19 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
-import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import config
+from . import config, logs
 from .errors import CulexError
-
-LOG_FORMAT = "%(asctime)s - %(message)s"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``culex`` and ``python -m culex``; returns the exit code."""
     parser = _parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=getattr(logging, args.log_level), format=LOG_FORMAT, datefmt="%Y-%m-%d %H:%M:%S"
-    )
+    logs.configure(args.log_level, sys.stderr)
     try:
         return int(args.command(args))
     except CulexError as exc:

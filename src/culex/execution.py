@@ -15,6 +15,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import Any
 
+from . import logs
 from ._redis.operations import Claimed
 from .config import seconds
 from .errors import JobFailure
@@ -98,7 +99,7 @@ async def attempt(job: Job, claimed: Claimed, pool: Executor) -> Outcome:
     except Exception as exc:
         return _failed(job, claimed, f"{type(exc).__name__}: {exc}", True, started)
     if logger.isEnabledFor(logging.INFO):
-        logger.info("task %s succeeded, took %s", task_name(claimed), _took(started))
+        logs.task_line(logger, "task %s succeeded, took %s", task_name(claimed), _took(started))
     return Outcome(claimed, result_json)
 
 

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from . import config
+from . import config, logs
 from ._redis import connection, operations
 from ._redis.client import AsyncDriver
 from ._redis.keys import QueueKeys, queue_keys
@@ -182,6 +182,7 @@ class Runner:
             logger.warning("stopping at once; running tasks come back when their lease ends")
             for task in list(self._running):
                 task.cancel()
+            logs.flush_all()
             os._exit(1)
 
     async def _finish(self) -> None:
@@ -322,7 +323,7 @@ class Runner:
 
     def _start(self, claimed: Claimed) -> None:
         if logger.isEnabledFor(logging.INFO):
-            logger.info("Running task %s from %s", task_name(claimed), claimed.queue)
+            logs.task_line(logger, "Running task %s from %s", task_name(claimed), claimed.queue)
         assert self._keeper is not None
         self._keeper.hold(claimed, self.settings.lease_ms)
         task = asyncio.create_task(self._execute(claimed))
