@@ -41,31 +41,34 @@ end
 
 local reply = {t[1] * 1000000 + t[2], -1}
 if limit > 0 then
-  local ids = redis.call('ZRANGE', KEYS[1], 0, limit - 1)
-  for _, id in ipairs(ids) do
-    redis.call('ZREM', KEYS[1], id)
+  local popped = redis.call('ZPOPMIN', KEYS[1], limit)  -- {id, score, id, score, ...}
+  local leases = {}  -- score, id pairs for one ZADD to pending
+  for i = 1, #popped, 2 do
+    local id = popped[i]
     local key = KEYS[5] .. id
-    local kind = redis.call('TYPE', key)['ok']
-    if kind == 'none' then
-      bury(key, id, 'no task hash for this id')
-    elseif kind ~= 'hash' then
-      -- Not ours to delete: the value is kept beside the record, in the same slot.
+    local f = redis.pcall('HMGET', key, 'type', 'params', 'retry_count', 'max_retries',
+      'enqueue_time', 'attempt')
+    if f['err'] then
+      -- The key holds another type. Not ours to delete: the value is kept beside the
+      -- record, in the same slot.
+      local kind = redis.call('TYPE', key)['ok']
       redis.call('RENAME', key, key .. ':wrongtype')
       bury(key, id, 'task key held a ' .. kind .. ', kept at ' .. key .. ':wrongtype')
+    elseif f[1] == false and f[2] == false and f[6] == false then
+      bury(key, id, 'no task hash for this id (or one without type, params and attempt)')
+    elseif f[6] and (not string.match(f[6], '^%d+$') or #f[6] > 9) then
+      bury(key, id, 'attempt is not a whole number')
     else
-      local f = redis.call('HMGET', key, 'type', 'params', 'retry_count', 'max_retries',
-        'enqueue_time', 'attempt')
-      local attempt = f[6] or '0'
-      if not string.match(attempt, '^%d+$') or #attempt > 15 then
-        bury(key, id, 'attempt is not a whole number')
-      else
-        attempt = redis.call('HINCRBY', key, 'attempt', 1)
-        redis.call('HSET', key, 'state', 'pending', 'started_at', now)
-        redis.call('ZADD', KEYS[2], now + lease, id)
-        reply[#reply + 1] = {id, attempt, f[1] or '', f[2] or '', f[3] or '0', f[4] or '',
-          f[5] or ''}
-      end
+      local attempt = tonumber(f[6] or '0') + 1
+      redis.call('HSET', key, 'attempt', attempt, 'state', 'pending', 'started_at', now)
+      leases[#leases + 1] = now + lease
+      leases[#leases + 1] = id
+      reply[#reply + 1] = {id, attempt, f[1] or '', f[2] or '', f[3] or '0', f[4] or '',
+        f[5] or ''}
     end
+  end
+  for i = 1, #leases, 1000 do  -- unpack in slices: Lua's C stack is bounded
+    redis.call('ZADD', KEYS[2], unpack(leases, i, math.min(i + 999, #leases)))
   end
 end
 

@@ -15,12 +15,13 @@ local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local ttl = tonumber(ARGV[1])
 local refused = {}
+local done = {}
 for i = 2, #ARGV, 3 do
   local id = ARGV[i]
   local key = KEYS[2] .. id
   local f = redis.call('HMGET', key, 'attempt', 'state', 'periodic', 'type')
   if f[1] == ARGV[i + 1] and f[2] == 'pending' then
-    redis.call('ZREM', KEYS[1], id)
+    done[#done + 1] = id
     redis.call('HSET', key, 'state', 'succeeded', 'result', ARGV[i + 2], 'finished_at', now)
     redis.call('PEXPIRE', key, ttl)
     if f[3] == '1' then
@@ -29,5 +30,8 @@ for i = 2, #ARGV, 3 do
   else
     refused[#refused + 1] = id
   end
+end
+for i = 1, #done, 1000 do  -- unpack in slices: Lua's C stack is bounded
+  redis.call('ZREM', KEYS[1], unpack(done, i, math.min(i + 999, #done)))
 end
 return refused
