@@ -7,6 +7,7 @@
 """
 
 from .config import Settings, configure, settings
+from .dead import DeadTask, adead_tasks, aretry_dead, dead_tasks, retry_dead
 from .enqueue import aenqueue_many, enqueue_many
 from .errors import (
     ConfigurationError,
@@ -25,6 +26,7 @@ from .task import Task, TaskNotFound, TaskState
 __all__ = [
     "ConfigurationError",
     "CulexError",
+    "DeadTask",
     "Job",
     "JobFailure",
     "JobRegistry",
@@ -39,11 +41,15 @@ __all__ = [
     "TaskFailed",
     "TaskNotFound",
     "TaskState",
+    "adead_tasks",
     "aenqueue_many",
+    "aretry_dead",
     "configure",
+    "dead_tasks",
     "enqueue_many",
     "months",
     "register_type",
     "registry",
+    "retry_dead",
     "settings",
 ]

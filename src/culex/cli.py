@@ -1,5 +1,5 @@
-"""The ``culex`` command: run a runner, manage the embedded server, look at queues and
-periodic jobs, demo."""
+"""The ``culex`` command: run a runner, manage the embedded server, look at queues,
+periodic jobs and dead tasks (and retry them), demo."""
 
 from __future__ import annotations
 
@@ -8,10 +8,15 @@ import importlib
 import importlib.util
 import sys
 from collections.abc import Sequence
+from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import config, logs
 from .errors import CulexError
+
+if TYPE_CHECKING:
+    from .dead import DeadTask
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -57,6 +62,21 @@ def _parser() -> argparse.ArgumentParser:
     periodic.add_argument("words", nargs="+", metavar="[trigger NAME] MODULE")
     periodic.add_argument("--redis-url", help="redis://... (default: the embedded server)")
     periodic.set_defaults(command=_periodic)
+
+    dead = commands.add_parser(
+        "dead",
+        help="a queue's dead tasks; retry puts them back in waiting",
+        usage="culex dead QUEUE [--limit N], or culex dead retry QUEUE (ID ... | --all)",
+    )
+    dead.add_argument("words", nargs="+", metavar="[retry] QUEUE [ID ...]")
+    dead.add_argument("--all", action="store_true", help="retry: every dead task of QUEUE")
+    dead.add_argument(
+        "--limit",
+        type=int,
+        help="how many to show (default 50); retry --all: how many to retry, oldest first",
+    )
+    dead.add_argument("--redis-url", help="redis://... (default: the embedded server)")
+    dead.set_defaults(command=_dead)
 
     demo = commands.add_parser("demo", help="enqueue example jobs and run them, then exit")
     demo.set_defaults(command=_demo)
@@ -150,6 +170,55 @@ def _periodic(args: argparse.Namespace) -> int:
     for line in [dict(zip(columns, columns, strict=True)), *rows]:
         print("  ".join(line[c].ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
     return 0
+
+
+def _dead(args: argparse.Namespace) -> int:
+    from . import dead
+
+    settings = config.settings(**({"redis_url": args.redis_url} if args.redis_url else {}))
+    retrying = args.words[0] == "retry" and len(args.words) > 1
+    queue, *ids = args.words[1:] if retrying else args.words
+    if (ids and not retrying) or (retrying and bool(ids) == args.all):
+        raise CulexError("usage: culex dead QUEUE, or culex dead retry QUEUE (ID ... | --all)")
+    try:
+        if retrying:
+            outcome = dead.retry(queue, ids or None, args.limit, settings=settings)
+        else:
+            tasks = dead.dead_tasks(
+                queue, 50 if args.limit is None else args.limit, settings=settings
+            )
+    except (TypeError, ValueError) as exc:
+        raise CulexError(str(exc)) from None
+    if retrying:
+        print(f"put {len(outcome.retried)} dead task(s) of {queue} back in waiting")
+        if outcome.skipped:
+            print(f"skipped (not dead, or its record expired): {' '.join(outcome.skipped)}")
+        return 0
+    _show_dead(tasks, queue)
+    return 0
+
+
+def _show_dead(tasks: list[DeadTask], queue: str) -> None:
+    if not tasks:
+        print(f"no dead tasks in {queue}")
+        return
+    columns = ("id", "type", "died at", "attempts", "reason")
+    cells = [(t.id, t.type, _local(t.died_at), str(t.attempt), _line(t.error)) for t in tasks]
+    rows = [dict(zip(columns, row, strict=True)) for row in cells]
+    widths = [max([len(c), *(len(row[c]) for row in rows)]) for c in columns]
+    for line in [dict(zip(columns, columns, strict=True)), *rows]:
+        print("  ".join(line[c].ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
+
+
+def _local(moment: datetime) -> str:
+    return moment.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _line(reason: str, width: int = 80) -> str:
+    """A reason shortened to one line."""
+    lines = reason.strip().splitlines() or [""]
+    line = lines[0] + (" ..." if len(lines) > 1 else "")
+    return line if len(line) <= width else line[: width - 3] + "..."
 
 
 def _demo(args: argparse.Namespace) -> int:

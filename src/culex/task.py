@@ -116,6 +116,11 @@ class Task:
             yield pause if left is None else min(pause, left)
             pause = min(pause * 2, _LAST_POLL)
 
+    def _retry_flow(self) -> Flow:
+        keys = queue_keys(config.settings().prefix, self.queue)
+        reply = yield operations.retry_dead(keys, [self.id])
+        return bool(reply.retried)
+
     def state(self) -> TaskState | None:
         """The task's state now; None when it has no record (expired or never existed)."""
         return run_sync(self._state_flow(), self.url)  # type: ignore[no-any-return]
@@ -136,6 +141,14 @@ class Task:
 
     async def aresult(self, timeout: float | None = None) -> Any:
         return await run_async(self._result_flow(timeout), self.url)
+
+    def retry(self) -> bool:
+        """Put the task back in waiting if it is dead, with its retries restored (it runs
+        after the tasks already waiting). False: it was not dead, or its record expired."""
+        return run_sync(self._retry_flow(), self.url)  # type: ignore[no-any-return]
+
+    async def aretry(self) -> bool:
+        return await run_async(self._retry_flow(), self.url)  # type: ignore[no-any-return]
 
 
 def run_sync(flow: Flow, url: str | None = None) -> Any:

@@ -348,3 +348,68 @@ def read_periodic(keys: QueueKeys, job_type: str) -> Call[dict[str, str]]:
 def server_time() -> Call[int]:
     """The server's clock in ms: the one clock periodic slots are computed from."""
     return Call((), ("TIME",), lambda reply: int(reply[0]) * 1000 + int(reply[1]) // 1000)
+
+
+# -- dead tasks: list them, put them back -------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RetryReply:
+    """What retry_dead did: the ids put back in waiting, and the ids it skipped."""
+
+    retried: list[str]
+    skipped: list[str]
+
+
+def _parse_retry(reply: list[list[bytes]]) -> RetryReply:
+    return RetryReply(_parse_ids(reply[0]), _parse_ids(reply[1]))
+
+
+def retry_dead(keys: QueueKeys, ids: Sequence[str]) -> Call[RetryReply]:
+    """Put these dead tasks back in waiting; ids that are not dead are skipped."""
+    if not ids:  # no ids would mean "the oldest in dead" to the script
+        raise ValueError("retry_dead needs at least one id (see retry_oldest_dead)")
+    return Call(
+        (keys.dead, keys.waiting, keys.signal, keys.task_prefix),
+        (len(ids), *ids),
+        _parse_retry,
+        scripts.RETRY_DEAD,
+    )
+
+
+def retry_oldest_dead(keys: QueueKeys, limit: int) -> Call[RetryReply]:
+    """Put the oldest ``limit`` dead tasks back in waiting."""
+    return Call(
+        (keys.dead, keys.waiting, keys.signal, keys.task_prefix),
+        (limit,),
+        _parse_retry,
+        scripts.RETRY_DEAD,
+    )
+
+
+def dead_ids(keys: QueueKeys, *, limit: int, offset: int = 0) -> Call[list[tuple[str, int]]]:
+    """(id, time of death in ms) of dead tasks, newest first, from ``offset`` on."""
+
+    def parse(reply: list[bytes]) -> list[tuple[str, int]]:
+        return [(text(reply[i]), int(float(reply[i + 1]))) for i in range(0, len(reply), 2)]
+
+    return Call((), ("ZRANGE", keys.dead, offset, offset + limit - 1, "REV", "WITHSCORES"), parse)
+
+
+DEAD_FIELDS = ("type", "last_error", "retry_count", "attempt", "finished_at")
+
+
+def read_dead(keys: QueueKeys, task_id: str) -> Call[dict[str, str]]:
+    """The fields of a dead task that a listing shows ({} when its hash has expired).
+
+    Send one per id with ``run_many``: a page of the dead set in one round trip."""
+
+    def parse(reply: list[bytes | None]) -> dict[str, str]:
+        return {name: text(v) for name, v in zip(DEAD_FIELDS, reply, strict=True) if v is not None}
+
+    return Call((), ("HMGET", keys.task(task_id), *DEAD_FIELDS), parse)
+
+
+def dead_count(keys: QueueKeys) -> Call[int]:
+    """How many ids the dead set holds."""
+    return Call((), ("ZCARD", keys.dead), int)

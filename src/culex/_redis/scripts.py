@@ -33,5 +33,6 @@ HEARTBEAT = Script.load("heartbeat")
 RELEASE = Script.load("release")
 RECLAIM = Script.load("reclaim")
 SCHEDULE = Script.load("schedule")
+RETRY_DEAD = Script.load("retry_dead")
 
-ALL = (ENQUEUE, CLAIM, COMPLETE, FAIL, HEARTBEAT, RELEASE, RECLAIM, SCHEDULE)
+ALL = (ENQUEUE, CLAIM, COMPLETE, FAIL, HEARTBEAT, RELEASE, RECLAIM, SCHEDULE, RETRY_DEAD)

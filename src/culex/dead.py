@@ -1,0 +1,195 @@
+"""Dead tasks: list them, and put them back in waiting to run again.
+
+A dead task is kept ``failed_job_ttl`` in its queue's dead set. Retrying it (one script,
+``retry_dead.lua``) moves it to the back of waiting with its retries restored; its attempt
+number is kept, so a report from a run before its death is still refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from . import config
+from ._redis import operations
+from ._redis.keys import QueueKeys, check_queue_name, queue_keys
+from ._redis.operations import RetryReply
+from .task import Flow, check_id, run_async, run_sync
+
+# Ids per retry script: a long retry is cut into scripts that other clients can run between.
+CHUNK = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class DeadTask:
+    """A task in a queue's dead set, as :func:`dead_tasks` reads it."""
+
+    id: str
+    queue: str
+    type: str
+    error: str  # its last_error: why it died
+    died_at: datetime  # aware, UTC
+    retry_count: int
+    attempt: int
+
+
+def dead_tasks(
+    queue: str, limit: int = 50, *, offset: int = 0, settings: config.Settings | None = None
+) -> list[DeadTask]:
+    """The dead tasks of ``queue``, newest first: ``limit`` of them from ``offset`` on.
+
+    Ids whose record has already expired are left out (they can never run again)."""
+    settings = settings or config.settings()
+    flow = _list_flow(queue, limit, offset, settings)
+    return run_sync(flow, settings.redis_url)  # type: ignore[no-any-return]
+
+
+async def adead_tasks(
+    queue: str, limit: int = 50, *, offset: int = 0, settings: config.Settings | None = None
+) -> list[DeadTask]:
+    """The async twin of :func:`dead_tasks`."""
+    settings = settings or config.settings()
+    flow = _list_flow(queue, limit, offset, settings)
+    return await run_async(flow, settings.redis_url)  # type: ignore[no-any-return]
+
+
+def retry_dead(
+    queue: str,
+    ids: Iterable[str] | None = None,
+    limit: int = 1000,
+    *,
+    settings: config.Settings | None = None,
+) -> list[str]:
+    """Put dead tasks of ``queue`` back in waiting; returns the ids that went back.
+
+    ``ids=None``: the oldest ``limit`` dead tasks (``limit`` is used only then). A given id
+    that is not dead (or whose record expired) is skipped. Each retried task gets its
+    ``max_retries`` again and runs after the tasks already waiting."""
+    _check_count(limit, "limit", positive=True)  # None (every one) is for dead.retry only
+    return retry(queue, ids, limit, settings=settings).retried
+
+
+async def aretry_dead(
+    queue: str,
+    ids: Iterable[str] | None = None,
+    limit: int = 1000,
+    *,
+    settings: config.Settings | None = None,
+) -> list[str]:
+    """The async twin of :func:`retry_dead`."""
+    _check_count(limit, "limit", positive=True)
+    settings = settings or config.settings()
+    flow = _retry_flow(queue, ids, limit, settings)
+    reply: RetryReply = await run_async(flow, settings.redis_url)
+    return reply.retried
+
+
+def retry(
+    queue: str,
+    ids: Iterable[str] | None,
+    limit: int | None,
+    *,
+    settings: config.Settings | None = None,
+) -> RetryReply:
+    """As :func:`retry_dead`, with the skipped ids too (``culex dead retry`` shows them).
+    ``limit=None`` with ``ids=None``: every task in dead when the call starts."""
+    settings = settings or config.settings()
+    flow = _retry_flow(queue, ids, limit, settings)
+    return run_sync(flow, settings.redis_url)  # type: ignore[no-any-return]
+
+
+def _retry_flow(
+    queue: str, ids: Iterable[str] | None, limit: int | None, settings: config.Settings
+) -> Flow:
+    """Retry dead tasks (arguments as in :func:`retry`); the flow's value is a RetryReply.
+    The arguments are checked here, before any I/O."""
+    keys = queue_keys(settings.prefix, check_queue_name(queue))
+    if limit is not None:
+        _check_count(limit, "limit", positive=True)
+    if ids is None:
+        return _retry_oldest(keys, limit)
+    return _retry_these(keys, list(dict.fromkeys(_checked_ids(ids))))  # each id once
+
+
+def _retry_these(keys: QueueKeys, ids: list[str]) -> Flow:
+    if not ids:
+        return RetryReply([], [])
+    chunks = [ids[i : i + CHUNK] for i in range(0, len(ids), CHUNK)]
+    return _merged((yield [operations.retry_dead(keys, chunk) for chunk in chunks]))
+
+
+def _retry_oldest(keys: QueueKeys, limit: int | None) -> Flow:
+    if limit is not None and limit <= CHUNK:
+        return _merged([(yield operations.retry_oldest_dead(keys, limit))])
+    # Never more than dead holds at the start: tasks that die again meanwhile are not chased.
+    left = yield operations.dead_count(keys)
+    if limit is not None:
+        left = min(left, limit)
+    replies: list[RetryReply] = []
+    while left > 0:
+        reply = yield operations.retry_oldest_dead(keys, min(left, CHUNK))
+        replies.append(reply)
+        if not reply.retried:  # nothing left to retry (or only ids that are not dead)
+            break
+        left -= len(reply.retried) + len(reply.skipped)
+    return _merged(replies)
+
+
+def _list_flow(queue: str, limit: int, offset: int, settings: config.Settings) -> Flow:
+    """Read a page of the dead set (arguments as in :func:`dead_tasks`), checked first."""
+    keys = queue_keys(settings.prefix, check_queue_name(queue))
+    _check_count(limit, "limit", positive=True)
+    _check_count(offset, "offset", positive=False)
+    return _list(keys, limit, offset)
+
+
+def _list(keys: QueueKeys, limit: int, offset: int) -> Flow:
+    listed = yield operations.dead_ids(keys, limit=limit, offset=offset)
+    if not listed:
+        return []
+    fields = yield [operations.read_dead(keys, task_id) for task_id, _ in listed]
+    tasks: list[DeadTask] = []
+    for (task_id, died_ms), found in zip(listed, fields, strict=True):
+        if isinstance(found, Exception):
+            raise found
+        if found:  # {}: the record expired; the id only waits to be trimmed from dead
+            tasks.append(_record(keys.name, task_id, died_ms, found))
+    return tasks
+
+
+def _record(queue: str, task_id: str, died_ms: int, fields: dict[str, str]) -> DeadTask:
+    return DeadTask(
+        id=task_id,
+        queue=queue,
+        type=fields.get("type", ""),
+        error=fields.get("last_error", ""),
+        died_at=datetime.fromtimestamp(died_ms / 1000, UTC),
+        retry_count=operations.number(fields.get("retry_count")),
+        attempt=operations.number(fields.get("attempt")),
+    )
+
+
+def _merged(replies: list[Any]) -> RetryReply:
+    retried: list[str] = []
+    skipped: dict[str, None] = {}  # an id left in dead may be seen by two chunks
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+        retried += reply.retried
+        skipped.update(dict.fromkeys(reply.skipped))
+    return RetryReply(retried, list(skipped))
+
+
+def _checked_ids(ids: Iterable[str]) -> list[str]:
+    if isinstance(ids, str | bytes) or not isinstance(ids, Iterable):
+        raise TypeError(f"ids must be a list of task ids, got {type(ids).__name__}")
+    return [check_id(task_id) for task_id in ids]
+
+
+def _check_count(value: object, name: str, *, positive: bool) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < (1 if positive else 0):
+        raise ValueError(f"{name} must be {'> 0' if positive else '>= 0'}, got {value}")
