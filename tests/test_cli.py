@@ -139,9 +139,16 @@ def test_unknown_module_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_demo_shows_success_retry_and_delay(r: redis.Redis) -> None:
-    done = subprocess.run(culex_command("demo"), capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    log = done.stderr
+    done = subprocess.run(
+        culex_command("demo"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,  # one stream, as a terminal shows it
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout
+    log = done.stdout
+    assert log.rstrip().endswith("stop it with: culex server stop")  # after the runner's lines
     assert "[WelcomeJob] welcome, newcomer!" in log
     assert "will run again in 00:00:01" in log
     assert "[FlakyJob] worked on attempt 2" in log

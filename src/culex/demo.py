@@ -10,6 +10,7 @@ import logging
 from datetime import timedelta
 
 import culex
+from culex import logs
 
 logger = logging.getLogger("culex")
 
@@ -70,5 +71,6 @@ async def _show() -> None:
 def main() -> int:
     culex.configure(successful_job_ttl=60)
     asyncio.run(_show())
+    logs.flush_all()  # the runner's last lines first (culex run writes them in batches)
     print("\nThe demo ran on the embedded server; stop it with: culex server stop")
     return 0
