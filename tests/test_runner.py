@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pytest
 import redis
 
 import culex
+from culex._redis import connection
+from culex._redis.client import AsyncDriver
 from culex._redis.keys import queue_keys
+from culex._redis.operations import Call, ClaimReply
 
 from .conftest import running
 
@@ -311,6 +315,36 @@ async def test_idle_runner_wakes_on_new_work_without_waiting_idle_wait(r: redis.
         await asyncio.sleep(0.2)  # the runner is now blocked waiting for a signal
         task = await OrderJob(n=7).aenqueue()
         assert await task.aresult(timeout=5) == 7
+
+
+async def test_an_idle_runner_claims_in_the_same_round_trip_as_its_wake_up(
+    r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The claim rides behind the blocking wait: the server runs it as the wait ends."""
+    exchanges: list[tuple[list[str], list[object]]] = []  # what was sent, what came back
+
+    class Recording(AsyncDriver):
+        async def run_many(self, calls: Sequence[Call[Any]]) -> list[Any]:
+            replies: list[Any] = []
+            exchanges.append(
+                ([c.script.name if c.script else str(c.args[0]) for c in calls], replies)
+            )
+            replies += await super().run_many(calls)
+            return replies
+
+    monkeypatch.setattr(connection, "new_async_driver", Recording)
+    culex.configure(idle_wait=30)
+    async with running(culex.Runner(run_from=["order"])):
+        while not any(words[0] == "BLPOP" for words, _ in exchanges):  # noqa: ASYNC110
+            await asyncio.sleep(0.01)  # (the runner waits once it found the queue empty)
+        task = await OrderJob(n=8).aenqueue()
+        assert await task.aresult(timeout=5) == 8
+    took = [
+        words
+        for words, replies in exchanges
+        if any(isinstance(x, ClaimReply) and any(t.id == task.id for t in x.tasks) for x in replies)
+    ]
+    assert took == [["BLPOP", "claim"]]
 
 
 async def test_graceful_stop_hands_running_tasks_back(r: redis.Redis) -> None:

@@ -35,6 +35,7 @@ class Settings:
     max_payload_bytes: int = 512 * 1024
     durable_enqueue: bool = False  # enqueue returns once the server has fsynced the task
     allow_eviction: bool = False  # run even if maxmemory-policy may evict queue keys
+    busy_poll: float = 0.00005  # a wait for a reply polls this long before it sleeps
 
     @property
     def successful_job_ttl_ms(self) -> int:
@@ -67,6 +68,12 @@ def seconds(value: object, name: str, *, minimum: float = 0.0) -> float:
 def _positive_int(value: object, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigurationError(f"{name} must be a whole number >= 1, got {value!r}")
+    return value
+
+
+def _at_most(value: float, most: float, name: str) -> float:
+    if value > most:
+        raise ConfigurationError(f"{name} must be at most {most} s, got {value}")
     return value
 
 
@@ -121,6 +128,7 @@ _CHECKS: dict[str, Callable[[object, str], Any]] = {
     "max_payload_bytes": _positive_int,
     "durable_enqueue": _flag,
     "allow_eviction": _flag,
+    "busy_poll": lambda v, n: _at_most(seconds(v, n), 0.01, n),
 }
 
 

@@ -26,6 +26,8 @@ from .task import Task, run_async, run_sync
 logger = logging.getLogger("culex")
 
 _MISSING: Any = object()
+# Made once: json.dumps with non-default options builds an encoder on every call.
+_PARAMS_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 
 def snake_case(name: str) -> str:
@@ -225,7 +227,7 @@ class Job:
     def params_json(self) -> str:
         """The params as the JSON object stored in the task hash."""
         encoded = {name: p.codec.encode(getattr(self, name)) for name, p in self.params_.items()}
-        return json.dumps(encoded, separators=(",", ":"), ensure_ascii=False)
+        return _PARAMS_JSON.encode(encoded)
 
 
 class QueuedJob(Job):

@@ -9,6 +9,7 @@ held task (culex.lease), so a task that blocks the loop does not lose its lease.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import signal
@@ -21,7 +22,8 @@ from . import config, logs
 from ._redis import connection, operations
 from ._redis.client import AsyncDriver
 from ._redis.keys import QueueKeys, queue_keys
-from ._redis.operations import Call, Claimed
+from ._redis.operations import Call, Claimed, ClaimReply
+from ._redis.spin import SpinningSelector
 from .errors import ConfigurationError, ServerError, ServerUnavailable
 from .execution import Outcome, attempt, decode, task_name
 from .job import Job, JobRegistry, registry
@@ -39,6 +41,10 @@ SHORT_SLEEP = 0.005  # a task due sooner than this is waited for without a block
 # ends this much early on the loop's timer, and the rest is slept precisely.
 TIMER_GRAIN = 0.001
 HELPER_STOP_TIMEOUT = 5.0  # seconds a helper loop may take to stop
+# A stopping runner waits this long at most for its blocking wait to end (idle_wait, plus
+# the server's timer grain); past it, the wait is cut, and a task its claim took comes back
+# when the lease ends.
+SETTLE_LIMIT = 1.0
 
 
 class Runner:
@@ -71,11 +77,12 @@ class Runner:
         self._reports: list[Outcome] = []
         self._report_ready = asyncio.Event()
         self._slot_freed = asyncio.Event()
+        self._reserved = 0  # slots held for a claim pipelined behind the blocking wait
         self._driver: AsyncDriver | None = None
         self._keeper: LeaseKeeper | None = None
         self._pool = ThreadPoolExecutor(self.settings.concurrency, thread_name_prefix="culex")
         self._signals = 0
-        self._waiter: asyncio.Future[bool] | None = None  # the blocking wait for a signal
+        self._waiter: asyncio.Future[list[Any]] | None = None  # the blocking wait for a signal
         self._stopped: asyncio.Future[Any] | None = None  # done once a stop is asked
         self._closing = False  # set once the claim loop and grace period are over
         self._failures = 0
@@ -85,8 +92,16 @@ class Runner:
     # -- starting and stopping ------------------------------------------------------
 
     def run(self) -> None:
-        """Run until SIGINT/SIGTERM (or :meth:`stop`), then stop gracefully."""
-        asyncio.run(self.arun(handle_signals=True))
+        """Run until SIGINT/SIGTERM (or :meth:`stop`), then stop gracefully.
+
+        The loop is culex's own: its selector polls briefly before it sleeps
+        (``busy_poll``, culex._redis.spin), so replies are taken as they arrive.
+        """
+        busy_poll = self.settings.busy_poll
+        with asyncio.Runner(
+            loop_factory=lambda: asyncio.SelectorEventLoop(SpinningSelector(busy_poll))
+        ) as runner:
+            runner.run(self.arun(handle_signals=True))
 
     def stop(self) -> None:
         """Ask the runner to stop: no more claims; running tasks finish or go back."""
@@ -119,6 +134,7 @@ class Runner:
             helpers.append(asyncio.create_task(schedule, name="culex-periodic"))
         try:
             await self._claim_loop()
+            await self._settle_waiter()
             await self._finish()
         finally:
             for future in (self._waiter, self._stopped):
@@ -215,7 +231,7 @@ class Runner:
         signals = [k.signal for k in keys]
         turn = 0
         while not self._stopping.is_set():
-            free = self.settings.concurrency - len(self._running)
+            free = self.settings.concurrency - len(self._running) - self._reserved
             if free <= 0:
                 self._slot_freed.clear()
                 await self._until(self._slot_freed.wait())
@@ -224,8 +240,12 @@ class Runner:
             order = keys[turn:] + keys[:turn]
             turn = (turn + 1) % len(keys)
             claimed, due_in = await self._claim(order, free)
-            if claimed == 0 and not self._stopping.is_set():
-                await self._wait_for_work(signals, due_in)
+            if claimed:
+                await asyncio.sleep(0)  # the tasks just started run before the next claim
+            # Fewer than asked: every queue was emptied, so claiming again at once would
+            # only cost a round trip. A task enqueued since leaves a wake-up token.
+            if claimed < free and not self._stopping.is_set():
+                await self._wait_for_work(signals, order[0], due_in)
 
     async def _claim(self, order: list[QueueKeys], free: int) -> tuple[int, float | None]:
         """Claim up to ``free`` tasks; returns how many, and when the next task is due (s)."""
@@ -235,15 +255,8 @@ class Runner:
         for keys in order:
             if keys.name in self._unhealthy and self._unhealthy[keys.name][0] > now:
                 continue
-            call = operations.claim(
-                keys,
-                limit=free - total,
-                lease_ms=self.settings.lease_ms,
-                promote_limit=PROMOTE_LIMIT,
-                dead_ttl_ms=self.settings.failed_job_ttl_ms,
-            )
             try:
-                reply = await self._driver_run(call)
+                reply = await self._driver_run(self._claim_call(keys, free - total))
             except ServerUnavailable as exc:
                 logger.warning("%s", exc)
                 return 0, self._pause()
@@ -261,6 +274,15 @@ class Runner:
                 break
         return total, due_in
 
+    def _claim_call(self, keys: QueueKeys, limit: int) -> Call[ClaimReply]:
+        return operations.claim(
+            keys,
+            limit=limit,
+            lease_ms=self.settings.lease_ms,
+            promote_limit=PROMOTE_LIMIT,
+            dead_ttl_ms=self.settings.failed_job_ttl_ms,
+        )
+
     def _sick(self, queue: str, exc: ServerError) -> None:
         """A queue whose keys the server refuses is skipped with back-off, never deleted."""
         _, strikes = self._unhealthy.get(queue, (0.0, 0))
@@ -274,7 +296,9 @@ class Runner:
         self._failures = 0
         return result
 
-    async def _wait_for_work(self, signals: list[str], due_in: float | None) -> None:
+    async def _wait_for_work(
+        self, signals: list[str], first: QueueKeys, due_in: float | None
+    ) -> None:
         """Block until a queue is signalled, idle_wait passes, or a scheduled task is due.
 
         The blocking wait stays in flight when a due task wakes the runner first, and the
@@ -289,8 +313,7 @@ class Runner:
             _sleep_until(deadline)
             return
         if self._waiter is None:
-            wait = operations.wait_signal(signals, self.settings.idle_wait)
-            self._waiter = asyncio.ensure_future(self._driver.run(wait))
+            self._waiter = self._new_waiter(signals, first)
         waiter = self._waiter
         if self._stopped is None:  # one future for the whole run, not one per wait
             self._stopped = asyncio.ensure_future(self._stopping.wait())
@@ -302,12 +325,55 @@ class Runner:
             _sleep_until(deadline)
             return  # a scheduled task is due; the wait goes on in the background
         self._waiter = None
-        exc = waiter.exception()
+        exc = waiter.exception() or waiter.result()[0]
         if isinstance(exc, ServerError):
             logger.warning("waiting for work failed: %s", exc)
             await asyncio.sleep(self._pause())
-        elif exc is not None:
+        elif isinstance(exc, BaseException):
             raise exc
+
+    def _new_waiter(self, signals: list[str], first: QueueKeys) -> asyncio.Future[list[Any]]:
+        """The blocking wait, with a claim of one task of ``first`` pipelined behind it.
+
+        The server runs the claim the moment the wait ends (a blocked client's next
+        command waits in its buffer), so a task enqueued for an idle runner is claimed
+        without a second round trip. The claim's slot is reserved while the wait is in
+        flight, and only when two are free: a due task may need one meanwhile.
+        """
+        assert self._driver is not None
+        calls: list[Call[Any]] = [operations.wait_signal(signals, self.settings.idle_wait)]
+        free = self.settings.concurrency - len(self._running) - self._reserved
+        pipelined = free >= 2 and first.name not in self._unhealthy
+        if pipelined:
+            calls.append(self._claim_call(first, 1))
+            self._reserved += 1
+        waiter = asyncio.ensure_future(self._driver.run_many(calls))
+        if pipelined:
+            waiter.add_done_callback(functools.partial(self._woken, first.name))
+        return waiter
+
+    def _woken(self, queue: str, waiter: asyncio.Future[list[Any]]) -> None:
+        """Start what the claim behind the wait took, as soon as its reply is in."""
+        self._reserved -= 1
+        self._slot_freed.set()
+        if waiter.cancelled() or waiter.exception() is not None:
+            return
+        reply = waiter.result()[1]
+        if isinstance(reply, ServerUnavailable):
+            logger.warning("%s", reply)
+        elif isinstance(reply, ServerError):
+            self._sick(queue, reply)
+        else:
+            self._unhealthy.pop(queue, None)
+            for claimed in reply.tasks:
+                self._start(claimed)
+
+    async def _settle_waiter(self) -> None:
+        """On stop, let a wait in flight end (at idle_wait) rather than close its
+        connection: the claim behind it may have taken a task, which then runs or is
+        handed back with the others instead of waiting out its lease."""
+        if self._waiter is not None and not self._waiter.done():
+            await asyncio.wait([self._waiter], timeout=SETTLE_LIMIT)
 
     async def _until(self, awaitable: Any) -> None:
         """Await ``awaitable``, but give up on it as soon as a stop is asked."""

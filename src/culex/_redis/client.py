@@ -90,10 +90,14 @@ def _settle(calls: Sequence[Call[Any]], replies: list[Any], where: str) -> list[
 
 
 class SyncDriver:
-    """Sends calls over blocking connections (safe to share between threads)."""
+    """Sends calls over blocking connections (safe to share between threads).
 
-    def __init__(self, url: str) -> None:
+    ``busy_poll``: seconds a wait for a reply polls before it blocks (culex._redis.spin).
+    """
+
+    def __init__(self, url: str, busy_poll: float = 0.0) -> None:
         self.address = Address.parse(url)
+        self.busy_poll = busy_poll
         self.where = url
         self._idle: deque[SyncConnection] = deque()  # append/pop are atomic: no lock needed
         self._pid = os.getpid()
@@ -134,7 +138,7 @@ class SyncDriver:
                     conn.close()
                     conn = None
             if conn is None:
-                conn = SyncConnection(self.address)
+                conn = SyncConnection(self.address, busy_poll=self.busy_poll)
                 replies = conn.exchange(packed, len(calls))
         except OSError as exc:
             if conn is not None:

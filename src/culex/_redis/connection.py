@@ -30,11 +30,12 @@ def resolve_url(url: str | None) -> str:
 
 def sync_driver(url: str | None = None) -> SyncDriver:
     """A blocking driver for ``url`` (default: the configured server)."""
-    named = url if url is not None else config.settings().redis_url
+    settings = config.settings()
+    named = url if url is not None else settings.redis_url
     key = (os.getpid(), named or "")
     driver = _sync.get(key)
     if driver is None:
-        driver = _sync[key] = SyncDriver(resolve_url(named))
+        driver = _sync[key] = SyncDriver(resolve_url(named), settings.busy_poll)
     return driver
 
 
@@ -60,7 +61,8 @@ async def _close_with_loop(driver: AsyncDriver) -> AsyncIterator[None]:
 
 
 def new_sync_driver(url: str) -> SyncDriver:
-    """A blocking driver of its own (a runner's heartbeat thread)."""
+    """A blocking driver of its own (a runner's heartbeat thread: it never spins, since a
+    spinning thread would hold the GIL that the runner's loop needs)."""
     return SyncDriver(url)
 
 

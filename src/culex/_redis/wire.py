@@ -23,9 +23,9 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import hiredis
 
 from ..errors import ConfigurationError
+from .spin import Spinner, receive
 
 CONNECT_TIMEOUT = 10.0  # seconds
-READ_SIZE = 65536
 
 
 class ReplyError(Exception):
@@ -123,7 +123,9 @@ def _check_handshake(replies: list[Any], address: Address) -> None:
 class SyncConnection:
     """A blocking connection; one exchange at a time."""
 
-    def __init__(self, address: Address, timeout: float | None = None) -> None:
+    def __init__(
+        self, address: Address, timeout: float | None = None, busy_poll: float = 0.0
+    ) -> None:
         if address.path is not None:
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             sock.settimeout(CONNECT_TIMEOUT if timeout is None else timeout)
@@ -143,6 +145,9 @@ class SyncConnection:
         sock.settimeout(timeout)
         self._sock = sock
         self._reader = new_reader()
+        # culex.spin: poll before blocking, where a socket allows it
+        plain = timeout is None and not address.tls
+        self._spinner = Spinner(busy_poll if plain else 0.0)
         commands = address.handshake()
         if commands:
             try:
@@ -159,7 +164,7 @@ class SyncConnection:
         while len(replies) < count:
             reply = reader.gets()
             if reply is False:
-                data = self._sock.recv(READ_SIZE)
+                data = receive(self._sock, self._spinner)
                 if not data:
                     raise ConnectionError("the server closed the connection")
                 reader.feed(data)
