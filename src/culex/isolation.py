@@ -7,16 +7,16 @@ the limit. The child is forked, so the job object and its class need no pickling
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 from collections.abc import Callable
-from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
 from .errors import JobFailure
 from .serialization import encode_result
 
 if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+
     from .job import Job
 
 
@@ -33,6 +33,8 @@ def run_in_process(job: Job, run: Callable[[Job], Any], timeout: float | None) -
 
     Raises TimeoutError (the child was killed), JobFailure, ChildRaised or ChildDied.
     """
+    import multiprocessing  # here, not at the top: most runners never use it (its memory)
+
     context = multiprocessing.get_context("fork")
     receive, send = context.Pipe(duplex=False)
     child = context.Process(target=_child, args=(job, run, send), daemon=True)

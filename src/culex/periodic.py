@@ -14,10 +14,7 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
-from typing import Any, ClassVar, Protocol
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
-from cronsim import CronSim, CronSimError
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from . import config
 from ._redis import connection, operations
@@ -27,6 +24,12 @@ from ._redis.operations import Call, Scheduled
 from .errors import ConfigurationError, ServerError
 from .job import Job, JobRegistry, registry
 from .task import Task, new_id
+
+if TYPE_CHECKING:
+    from cronsim import CronSim
+
+# zoneinfo and cronsim are imported where they are used: a runner without cron jobs or time
+# zones does not carry them (bench/README.md, RSS).
 
 logger = logging.getLogger("culex")
 
@@ -123,6 +126,8 @@ class Cron:
     tz: tzinfo
 
     def around(self, now_ms: int) -> tuple[int | None, int | None]:
+        from cronsim import CronSim
+
         now = instant(now_ms)
         # cronsim's reverse iteration starts one tick before where it is put: one second
         # after now, so that a slot at exactly now counts as current.
@@ -264,6 +269,8 @@ def _zone(name: str, timezone: object) -> tzinfo:
         return UTC
     if not isinstance(timezone, str):
         raise TypeError(f'{name}.timezone must be a name like "Europe/Berlin", got {timezone!r}')
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
     try:
         return ZoneInfo(timezone)
     except (ZoneInfoNotFoundError, ValueError):
@@ -275,6 +282,8 @@ def _cron(name: str, expr: object, tz: tzinfo) -> Cron:
         raise TypeError(
             f"{name}.cron must have five fields (minute hour day month weekday), got {expr!r}"
         )
+    from cronsim import CronSim, CronSimError
+
     try:
         slots = CronSim(expr, datetime.now(tz))
     except CronSimError as exc:

@@ -6,9 +6,13 @@ Each script is sent by its SHA-1 (EVALSHA); a server that lost its script cache
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from importlib import resources
+
+try:  # CPython's own SHA-1: hashlib would load OpenSSL, 0.7 MB of every runner's memory
+    from _sha1 import sha1  # type: ignore[import-not-found]  # (no stub: a private module)
+except ImportError:  # another Python
+    from hashlib import sha1
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,7 +26,7 @@ class Script:
     @classmethod
     def load(cls, name: str) -> Script:
         source = resources.files(__package__).joinpath("lua", f"{name}.lua").read_text("utf-8")
-        return cls(name, source, hashlib.sha1(source.encode()).hexdigest())
+        return cls(name, source, sha1(source.encode()).hexdigest())
 
 
 ENQUEUE = Script.load("enqueue")

@@ -1,0 +1,84 @@
+"""culex's runner memory with nothing of the harness in it: RSS idle and after a drain.
+
+    python bench/memory.py [--tasks 20000] [--concurrency 100]
+
+The table's "RSS in B" is measured with the harness's task body, which imports redis-py
+for its one round trip (adapters/record.py): free for a peer built on redis-py, about
+6 MB more for culex, which has its own client. Here the task does nothing and imports
+nothing, so the figure is culex's own. Same server kind and settings as compare.py.
+Prints the figures; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import redis
+from server import PrivateServer, find_binary
+
+JOBS = """
+import culex
+
+class Noop(culex.QueuedJob):
+    queue = "bench"
+    stamp: float
+
+    async def perform(self) -> None:
+        pass
+"""
+
+
+def memory(pid: int) -> dict[str, float]:
+    """VmRSS and VmHWM (peak) of a process, in MB."""
+    fields = dict(
+        line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+    )
+    return {k: int(fields[k].split()[0]) / 1024 for k in ("VmRSS", "VmHWM")}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--tasks", type=int, default=20_000)
+    parser.add_argument("--concurrency", type=int, default=100)
+    parser.add_argument("--server", default="auto", help="redis, valkey or a path")
+    args = parser.parse_args()
+    server = PrivateServer(find_binary(args.server))
+    url = server.start()
+    folder = Path(tempfile.mkdtemp(prefix="culex-bench-memory-"))
+    (folder / "bare_jobs.py").write_text(textwrap.dedent(JOBS))
+    command = [sys.executable, "-m", "culex", "run", "bare_jobs"]
+    command += ["--concurrency", str(args.concurrency), "--redis-url", url]
+    worker = subprocess.Popen(command, cwd=folder, stderr=subprocess.DEVNULL)
+    client = redis.Redis.from_url(url)
+    try:
+        while len(client.client_list()) < 2:  # until the runner has connected
+            time.sleep(0.05)
+        time.sleep(1.0)  # and settled
+        idle = memory(worker.pid)
+        produce = f"import culex, bare_jobs; culex.configure(redis_url={url!r}); "
+        produce += f"culex.enqueue_many([bare_jobs.Noop(stamp=0) for _ in range({args.tasks})])"
+        subprocess.run([sys.executable, "-c", produce], cwd=folder, check=True)
+        while client.zcard("culex:{bench}:waiting") or client.zcard("culex:{bench}:pending"):
+            time.sleep(0.01)
+        after = memory(worker.pid)
+    finally:
+        worker.terminate()
+        worker.wait(15)
+        client.close()
+        server.stop()
+    print(f"culex runner, a task that imports nothing, concurrency {args.concurrency}:")
+    print(
+        f"  idle RSS {idle['VmRSS']:.1f} MB; peak RSS over a drain of {args.tasks:,} tasks "
+        f"{after['VmHWM']:.1f} MB ({os.uname().machine}, Python {sys.version.split()[0]})"
+    )
+
+
+if __name__ == "__main__":
+    main()
