@@ -112,6 +112,7 @@ class JobRegistry:
 registry = JobRegistry()
 
 
+@typing.dataclass_transform(kw_only_default=True)
 class Job:
     """Base class of every job. Subclass ``QueuedJob`` (or ``PeriodicJob``), not this."""
 
