@@ -164,12 +164,16 @@ def _periodic(args: argparse.Namespace) -> int:
         task = trigger(job, settings)
         print(f"enqueued {job.__name__} as task {task.queue}<{task.id}>")
         return 0
-    rows = periodic_status(jobs, settings)
     columns = ("job", "queue", "schedule", "next run", "last run", "last outcome")
+    _print_table(columns, periodic_status(jobs, settings))
+    return 0
+
+
+def _print_table(columns: Sequence[str], rows: list[dict[str, str]]) -> None:
+    """Columns padded to their widest cell, a header line first."""
     widths = [max([len(c), *(len(row[c]) for row in rows)]) for c in columns]
     for line in [dict(zip(columns, columns, strict=True)), *rows]:
         print("  ".join(line[c].ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
-    return 0
 
 
 def _dead(args: argparse.Namespace) -> int:
@@ -204,10 +208,7 @@ def _show_dead(tasks: list[DeadTask], queue: str) -> None:
         return
     columns = ("id", "type", "died at", "attempts", "reason")
     cells = [(t.id, t.type, _local(t.died_at), str(t.attempt), _line(t.error)) for t in tasks]
-    rows = [dict(zip(columns, row, strict=True)) for row in cells]
-    widths = [max([len(c), *(len(row[c]) for row in rows)]) for c in columns]
-    for line in [dict(zip(columns, columns, strict=True)), *rows]:
-        print("  ".join(line[c].ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
+    _print_table(columns, [dict(zip(columns, row, strict=True)) for row in cells])
 
 
 def _local(moment: datetime) -> str:
