@@ -12,6 +12,7 @@ import os
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -73,3 +74,25 @@ def driver_of(r: redis.Redis) -> SyncDriver:
 @functools.cache
 def _driver(url: str) -> SyncDriver:
     return SyncDriver(url)
+
+
+def snapshot(r: redis.Redis) -> dict[bytes, Any]:
+    """Every key, with its content and whether it expires: what a refused script must leave."""
+    state: dict[bytes, Any] = {}
+    for key in r.keys("*"):
+        kind = r.type(key)
+        if kind == b"zset":
+            value: Any = r.zrange(key, 0, -1, withscores=True)
+        elif kind == b"hash":
+            value = r.hgetall(key)
+        elif kind == b"list":
+            value = r.lrange(key, 0, -1)
+        else:
+            value = r.dump(key)
+        state[key] = (value, r.pttl(key) > 0)
+    return state
+
+
+def writes(r: redis.Redis) -> int:
+    """How many writes the server has taken (INFO persistence)."""
+    return int(r.info("persistence")["rdb_changes_since_last_save"])

@@ -7,7 +7,7 @@ import re
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import pytest
 import redis
@@ -18,7 +18,7 @@ from culex._redis import operations
 from culex._redis.client import SyncDriver
 from culex._redis.keys import queue_keys
 
-from .conftest import driver_of, running
+from .conftest import driver_of, running, snapshot
 
 DAY_MS = 86_400_000
 
@@ -60,23 +60,6 @@ def kill(d: SyncDriver, *ids: str, error: str = "boom") -> None:
             )
         )
         assert out == "dead"
-
-
-def snapshot(r: redis.Redis) -> dict[bytes, Any]:
-    """Every key of the queue, with its content and whether it expires."""
-    state: dict[bytes, Any] = {}
-    for key in r.keys("culex:*"):
-        kind = r.type(key)
-        if kind == b"zset":
-            value: Any = r.zrange(key, 0, -1, withscores=True)
-        elif kind == b"hash":
-            value = r.hgetall(key)
-        elif kind == b"list":
-            value = r.lrange(key, 0, -1)
-        else:
-            value = r.dump(key)
-        state[key] = (value, r.pttl(key) > 0)
-    return state
 
 
 # -- the script ----------------------------------------------------------------------------

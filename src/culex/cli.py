@@ -1,5 +1,5 @@
 """The ``culex`` command: run a runner, manage the embedded server, look at queues,
-periodic jobs and dead tasks (and retry them), demo."""
+periodic jobs and dead tasks (and retry them), cancel tasks, demo."""
 
 from __future__ import annotations
 
@@ -77,6 +77,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     dead.add_argument("--redis-url", help="redis://... (default: the embedded server)")
     dead.set_defaults(command=_dead)
+
+    cancel = commands.add_parser(
+        "cancel", help="call off tasks that have not started: they go to dead, as if failed"
+    )
+    cancel.add_argument("queue", metavar="QUEUE")
+    cancel.add_argument("ids", nargs="+", metavar="ID")
+    cancel.add_argument("--reason", default="", help='stored as last_error "cancelled: TEXT"')
+    cancel.add_argument("--redis-url", help="redis://... (default: the embedded server)")
+    cancel.set_defaults(command=_cancel)
 
     demo = commands.add_parser("demo", help="enqueue example jobs and run them, then exit")
     demo.set_defaults(command=_demo)
@@ -220,6 +229,30 @@ def _line(reason: str, width: int = 80) -> str:
     lines = reason.strip().splitlines() or [""]
     line = lines[0] + (" ..." if len(lines) > 1 else "")
     return line if len(line) <= width else line[: width - 3] + "..."
+
+
+def _cancel(args: argparse.Namespace) -> int:
+    """One line per id: cancelled, or the state that refused it. Exit 1 unless all were."""
+    from ._redis.operations import CANCELLED
+    from .task import Task, run_sync
+
+    settings = config.settings(**({"redis_url": args.redis_url} if args.redis_url else {}))
+    try:  # every id is checked before the first one is cancelled
+        flows = {
+            task_id: Task(task_id, args.queue, settings.redis_url).cancel_flow(args.reason)
+            for task_id in dict.fromkeys(args.ids)
+        }
+    except (TypeError, ValueError) as exc:
+        raise CulexError(str(exc)) from None
+    refused = 0
+    for task_id, flow in flows.items():
+        outcome = run_sync(flow, settings.redis_url)
+        if outcome == CANCELLED:
+            print(f"{task_id}: cancelled")
+        else:
+            refused += 1
+            print(f"{task_id}: not cancelled, {f'it is {outcome}' if outcome else 'not found'}")
+    return 1 if refused else 0
 
 
 def _demo(args: argparse.Namespace) -> int:

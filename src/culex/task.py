@@ -12,7 +12,7 @@ from typing import Any
 
 from . import config
 from ._redis import connection, operations
-from ._redis.keys import queue_keys
+from ._redis.keys import check_queue_name, queue_keys
 from ._redis.operations import Call
 from .errors import CulexError, TaskFailed
 from .serialization import decode_result
@@ -34,6 +34,7 @@ class TaskNotFound(CulexError, LookupError):
 
 _sequence = itertools.count()
 MAX_ID_LENGTH = 200
+MAX_CANCEL_REASON = 500
 
 
 def new_id() -> str:
@@ -121,6 +122,32 @@ class Task:
         reply = yield operations.retry_dead(keys, [self.id])
         return bool(reply.retried)
 
+    def cancel_flow(self, reason: str) -> Flow:
+        """The flow of cancel and acancel (and of ``culex cancel``). Its value is the
+        script's reply: "cancelled", the state that refused it, or "" (no record). The
+        arguments are checked now, before any I/O: a generator would check them only once
+        it is driven."""
+        if not isinstance(reason, str):
+            raise TypeError(f"a cancel reason must be a str, got {type(reason).__name__}")
+        if len(reason) > MAX_CANCEL_REASON:
+            raise ValueError(
+                f"a cancel reason must have at most {MAX_CANCEL_REASON} characters, "
+                f"got {len(reason)}"
+            )
+        settings = config.settings()
+        call = operations.cancel(
+            queue_keys(settings.prefix, check_queue_name(self.queue)),
+            check_id(self.id),
+            reason.strip(),
+            dead_ttl_ms=settings.failed_job_ttl_ms,
+            dead_max=settings.dead_max,
+        )
+
+        def flow() -> Flow:
+            return (yield call)
+
+        return flow()
+
     def state(self) -> TaskState | None:
         """The task's state now; None when it has no record (expired or never existed)."""
         return run_sync(self._state_flow(), self.url)  # type: ignore[no-any-return]
@@ -149,6 +176,23 @@ class Task:
 
     async def aretry(self) -> bool:
         return await run_async(self._retry_flow(), self.url)  # type: ignore[no-any-return]
+
+    def cancel(self, reason: str = "") -> bool:
+        """Call off the task if it has not started. A waiting or scheduled task (delayed, or
+        due for a retry) goes to dead with last_error "cancelled" (or "cancelled: <reason>"),
+        as a task that failed for good: ``result()`` raises TaskFailed, ``culex dead`` lists
+        it and ``retry()`` can put it back. False: it is already running, succeeded or dead,
+        or has no record; nothing changes.
+
+        A running task is not interrupted: its runner holds it under a lease, and only that
+        runner's report (fenced by the attempt) may end it. culex runs a task at least once,
+        and a run that has begun may already have done its work: only the runner knows."""
+        outcome: str = run_sync(self.cancel_flow(reason), self.url)
+        return outcome == operations.CANCELLED
+
+    async def acancel(self, reason: str = "") -> bool:
+        outcome: str = await run_async(self.cancel_flow(reason), self.url)
+        return outcome == operations.CANCELLED
 
 
 def run_sync(flow: Flow, url: str | None = None) -> Any:

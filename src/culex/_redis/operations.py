@@ -413,3 +413,22 @@ def read_dead(keys: QueueKeys, task_id: str) -> Call[dict[str, str]]:
 def dead_count(keys: QueueKeys) -> Call[int]:
     """How many ids the dead set holds."""
     return Call((), ("ZCARD", keys.dead), int)
+
+
+# -- cancel: call off a task that has not started ---------------------------------------------
+
+CANCELLED = "cancelled"
+"""cancel's reply when the task went to dead; any other reply is the state that refused it."""
+
+
+def cancel(
+    keys: QueueKeys, task_id: str, reason: str, *, dead_ttl_ms: int, dead_max: int
+) -> Call[str]:
+    """Move a waiting or scheduled task to dead ("cancelled"). Else nothing changes and the
+    reply is the state it is in ("pending", "succeeded", "dead"), or "" when it has no hash."""
+    return Call(
+        (keys.task(task_id), keys.waiting, keys.scheduled, keys.dead, keys.periodic_prefix),
+        (task_id, reason, dead_ttl_ms, dead_max),
+        text,
+        scripts.CANCEL,
+    )

@@ -38,5 +38,6 @@ RELEASE = Script.load("release")
 RECLAIM = Script.load("reclaim")
 SCHEDULE = Script.load("schedule")
 RETRY_DEAD = Script.load("retry_dead")
+CANCEL = Script.load("cancel")
 
-ALL = (ENQUEUE, CLAIM, COMPLETE, FAIL, HEARTBEAT, RELEASE, RECLAIM, SCHEDULE, RETRY_DEAD)
+ALL = (ENQUEUE, CLAIM, COMPLETE, FAIL, HEARTBEAT, RELEASE, RECLAIM, SCHEDULE, RETRY_DEAD, CANCEL)

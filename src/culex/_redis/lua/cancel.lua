@@ -1,0 +1,55 @@
+-- cancel: call off a task that has not started. It goes to dead as a task that failed for
+-- good does (there is no state of its own), so a producer waiting for its result is told it
+-- died, `culex dead` lists it and retry_dead can put it back. A running (pending) task is
+-- refused: its runner holds it under a lease, and only that runner's report ends it.
+--
+-- KEYS[1] task hash
+-- KEYS[2] waiting zset
+-- KEYS[3] scheduled zset
+-- KEYS[4] dead zset
+-- KEYS[5] periodic record prefix <prefix>:{<queue>}:periodic:   (a task of a periodic job
+--         that is cancelled writes last_finished_at and last_outcome there, as in fail)
+-- ARGV[1] id
+-- ARGV[2] reason          free text, or "": last_error becomes "cancelled: <reason>" or
+--                         "cancelled"
+-- ARGV[3] dead_ttl_ms     failed_job_ttl in ms: the hash expires, and dead is trimmed by age
+-- ARGV[4] dead_max        dead keeps at most this many ids (the oldest go first)
+-- Returns: "cancelled" when the hash said state "waiting" or "scheduled" and the id was in
+--          that set: it left the set, its hash says state "dead" with last_error, failed_at
+--          and finished_at = now (retry_count and attempt are kept), the hash expires after
+--          dead_ttl_ms, and the id is in dead with score now (dead is trimmed as in fail).
+--          Otherwise nothing changes and the reply is the state the hash holds ("pending",
+--          "succeeded", "dead"; "waiting" or "scheduled" only if the id is missing from that
+--          set, which no culex script leaves), or "" when there is no task hash (never
+--          enqueued, expired, or the key holds another type).
+local f = redis.pcall('HMGET', KEYS[1], 'state', 'periodic', 'type')
+if f['err'] or not f[1] then  -- (a missing field arrives as false: never written back)
+  return ''
+end
+local set
+if f[1] == 'waiting' then
+  set = KEYS[2]
+elseif f[1] == 'scheduled' then
+  set = KEYS[3]
+end
+if not set or not redis.call('ZSCORE', set, ARGV[1]) then
+  return f[1]
+end
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local ttl = tonumber(ARGV[3])
+local reason = 'cancelled'
+if ARGV[2] ~= '' then
+  reason = reason .. ': ' .. ARGV[2]
+end
+redis.call('ZREM', set, ARGV[1])
+redis.call('HSET', KEYS[1], 'state', 'dead', 'last_error', reason, 'failed_at', now,
+  'finished_at', now)
+redis.call('PEXPIRE', KEYS[1], ttl)
+redis.call('ZADD', KEYS[4], now, ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now - ttl)
+redis.call('ZREMRANGEBYRANK', KEYS[4], 0, -(tonumber(ARGV[4]) + 1))
+if f[2] == '1' and f[3] then
+  redis.call('HSET', KEYS[5] .. f[3], 'last_finished_at', now, 'last_outcome', 'dead')
+end
+return 'cancelled'

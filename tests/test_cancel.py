@@ -1,0 +1,327 @@
+"""Cancelling a task that has not started: cancel.lua (state before -> call -> state after),
+Task.cancel / acancel, what a runner does with a cancelled task, and ``culex cancel``."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import ClassVar
+
+import pytest
+import redis
+
+import culex
+from culex._redis import operations
+from culex._redis.client import SyncDriver
+from culex._redis.keys import queue_keys
+
+from .conftest import driver_of, running, snapshot, writes
+
+DAY_MS = 86_400_000
+
+
+class CalledOffJob(culex.QueuedJob):
+    """Remembers every task it ran."""
+
+    queue = "called_off"
+    ran: ClassVar[list[str]] = []
+
+    async def perform(self) -> str:
+        CalledOffJob.ran.append(self.task_id)
+        return f"ran {self.task_id}"
+
+
+K = queue_keys("culex", CalledOffJob.queue)
+
+
+def put(d: SyncDriver, task_id: str, *, delay_ms: int = 0) -> None:
+    d.run(
+        operations.enqueue(
+            K, task_id, "CalledOffJob", "{}", due_ms=None, delay_ms=delay_ms, max_retries=4
+        )
+    )
+
+
+def claim(d: SyncDriver) -> list[operations.Claimed]:
+    return d.run(
+        operations.claim(K, limit=10, lease_ms=30_000, promote_limit=100, dead_ttl_ms=DAY_MS)
+    ).tasks
+
+
+def cancel(d: SyncDriver, task_id: str, reason: str = "", *, dead_max: int = 100) -> str:
+    return d.run(operations.cancel(K, task_id, reason, dead_ttl_ms=DAY_MS, dead_max=dead_max))
+
+
+# -- the script --------------------------------------------------------------------------------
+
+
+def assert_cancelled(r: redis.Redis, task_id: str, before: dict[bytes, bytes], error: str) -> None:
+    """The task left waiting and scheduled and died now, as fail.lua buries a task."""
+    after = r.hgetall(K.task(task_id))
+    assert r.zscore(K.waiting, task_id) is None and r.zscore(K.scheduled, task_id) is None
+    assert r.zscore(K.pending, task_id) is None
+    assert after[b"state"] == b"dead" and after[b"last_error"] == error.encode()
+    now = int(after[b"finished_at"])
+    assert after[b"failed_at"] == after[b"finished_at"]
+    assert now >= int(before[b"enqueue_time"])
+    assert r.zscore(K.dead, task_id) == now
+    assert 0 < r.pttl(K.task(task_id)) <= DAY_MS
+    # nothing else in the hash changed: no attempt ran, no retry was used
+    changed = {b"state", b"last_error", b"failed_at", b"finished_at"}
+    assert {k: v for k, v in after.items() if k not in changed} == {
+        k: v for k, v in before.items() if k not in changed
+    }
+
+
+def test_a_waiting_task_is_cancelled_into_dead(r: redis.Redis) -> None:
+    d = driver_of(r)
+    put(d, "t")
+    put(d, "other")
+    before = r.hgetall(K.task("t"))
+    assert before[b"state"] == b"waiting" and r.zscore(K.waiting, "t") is not None
+    assert r.pttl(K.task("t")) == -1
+
+    assert cancel(d, "t") == "cancelled"
+
+    assert_cancelled(r, "t", before, "cancelled")
+    assert r.zrange(K.waiting, 0, -1) == [b"other"]  # the others keep their places
+    assert [t.id for t in claim(d)] == ["other"]  # and a runner never sees it
+
+
+def test_a_scheduled_task_is_cancelled_into_dead_with_its_reason(r: redis.Redis) -> None:
+    d = driver_of(r)
+    put(d, "later", delay_ms=60_000)
+    before = r.hgetall(K.task("later"))
+    assert before[b"state"] == b"scheduled" and r.zscore(K.scheduled, "later") is not None
+
+    assert cancel(d, "later", "the order was withdrawn") == "cancelled"
+
+    assert_cancelled(r, "later", before, "cancelled: the order was withdrawn")
+    assert r.zcard(K.scheduled) == 0
+
+
+def test_a_task_waiting_for_its_retry_can_be_cancelled(r: redis.Redis) -> None:
+    d = driver_of(r)
+    put(d, "flaky")
+    [t] = claim(d)
+    fail = operations.fail(
+        K, "flaky", t.attempt, "boom", retry_delay_ms=60_000, dead_ttl_ms=DAY_MS, dead_max=10
+    )
+    assert d.run(fail) == "scheduled"
+    before = r.hgetall(K.task("flaky"))
+    assert cancel(d, "flaky") == "cancelled"
+    assert_cancelled(r, "flaky", before, "cancelled")
+    assert r.hget(K.task("flaky"), "retry_count") == b"1"  # the failed attempt still counts
+
+
+def test_a_running_task_is_refused_and_nothing_changes(r: redis.Redis) -> None:
+    d = driver_of(r)
+    put(d, "running")
+    [t] = claim(d)
+    before = snapshot(r)
+    assert cancel(d, "running", "too late") == "pending"
+    assert snapshot(r) == before
+    # its runner's report still lands
+    assert d.run(operations.complete(K, 60_000, [("running", t.attempt, '"done"')])) == []
+
+
+def test_a_finished_task_and_an_unknown_id_are_refused_and_nothing_changes(
+    r: redis.Redis,
+) -> None:
+    d = driver_of(r)
+    put(d, "done")
+    put(d, "died")
+    done, died = claim(d)
+    assert d.run(operations.complete(K, 60_000, [("done", done.attempt, '"ok"')])) == []
+    fail = operations.fail(
+        K, "died", died.attempt, "boom", retry_delay_ms=None, dead_ttl_ms=DAY_MS, dead_max=10
+    )
+    assert d.run(fail) == "dead"
+    before, written = snapshot(r), writes(r)
+    assert cancel(d, "done") == "succeeded"
+    assert cancel(d, "died") == "dead"
+    assert cancel(d, "never-enqueued") == ""
+    assert snapshot(r) == before and writes(r) == written
+    assert r.exists(K.task("never-enqueued")) == 0  # no hash is made for an unknown id
+
+
+def test_a_state_its_set_does_not_confirm_is_refused(r: redis.Redis) -> None:
+    d = driver_of(r)
+    put(d, "stray")
+    r.zrem(K.waiting, "stray")  # (no script leaves this; a hand edit might)
+    r.set(K.task("stringy"), "not a hash")
+    before = snapshot(r)
+    assert cancel(d, "stray") == "waiting"
+    assert cancel(d, "stringy") == ""  # no task hash there
+    assert snapshot(r) == before
+
+
+def test_dead_is_trimmed_by_count_and_by_age(r: redis.Redis) -> None:
+    d = driver_of(r)
+    seconds, micros = r.time()
+    recent = seconds * 1000 + micros // 1000 - 60_000  # a minute ago: kept
+    r.zadd(K.dead, {"ancient": 1, "recent": recent})  # ancient: older than failed_job_ttl
+    put(d, "t0")
+    assert cancel(d, "t0") == "cancelled"
+    assert r.zrange(K.dead, 0, -1) == [b"recent", b"t0"]  # by age
+    r.zrem(K.dead, "recent")
+    for task_id in ("t1", "t2"):
+        put(d, task_id)
+        assert cancel(d, task_id, dead_max=2) == "cancelled"
+    assert r.zrange(K.dead, 0, -1) == [b"t1", b"t2"]  # by count: the oldest went first
+
+
+def test_a_cancelled_periodic_task_is_recorded_dead(r: redis.Redis) -> None:
+    d = driver_of(r)
+    tick = queue_keys("culex", "tick")
+    scheduled = operations.schedule(
+        tick,
+        "TickJob",
+        "TickJob:1000",
+        slot_ms=1000,
+        next_slot_ms=2000,
+        overlap=False,
+        run_new=True,
+        max_retries=0,
+    )
+    assert d.run(scheduled).outcome == "enqueued"
+    assert b"last_outcome" not in r.hgetall(tick.periodic("TickJob"))
+    call = operations.cancel(tick, "TickJob:1000", "", dead_ttl_ms=DAY_MS, dead_max=10)
+    assert d.run(call) == "cancelled"
+    record = r.hgetall(tick.periodic("TickJob"))
+    assert record[b"last_outcome"] == b"dead"
+    assert record[b"last_finished_at"] == r.hget(tick.task("TickJob:1000"), "finished_at")
+    assert r.zrange(tick.dead, 0, -1) == [b"TickJob:1000"]
+
+
+# -- the Python API ------------------------------------------------------------------------------
+
+
+def test_task_cancel_only_before_the_task_starts(r: redis.Redis) -> None:
+    d = driver_of(r)
+    busy = CalledOffJob().enqueue()
+    [claimed] = claim(d)  # a runner is running it
+    task = CalledOffJob().enqueue()
+    later = CalledOffJob().enqueue(delay=60)
+    assert busy.cancel() is False
+    assert busy.state() is culex.TaskState.PENDING
+    assert task.cancel() is True
+    assert later.cancel("  not needed  ") is True  # the reason is stripped
+    assert task.cancel() is False  # dead already
+    assert culex.Task("no-such-id", K.name).cancel() is False
+    assert task.state() is later.state() is culex.TaskState.DEAD
+    assert later.info()["last_error"] == "cancelled: not needed"
+    with pytest.raises(culex.TaskFailed, match="cancelled") as failed:
+        task.result(timeout=10)
+    assert failed.value.reason == "cancelled" and failed.value.task_id == task.id
+    listed = {t.id: t.error for t in culex.dead_tasks(K.name)}  # `culex dead` lists them
+    assert listed == {task.id: "cancelled", later.id: "cancelled: not needed"}
+    assert d.run(operations.complete(K, 60_000, [(busy.id, claimed.attempt, "1")])) == []
+    assert busy.cancel() is False  # succeeded
+
+
+async def test_acancel_is_the_async_twin(r: redis.Redis) -> None:
+    task = await CalledOffJob().aenqueue()
+    assert await task.acancel("no longer wanted") is True
+    assert await task.acancel() is False
+    assert await culex.Task("no-such-id", K.name).acancel() is False
+    with pytest.raises(culex.TaskFailed) as failed:
+        await task.aresult(timeout=10)
+    assert failed.value.reason == "cancelled: no longer wanted"
+
+
+def test_bad_arguments_are_clear_errors_and_send_nothing(r: redis.Redis) -> None:
+    task = CalledOffJob().enqueue()
+    with pytest.raises(TypeError, match="cancel reason must be a str, got int"):
+        task.cancel(7)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="cancel reason must be a str, got NoneType"):
+        task.cancel(None)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="at most 500 characters, got 501"):
+        task.cancel("x" * 501)
+    with pytest.raises(ValueError, match="braces, spaces"):
+        culex.Task(task.id, "a queue").cancel()
+    with pytest.raises(ValueError, match="task id must be 1 to"):
+        culex.Task("a b", K.name).cancel()
+    with pytest.raises(TypeError, match="task id must be a str, got int"):
+        culex.Task(7, K.name).cancel()  # type: ignore[arg-type]
+    assert task.state() is culex.TaskState.WAITING
+    assert task.cancel("x" * 500) is True  # the longest reason allowed
+
+
+# -- with a runner -----------------------------------------------------------------------------
+
+
+async def test_a_runner_never_runs_a_cancelled_task(r: redis.Redis) -> None:
+    CalledOffJob.ran = []
+    called_off = await CalledOffJob().aenqueue()  # first in line
+    kept = await CalledOffJob().aenqueue()
+    assert await called_off.acancel() is True
+    async with running(culex.Runner(run_from=[K.name])):
+        assert await kept.aresult(timeout=10) == f"ran {kept.id}"
+    assert CalledOffJob.ran == [kept.id]
+    info = await called_off.ainfo()
+    assert info["state"] == "dead" and info["attempt"] == "0"  # never claimed
+
+
+async def test_a_cancelled_task_can_be_retried_from_dead_and_then_runs(r: redis.Redis) -> None:
+    CalledOffJob.ran = []
+    task = await CalledOffJob().aenqueue(delay=3600)
+    assert await task.acancel("wrong customer") is True
+    assert await task.aretry() is True  # back in waiting, ready now
+    assert await task.astate() is culex.TaskState.WAITING
+    async with running(culex.Runner(run_from=[K.name])):
+        assert await task.aresult(timeout=10) == f"ran {task.id}"
+    assert CalledOffJob.ran == [task.id]
+    assert (await task.ainfo())["last_error"] == "cancelled: wrong customer"  # history kept
+
+
+# -- the command line ------------------------------------------------------------------------------
+
+
+def culex_command(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "culex", *args], capture_output=True, text=True, timeout=60
+    )
+
+
+def test_culex_cancel_says_what_happened_to_each_id(r: redis.Redis, url: str) -> None:
+    d = driver_of(r)
+    put(d, "busy")
+    claim(d)  # a runner is running it
+    for task_id in ("ready", "ready2", "ready3"):
+        put(d, task_id)
+    put(d, "later", delay_ms=60_000)
+
+    done = culex_command(
+        "cancel", K.name, "ready", "later", "busy", "ghost", "ready", "--reason", "duplicate"
+    )
+    assert done.returncode == 1, done.stderr
+    assert done.stdout.splitlines() == [
+        "ready: cancelled",
+        "later: cancelled",
+        "busy: not cancelled, it is pending",
+        "ghost: not cancelled, not found",
+    ]  # each id once
+    assert r.hget(K.task("later"), "last_error") == b"cancelled: duplicate"
+
+    all_cancelled = culex_command("cancel", K.name, "ready2", "ready3", "--redis-url", url)
+    assert all_cancelled.returncode == 0, all_cancelled.stderr
+    assert all_cancelled.stdout == "ready2: cancelled\nready3: cancelled\n"
+    assert r.hget(K.task("ready2"), "last_error") == b"cancelled"
+
+    listed = culex_command("dead", K.name)
+    assert listed.stdout.count("cancelled") == 4
+
+
+def test_culex_cancel_usage_errors_change_nothing(r: redis.Redis) -> None:
+    d = driver_of(r)
+    put(d, "t")
+    for args, message in (
+        (("cancel", K.name), "the following arguments are required: ID"),
+        (("cancel", "a{b}", "t"), "braces, spaces"),
+        (("cancel", K.name, "t", "a\tb"), "task id must be 1 to"),  # t is not cancelled first
+        (("cancel", K.name, "t", "--reason", "x" * 501), "at most 500 characters"),
+    ):
+        done = culex_command(*args)
+        assert done.returncode == 2 and message in done.stderr, done.stderr
+    assert r.hget(K.task("t"), "state") == b"waiting"
