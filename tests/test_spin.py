@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import selectors
 import socket
 import threading
@@ -11,7 +12,8 @@ import pytest
 
 import culex
 from culex import config
-from culex._redis.spin import CREDIT, SKIP, Spinner, SpinningSelector, receive
+from culex._redis import connection
+from culex._redis.spin import CREDIT, SKIP, Spinner, SpinningSelector, loop_factory, receive
 from culex._redis.wire import Address, SyncConnection
 
 
@@ -84,10 +86,34 @@ def test_only_plain_blocking_sockets_spin(url: str) -> None:
             connection.close()
 
 
-def test_busy_poll_is_a_checked_setting() -> None:
+def test_culex_run_polls_on_its_own_loop_only_where_it_may() -> None:
+    factory = loop_factory(0.0001)
+    assert factory is not None
+    loop = factory()
     try:
+        assert isinstance(loop._selector, SpinningSelector)  # type: ignore[attr-defined]
+    finally:
+        loop.close()
+    assert loop_factory(0) is None  # polling off: the policy's loop, as asyncio.run makes it
+
+    class Custom(asyncio.DefaultEventLoopPolicy):  # an application's own (uvloop's, say)
+        pass
+
+    default = asyncio.get_event_loop_policy()
+    asyncio.set_event_loop_policy(Custom())
+    try:
+        assert loop_factory(0.0001) is None
+    finally:
+        asyncio.set_event_loop_policy(default)
+
+
+def test_busy_poll_is_a_checked_setting_that_reaches_the_driver(url: str) -> None:
+    try:
+        culex.configure(busy_poll=0.0002, redis_url=url)
+        assert connection.sync_driver().busy_poll == 0.0002  # what enqueue() sends with
         culex.configure(busy_poll=0)
         assert config.settings().busy_poll == 0
+        assert connection.sync_driver().busy_poll == 0
         for bad in (-1, 1, "fast"):
             with pytest.raises(culex.ConfigurationError, match="busy_poll"):
                 culex.configure(busy_poll=bad)

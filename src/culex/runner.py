@@ -23,7 +23,7 @@ from ._redis import connection, operations
 from ._redis.client import AsyncDriver
 from ._redis.keys import QueueKeys, queue_keys
 from ._redis.operations import Call, Claimed, ClaimReply
-from ._redis.spin import SpinningSelector
+from ._redis.spin import loop_factory
 from .errors import ConfigurationError, ServerError, ServerUnavailable
 from .execution import Outcome, attempt, decode, task_name
 from .job import Job, JobRegistry, registry
@@ -94,13 +94,10 @@ class Runner:
     def run(self) -> None:
         """Run until SIGINT/SIGTERM (or :meth:`stop`), then stop gracefully.
 
-        The loop is culex's own: its selector polls briefly before it sleeps
-        (``busy_poll``, culex._redis.spin), so replies are taken as they arrive.
+        The loop's selector polls briefly before it sleeps (``busy_poll``,
+        culex._redis.spin), unless an event loop policy of the application's own is set.
         """
-        busy_poll = self.settings.busy_poll
-        with asyncio.Runner(
-            loop_factory=lambda: asyncio.SelectorEventLoop(SpinningSelector(busy_poll))
-        ) as runner:
+        with asyncio.Runner(loop_factory=loop_factory(self.settings.busy_poll)) as runner:
             runner.run(self.arun(handle_signals=True))
 
     def stop(self) -> None:
@@ -231,7 +228,7 @@ class Runner:
         signals = [k.signal for k in keys]
         turn = 0
         while not self._stopping.is_set():
-            free = self.settings.concurrency - len(self._running) - self._reserved
+            free = self._free()
             if free <= 0:
                 self._slot_freed.clear()
                 await self._until(self._slot_freed.wait())
@@ -246,6 +243,10 @@ class Runner:
             # only cost a round trip. A task enqueued since leaves a wake-up token.
             if claimed < free and not self._stopping.is_set():
                 await self._wait_for_work(signals, order[0], due_in)
+
+    def _free(self) -> int:
+        """Slots for more tasks: neither running nor held for a claim behind the wait."""
+        return self.settings.concurrency - len(self._running) - self._reserved
 
     async def _claim(self, order: list[QueueKeys], free: int) -> tuple[int, float | None]:
         """Claim up to ``free`` tasks; returns how many, and when the next task is due (s)."""
@@ -342,8 +343,7 @@ class Runner:
         """
         assert self._driver is not None
         calls: list[Call[Any]] = [operations.wait_signal(signals, self.settings.idle_wait)]
-        free = self.settings.concurrency - len(self._running) - self._reserved
-        pipelined = free >= 2 and first.name not in self._unhealthy
+        pipelined = self._free() >= 2 and first.name not in self._unhealthy
         if pipelined:
             calls.append(self._claim_call(first, 1))
             self._reserved += 1

@@ -12,9 +12,11 @@ runner) stops spinning for a while, so the CPU is not burnt for nothing.
 
 from __future__ import annotations
 
+import asyncio
 import selectors
 import socket
 import time
+from collections.abc import Callable
 from typing import Any
 
 READ_SIZE = 65536
@@ -98,3 +100,15 @@ class SpinningSelector(selectors.DefaultSelector):
             self.spinner.missed()
             timeout = None if timeout is None else timeout - limit
         return super().select(timeout)
+
+
+def loop_factory(busy_poll: float) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The event loop ``culex run`` makes: one whose selector polls before it sleeps.
+    None (the policy's own loop, as ``asyncio.run`` makes it) when polling is off, or when
+    the application installed an event loop policy of its own (uvloop, say)."""
+    if (
+        busy_poll <= 0
+        or type(asyncio.get_event_loop_policy()) is not asyncio.DefaultEventLoopPolicy
+    ):
+        return None
+    return lambda: asyncio.SelectorEventLoop(SpinningSelector(busy_poll))
