@@ -17,6 +17,7 @@ COLUMNS = [
     ("D lateness p50", ("D", "p50_ms"), "ms", False),
     ("D p99", ("D", "p99_ms"), "ms", False),
     ("RSS in B", ("B", "rss_mb"), "MB", False),
+    ("RSS in B, stdlib task body", ("B-stdlib", "rss_mb"), "MB", False),
     ("server CPU in B", ("B", "server_cpu_us_per_task"), "µs/task", False),
 ]
 

@@ -105,9 +105,16 @@ class System:
 class Workers:
     """Worker processes of one system, each in its own session (so its children too)."""
 
-    def __init__(self, system: System, log_name: str, template: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        system: System,
+        log_name: str,
+        template: list[str] | None = None,
+        body: str = "redis-py",
+    ) -> None:
         self.system = system
         self.template = template or system.worker
+        self.env = {**system.env, "BENCH_BODY": body}  # adapters/record.py's task body
         self.log = system.logs / f"{system.name}-{log_name}.log"
         self.processes: list[subprocess.Popen[bytes]] = []
 
@@ -118,7 +125,7 @@ class Workers:
                 self.processes.append(
                     subprocess.Popen(
                         self.system.command(self.template),
-                        env=self.system.env,
+                        env=self.env,
                         cwd=HERE,
                         stdin=subprocess.DEVNULL,
                         stdout=log,
@@ -195,14 +202,15 @@ def drain(
     processes: int = 1,
     template: list[str] | None = None,
     log_name: str = "drain",
+    body: str = "redis-py",
 ) -> dict[str, Any]:
     """B: ``count`` tasks are waiting; start the worker(s) and time until all have run.
 
     The clock starts before the worker processes are spawned, so interpreter start-up,
-    imports and connecting are included.
+    imports and connecting are included. ``body``: the task body (adapters/record.py).
     """
     client.delete(DONE)
-    workers = Workers(system, log_name, template)
+    workers = Workers(system, log_name, template, body)
     cpu = server_cpu(client)
     start = time.perf_counter()
     workers.start(processes)
@@ -267,7 +275,10 @@ def latencies(system: System, client: redis.Redis, sizes: Sizes) -> dict[str, An
 
 
 def measure(system: System, client: redis.Redis, sizes: Sizes) -> dict[str, Any]:
-    """A, B, A2, C, D and RSS for one system, in that order, on a flushed server."""
+    """A, B, A2, C, D and RSS for one system, in that order, on a flushed server.
+
+    Then B again with the stdlib task body (B-stdlib), for the runner's own RSS.
+    """
     results: dict[str, Any] = {}
     n = sizes.enqueue
 
@@ -289,5 +300,12 @@ def measure(system: System, client: redis.Redis, sizes: Sizes) -> dict[str, Any]
         results.update(latencies(system, client, sizes))
     except (RuntimeError, TimeoutError) as exc:
         results["C"] = results["D"] = {"error": str(exc)}
+    client.flushall()
+    attempt("A-again", lambda: system.produce("one", n))  # fills the queue, not reported
+    if "rate" in results["A-again"]:
+        attempt(
+            "B-stdlib", lambda: drain(system, client, n, log_name="drain-stdlib", body="stdlib")
+        )
+    del results["A-again"]
     client.flushall()
     return results
