@@ -4,8 +4,9 @@
 
 The table's "RSS in B" is measured with the harness's task body, which imports redis-py
 for its one round trip (adapters/record.py): free for a peer built on redis-py, about
-6 MB more for culex, which has its own client. Here the task does nothing and imports
-nothing, so the figure is culex's own. Same server kind and settings as compare.py.
+6 MB more for culex, which has its own client (the column "RSS in B, stdlib task body"
+takes it out for every system). Here the task does nothing at all and culex runs alone,
+so the figure is culex's own. Same server kind and settings as compare.py.
 Prints the figures; asserts nothing.
 """
 

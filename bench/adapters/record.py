@@ -9,7 +9,7 @@ Two bodies, chosen by the environment variable ``BENCH_BODY``:
 
 - ``redis-py`` (the default, every scenario of the table): a redis-py client, sync or
   asyncio as the system's tasks are.
-- ``stdlib`` (the "RSS, stdlib task body" column only): the same command written over a
+- ``stdlib`` (the "RSS in B, stdlib task body" column only): the same command written over a
   plain socket, importing nothing a worker does not already have. A peer built on
   redis-py carries redis-py anyway, culex does not; this body lets the runner's peak RSS
   measure each system's own footprint rather than the task's imports.
