@@ -11,9 +11,13 @@ import pytest
 import redis
 
 import culex
+from culex import cli, logs
 from culex._redis import operations
 from culex._redis.client import SyncDriver
 from culex._redis.keys import queue_keys
+from culex._redis.operations import Call
+from culex._redis.wire import SyncConnection
+from culex.task import Flow, together
 
 from .conftest import driver_of, running, snapshot, writes
 
@@ -325,3 +329,37 @@ def test_culex_cancel_usage_errors_change_nothing(r: redis.Redis) -> None:
         done = culex_command(*args)
         assert done.returncode == 2 and message in done.stderr, done.stderr
     assert r.hget(K.task("t"), "state") == b"waiting"
+
+
+def test_culex_cancel_sends_every_id_in_one_round_trip(
+    r: redis.Redis, url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    d = driver_of(r)
+    ids = [f"many{i}" for i in range(50)]
+    for task_id in ids:
+        put(d, task_id)
+    exchanges: list[int] = []
+    send = SyncConnection.exchange
+
+    def counted(self: SyncConnection, packed: bytes, count: int) -> list[object]:
+        exchanges.append(count)
+        return send(self, packed, count)
+
+    monkeypatch.setattr(SyncConnection, "exchange", counted)
+    monkeypatch.setattr(logs, "configure", lambda level, stream: None)  # the test's logging
+    assert cli.main(["cancel", K.name, *ids, "ghost", "--redis-url", url]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [f"{i}: cancelled" for i in ids] + ["ghost: not cancelled, not found"]
+    assert [count for count in exchanges if count > 1] == [51]  # (a SCRIPT LOAD may precede)
+    assert all(r.hget(K.task(i), "state") == b"dead" for i in ids)
+
+
+def test_together_refuses_a_flow_of_more_than_one_call() -> None:
+    def two_calls() -> Flow:
+        yield Call((), ("PING",), str)
+        yield Call((), ("PING",), str)
+
+    flow = together([two_calls()])
+    with pytest.raises(TypeError, match="single call"):
+        flow.send(None)
+        flow.send(["PONG"])

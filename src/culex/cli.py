@@ -232,9 +232,10 @@ def _line(reason: str, width: int = 80) -> str:
 
 
 def _cancel(args: argparse.Namespace) -> int:
-    """One line per id: cancelled, or the state that refused it. Exit 1 unless all were."""
+    """One line per id: cancelled, or the state that refused it. Exit 1 unless all were.
+    Every id goes in the same round trip."""
     from ._redis.operations import CANCELLED
-    from .task import Task, run_sync
+    from .task import Task, run_sync, together
 
     settings = config.settings(**({"redis_url": args.redis_url} if args.redis_url else {}))
     try:  # every id is checked before the first one is cancelled
@@ -244,9 +245,9 @@ def _cancel(args: argparse.Namespace) -> int:
         }
     except (TypeError, ValueError) as exc:
         raise CulexError(str(exc)) from None
+    outcomes = run_sync(together(list(flows.values())), settings.redis_url)  # one round trip
     refused = 0
-    for task_id, flow in flows.items():
-        outcome = run_sync(flow, settings.redis_url)
+    for task_id, outcome in zip(flows, outcomes, strict=True):
         if outcome == CANCELLED:
             print(f"{task_id}: cancelled")
         else:

@@ -64,6 +64,29 @@ Flow = Generator[Call[Any] | list[Call[Any]] | float, Any, Any]
 in one round trip and reply with their results) or a float (sleep that long)."""
 
 
+def together(flows: list[Flow]) -> Flow:
+    """Flows that each make one call, sent in one round trip; the value is theirs, in order.
+    A call the server refused raises its ServerError, as it would alone."""
+    calls: list[Call[Any]] = []
+    for flow in flows:
+        call = next(flow)
+        if not isinstance(call, Call):
+            raise TypeError("together() takes flows that each make a single call")
+        calls.append(call)
+    replies = yield calls
+    values = []
+    for flow, reply in zip(flows, replies, strict=True):
+        if isinstance(reply, Exception):
+            raise reply
+        try:
+            flow.send(reply)
+        except StopIteration as done:
+            values.append(done.value)
+        else:
+            raise TypeError("together() takes flows that each make a single call")
+    return values
+
+
 class Task:
     """An enqueued task. ``state()`` and ``result()`` ask the server; ``a*`` twins are async."""
 
