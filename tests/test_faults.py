@@ -21,7 +21,7 @@ import culex
 from culex import config
 from culex._redis.client import server_error
 from culex._redis.keys import queue_keys
-from culex._redis.wire import ReplyError
+from culex._redis.wire import AsyncConnection, ReplyError, SyncConnection
 from culex.embedded import EmbeddedServer
 
 from .conftest import running
@@ -164,3 +164,47 @@ def test_error_replies_are_told_apart(reply: str, unavailable: bool) -> None:
     error = server_error(ReplyError(reply), "redis://here")
     assert isinstance(error, culex.ServerUnavailable) is unavailable
     assert isinstance(error, culex.ServerError) and reply in str(error)
+
+
+def _count_exchanges(monkeypatch: pytest.MonkeyPatch, connection: type) -> list[int]:
+    """How many calls each exchange with the server carries, in order."""
+    counts: list[int] = []
+    exchange = connection.exchange
+
+    def counted(self: object, packed: bytes, count: int) -> object:
+        counts.append(count)
+        return exchange(self, packed, count)
+
+    monkeypatch.setattr(connection, "exchange", counted)
+    return counts
+
+
+def test_lost_scripts_cost_one_more_round_trip_for_a_whole_batch(
+    own: tuple[str, redis.Redis], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, client = own
+    FaultJob(n=0).enqueue()  # connected, and enqueue.lua is loaded
+    client.script_flush()  # as after a restart
+    counts = _count_exchanges(monkeypatch, SyncConnection)
+    tasks = culex.enqueue_many([FaultJob(n=i) for i in range(100)])
+    # 100 refused with NOSCRIPT, then one SCRIPT LOAD and the 100 again, in one trip
+    assert counts == [100, 101]
+    assert client.zcard(KEYS.waiting) == 101
+    assert [t.id for t in tasks] == [t.decode() for t in client.zrange(KEYS.waiting, 1, -1)]
+
+    client.script_flush()
+    counts.clear()
+    FaultJob(n=101).enqueue()
+    assert counts == [1, 2]  # one call: the same, the load and the call in one trip
+
+
+async def test_lost_scripts_cost_one_more_round_trip_async(
+    own: tuple[str, redis.Redis], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, client = own
+    await FaultJob(n=0).aenqueue()
+    client.script_flush()
+    counts = _count_exchanges(monkeypatch, AsyncConnection)
+    await culex.aenqueue_many([FaultJob(n=i) for i in range(50)])
+    assert counts == [50, 51]
+    assert client.zcard(KEYS.waiting) == 51

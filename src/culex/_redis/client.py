@@ -81,6 +81,25 @@ def _no_script(reply: Any) -> bool:
     return isinstance(reply, ReplyError) and reply.code == "NOSCRIPT"
 
 
+def _missing(replies: list[Any]) -> list[int]:
+    """The places of the calls refused with NOSCRIPT: the server lost its scripts (a
+    restart, SCRIPT FLUSH)."""
+    return [i for i, reply in enumerate(replies) if _no_script(reply)]
+
+
+def _reload(calls: Sequence[Call[Any]], missing: list[int]) -> list[Call[Any]]:
+    """What to send for the missing calls in one round trip: a SCRIPT LOAD per script,
+    then those calls again (the server runs a pipeline in order)."""
+    loads = {calls[i].script: _load(calls[i]) for i in missing}
+    return [*loads.values(), *(calls[i] for i in missing)]
+
+
+def _merge(replies: list[Any], missing: list[int], again: list[Any]) -> None:
+    """Put the replies of the calls sent again (after their SCRIPT LOADs) in their places."""
+    for i, reply in zip(missing, again[len(again) - len(missing) :], strict=True):
+        replies[i] = reply
+
+
 def _settle(calls: Sequence[Call[Any]], replies: list[Any], where: str) -> list[Any]:
     """Parse each reply; a failed call's place holds its ServerError."""
     return [
@@ -104,21 +123,23 @@ class SyncDriver:
 
     def run(self, call: Call[T]) -> T:
         reply = self._exchange([call])[0]
-        if _no_script(reply):
-            self._exchange([_load(call)])
-            reply = self._exchange([call])[0]
+        if _no_script(reply):  # (run_many's way, without its lists: this is enqueue's path)
+            reply = self._exchange(_reload([call], [0]))[1]
         if isinstance(reply, ReplyError):
             raise server_error(reply, self.where) from reply
         return call.parse(reply)
 
     def run_many(self, calls: Sequence[Call[Any]]) -> list[Any]:
         """Send calls in one round trip; a failed call's place holds its ServerError."""
+        return _settle(calls, self._replies(calls), self.where)
+
+    def _replies(self, calls: Sequence[Call[Any]]) -> list[Any]:
+        """The raw replies; scripts the server lost are loaded and run again (one more trip)."""
         replies = self._exchange(calls)
-        for i, reply in enumerate(replies):
-            if _no_script(reply):
-                self._exchange([_load(calls[i])])
-                replies[i] = self._exchange([calls[i]])[0]
-        return _settle(calls, replies, self.where)
+        missing = _missing(replies)
+        if missing:
+            _merge(replies, missing, self._exchange(_reload(calls, missing)))
+        return replies
 
     def _exchange(self, calls: Sequence[Call[Any]]) -> list[Any]:
         """Write the calls, read one reply each (error replies come back as ReplyError)."""
@@ -171,21 +192,23 @@ class AsyncDriver:
 
     async def run(self, call: Call[T]) -> T:
         reply = (await self._exchange([call]))[0]
-        if _no_script(reply):
-            await self._exchange([_load(call)])
-            reply = (await self._exchange([call]))[0]
+        if _no_script(reply):  # (run_many's way, without its lists: this is enqueue's path)
+            reply = (await self._exchange(_reload([call], [0])))[1]
         if isinstance(reply, ReplyError):
             raise server_error(reply, self.where) from reply
         return call.parse(reply)
 
     async def run_many(self, calls: Sequence[Call[Any]]) -> list[Any]:
         """Send calls in one round trip; a failed call's place holds its ServerError."""
+        return _settle(calls, await self._replies(calls), self.where)
+
+    async def _replies(self, calls: Sequence[Call[Any]]) -> list[Any]:
+        """The raw replies; scripts the server lost are loaded and run again (one more trip)."""
         replies = await self._exchange(calls)
-        for i, reply in enumerate(replies):
-            if _no_script(reply):
-                await self._exchange([_load(calls[i])])
-                replies[i] = (await self._exchange([calls[i]]))[0]
-        return _settle(calls, replies, self.where)
+        missing = _missing(replies)
+        if missing:
+            _merge(replies, missing, await self._exchange(_reload(calls, missing)))
+        return replies
 
     async def _exchange(self, calls: Sequence[Call[Any]]) -> list[Any]:
         async with self._slots:
