@@ -96,3 +96,16 @@ def snapshot(r: redis.Redis) -> dict[bytes, Any]:
 def writes(r: redis.Redis) -> int:
     """How many writes the server has taken (INFO persistence)."""
     return int(r.info("persistence")["rdb_changes_since_last_save"])
+
+
+def count_exchanges(monkeypatch: pytest.MonkeyPatch, connection: type) -> list[int]:
+    """How many calls each exchange with the server carries, in order."""
+    counts: list[int] = []
+    exchange = connection.exchange
+
+    def counted(self: object, packed: bytes, count: int) -> object:
+        counts.append(count)
+        return exchange(self, packed, count)
+
+    monkeypatch.setattr(connection, "exchange", counted)
+    return counts

@@ -19,7 +19,7 @@ from culex._redis.operations import Call
 from culex._redis.wire import SyncConnection
 from culex.task import Flow, together
 
-from .conftest import driver_of, running, snapshot, writes
+from .conftest import count_exchanges, driver_of, running, snapshot, writes
 
 DAY_MS = 86_400_000
 
@@ -339,14 +339,7 @@ def test_culex_cancel_sends_every_id_in_one_round_trip(
     for task_id in ids:
         put(d, task_id)
     r.script_load(scripts.CANCEL.source)  # (a server that lost it costs one more trip)
-    exchanges: list[int] = []
-    send = SyncConnection.exchange
-
-    def counted(self: SyncConnection, packed: bytes, count: int) -> list[object]:
-        exchanges.append(count)
-        return send(self, packed, count)
-
-    monkeypatch.setattr(SyncConnection, "exchange", counted)
+    exchanges = count_exchanges(monkeypatch, SyncConnection)
     monkeypatch.setattr(logs, "configure", lambda level, stream: None)  # the test's logging
     assert cli.main(["cancel", K.name, *ids, "ghost", "--redis-url", url]) == 1
     lines = capsys.readouterr().out.splitlines()

@@ -24,7 +24,7 @@ from culex._redis.keys import queue_keys
 from culex._redis.wire import AsyncConnection, ReplyError, SyncConnection
 from culex.embedded import EmbeddedServer
 
-from .conftest import running
+from .conftest import count_exchanges, running
 
 KEYS = queue_keys("culex", "fault")
 BLOCK = 1.2  # seconds a fault lasts
@@ -166,26 +166,13 @@ def test_error_replies_are_told_apart(reply: str, unavailable: bool) -> None:
     assert isinstance(error, culex.ServerError) and reply in str(error)
 
 
-def _count_exchanges(monkeypatch: pytest.MonkeyPatch, connection: type) -> list[int]:
-    """How many calls each exchange with the server carries, in order."""
-    counts: list[int] = []
-    exchange = connection.exchange
-
-    def counted(self: object, packed: bytes, count: int) -> object:
-        counts.append(count)
-        return exchange(self, packed, count)
-
-    monkeypatch.setattr(connection, "exchange", counted)
-    return counts
-
-
 def test_lost_scripts_cost_one_more_round_trip_for_a_whole_batch(
     own: tuple[str, redis.Redis], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _, client = own
     FaultJob(n=0).enqueue()  # connected, and enqueue.lua is loaded
     client.script_flush()  # as after a restart
-    counts = _count_exchanges(monkeypatch, SyncConnection)
+    counts = count_exchanges(monkeypatch, SyncConnection)
     tasks = culex.enqueue_many([FaultJob(n=i) for i in range(100)])
     # 100 refused with NOSCRIPT, then one SCRIPT LOAD and the 100 again, in one trip
     assert counts == [100, 101]
@@ -204,7 +191,7 @@ async def test_lost_scripts_cost_one_more_round_trip_async(
     _, client = own
     await FaultJob(n=0).aenqueue()
     client.script_flush()
-    counts = _count_exchanges(monkeypatch, AsyncConnection)
+    counts = count_exchanges(monkeypatch, AsyncConnection)
     await culex.aenqueue_many([FaultJob(n=i) for i in range(50)])
     assert counts == [50, 51]
     assert client.zcard(KEYS.waiting) == 51
