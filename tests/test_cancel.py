@@ -17,7 +17,8 @@ from culex._redis.client import SyncDriver
 from culex._redis.keys import queue_keys
 from culex._redis.operations import Call
 from culex._redis.wire import SyncConnection
-from culex.task import Flow, together
+from culex.errors import ServerError
+from culex.task import Flow, run_sync, together
 
 from .conftest import count_exchanges, driver_of, running, snapshot, writes
 
@@ -346,6 +347,40 @@ def test_culex_cancel_sends_every_id_in_one_round_trip(
     assert lines == [f"{i}: cancelled" for i in ids] + ["ghost: not cancelled, not found"]
     assert exchanges == [51]
     assert all(r.hget(K.task(i), "state") == b"dead" for i in ids)
+
+
+def test_culex_cancel_goes_on_past_an_id_the_server_refuses(
+    r: redis.Redis, url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    d = driver_of(r)
+    for task_id in ("before", "odd", "after"):
+        put(d, task_id)
+    # "odd" is a periodic job's task whose record key holds a string: its HSET fails
+    r.hset(K.task("odd"), mapping={"periodic": "1", "type": "OddJob"})
+    r.set(K.periodic("OddJob"), "not a record")
+    monkeypatch.setattr(logs, "configure", lambda level, stream: None)
+    assert cli.main(["cancel", K.name, "before", "odd", "after", "--redis-url", url]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "before: cancelled" and lines[2] == "after: cancelled"
+    assert lines[1].startswith("odd: not cancelled, the Redis server") and "WRONGTYPE" in lines[1]
+    assert r.hget(K.task("after"), "state") == b"dead"
+    assert r.hget(K.task("odd"), "state") == b"waiting"  # its failed script changed nothing
+    assert r.zscore(K.waiting, "odd") is not None
+
+
+def test_together_returns_or_raises_what_the_server_refused(r: redis.Redis, url: str) -> None:
+    r.hset("a-hash", "f", "v")
+
+    def incr(key: str) -> Flow:
+        return (yield Call((), ("INCR", key), int))
+
+    flows = [incr("counter"), incr("a-hash"), incr("counter")]
+    values = run_sync(together(flows, refused="return"), url)
+    assert values[0] == 1 and values[2] == 2
+    assert isinstance(values[1], ServerError) and "WRONGTYPE" in str(values[1])
+    with pytest.raises(ServerError, match="WRONGTYPE"):
+        run_sync(together([incr("counter"), incr("a-hash")]), url)
+    assert r.get("counter") == b"3"  # (the server ran the rest of the batch)
 
 
 def test_together_refuses_a_flow_of_more_than_one_call() -> None:

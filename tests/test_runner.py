@@ -248,6 +248,24 @@ async def test_result_round_trip_and_timeout(r: redis.Redis) -> None:
     assert task.result(timeout=1) == {"a": [1, 2]}
 
 
+async def test_a_hand_made_task_with_a_bad_id_or_queue_is_a_clear_error_before_any_io() -> None:
+    nowhere = "redis://127.0.0.1:1/0"  # nothing listens: any I/O would be ServerUnavailable
+    for task, error, message in (
+        (culex.Task("a b", "results", nowhere), ValueError, "task id must be 1 to"),
+        (culex.Task(7, "results", nowhere), TypeError, "task id must be a str"),  # type: ignore[arg-type]
+        (culex.Task("t1", "a{b}", nowhere), ValueError, "braces, spaces"),
+        (culex.Task("t1", None, nowhere), TypeError, "queue name must be a str"),  # type: ignore[arg-type]
+    ):
+        for call in (task.state, task.info, task.result, task.retry, task.cancel):
+            with pytest.raises(error, match=message):
+                call()
+        for acall in (task.astate, task.ainfo, task.aresult, task.aretry, task.acancel):
+            with pytest.raises(error, match=message):
+                await acall()
+    with pytest.raises(culex.ConfigurationError, match="timeout must be a timedelta"):
+        culex.Task("t1", "results", nowhere).result(timeout="soon")  # type: ignore[arg-type]
+
+
 class StrictJob(culex.QueuedJob):
     queue = "broken"
     n: int

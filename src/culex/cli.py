@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import config, logs
-from .errors import CulexError
+from .errors import CulexError, ServerError
 
 if TYPE_CHECKING:
     from .dead import DeadTask
@@ -245,13 +245,17 @@ def _cancel(args: argparse.Namespace) -> int:
         }
     except (TypeError, ValueError) as exc:
         raise CulexError(str(exc)) from None
-    outcomes = run_sync(together(list(flows.values())), settings.redis_url)  # one round trip
+    batch = together(list(flows.values()), refused="return")  # one round trip
+    outcomes = run_sync(batch, settings.redis_url)
     refused = 0
     for task_id, outcome in zip(flows, outcomes, strict=True):
         if outcome == CANCELLED:
             print(f"{task_id}: cancelled")
+            continue
+        refused += 1
+        if isinstance(outcome, ServerError):  # (its key holds something else): the others go on
+            print(f"{task_id}: not cancelled, {outcome}")
         else:
-            refused += 1
             print(f"{task_id}: not cancelled, {f'it is {outcome}' if outcome else 'not found'}")
     return 1 if refused else 0
 

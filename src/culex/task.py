@@ -8,11 +8,11 @@ import itertools
 import os
 import time
 from collections.abc import Generator
-from typing import Any
+from typing import Any, Literal
 
 from . import config
 from ._redis import connection, operations
-from ._redis.keys import check_queue_name, queue_keys
+from ._redis.keys import QueueKeys, check_queue_name, queue_keys
 from ._redis.operations import Call
 from .errors import CulexError, TaskFailed
 from .serialization import decode_result
@@ -64,9 +64,10 @@ Flow = Generator[Call[Any] | list[Call[Any]] | float, Any, Any]
 in one round trip and reply with their results) or a float (sleep that long)."""
 
 
-def together(flows: list[Flow]) -> Flow:
+def together(flows: list[Flow], *, refused: Literal["raise", "return"] = "raise") -> Flow:
     """Flows that each make one call, sent in one round trip; the value is theirs, in order.
-    A call the server refused raises its ServerError, as it would alone."""
+    A call the server refused raises its ServerError, as it would alone; with
+    ``refused="return"`` the error is that flow's value instead, and the others keep theirs."""
     calls: list[Call[Any]] = []
     for flow in flows:
         call = next(flow)
@@ -77,7 +78,10 @@ def together(flows: list[Flow]) -> Flow:
     values = []
     for flow, reply in zip(flows, replies, strict=True):
         if isinstance(reply, Exception):
-            raise reply
+            if refused == "raise":
+                raise reply
+            values.append(reply)
+            continue
         try:
             flow.send(reply)
         except StopIteration as done:
@@ -106,24 +110,43 @@ class Task:
     def __hash__(self) -> int:
         return hash((self.id, self.queue))
 
-    def _read(self) -> Call[dict[str, str]]:
-        return operations.read_task(queue_keys(config.settings().prefix, self.queue), self.id)
+    def _keys(self) -> QueueKeys:
+        """Its queue's keys, once its queue and id are known to be usable: a Task can be
+        built by hand (``Task(id, queue)``), so a bad one is a clear error before any I/O."""
+        check_id(self.id)
+        return queue_keys(config.settings().prefix, check_queue_name(self.queue))
+
+    # Each *_flow checks its arguments when it is called, before any I/O (a generator would
+    # check them only once it is driven), and returns the generator that does the work.
 
     def _state_flow(self) -> Flow:
-        fields = yield self._read()
-        state = fields.get("state")
-        return TaskState(state) if state in TaskState._value2member_map_ else None
+        read = operations.read_task(self._keys(), self.id)
+
+        def flow() -> Flow:
+            state = (yield read).get("state")
+            return TaskState(state) if state in TaskState._value2member_map_ else None
+
+        return flow()
 
     def _info_flow(self) -> Flow:
-        return (yield self._read())
+        read = operations.read_task(self._keys(), self.id)
+
+        def flow() -> Flow:
+            return (yield read)
+
+        return flow()
 
     def _result_flow(self, timeout: float | None) -> Flow:
+        read = operations.read_task(self._keys(), self.id)
         if timeout is not None:
             timeout = config.seconds(timeout, "timeout")
+        return self._poll(read, timeout)
+
+    def _poll(self, read: Call[dict[str, str]], timeout: float | None) -> Flow:
         deadline = None if timeout is None else time.monotonic() + timeout
         pause = _FIRST_POLL
         while True:
-            fields = yield self._read()
+            fields = yield read
             state = fields.get("state")
             if state == "succeeded":
                 return decode_result(fields.get("result"))
@@ -141,15 +164,17 @@ class Task:
             pause = min(pause * 2, _LAST_POLL)
 
     def _retry_flow(self) -> Flow:
-        keys = queue_keys(config.settings().prefix, self.queue)
-        reply = yield operations.retry_dead(keys, [self.id])
-        return bool(reply.retried)
+        call = operations.retry_dead(self._keys(), [self.id])
+
+        def flow() -> Flow:
+            reply = yield call
+            return bool(reply.retried)
+
+        return flow()
 
     def cancel_flow(self, reason: str) -> Flow:
         """The flow of cancel and acancel (and of ``culex cancel``). Its value is the
-        script's reply: "cancelled", the state that refused it, or "" (no record). The
-        arguments are checked now, before any I/O: a generator would check them only once
-        it is driven."""
+        script's reply: "cancelled", the state that refused it, or "" (no record)."""
         if not isinstance(reason, str):
             raise TypeError(f"a cancel reason must be a str, got {type(reason).__name__}")
         if len(reason) > MAX_CANCEL_REASON:
@@ -159,8 +184,8 @@ class Task:
             )
         settings = config.settings()
         call = operations.cancel(
-            queue_keys(settings.prefix, check_queue_name(self.queue)),
-            check_id(self.id),
+            self._keys(),
+            self.id,
             reason.strip(),
             dead_ttl_ms=settings.failed_job_ttl_ms,
             dead_max=settings.dead_max,

@@ -42,6 +42,11 @@ local reason = 'cancelled'
 if ARGV[2] ~= '' then
   reason = reason .. ': ' .. ARGV[2]
 end
+-- The one write that can fail for this id alone (its periodic record's key holds another
+-- type) goes first: a script that stops on an error keeps the writes before it.
+if f[2] == '1' and f[3] then
+  redis.call('HSET', KEYS[5] .. f[3], 'last_finished_at', now, 'last_outcome', 'dead')
+end
 redis.call('ZREM', set, ARGV[1])
 redis.call('HSET', KEYS[1], 'state', 'dead', 'last_error', reason, 'failed_at', now,
   'finished_at', now)
@@ -49,7 +54,4 @@ redis.call('PEXPIRE', KEYS[1], ttl)
 redis.call('ZADD', KEYS[4], now, ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now - ttl)
 redis.call('ZREMRANGEBYRANK', KEYS[4], 0, -(tonumber(ARGV[4]) + 1))
-if f[2] == '1' and f[3] then
-  redis.call('HSET', KEYS[5] .. f[3], 'last_finished_at', now, 'last_outcome', 'dead')
-end
 return 'cancelled'
