@@ -7,6 +7,7 @@ built from them, checked when the job object is made, before anything reaches Re
 from __future__ import annotations
 
 import copy
+import functools
 import inspect
 import json
 import logging
@@ -30,6 +31,7 @@ _MISSING: Any = object()
 _PARAMS_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 
+@functools.lru_cache(maxsize=1024)  # (each task's log lines name its job class this way)
 def snake_case(name: str) -> str:
     """``SendWelcomeEmailJob`` -> ``send_welcome_email_job`` (the default queue name)."""
     return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", name).lower()

@@ -1,0 +1,117 @@
+"""``culex run``'s log: the seed's per-task lines, batched, and cheap when nothing else looks."""
+
+from __future__ import annotations
+
+import io
+import logging
+import re
+from collections.abc import Iterator
+
+import pytest
+
+from culex import logs
+
+LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d - (.*)")
+
+
+@pytest.fixture
+def stream() -> Iterator[io.StringIO]:
+    """``culex run``'s set-up on the root logger, taken down afterwards."""
+    root = logging.getLogger()
+    others, level = root.handlers[:], root.level
+    root.handlers = []  # (basicConfig does nothing on a root logger that has handlers)
+    out = io.StringIO()
+    logs.configure("INFO", out)
+    root.handlers += others
+    yield out
+    for handler in root.handlers[:]:
+        if isinstance(handler, logs.BatchingHandler):
+            root.removeHandler(handler)
+            handler.close()
+    root.setLevel(level)
+
+
+def ours_only() -> None:
+    """Take pytest's capturing handler off the root logger for the rest of the test (it
+    adds one for each phase of a test, after the fixtures are set up)."""
+    root = logging.getLogger()
+    root.handlers = [h for h in root.handlers if isinstance(h, logs.BatchingHandler)]
+
+
+def lines(out: io.StringIO) -> list[str]:
+    logs.flush_all()
+    found = []
+    for line in out.getvalue().splitlines():
+        match = LINE.fullmatch(line)
+        assert match, line
+        found.append(match.group(1))
+    return found
+
+
+@pytest.fixture
+def records(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The messages of the LogRecords made from here on."""
+    made: list[str] = []
+    make = logging.Logger.makeRecord
+
+    def counted(self: logging.Logger, *args: object, **kwargs: object) -> logging.LogRecord:
+        record = make(self, *args, **kwargs)  # type: ignore[arg-type]
+        made.append(record.getMessage())
+        return record
+
+    monkeypatch.setattr(logging.Logger, "makeRecord", counted)
+    return made
+
+
+def test_a_task_line_reads_as_a_logged_line_but_makes_no_record(
+    stream: io.StringIO, records: list[str]
+) -> None:
+    ours_only()
+    runner_log = logging.getLogger("culex.runner")
+    logs.task_line(runner_log, "Running task %s from %s", "noop<1>", "bench")
+    runner_log.info("Running task %s from %s", "noop<2>", "bench")
+    logs.task_line(runner_log, "task %s succeeded, took %s", "noop<1>", "0.2 ms")
+    assert lines(stream) == [
+        "Running task noop<1> from bench",
+        "Running task noop<2> from bench",
+        "task noop<1> succeeded, took 0.2 ms",
+    ]
+    assert records == ["Running task noop<2> from bench"]  # only the ordinary call made one
+
+
+def test_a_filter_or_another_handler_sees_every_task_line(
+    stream: io.StringIO, records: list[str]
+) -> None:
+    ours_only()
+    runner_log = logging.getLogger("culex.runner")
+    seen: list[str] = []
+
+    class Seen(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            seen.append(record.getMessage())
+            return "secret" not in record.getMessage()
+
+    culex_log = logging.getLogger("culex")
+    culex_log.addFilter(Seen())
+    try:
+        logs.task_line(runner_log, "Running task %s", "noop<1>")
+        logs.task_line(culex_log, "Running task %s", "secret<2>")
+    finally:
+        culex_log.filters.clear()
+    extra = logging.StreamHandler(io.StringIO())
+    logging.getLogger().addHandler(extra)
+    try:
+        logs.task_line(runner_log, "Running task %s", "noop<3>")
+    finally:
+        logging.getLogger().removeHandler(extra)
+    assert seen == ["Running task secret<2>"]  # the filter is on culex: culex.runner's
+    # records pass only its handlers' filters (logging's rule), so noop<1> took the fast path
+    assert records == ["Running task secret<2>", "Running task noop<3>"]
+    assert lines(stream) == ["Running task noop<1>", "Running task noop<3>"]
+
+
+def test_below_info_no_task_line_is_written(stream: io.StringIO, records: list[str]) -> None:
+    ours_only()
+    logging.getLogger().setLevel(logging.WARNING)
+    logs.task_line(logging.getLogger("culex.runner"), "Running task %s", "noop<1>")
+    assert lines(stream) == [] and records == []
