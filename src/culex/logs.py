@@ -62,7 +62,8 @@ class BatchingHandler(logging.StreamHandler[TextIO]):
 
     def add_line(self, formatter: LineFormatter, message: str) -> None:
         """An INFO line, as emit() would write it for a record of ``message`` made now."""
-        self._lines.append(f"{formatter.stamp(time.time())} - {message}{self.terminator}")
+        line = f"{formatter.stamp(time.time())} - {message}{self.terminator}"
+        self._lines.append(line)  # (made first: no Python runs between reading and adding)
         if len(self._lines) >= BATCH:
             self.flush()
 
