@@ -308,6 +308,30 @@ def test_a_periodic_task_whose_runner_was_lost_is_recorded_dead(r: redis.Redis) 
     assert r.hget(Q.periodic("TickJob"), "last_outcome") == b"dead"
 
 
+def test_a_record_key_of_another_type_never_stops_a_task_s_report(r: redis.Redis) -> None:
+    """The record is bookkeeping: complete, fail and reclaim leave a broken one as it is
+    and still end their tasks (an error would stop a whole batch, and come back on every
+    try)."""
+    d = driver_of(r)
+    for slot in (1000, 2000, 3000, 4000):
+        assert outcome(d, slot, overlap=True) == "enqueued"
+    done, done_too, failing, lost = (_claim(d, Q) for _ in range(4))
+    r.zadd(Q.pending, {lost.id: 1})  # its lease ran out: the runner is gone
+    r.set(Q.periodic("TickJob"), "not a record")
+    batch = [(t.id, t.attempt, "null") for t in (done, done_too)]
+    assert d.run(operations.complete(Q, HOUR, batch)) == []  # none refused
+    fail = operations.fail(
+        Q, failing.id, failing.attempt, "boom", retry_delay_ms=None, dead_ttl_ms=HOUR, dead_max=10
+    )
+    assert d.run(fail) == "dead"
+    reclaim = operations.reclaim(Q, limit=10, dead_ttl_ms=HOUR, dead_max=10)
+    assert d.run(reclaim) == [(lost.id, "dead")]
+    states = [r.hget(Q.task(t.id), "state") for t in (done, done_too, failing, lost)]
+    assert states == [b"succeeded", b"succeeded", b"dead", b"dead"]
+    assert r.zcard(Q.pending) == 0
+    assert r.get(Q.periodic("TickJob")) == b"not a record"
+
+
 def _claim(d: SyncDriver, keys: QueueKeys) -> operations.Claimed:
     reply = d.run(
         operations.claim(keys, limit=1, lease_ms=60_000, promote_limit=10, dead_ttl_ms=HOUR)

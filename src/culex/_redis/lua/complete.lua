@@ -25,7 +25,8 @@ for i = 2, #ARGV, 3 do
     redis.call('HSET', key, 'state', 'succeeded', 'result', ARGV[i + 2], 'finished_at', now)
     redis.call('PEXPIRE', key, ttl)
     if f[3] == '1' then
-      redis.call('HSET', KEYS[3] .. f[4], 'last_finished_at', now, 'last_outcome', 'succeeded')
+      -- (pcall: a record key holding another type must not stop the tasks' own reports)
+      redis.pcall('HSET', KEYS[3] .. f[4], 'last_finished_at', now, 'last_outcome', 'succeeded')
     end
   else
     refused[#refused + 1] = id

@@ -36,6 +36,7 @@ redis.call('ZADD', KEYS[4], now, ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now - ttl)
 redis.call('ZREMRANGEBYRANK', KEYS[4], 0, -(tonumber(ARGV[6]) + 1))
 if f[3] == '1' then
-  redis.call('HSET', KEYS[5] .. f[4], 'last_finished_at', now, 'last_outcome', 'dead')
+  -- (pcall: a record key holding another type must not stop the task's own report)
+  redis.pcall('HSET', KEYS[5] .. f[4], 'last_finished_at', now, 'last_outcome', 'dead')
 end
 return 'dead'

@@ -51,7 +51,8 @@ for _, id in ipairs(ids) do
     redis.call('PEXPIRE', key, ttl)
     redis.call('ZADD', KEYS[3], now, id)
     if f[3] == '1' then
-      redis.call('HSET', KEYS[7] .. f[4], 'last_finished_at', now, 'last_outcome', 'dead')
+      -- (pcall: a record key holding another type must not stop the reclaim of the others)
+      redis.pcall('HSET', KEYS[7] .. f[4], 'last_finished_at', now, 'last_outcome', 'dead')
     end
   end
   out[#out + 1] = id
