@@ -253,7 +253,7 @@ def _cancel(args: argparse.Namespace) -> int:
             print(f"{task_id}: cancelled")
             continue
         refused += 1
-        if isinstance(outcome, ServerError):  # (its key holds something else): the others go on
+        if isinstance(outcome, ServerError):  # e.g. its periodic record's key is of another type
             print(f"{task_id}: not cancelled, {outcome}")
         else:
             print(f"{task_id}: not cancelled, {f'it is {outcome}' if outcome else 'not found'}")

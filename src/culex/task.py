@@ -7,7 +7,7 @@ import enum
 import itertools
 import os
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Any, Literal
 
 from . import config
@@ -64,6 +64,13 @@ Flow = Generator[Call[Any] | list[Call[Any]] | float, Any, Any]
 in one round trip and reply with their results) or a float (sleep that long)."""
 
 
+def one_call(call: Call[Any], then: Callable[[Any], Any] = lambda reply: reply) -> Flow:
+    """The flow of a single call; its value is ``then`` of the reply. Build the call before
+    calling this, so its arguments are checked before any I/O (a generator's body runs only
+    once it is driven)."""
+    return then((yield call))
+
+
 def together(flows: list[Flow], *, refused: Literal["raise", "return"] = "raise") -> Flow:
     """Flows that each make one call, sent in one round trip; the value is theirs, in order.
     A call the server refused raises its ServerError, as it would alone; with
@@ -91,6 +98,11 @@ def together(flows: list[Flow], *, refused: Literal["raise", "return"] = "raise"
     return values
 
 
+def _state_of(fields: dict[str, str]) -> TaskState | None:
+    state = fields.get("state", "")
+    return TaskState(state) if state in TaskState._value2member_map_ else None
+
+
 class Task:
     """An enqueued task. ``state()`` and ``result()`` ask the server; ``a*`` twins are async."""
 
@@ -116,25 +128,13 @@ class Task:
         check_id(self.id)
         return queue_keys(config.settings().prefix, check_queue_name(self.queue))
 
-    # Each *_flow checks its arguments when it is called, before any I/O (a generator would
-    # check them only once it is driven), and returns the generator that does the work.
+    # Each *_flow checks its arguments when it is called, before any I/O.
 
     def _state_flow(self) -> Flow:
-        read = operations.read_task(self._keys(), self.id)
-
-        def flow() -> Flow:
-            state = (yield read).get("state")
-            return TaskState(state) if state in TaskState._value2member_map_ else None
-
-        return flow()
+        return one_call(operations.read_task(self._keys(), self.id), _state_of)
 
     def _info_flow(self) -> Flow:
-        read = operations.read_task(self._keys(), self.id)
-
-        def flow() -> Flow:
-            return (yield read)
-
-        return flow()
+        return one_call(operations.read_task(self._keys(), self.id))
 
     def _result_flow(self, timeout: float | None) -> Flow:
         read = operations.read_task(self._keys(), self.id)
@@ -164,13 +164,9 @@ class Task:
             pause = min(pause * 2, _LAST_POLL)
 
     def _retry_flow(self) -> Flow:
-        call = operations.retry_dead(self._keys(), [self.id])
-
-        def flow() -> Flow:
-            reply = yield call
-            return bool(reply.retried)
-
-        return flow()
+        return one_call(
+            operations.retry_dead(self._keys(), [self.id]), lambda reply: bool(reply.retried)
+        )
 
     def cancel_flow(self, reason: str) -> Flow:
         """The flow of cancel and acancel (and of ``culex cancel``). Its value is the
@@ -190,11 +186,7 @@ class Task:
             dead_ttl_ms=settings.failed_job_ttl_ms,
             dead_max=settings.dead_max,
         )
-
-        def flow() -> Flow:
-            return (yield call)
-
-        return flow()
+        return one_call(call)
 
     def state(self) -> TaskState | None:
         """The task's state now; None when it has no record (expired or never existed)."""
