@@ -73,7 +73,10 @@ class System:
 
     @property
     def env(self) -> dict[str, str]:
-        return {**os.environ, "PYTHONPATH": str(HERE), "BENCH_REDIS_URL": self.url}
+        # bench/ first, then the caller's own path: PYTHONPATH=<worktree>/src measures
+        # another checkout of culex with the same harness
+        path = os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH", "")) if p)
+        return {**os.environ, "PYTHONPATH": path, "BENCH_REDIS_URL": self.url}
 
     def command(self, template: list[str]) -> list[str]:
         folder = str(Path(self.python).parent)

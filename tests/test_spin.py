@@ -1,4 +1,4 @@
-"""Spin, then block (culex._redis.spin): the credit rule, the socket read, the selector."""
+"""Spin, then block (culex._redis.spin): how long to spin, the socket read, the selector."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 import culex
 from culex import config
 from culex._redis import connection
-from culex._redis.spin import CREDIT, SKIP, Spinner, SpinningSelector, loop_factory, receive
+from culex._redis.spin import GROW_START, Spinner, SpinningSelector, loop_factory, receive
 from culex._redis.wire import Address, SyncConnection
 
 
@@ -27,44 +27,63 @@ def pair() -> Iterator[tuple[socket.socket, socket.socket]]:
         b.close()
 
 
-def test_a_spinner_stops_spinning_after_misses_and_probes_again_later() -> None:
-    spinner = Spinner(0.001)
-    for _ in range(CREDIT):
-        assert spinner.worth_it()
-        spinner.missed()
-    assert [spinner.worth_it() for _ in range(SKIP - 1)] == [False] * (SKIP - 1)
-    assert spinner.worth_it()  # one probe in SKIP
-    spinner.caught()  # replies are quick again: full credit
-    assert all(spinner.worth_it() for _ in range(3 * SKIP))
+def test_a_spinner_learns_how_long_to_spin_from_how_long_the_waits_took() -> None:
+    spinner = Spinner(0.0002)
+    assert spinner.limit == GROW_START
+    grown = []
+    for _ in range(5):  # replies come soon after each spin gives up: spin longer
+        spinner.waited(0.0001, caught=False)
+        grown.append(spinner.limit)
+    assert grown == pytest.approx([2 * GROW_START, 4 * GROW_START, 8 * GROW_START, 0.0002, 0.0002])
+    spinner.waited(0.0, caught=True)  # a spin that caught its reply keeps its length
+    assert spinner.limit == 0.0002
+    shrunk = []
+    for _ in range(4):  # long waits (an idle runner, a distant server): spin less, then not
+        spinner.waited(0.05, caught=False)
+        shrunk.append(spinner.limit)
+    assert shrunk == pytest.approx([0.0001, 0.00005, 0.000025, 0.0])
+    spinner.waited(0.05, caught=False)
+    assert spinner.limit == 0.0
+    spinner.waited(0.00015, caught=False)  # a short wait again: spin from the start
+    assert spinner.limit == GROW_START
 
 
-def test_a_spinner_without_a_limit_never_spins() -> None:
-    assert not Spinner(0.0).worth_it()
+def test_a_spinner_without_a_cap_never_spins() -> None:
+    spinner = Spinner(0.0)
+    spinner.waited(0.0, caught=False)
+    assert spinner.limit == 0.0
 
 
 def test_receive_takes_what_is_there_and_waits_for_what_is_not(
     pair: tuple[socket.socket, socket.socket],
 ) -> None:
     a, b = pair
-    spinner = Spinner(0.0001)
-    spinner.missed()
+    spinner = Spinner(0.5)
     b.sendall(b"+PONG\r\n")
     assert receive(a, spinner) == b"+PONG\r\n"
-    assert all(spinner.worth_it() for _ in range(CREDIT))  # the catch restored the credit
+    assert spinner.limit == GROW_START  # caught by the spin: nothing to learn
     late = threading.Timer(0.05, b.sendall, args=(b"late",))
     late.start()
     assert receive(a, spinner) == b"late"  # past the spin, the read blocks until it comes
     late.join()
+    assert spinner.limit == 2 * GROW_START  # it came within the cap: spin longer next time
+    spinner.cap = 0.01
+    late = threading.Timer(0.05, b.sendall, args=(b"later",))
+    late.start()
+    assert receive(a, spinner) == b"later"
+    late.join()
+    assert spinner.limit == GROW_START  # longer than the cap: spin less
 
 
-def test_the_selector_spins_then_sleeps_and_keeps_timeouts(
+def test_the_selector_spins_then_sleeps_keeps_timeouts_and_learns(
     pair: tuple[socket.socket, socket.socket],
 ) -> None:
     a, b = pair
-    selector = SpinningSelector(0.0001)
+    selector = SpinningSelector(0.5)
     try:
         selector.register(a, selectors.EVENT_READ)
         assert selector.select(0.01) == []  # nothing came: the timeout holds
+        assert selector.spinner.limit == GROW_START  # a timer's wait teaches nothing
         b.sendall(b"x")
         assert [key.fileobj for key, _ in selector.select(None)] == [a]
         a.recv(1)
@@ -72,16 +91,17 @@ def test_the_selector_spins_then_sleeps_and_keeps_timeouts(
         late.start()
         assert [key.fileobj for key, _ in selector.select(5)] == [a]
         late.join()
+        assert selector.spinner.limit == 2 * GROW_START
     finally:
         selector.close()
 
 
 def test_only_plain_blocking_sockets_spin(url: str) -> None:
     address = Address.parse(url)
-    for timeout, limit in ((None, 0.0001), (5.0, 0.0)):  # a socket with a timeout polls anyway
+    for timeout, cap in ((None, 0.0001), (5.0, 0.0)):  # a socket with a timeout polls anyway
         connection = SyncConnection(address, timeout=timeout, busy_poll=0.0001)
         try:
-            assert connection._spinner.limit == limit
+            assert connection._spinner.cap == cap
         finally:
             connection.close()
 

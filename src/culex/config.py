@@ -35,7 +35,7 @@ class Settings:
     max_payload_bytes: int = 512 * 1024
     durable_enqueue: bool = False  # enqueue returns once the server has fsynced the task
     allow_eviction: bool = False  # run even if maxmemory-policy may evict queue keys
-    busy_poll: float = 0.00005  # a wait for a reply polls this long before it sleeps
+    busy_poll: float = 0.0002  # the longest a wait for a reply polls before it sleeps
 
     @property
     def successful_job_ttl_ms(self) -> int:

@@ -111,7 +111,7 @@ def _settle(calls: Sequence[Call[Any]], replies: list[Any], where: str) -> list[
 class SyncDriver:
     """Sends calls over blocking connections (safe to share between threads).
 
-    ``busy_poll``: seconds a wait for a reply polls before it blocks (culex._redis.spin).
+    ``busy_poll``: the longest a wait for a reply polls before it blocks (culex._redis.spin).
     """
 
     def __init__(self, url: str, busy_poll: float = 0.0) -> None:

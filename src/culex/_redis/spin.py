@@ -3,11 +3,17 @@
 A server on the same machine answers culex's scripts in some tens of µs, but a thread
 that blocks for the answer is woken long after it arrived: on the 2-core VM of
 bench/README.md a PING round trip took 70 µs with a blocking read and 22 µs when the
-reader polled without blocking. Most of a round trip is the wake-up, not the server.
-So a wait first polls without blocking for up to ``busy_poll`` seconds (the spin of an
-adaptive mutex; Linux's SO_BUSY_POLL does the same for network cards), then blocks as
-before. A wait that keeps outlasting the spin (a server across a network, an idle
-runner) stops spinning for a while, so the CPU is not burnt for nothing.
+reader polled without blocking; on a Firecracker VM whose guest never polls before it
+halts, 120 µs and 35 µs. Most of a round trip is the wake-up, not the server. So a wait
+first polls without blocking (the spin of an adaptive mutex; Linux's SO_BUSY_POLL does
+the same for network cards), then blocks as before.
+
+How long to spin is learnt per connection, the way Linux's cpuidle-haltpoll governor
+(drivers/cpuidle/governors/haltpoll.c) and KVM's ``halt_poll_ns`` learn how long a
+halted CPU polls: a wait that ended soon after its spin (within ``busy_poll``) doubles
+the next spin, up to ``busy_poll``; a wait longer than ``busy_poll`` (a server across a
+network, an idle runner) halves it, so the CPU is not burnt for nothing; a spin that
+caught its reply keeps it.
 """
 
 from __future__ import annotations
@@ -20,39 +26,28 @@ from collections.abc import Callable
 from typing import Any
 
 READ_SIZE = 65536
-# A spin that caught its reply restores this many misses' worth of credit; a spin that
-# missed costs one. With no credit left, waits block at once, and one in SKIP spins
-# again to see whether replies come quickly once more.
-CREDIT = 8
-SKIP = 64
+# The first spin, and the least one after a short wait (haltpoll's grow_start). Halving
+# below it turns spinning off until a wait is short again.
+GROW_START = 0.00002
 
 
 class Spinner:
-    """Whether the next wait should spin first, learnt from how the last spins ended."""
+    """How long the next wait should spin, learnt from how long the last waits took."""
 
-    __slots__ = ("_credit", "_skipped", "limit")
+    __slots__ = ("cap", "limit")
 
-    def __init__(self, limit: float) -> None:
-        self.limit = limit
-        self._credit = CREDIT
-        self._skipped = 0
+    def __init__(self, cap: float) -> None:
+        self.cap = cap  # ``busy_poll``: the longest spin, and the longest wait that is "short"
+        self.limit = min(GROW_START, cap) if cap > 0 else 0.0
 
-    def worth_it(self) -> bool:
-        if self.limit <= 0:
-            return False
-        if self._credit > 0:
-            return True
-        self._skipped += 1
-        if self._skipped < SKIP:
-            return False
-        self._skipped, self._credit = 0, 1
-        return True
-
-    def caught(self) -> None:
-        self._credit = CREDIT
-
-    def missed(self) -> None:
-        self._credit -= 1
+    def waited(self, seconds: float, caught: bool) -> None:
+        """Learn from one wait that took ``seconds`` in all; ``caught``: its spin got it."""
+        if caught or self.cap <= 0:
+            return
+        if seconds <= self.cap:  # it came soon after the spin gave up: spin longer
+            self.limit = min(max(self.limit * 2, GROW_START), self.cap)
+        else:  # a long wait: the spin was wasted
+            self.limit = self.limit / 2 if self.limit >= 2 * GROW_START else 0.0
 
 
 def receive(sock: socket.socket, spinner: Spinner) -> bytes:
@@ -61,19 +56,23 @@ def receive(sock: socket.socket, spinner: Spinner) -> bytes:
     Only for plain sockets without a timeout: a socket with a timeout polls before every
     read (the flag would change nothing) and a TLS socket takes no flags.
     """
-    if spinner.worth_it():
-        deadline = time.perf_counter() + spinner.limit
+    if spinner.cap <= 0:
+        return sock.recv(READ_SIZE)
+    start = time.perf_counter()
+    if spinner.limit > 0:
+        deadline = start + spinner.limit
         while True:
             try:
                 data = sock.recv(READ_SIZE, socket.MSG_DONTWAIT)
             except BlockingIOError:
                 if time.perf_counter() < deadline:
                     continue
-                spinner.missed()
                 break
-            spinner.caught()
+            spinner.waited(0.0, caught=True)
             return data
-    return sock.recv(READ_SIZE)
+    data = sock.recv(READ_SIZE)
+    spinner.waited(time.perf_counter() - start, caught=False)
+    return data
 
 
 class SpinningSelector(selectors.DefaultSelector):
@@ -85,21 +84,26 @@ class SpinningSelector(selectors.DefaultSelector):
         self.spinner = Spinner(limit)
 
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, Any]]:
-        if (timeout is None or timeout > 0) and self.spinner.worth_it():
-            limit = self.spinner.limit if timeout is None else min(timeout, self.spinner.limit)
-            deadline = time.perf_counter() + limit
+        spinner = self.spinner
+        if spinner.cap <= 0 or (timeout is not None and timeout <= 0):
+            return super().select(timeout)
+        start = time.perf_counter()
+        if spinner.limit > 0:
+            spin = spinner.limit if timeout is None else min(timeout, spinner.limit)
+            deadline = start + spin
             while True:
                 ready = super().select(0)
                 if ready:
-                    self.spinner.caught()
+                    spinner.waited(0.0, caught=True)
                     return ready
                 if time.perf_counter() >= deadline:
                     break
-            if timeout is not None and timeout <= self.spinner.limit:
-                return []  # the whole timeout was spun away; nothing to blame the spin for
-            self.spinner.missed()
-            timeout = None if timeout is None else timeout - limit
-        return super().select(timeout)
+            if timeout is not None:
+                timeout = max(timeout - spin, 0.0)
+        ready = super().select(timeout)
+        if ready:  # (a select that timed out waited for a timer, not for a reply)
+            spinner.waited(time.perf_counter() - start, caught=False)
+        return ready
 
 
 def loop_factory(busy_poll: float) -> Callable[[], asyncio.AbstractEventLoop] | None:
