@@ -261,3 +261,43 @@ def test_reclaim_turns_expired_leases_into_failed_attempts(r: redis.Redis) -> No
     # the lost runner's late report is refused
     late = d.run(operations.complete(K, 1000, [("retry", claimed["retry"].attempt, "1")]))
     assert late == ["retry"]
+
+
+def test_fail_reclaim_and_cancel_write_the_same_dead_record_and_trim_dead_alike(
+    r: redis.Redis,
+) -> None:
+    """The three ways into dead share lua/dead.lua: each leaves the same fields, the same
+    TTL and score, and keeps dead within dead_max (the oldest go first)."""
+    d = drive(r)
+    seconds, micros = r.time()
+    now = seconds * 1000 + micros // 1000
+    r.zadd(K.dead, {"old1": now - 2000, "old2": now - 1000})  # older dead ids, within the TTL
+    put(d, "failed")
+    put(d, "lost", max_retries=0)
+    put(d, "cancelled", delay_ms=60_000)
+    held = {t.id: t for t in claim(d).tasks}
+    d.run(
+        operations.fail(
+            K,
+            "failed",
+            held["failed"].attempt,
+            "boom",
+            retry_delay_ms=None,
+            dead_ttl_ms=DAY_MS,
+            dead_max=3,
+        )
+    )
+    assert sorted(r.zrange(K.dead, 0, -1)) == [b"failed", b"old1", b"old2"]
+    r.zadd(K.pending, {"lost": 1})  # its lease ran out long ago
+    d.run(operations.reclaim(K, limit=10, dead_ttl_ms=DAY_MS, dead_max=3))
+    assert sorted(r.zrange(K.dead, 0, -1)) == [b"failed", b"lost", b"old2"]
+    d.run(operations.cancel(K, "cancelled", "", dead_ttl_ms=DAY_MS, dead_max=3))
+    reasons = {"failed": "boom", "lost": "lease expired (runner lost)", "cancelled": "cancelled"}
+    for task_id, reason in reasons.items():
+        h = r.hgetall(K.task(task_id))
+        assert h[b"state"] == b"dead" and h[b"last_error"] == reason.encode()
+        assert h[b"failed_at"] == h[b"finished_at"]
+        assert r.zscore(K.dead, task_id) == int(h[b"failed_at"])
+        assert 0 < r.pttl(K.task(task_id)) <= DAY_MS
+    assert r.hget(K.task("lost"), "retry_count") == b"1"  # the lost attempt was counted
+    assert sorted(r.zrange(K.dead, 0, -1)) == [b"cancelled", b"failed", b"lost"]

@@ -48,10 +48,6 @@ if f[2] == '1' and f[3] then
   redis.call('HSET', KEYS[5] .. f[3], 'last_finished_at', now, 'last_outcome', 'dead')
 end
 redis.call('ZREM', set, ARGV[1])
-redis.call('HSET', KEYS[1], 'state', 'dead', 'last_error', reason, 'failed_at', now,
-  'finished_at', now)
-redis.call('PEXPIRE', KEYS[1], ttl)
-redis.call('ZADD', KEYS[4], now, ARGV[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now - ttl)
-redis.call('ZREMRANGEBYRANK', KEYS[4], 0, -(tonumber(ARGV[4]) + 1))
+to_dead(KEYS[1], KEYS[4], ARGV[1], reason, now, ttl)
+trim_dead(KEYS[4], now, ttl, tonumber(ARGV[4]))
 return 'cancelled'

@@ -29,12 +29,8 @@ if delay >= 0 then
   return 'scheduled'
 end
 local ttl = tonumber(ARGV[5])
-redis.call('HSET', KEYS[1], 'state', 'dead', 'last_error', ARGV[3], 'failed_at', now,
-  'finished_at', now)
-redis.call('PEXPIRE', KEYS[1], ttl)
-redis.call('ZADD', KEYS[4], now, ARGV[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now - ttl)
-redis.call('ZREMRANGEBYRANK', KEYS[4], 0, -(tonumber(ARGV[6]) + 1))
+to_dead(KEYS[1], KEYS[4], ARGV[1], ARGV[3], now, ttl)
+trim_dead(KEYS[4], now, ttl, tonumber(ARGV[6]))
 if f[3] == '1' then
   -- (pcall: a record key holding another type must not stop the task's own report)
   redis.pcall('HSET', KEYS[5] .. f[4], 'last_finished_at', now, 'last_outcome', 'dead')

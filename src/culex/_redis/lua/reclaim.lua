@@ -46,10 +46,7 @@ for _, id in ipairs(ids) do
     redis.call('HSET', key, 'state', outcome)
   else
     outcome = 'dead'
-    redis.call('HSET', key, 'state', 'dead', 'retry_count', retries, 'last_error', reason,
-      'failed_at', now, 'finished_at', now)
-    redis.call('PEXPIRE', key, ttl)
-    redis.call('ZADD', KEYS[3], now, id)
+    to_dead(key, KEYS[3], id, reason, now, ttl, retries)
     if f[3] == '1' then
       -- (pcall: a record key holding another type must not stop the reclaim of the others)
       redis.pcall('HSET', KEYS[7] .. f[4], 'last_finished_at', now, 'last_outcome', 'dead')
@@ -62,7 +59,6 @@ if woken and redis.call('LLEN', KEYS[6]) == 0 then
   redis.call('RPUSH', KEYS[6], '1')
 end
 if #out > 0 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now - ttl)
-  redis.call('ZREMRANGEBYRANK', KEYS[3], 0, -(tonumber(ARGV[3]) + 1))
+  trim_dead(KEYS[3], now, ttl, tonumber(ARGV[3]))
 end
 return out
