@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import logging
 import re
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -115,3 +116,26 @@ def test_below_info_no_task_line_is_written(stream: io.StringIO, records: list[s
     logging.getLogger().setLevel(logging.WARNING)
     logs.task_line(logging.getLogger("culex.runner"), "Running task %s", "noop<1>")
     assert lines(stream) == [] and records == []
+
+
+def test_lines_added_from_many_threads_while_batches_flush_are_each_written_once(
+    stream: io.StringIO,
+) -> None:
+    ours_only()
+    logger = logging.getLogger("culex.test.threads")
+    threads, each = 4, 3000  # 12,000 lines: the batch of 256 and the flusher both write
+    start = threading.Barrier(threads)
+
+    def add(n: int) -> None:
+        start.wait()
+        for i in range(each):
+            logs.task_line(logger, "line %d.%d", n, i)
+
+    workers = [threading.Thread(target=add, args=(n,)) for n in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    written = lines(stream)
+    assert len(written) == threads * each
+    assert set(written) == {f"line {n}.{i}" for n in range(threads) for i in range(each)}

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from typing import TextIO
 
 FORMAT = "%(asctime)s - %(message)s"
@@ -45,7 +46,9 @@ class BatchingHandler(logging.StreamHandler[TextIO]):
 
     def __init__(self, stream: TextIO) -> None:
         super().__init__(stream)
-        self._lines: list[str] = []
+        # deque: appends and pops from both ends are thread-safe by contract, so adding a
+        # line takes no lock, and a flush takes only the lines it counted
+        self._lines: deque[str] = deque()
         self._closed = threading.Event()
         self._flusher = threading.Thread(target=self._flush_often, name="culex-log", daemon=True)
         self._flusher.start()
@@ -56,22 +59,23 @@ class BatchingHandler(logging.StreamHandler[TextIO]):
         except Exception:
             self.handleError(record)
             return
-        self._lines.append(line)  # atomic: no lock needed to add
+        self._lines.append(line)
         if record.levelno >= logging.WARNING or len(self._lines) >= BATCH:
             self.flush()
 
     def add_line(self, formatter: LineFormatter, message: str) -> None:
         """An INFO line, as emit() would write it for a record of ``message`` made now."""
         line = f"{formatter.stamp(time.time())} - {message}{self.terminator}"
-        self._lines.append(line)  # (made first: no Python runs between reading and adding)
+        self._lines.append(line)
         if len(self._lines) >= BATCH:
             self.flush()
 
     def flush(self) -> None:
         with self.lock:  # type: ignore[union-attr]  # made by Handler.__init__
-            if not self._lines:
+            queued = self._lines
+            if not queued:
                 return
-            lines, self._lines = self._lines, []
+            lines = [queued.popleft() for _ in range(len(queued))]
             try:
                 self.stream.write("".join(lines))
                 self.stream.flush()
