@@ -116,6 +116,45 @@ def test_log_lines_show_while_the_runner_runs(r: redis.Redis, tmp_path: Path) ->
     assert proc.returncode == 0
 
 
+def test_culex_run_moves_what_it_loaded_out_of_the_collectors_way(
+    r: redis.Redis, tmp_path: Path
+) -> None:
+    """The modules, classes and functions loaded before the first claim are frozen
+    (gc.freeze): a full collection in the middle of claims then skips them."""
+    (tmp_path / "gc_jobs.py").write_text(
+        textwrap.dedent(
+            """
+            import gc
+            import culex
+
+            class FrozenCount(culex.QueuedJob):
+                queue = "gc_job"
+
+                def perform(self) -> int:
+                    return gc.get_freeze_count()
+            """
+        )
+    )
+    proc = subprocess.Popen(
+        culex_command("run", "gc_jobs"), cwd=tmp_path, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        script = r.register_script(
+            (Path(culex.__file__).parent / "_redis" / "lua" / "enqueue.lua").read_text()
+        )
+        keys = queue_keys("culex", "gc_job")
+        script(
+            keys=[keys.task("gc-1"), keys.waiting, keys.scheduled, keys.signal],
+            args=["gc-1", "FrozenCount", "gc_job", "{}", "", 0, 0],
+        )
+        frozen = culex.Task("gc-1", "gc_job").result(timeout=20)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert frozen > 10_000  # culex's own modules and the job module's objects, at least
+
+
 def _enqueue(r: redis.Redis, n: int) -> str:
     """Enqueue the way a foreign producer would: the job class lives in the runner only."""
     script = r.register_script(
