@@ -4,8 +4,8 @@ A server on the same machine answers culex's scripts in some tens of µs, but a 
 that blocks for the answer is woken long after it arrived: on the 2-core VM of
 bench/README.md a PING round trip took 70 µs with a blocking read and 22 µs when the
 reader polled without blocking; on a Firecracker VM whose guest never polls before it
-halts, 120 µs and 35 µs. Most of a round trip is the wake-up, not the server. So a wait
-first polls without blocking (the spin of an adaptive mutex; Linux's SO_BUSY_POLL does
+halts, 110-134 µs and 32-52 µs. Most of a round trip is the wake-up, not the server. So a
+wait first polls without blocking (the spin of an adaptive mutex; Linux's SO_BUSY_POLL does
 the same for network cards), then blocks as before.
 
 How long to spin is learnt per connection, the way Linux's cpuidle-haltpoll governor
