@@ -32,25 +32,23 @@ def test_a_spinner_learns_how_long_to_spin_from_how_long_the_waits_took() -> Non
     assert spinner.limit == GROW_START
     grown = []
     for _ in range(5):  # replies come soon after each spin gives up: spin longer
-        spinner.waited(0.0001, caught=False)
+        spinner.waited(0.0001)
         grown.append(spinner.limit)
     assert grown == pytest.approx([2 * GROW_START, 4 * GROW_START, 8 * GROW_START, 0.0002, 0.0002])
-    spinner.waited(0.0, caught=True)  # a spin that caught its reply keeps its length
-    assert spinner.limit == 0.0002
     shrunk = []
     for _ in range(4):  # long waits (an idle runner, a distant server): spin less, then not
-        spinner.waited(0.05, caught=False)
+        spinner.waited(0.05)
         shrunk.append(spinner.limit)
     assert shrunk == pytest.approx([0.0001, 0.00005, 0.000025, 0.0])
-    spinner.waited(0.05, caught=False)
+    spinner.waited(0.05)
     assert spinner.limit == 0.0
-    spinner.waited(0.00015, caught=False)  # a short wait again: spin from the start
+    spinner.waited(0.00015)  # a short wait again: spin from the start
     assert spinner.limit == GROW_START
 
 
 def test_a_spinner_without_a_cap_never_spins() -> None:
     spinner = Spinner(0.0)
-    spinner.waited(0.0, caught=False)
+    spinner.waited(0.0)
     assert spinner.limit == 0.0
 
 

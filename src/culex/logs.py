@@ -59,15 +59,16 @@ class BatchingHandler(logging.StreamHandler[TextIO]):
         except Exception:
             self.handleError(record)
             return
-        self._lines.append(line)
-        if record.levelno >= logging.WARNING or len(self._lines) >= BATCH:
-            self.flush()
+        self._add(line, urgent=record.levelno >= logging.WARNING)
 
     def add_line(self, formatter: LineFormatter, message: str) -> None:
         """An INFO line, as emit() would write it for a record of ``message`` made now."""
-        line = f"{formatter.stamp(time.time())} - {message}{self.terminator}"
+        self._add(f"{formatter.stamp(time.time())} - {message}{self.terminator}")
+
+    def _add(self, line: str, urgent: bool = False) -> None:
+        """Queue a line; write the batch now if ``urgent`` or full, else the flusher will."""
         self._lines.append(line)
-        if len(self._lines) >= BATCH:
+        if urgent or len(self._lines) >= BATCH:
             self.flush()
 
     def flush(self) -> None:

@@ -40,9 +40,10 @@ class Spinner:
         self.cap = cap  # ``busy_poll``: the longest spin, and the longest wait that is "short"
         self.limit = min(GROW_START, cap) if cap > 0 else 0.0
 
-    def waited(self, seconds: float, caught: bool) -> None:
-        """Learn from one wait that took ``seconds`` in all; ``caught``: its spin got it."""
-        if caught or self.cap <= 0:
+    def waited(self, seconds: float) -> None:
+        """Learn from one wait that outlasted its spin and took ``seconds`` in all (a spin
+        that caught its reply teaches nothing: the next spin keeps its length)."""
+        if self.cap <= 0:
             return
         if seconds <= self.cap:  # it came soon after the spin gave up: spin longer
             self.limit = min(max(self.limit * 2, GROW_START), self.cap)
@@ -68,10 +69,9 @@ def receive(sock: socket.socket, spinner: Spinner) -> bytes:
                 if time.perf_counter() < deadline:
                     continue
                 break
-            spinner.waited(0.0, caught=True)
             return data
     data = sock.recv(READ_SIZE)
-    spinner.waited(time.perf_counter() - start, caught=False)
+    spinner.waited(time.perf_counter() - start)
     return data
 
 
@@ -94,7 +94,6 @@ class SpinningSelector(selectors.DefaultSelector):
             while True:
                 ready = super().select(0)
                 if ready:
-                    spinner.waited(0.0, caught=True)
                     return ready
                 if time.perf_counter() >= deadline:
                     break
@@ -102,7 +101,7 @@ class SpinningSelector(selectors.DefaultSelector):
                 timeout = max(timeout - spin, 0.0)
         ready = super().select(timeout)
         if ready:  # (a select that timed out waited for a timer, not for a reply)
-            spinner.waited(time.perf_counter() - start, caught=False)
+            spinner.waited(time.perf_counter() - start)
         return ready
 
 
