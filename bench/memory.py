@@ -12,17 +12,14 @@ Prints the figures; asserts nothing.
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
-import tempfile
-import textwrap
 import time
 from pathlib import Path
 
 import redis
-from server import PrivateServer, find_binary
+from server import PrivateServer, find_binary, jobs_folder, runner_arguments
 
 JOBS = """
 import culex
@@ -45,15 +42,10 @@ def memory(pid: int) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--tasks", type=int, default=20_000)
-    parser.add_argument("--concurrency", type=int, default=100)
-    parser.add_argument("--server", default="auto", help="redis, valkey or a path")
-    args = parser.parse_args()
+    args = runner_arguments(__doc__, tasks=20_000)
     server = PrivateServer(find_binary(args.server))
     url = server.start()
-    folder = Path(tempfile.mkdtemp(prefix="culex-bench-memory-"))
-    (folder / "bare_jobs.py").write_text(textwrap.dedent(JOBS))
+    folder = jobs_folder("bare_jobs", JOBS)
     command = [sys.executable, "-m", "culex", "run", "bare_jobs"]
     command += ["--concurrency", str(args.concurrency), "--redis-url", url]
     worker = subprocess.Popen(command, cwd=folder, stderr=subprocess.DEVNULL)

@@ -6,10 +6,12 @@ Never the machine's own server: a fresh process in a temporary folder, no persis
 
 from __future__ import annotations
 
+import argparse
 import shutil
 import socket
 import subprocess
 import tempfile
+import textwrap
 import time
 from pathlib import Path
 
@@ -95,3 +97,19 @@ class PrivateServer:
                 self.process.kill()
                 self.process.wait()
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def runner_arguments(description: str | None, tasks: int) -> argparse.Namespace:
+    """The options of a culex-only script that drains tasks with one ``culex run``."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--tasks", type=int, default=tasks)
+    parser.add_argument("--concurrency", type=int, default=100)
+    parser.add_argument("--server", default="auto", help="redis, valkey or a path")
+    return parser.parse_args()
+
+
+def jobs_folder(module: str, source: str) -> Path:
+    """A new folder holding the job module ``module``.py for ``culex run`` to import."""
+    folder = Path(tempfile.mkdtemp(prefix=f"culex-bench-{module}-"))
+    (folder / f"{module}.py").write_text(textwrap.dedent(source))
+    return folder

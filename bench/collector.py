@@ -1,0 +1,119 @@
+"""The garbage collector's pauses in a busy ``culex run``, with and without its freeze.
+
+    python bench/collector.py [--tasks 50000] [--concurrency 100]
+
+``culex run`` calls ``gc.freeze()`` once the job module is imported (cli.py), so that
+a full collection skips the modules, classes and functions loaded at start-up. This
+drains ``--tasks`` prefilled no-op tasks twice: once as ``culex run`` is, and once with
+the freeze undone by the first task (``gc.unfreeze()``: the runner as it was before). The
+job module times every collection (``gc.callbacks``) and the figures are printed per
+generation. Same server kind and settings as compare.py. Prints the figures; asserts
+nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import redis
+from server import PrivateServer, find_binary, jobs_folder, runner_arguments
+
+JOBS = """
+import atexit
+import gc
+import json
+import os
+import time
+
+import culex
+
+pauses = []  # (generation, seconds)
+started = [0.0]
+
+
+def timed(phase, info):
+    if phase == "start":
+        started[0] = time.perf_counter()
+    else:
+        pauses.append((info["generation"], time.perf_counter() - started[0]))
+
+
+gc.callbacks.append(timed)
+atexit.register(lambda: open("pauses.json", "w").write(json.dumps(pauses)))
+first = [True]
+
+
+class Noop(culex.QueuedJob):
+    queue = "bench"
+
+    async def perform(self) -> None:
+        if first[0]:  # from the first task on: culex run's own start-up collection is not counted
+            first[0] = False
+            if os.environ.get("BENCH_UNFREEZE") == "1":
+                gc.unfreeze()
+            pauses.clear()
+"""
+
+
+def drain(url: str, folder: Path, tasks: int, concurrency: int, unfreeze: bool) -> list[Any]:
+    """Fill the queue, run ``culex run`` until it is empty, stop it; its collections."""
+    client = redis.Redis.from_url(url)
+    client.flushall()
+    produce = f"import culex, gc_jobs; culex.configure(redis_url={url!r}); "
+    produce += f"culex.enqueue_many([gc_jobs.Noop() for _ in range({tasks})])"
+    subprocess.run([sys.executable, "-c", produce], cwd=folder, check=True)
+    command = [sys.executable, "-m", "culex", "run", "gc_jobs"]
+    command += ["--concurrency", str(concurrency), "--redis-url", url]
+    env = {**os.environ, "BENCH_UNFREEZE": "1" if unfreeze else "0"}
+    worker = subprocess.Popen(command, cwd=folder, env=env, stderr=subprocess.DEVNULL)
+    try:
+        while client.zcard("culex:{bench}:waiting") or client.zcard("culex:{bench}:pending"):
+            time.sleep(0.05)
+    finally:
+        worker.terminate()
+        worker.wait(30)
+        client.close()
+    pauses: list[Any] = json.loads((folder / "pauses.json").read_text())
+    return pauses
+
+
+def summary(pauses: list[Any]) -> str:
+    lines = []
+    for generation in (0, 1, 2):
+        times = sorted(s * 1000 for g, s in pauses if g == generation)
+        if times:
+            lines.append(
+                f"    gen{generation}: {len(times):,} collections, median "
+                f"{times[len(times) // 2]:.2f} ms, longest {times[-1]:.2f} ms, "
+                f"{sum(times):.0f} ms in all"
+            )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    args = runner_arguments(__doc__, tasks=50_000)
+    server = PrivateServer(find_binary(args.server))
+    url = server.start()
+    folder = jobs_folder("gc_jobs", JOBS)
+    try:
+        results = {
+            unfreeze: drain(url, folder, args.tasks, args.concurrency, unfreeze)
+            for unfreeze in (False, True)
+        }
+    finally:
+        server.stop()
+    print(f"culex run draining {args.tasks:,} no-op tasks, concurrency {args.concurrency}:")
+    print("  as culex run is (start-up objects frozen):")
+    print(summary(results[False]))
+    print("  with the freeze undone by the first task:")
+    print(summary(results[True]))
+
+
+if __name__ == "__main__":
+    main()
