@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
@@ -9,6 +10,7 @@ import pytest
 
 import culex
 from culex.job import snake_case
+from culex.task import new_id
 
 
 class SendWelcomeEmailJob(culex.QueuedJob):
@@ -79,6 +81,10 @@ def test_payload_limit(r: object) -> None:
     culex.configure(max_payload_bytes=100)
     with pytest.raises(ValueError, match="max_payload_bytes"):
         SendWelcomeEmailJob(to="x" * 200).enqueue()
+    # The limit is in UTF-8 bytes, not characters: 40 x "é" is 80 bytes, 40 x "x" is 40.
+    assert SendWelcomeEmailJob(to="x" * 40).enqueue().state() == "waiting"
+    with pytest.raises(ValueError, match=r"params take 1\d\d bytes"):
+        SendWelcomeEmailJob(to="é" * 40).enqueue()
 
 
 class MoneyJob(culex.QueuedJob):
@@ -133,3 +139,23 @@ def test_an_unsupported_param_type_is_refused_when_defined() -> None:
 
         class NoHookJob(culex.QueuedJob):
             user: User
+
+
+def test_new_ids_sort_by_creation_and_a_forked_child_draws_other_random_bits() -> None:
+    ids = [new_id() for _ in range(1000)]
+    assert ids == sorted(ids) and len(set(ids)) == 1000
+    assert all(len(i) == 28 and int(i, 16) >= 0 for i in ids)
+    # The child shares the parent's counter and clock at the fork: only the random part
+    # keeps the ids of the two apart, so it must not be the parent's sequence replayed.
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: send its next ids and leave at once
+        os.write(write, " ".join(new_id() for _ in range(50)).encode())
+        os._exit(0)
+    os.close(write)
+    _, status = os.waitpid(pid, 0)
+    child = os.read(read, 65536).decode().split()
+    os.close(read)
+    assert status == 0 and len(child) == 50
+    parent = [new_id() for _ in range(50)]
+    assert {i[16:] for i in child}.isdisjoint(i[16:] for i in parent)

@@ -158,6 +158,20 @@ def test_encodings_follow_the_wire_format() -> None:
     assert enc(int | None, None) is None
 
 
+def test_params_text_is_compact_json_with_unicode_kept() -> None:
+    data = {
+        "name": 'Zoë "the" \u2028 naïve\n',
+        "nested": {"list": [1, -2.5, 1e300, None, True, False, []], "empty": {}},
+        "big": 2**70,
+    }
+    text = serialization.params_text(data)
+    assert text == json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+    assert json.loads(text) == data
+    assert " " not in serialization.params_text({"a": [1, 2], "b": {"c": 3}})
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        serialization.params_text({"a": object()})  # type: ignore[dict-item]
+
+
 def test_validate_keeps_the_type_the_decode_will_give() -> None:
     kept = codec_for(float).validate(3, WHERE)
     assert kept == 3.0 and type(kept) is float

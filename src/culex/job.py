@@ -9,7 +9,6 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
-import json
 import logging
 import re
 import typing
@@ -21,14 +20,12 @@ from . import config
 from ._redis.keys import check_queue_name
 from .enqueue import enqueue_flow
 from .errors import JobFailure
-from .serialization import Codec, Deserializer, Serializer, codec_for
+from .serialization import Codec, Deserializer, Serializer, codec_for, params_text
 from .task import Task, run_async, run_sync
 
 logger = logging.getLogger("culex")
 
 _MISSING: Any = object()
-# Made once: json.dumps with non-default options builds an encoder on every call.
-_PARAMS_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 
 
 @functools.lru_cache(maxsize=1024)  # (each task's log lines name its job class this way)
@@ -230,7 +227,7 @@ class Job:
     def params_json(self) -> str:
         """The params as the JSON object stored in the task hash."""
         encoded = {name: p.codec.encode(getattr(self, name)) for name, p in self.params_.items()}
-        return _PARAMS_JSON.encode(encoded)
+        return params_text(encoded)
 
 
 class QueuedJob(Job):

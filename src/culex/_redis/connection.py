@@ -6,14 +6,13 @@ With no ``redis_url`` the embedded server is started or joined (DESIGN.md §7).
 from __future__ import annotations
 
 import asyncio
-import os
 import weakref
 from collections.abc import AsyncIterator
 
 from .. import config
 from .client import AsyncDriver, SyncDriver
 
-_sync: dict[tuple[int, str], SyncDriver] = {}
+_sync: dict[str, SyncDriver] = {}  # (a driver drops its connections in a forked child)
 _async: weakref.WeakKeyDictionary[
     asyncio.AbstractEventLoop, dict[str, tuple[AsyncDriver, AsyncIterator[None]]]
 ] = weakref.WeakKeyDictionary()
@@ -32,7 +31,7 @@ def sync_driver(url: str | None = None) -> SyncDriver:
     """A blocking driver for ``url`` (default: the configured server)."""
     settings = config.settings()
     named = url if url is not None else settings.redis_url
-    key = (os.getpid(), named or "")
+    key = named or ""
     driver = _sync.get(key)
     if driver is None:
         driver = _sync[key] = SyncDriver(resolve_url(named), settings.busy_poll)
