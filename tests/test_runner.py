@@ -15,7 +15,7 @@ import culex
 from culex._redis import connection
 from culex._redis.client import AsyncDriver
 from culex._redis.keys import queue_keys
-from culex._redis.operations import Call, ClaimReply
+from culex._redis.operations import Call, Claimed, ClaimReply
 
 from .conftest import running
 
@@ -363,6 +363,30 @@ async def test_an_idle_runner_claims_in_the_same_round_trip_as_its_wake_up(
         if any(isinstance(x, ClaimReply) and any(t.id == task.id for t in x.tasks) for x in replies)
     ]
     assert took == [["BLPOP", "claim"]]
+
+
+async def test_a_task_claimed_behind_the_wait_starts_before_the_wait_is_done(
+    r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It starts in the loop step that reads the reply, not in a done callback of the
+    wait one step later (each step is a select and a cold cache after idling)."""
+    starts: dict[str, bool] = {}  # task id -> the wait was still in flight when it started
+    start = culex.Runner._start
+
+    def recording(runner: culex.Runner, claimed: Claimed) -> None:
+        waiter = runner._waiter
+        starts[claimed.id] = waiter is not None and not waiter.done()
+        start(runner, claimed)
+
+    monkeypatch.setattr(culex.Runner, "_start", recording)
+    culex.configure(idle_wait=30)
+    runner = culex.Runner(run_from=["order"])
+    async with running(runner):
+        while runner._waiter is None:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)  # (the runner waits once it found the queue empty)
+        task = await OrderJob(n=9).aenqueue()
+        assert await task.aresult(timeout=5) == 9
+    assert starts == {task.id: True}
 
 
 async def test_graceful_stop_hands_running_tasks_back(r: redis.Redis) -> None:

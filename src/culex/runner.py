@@ -9,7 +9,6 @@ held task (culex.lease), so a task that blocks the loop does not lose its lease.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import os
 import signal
@@ -343,22 +342,22 @@ class Runner:
         """
         assert self._driver is not None
         calls: list[Call[Any]] = [operations.wait_signal(signals, self.settings.idle_wait)]
-        pipelined = self._free() >= 2 and first.name not in self._unhealthy
-        if pipelined:
-            calls.append(self._claim_call(first, 1))
-            self._reserved += 1
-        waiter = asyncio.ensure_future(self._driver.run_many(calls))
-        if pipelined:
-            waiter.add_done_callback(functools.partial(self._woken, first.name))
-        return waiter
+        if self._free() < 2 or first.name in self._unhealthy:
+            return asyncio.ensure_future(self._driver.run_many(calls))
+        calls.append(self._claim_call(first, 1))
+        self._reserved += 1
+        return asyncio.ensure_future(self._wait_and_claim(calls, first.name))
 
-    def _woken(self, queue: str, waiter: asyncio.Future[list[Any]]) -> None:
-        """Start what the claim behind the wait took, as soon as its reply is in."""
-        self._reserved -= 1
-        self._slot_freed.set()
-        if waiter.cancelled() or waiter.exception() is not None:
-            return
-        reply = waiter.result()[1]
+    async def _wait_and_claim(self, calls: list[Call[Any]], queue: str) -> list[Any]:
+        """Start what the claim behind the wait took as soon as its reply is in: in the
+        step of the loop that reads it, not in a done callback one step later."""
+        assert self._driver is not None
+        try:
+            replies = await self._driver.run_many(calls)
+        finally:
+            self._reserved -= 1
+            self._slot_freed.set()
+        reply = replies[1]
         if isinstance(reply, ServerUnavailable):
             logger.warning("%s", reply)
         elif isinstance(reply, ServerError):
@@ -367,6 +366,7 @@ class Runner:
             self._unhealthy.pop(queue, None)
             for claimed in reply.tasks:
                 self._start(claimed)
+        return replies
 
     async def _settle_waiter(self) -> None:
         """On stop, let a wait in flight end (at idle_wait) rather than close its
