@@ -1,0 +1,154 @@
+"""The producer's side of ``enqueue()``: its Python alone, and the first call after a pause.
+
+    python bench/producer.py [--calls 100000] [--paused 300]
+
+Two figures that the harness's A and C hide inside a round trip:
+
+- **Python per call, the wire cut off**: ``--calls`` calls of the harness's job
+  (``Noop(stamp=...).enqueue()``) with the connection's exchange answered at once by a
+  canned reply, so what is timed is culex's own code from the job object to the
+  ``Task``: params, id, script call, RESP packing, reply parsing. Best of three rounds.
+- **After a pause**: ``--paused`` calls, each after a sleep of 0, 1 or 10 ms (C's gap),
+  against a private server: the whole call, the part spent in the exchange (send, server,
+  reply), and the rest, which is the producer's Python run on caches that the pause let
+  go cold; and the server's own time for the script (INFO commandstats). Then, after the
+  same pauses, a PING over a bare socket and a 300-step Python loop, each done twice in
+  a row: what the pause costs without culex.
+
+To compare two checkouts, run it with ``PYTHONPATH=<checkout>/src`` for each in turn.
+Same server kind and settings as compare.py. Prints the figures; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import redis
+from server import PrivateServer, find_binary
+
+import culex
+from culex._redis import wire
+
+PAUSES = (0.0, 0.001, 0.010)
+
+
+class Noop(culex.QueuedJob):  # the harness's job (adapters/culex.py), without its body
+    queue = "bench"
+    stamp: float
+
+    async def perform(self) -> None: ...
+
+
+def python_alone(calls: int) -> float:
+    """µs per enqueue() with the exchange answered at once (best of three rounds)."""
+    real = wire.SyncConnection.exchange
+
+    def canned(self: wire.SyncConnection, packed: bytes, count: int) -> list[Any]:
+        return [[b"waiting", b"0"]]
+
+    wire.SyncConnection.exchange = canned  # type: ignore[method-assign]
+    try:
+        rounds = []
+        for _ in range(3):
+            start = time.perf_counter()
+            for _ in range(calls):
+                Noop(stamp=1.0).enqueue()
+            rounds.append((time.perf_counter() - start) / calls * 1e6)
+        return min(rounds)
+    finally:
+        wire.SyncConnection.exchange = real  # type: ignore[method-assign]
+
+
+def paused_enqueues(pause: float, calls: int) -> tuple[float, float, float]:
+    """Medians (µs) of an enqueue() after ``pause`` s of sleep: the whole call, its
+    exchange, and the rest of the call."""
+    real = wire.SyncConnection.exchange
+    exchanges: list[float] = []
+
+    def timed(self: wire.SyncConnection, packed: bytes, count: int) -> list[Any]:
+        start = time.perf_counter()
+        try:
+            return real(self, packed, count)
+        finally:
+            exchanges.append(time.perf_counter() - start)
+
+    wire.SyncConnection.exchange = timed  # type: ignore[method-assign]
+    try:
+        whole = []
+        for _ in range(calls):
+            time.sleep(pause)
+            start = time.perf_counter()
+            Noop(stamp=1.0).enqueue()
+            whole.append(time.perf_counter() - start)
+    finally:
+        wire.SyncConnection.exchange = real  # type: ignore[method-assign]
+    rest = [w - e for w, e in zip(whole, exchanges, strict=True)]
+    return tuple(statistics.median(x) * 1e6 for x in (whole, exchanges, rest))  # type: ignore[return-value]
+
+
+def paused(pause: float, calls: int, step: Callable[[], None]) -> tuple[float, float]:
+    """Medians (µs) of ``step`` run after ``pause`` s of sleep, and run again at once."""
+    first, second = [], []
+    for _ in range(calls):
+        time.sleep(pause)
+        start = time.perf_counter()
+        step()
+        middle = time.perf_counter()
+        step()
+        first.append(middle - start)
+        second.append(time.perf_counter() - middle)
+    return statistics.median(first) * 1e6, statistics.median(second) * 1e6
+
+
+def loop() -> None:
+    total = 0
+    for i in range(300):
+        total += i
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--calls", type=int, default=100_000)
+    parser.add_argument("--paused", type=int, default=300)
+    parser.add_argument("--server", default="auto", help="redis, valkey or a path")
+    args = parser.parse_args()
+    server = PrivateServer(find_binary(args.server))
+    url = server.start()
+    stats = redis.Redis(port=server.port)
+    sock = socket.create_connection(("127.0.0.1", server.port))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def ping() -> None:
+        sock.sendall(b"PING\r\n")
+        sock.recv(64)
+
+    try:
+        culex.configure(redis_url=url)
+        Noop(stamp=1.0).enqueue()  # connect, load the script
+        print(f"culex's Python per enqueue(), the wire cut off: {python_alone(args.calls):.1f} µs")
+        for pause in PAUSES:
+            stats.config_resetstat()
+            whole, exchange, rest = paused_enqueues(pause, args.paused)
+            script = stats.info("commandstats")["cmdstat_evalsha"]["usec_per_call"]
+            ping_first, ping_again = paused(pause, args.paused, ping)
+            loop_first, loop_again = paused(pause, args.paused, loop)
+            print(
+                f"after {pause * 1000:g} ms asleep (medians, µs): enqueue() {whole:.0f} "
+                f"(exchange {exchange:.0f}, the rest {rest:.0f}; the server's time for "
+                f"enqueue.lua {script:.0f}, a mean); "
+                f"PING {ping_first:.0f}, again at once {ping_again:.0f}; "
+                f"a 300-step loop {loop_first:.1f}, again at once {loop_again:.1f}"
+            )
+    finally:
+        sock.close()
+        stats.close()
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()
