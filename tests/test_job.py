@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import os
+import sys
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
+import redis
 
 import culex
+from culex._redis.keys import queue_keys
 from culex.job import snake_case
 from culex.task import new_id
 
@@ -159,3 +163,27 @@ def test_new_ids_sort_by_creation_and_a_forked_child_draws_other_random_bits() -
     assert status == 0 and len(child) == 50
     parent = [new_id() for _ in range(50)]
     assert {i[16:] for i in child}.isdisjoint(i[16:] for i in parent)
+
+
+def test_an_id_culex_drew_that_was_taken_is_drawn_again(
+    r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A drawn id the server already has would leave its task as it was and lose the job
+    (a fork that copied the random state could do it): enqueue draws until one is free."""
+    SendWelcomeEmailJob(to="first").enqueue(id="taken")
+    drawn = iter(["taken", "fresh-1", "taken", "taken", "fresh-2", "fresh-3"])
+    monkeypatch.setattr(sys.modules["culex.enqueue"], "new_id", lambda: next(drawn))
+    one = SendWelcomeEmailJob(to="one").enqueue()
+    two, three = culex.enqueue_many(
+        [SendWelcomeEmailJob(to="two"), SendWelcomeEmailJob(to="three")]
+    )
+    assert (one.id, two.id, three.id) == ("fresh-1", "fresh-2", "fresh-3")
+    keys = queue_keys("culex", SendWelcomeEmailJob.queue)
+    stored = {
+        i: json.loads(r.hget(keys.task(i), "params") or "{}")["to"]
+        for i in ("taken", "fresh-1", "fresh-2", "fresh-3")
+    }
+    assert stored == {"taken": "first", "fresh-1": "one", "fresh-2": "two", "fresh-3": "three"}
+    # A client-made id that is taken is the idempotent case: nothing is drawn, nothing changes.
+    assert SendWelcomeEmailJob(to="again").enqueue(id="taken").id == "taken"
+    assert r.zcard(keys.waiting) == 4

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import sys
 import threading
 import time
 from pathlib import Path
@@ -282,6 +283,19 @@ def test_durable_enqueue_waits_for_the_fsync(r: redis.Redis) -> None:
     culex.enqueue_many([PlainJob(n=2), PlainJob(n=3)])
     assert task.state() is culex.TaskState.WAITING
     assert r.info("commandstats")["cmdstat_waitaof"]["calls"] == before + 2
+
+
+def test_a_task_id_drawn_again_is_confirmed_durable_too(
+    r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    culex.configure(durable_enqueue=True)
+    PlainJob(n=1).enqueue(id="taken")
+    before = r.info("commandstats")["cmdstat_waitaof"]["calls"]
+    drawn = iter(["taken", "fresh"])
+    monkeypatch.setattr(sys.modules["culex.enqueue"], "new_id", lambda: next(drawn))
+    assert PlainJob(n=2).enqueue().id == "fresh"
+    assert r.info("commandstats")["cmdstat_waitaof"]["calls"] == before + 2  # try, redraw
+    assert r.hget(queue_keys("culex", "plain").task("fresh"), "params") == b'{"n":2}'
 
 
 async def test_runner_rides_out_a_server_restart(

@@ -82,6 +82,8 @@ def enqueue_flow(
     tasks: list[Task] = []
     if len(calls) == 1 and not first and not settings.durable_enqueue:
         outcome = yield calls[0]  # the common case: one command, no pipeline
+        if outcome.existed and task_id is None:
+            outcome = yield from _redraw(jobs[0], settings, due_ms, delay_ms)
         return [Task(outcome.task_id, jobs[0].queue)]
     for start in range(0, len(calls), CHUNK):
         chunk: list[Call[Any]] = [*first, *calls[start : start + CHUNK]]
@@ -94,10 +96,34 @@ def enqueue_flow(
         if settings.durable_enqueue:
             yield from _confirm(replies.pop())
         done: list[Enqueued] = replies[len(first) :]
-        tasks += (Task(e.task_id, job.queue) for e, job in zip(done, jobs[start:], strict=False))
+        for outcome, job in zip(done, jobs[start:], strict=False):
+            if outcome.existed and task_id is None:
+                outcome = yield from _redraw(job, settings, due_ms, delay_ms)
+            tasks.append(Task(outcome.task_id, job.queue))
         _registered.update((settings.redis_url, settings.prefix, q) for q in new_queues)
         first = []
     return tasks
+
+
+def _redraw(job: QueuedJob, settings: config.Settings, due_ms: int | None, delay_ms: int) -> Flow:
+    """Enqueue ``job`` again under a new id: the id culex drew for it was taken.
+
+    48 random bits, a counter and the clock make that all but impossible, short of a
+    fork that copied this process's random state without reseeding it. But a taken id
+    leaves the server's task as it was, and this job would be lost: so draw again.
+    """
+    while True:
+        calls = [_call(job, settings, due_ms, delay_ms, new_id())]
+        if settings.durable_enqueue:
+            calls.append(_durable())
+        replies = yield calls
+        if isinstance(replies[0], Exception):
+            raise replies[0]
+        if settings.durable_enqueue:
+            yield from _confirm(replies[1])
+        outcome: Enqueued = replies[0]
+        if not outcome.existed:
+            return outcome
 
 
 def _call(
