@@ -42,7 +42,7 @@ def new_id() -> str:
     """A unique task id that sorts by creation time (ties in waiting keep FIFO order).
 
     Milliseconds, a counter of this process, and 48 random bits. The bits come from
-    ``random``, not ``os.urandom`` (a system call, a third of the cost): it is seeded from
+    ``random``, not ``os.urandom`` (a system call, a quarter of the id's cost): it is seeded from
     the OS, and again in a forked child, so a child that shares its parent's counter and
     clock still draws other bits.
     """

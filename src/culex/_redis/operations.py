@@ -22,9 +22,9 @@ Arg = str | int | float | bytes
 class Call(NamedTuple, Generic[T]):
     """One round trip's worth of work: a script (or a command), keys, args, a parser.
 
-    A named tuple, not a frozen dataclass: as immutable, and made in a third of the time
-    (a frozen dataclass sets each field through ``object.__setattr__``); one is made for
-    every enqueue.
+    A named tuple, not a frozen dataclass: as immutable, and made in less than half the
+    time (a frozen dataclass sets each field through ``object.__setattr__``); one is made
+    for every enqueue.
     """
 
     keys: tuple[str, ...]
