@@ -86,15 +86,7 @@ def enqueue_flow(
             outcome = yield from _redraw(jobs[0], settings, due_ms, delay_ms)
         return [Task(outcome.task_id, jobs[0].queue)]
     for start in range(0, len(calls), CHUNK):
-        chunk: list[Call[Any]] = [*first, *calls[start : start + CHUNK]]
-        if settings.durable_enqueue:
-            chunk.append(_durable())
-        replies = yield chunk
-        for reply in replies:
-            if isinstance(reply, Exception):
-                raise reply
-        if settings.durable_enqueue:
-            yield from _confirm(replies.pop())
+        replies = yield from _sent([*first, *calls[start : start + CHUNK]], settings)
         done: list[Enqueued] = replies[len(first) :]
         for outcome, job in zip(done, jobs[start:], strict=False):
             if outcome.existed and task_id is None:
@@ -113,17 +105,28 @@ def _redraw(job: QueuedJob, settings: config.Settings, due_ms: int | None, delay
     leaves the server's task as it was, and this job would be lost: so draw again.
     """
     while True:
-        calls = [_call(job, settings, due_ms, delay_ms, new_id())]
-        if settings.durable_enqueue:
-            calls.append(_durable())
-        replies = yield calls
-        if isinstance(replies[0], Exception):
-            raise replies[0]
-        if settings.durable_enqueue:
-            yield from _confirm(replies[1])
-        outcome: Enqueued = replies[0]
+        call = _call(job, settings, due_ms, delay_ms, new_id())
+        outcome: Enqueued = (yield from _sent([call], settings))[0]
         if not outcome.existed:
             return outcome
+
+
+def _sent(calls: list[Call[Any]], settings: config.Settings) -> Flow:
+    """Send ``calls`` in one round trip, with the fsync check behind them when
+    ``durable_enqueue`` asks for it; the value is their replies. A refused call raises.
+
+    The fsync check's reply is read first: a server without WAITAOF refuses it, and then
+    a replica's WAIT is asked for instead (``_confirm``), not the refusal raised.
+    """
+    if not settings.durable_enqueue:
+        replies = yield calls
+    else:
+        replies = yield [*calls, _durable()]
+        yield from _confirm(replies.pop())
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+    return replies
 
 
 def _call(

@@ -42,9 +42,9 @@ def new_id() -> str:
     """A unique task id that sorts by creation time (ties in waiting keep FIFO order).
 
     Milliseconds, a counter of this process, and 48 random bits. The bits come from
-    ``random``, not ``os.urandom`` (a system call, a quarter of the id's cost): it is seeded from
-    the OS, and again in a forked child, so a child that shares its parent's counter and
-    clock still draws other bits.
+    ``random``, not ``os.urandom`` (a system call, a quarter of the id's cost): it is
+    seeded from the OS, and again in a forked child, so a child that shares its parent's
+    counter and clock still draws other bits (and a taken id is drawn again: enqueue.py).
     """
     ms = time.time_ns() // 1_000_000
     return f"{ms:012x}{next(_sequence) & 0xFFFF:04x}{_random_bits(48):012x}"
