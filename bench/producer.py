@@ -1,6 +1,6 @@
 """The producer's side of ``enqueue()``: its Python alone, and the first call after a pause.
 
-    python bench/producer.py [--calls 100000] [--paused 300]
+    python bench/producer.py [--calls 100000] [--paused 300] [--floor 20000]
 
 Two figures that the harness's A and C hide inside a round trip:
 
@@ -14,6 +14,16 @@ Two figures that the harness's A and C hide inside a round trip:
   go cold; and the server's own time for the script (INFO commandstats). Then, after the
   same pauses, a PING over a bare socket and a 300-step Python loop, each done twice in
   a row: what the pause costs without culex.
+
+- **Python after a round trip**: ``enqueue()`` with its exchange replaced three ways:
+  a canned reply; a pure-Python wait of 20 µs, then the canned reply; a PING over a
+  bare socket, then the canned reply. The median time of the call outside the exchange:
+  what a round trip through the kernel costs the Python that runs after it.
+- **The floor of a call in a loop** (``--floor``): A's loop of calls, with no Python
+  between them but a socket's send and receive of bytes packed beforehand: a PING; an
+  LPUSH of 300 bytes (huey's enqueue, its message pickled); ``enqueue.lua`` with a new
+  task id each call (culex's enqueue). Then ``enqueue()`` itself. Three rounds, taken in
+  turn; the mean µs per call of each round. What A can reach at best, before any Python.
 
 To compare two checkouts, run it with ``PYTHONPATH=<checkout>/src`` for each in turn.
 Same server kind and settings as compare.py. Prints the figures; asserts nothing.
@@ -91,6 +101,57 @@ def paused_enqueues(pause: float, calls: int) -> tuple[float, float, float]:
     return tuple(statistics.median(x) * 1e6 for x in (whole, exchanges, rest))  # type: ignore[return-value]
 
 
+def replaced(
+    instead: Callable[[], None], exchanges: list[float], reply: list[Any]
+) -> Callable[[wire.SyncConnection, bytes, int], list[Any]]:
+    """An exchange that runs ``instead``, notes how long it took, and returns ``reply``."""
+
+    def exchange(self: wire.SyncConnection, packed: bytes, count: int) -> list[Any]:
+        start = time.perf_counter()
+        instead()
+        exchanges.append(time.perf_counter() - start)
+        return reply
+
+    return exchange
+
+
+def python_after(port: int, calls: int) -> dict[str, float]:
+    """Median µs of enqueue() outside its exchange, by what the exchange does instead."""
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    canned_reply = [[b"waiting", b"0"]]
+
+    def canned() -> None:
+        pass
+
+    def spin() -> None:
+        deadline = time.perf_counter() + 0.00002
+        while time.perf_counter() < deadline:
+            pass
+
+    def ping() -> None:
+        sock.sendall(b"PING\r\n")
+        sock.recv(64)
+
+    real = wire.SyncConnection.exchange
+    results = {}
+    try:
+        for name, instead in (("canned", canned), ("a 20 µs spin", spin), ("a PING", ping)):
+            exchanges: list[float] = []
+            wire.SyncConnection.exchange = replaced(instead, exchanges, canned_reply)  # type: ignore[method-assign,assignment]
+            whole = []
+            for _ in range(calls):
+                start = time.perf_counter()
+                Noop(stamp=1.0).enqueue()
+                whole.append(time.perf_counter() - start)
+            rest = [w - e for w, e in zip(whole, exchanges, strict=True)]
+            results[name] = statistics.median(rest) * 1e6
+    finally:
+        wire.SyncConnection.exchange = real  # type: ignore[method-assign]
+        sock.close()
+    return results
+
+
 def paused(pause: float, calls: int, step: Callable[[], None]) -> tuple[float, float]:
     """Medians (µs) of ``step`` run after ``pause`` s of sleep, and run again at once."""
     first, second = [], []
@@ -105,6 +166,79 @@ def paused(pause: float, calls: int, step: Callable[[], None]) -> tuple[float, f
     return statistics.median(first) * 1e6, statistics.median(second) * 1e6
 
 
+def floor(port: int, calls: int, rounds: int = 3) -> dict[str, list[float]]:
+    """Mean µs per call of a loop of pre-packed commands on one socket, and of enqueue()."""
+    from culex._redis import scripts
+    from culex._redis.keys import queue_keys
+    from culex._redis.wire import hiredis_pack
+
+    keys = queue_keys("culex", "floor")
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.sendall(hiredis_pack([("SCRIPT", "LOAD", scripts.ENQUEUE.source)]))
+    sock.recv(64)
+    params = '{"stamp": 1700000000.123456}'
+
+    def packets(kind: str, round_: int) -> list[bytes]:
+        if kind == "PING":
+            return [b"PING\r\n"] * calls
+        if kind == "LPUSH":
+            return [hiredis_pack([("LPUSH", "huey.bench", b"x" * 300)])] * calls
+        return [  # enqueue.lua: the arguments enqueue() sends, a new id each call
+            hiredis_pack(
+                [
+                    (
+                        "EVALSHA",
+                        scripts.ENQUEUE.sha,
+                        4,
+                        keys.task(f"{round_}-{i}"),
+                        keys.waiting,
+                        keys.scheduled,
+                        keys.signal,
+                        f"{round_}-{i}",
+                        "Noop",
+                        "floor",
+                        params,
+                        "",
+                        0,
+                        3,
+                    )
+                ]
+            )
+            for i in range(calls)
+        ]
+
+    def raw(batch: list[bytes]) -> float:
+        start = time.perf_counter()
+        for packet in batch:
+            sock.sendall(packet)
+            sock.recv(256)  # one short reply, all in one read
+        return (time.perf_counter() - start) / calls * 1e6
+
+    def culex_loop() -> float:
+        start = time.perf_counter()
+        for _ in range(calls):
+            Noop(stamp=1700000000.123456).enqueue()
+        return (time.perf_counter() - start) / calls * 1e6
+
+    results: dict[str, list[float]] = {
+        "PING": [],
+        "LPUSH 300 B": [],
+        "enqueue.lua": [],
+        "enqueue()": [],
+    }
+    try:
+        for round_ in range(rounds):
+            for kind in ("PING", "LPUSH", "enqueue.lua"):
+                batch = packets(kind, round_)
+                name = "LPUSH 300 B" if kind == "LPUSH" else kind
+                results[name].append(raw(batch))
+            results["enqueue()"].append(culex_loop())
+    finally:
+        sock.close()
+    return results
+
+
 def loop() -> None:
     total = 0
     for i in range(300):
@@ -115,6 +249,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--calls", type=int, default=100_000)
     parser.add_argument("--paused", type=int, default=300)
+    parser.add_argument("--floor", type=int, default=20_000, help="calls per loop (0: skip)")
     parser.add_argument("--server", default="auto", help="redis, valkey or a path")
     args = parser.parse_args()
     server = PrivateServer(find_binary(args.server))
@@ -131,6 +266,11 @@ def main() -> None:
         culex.configure(redis_url=url)
         Noop(stamp=1.0).enqueue()  # connect, load the script
         print(f"culex's Python per enqueue(), the wire cut off: {python_alone(args.calls):.1f} µs")
+        after = python_after(server.port, args.calls)
+        print(
+            "the same Python (medians, µs) with the exchange replaced by "
+            + "; ".join(f"{name}: {us:.1f}" for name, us in after.items())
+        )
         for pause in PAUSES:
             stats.config_resetstat()
             whole, exchange, rest = paused_enqueues(pause, args.paused)
@@ -144,6 +284,11 @@ def main() -> None:
                 f"PING {ping_first:.0f}, again at once {ping_again:.0f}; "
                 f"a 300-step loop {loop_first:.1f}, again at once {loop_again:.1f}"
             )
+        if args.floor:
+            print(f"a loop of {args.floor:,} calls, mean µs per call in each of 3 rounds:")
+            for name, means in floor(server.port, args.floor).items():
+                rounds = ", ".join(f"{m:.1f}" for m in means)
+                print(f"  {name:12} {rounds}  (best {1e6 / min(means):,.0f}/s)")
     finally:
         sock.close()
         stats.close()
