@@ -9,7 +9,10 @@ import asyncio
 import contextlib
 import functools
 import os
+import socket
+import subprocess
 import tempfile
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +23,7 @@ import redis
 import culex
 from culex import config
 from culex._redis.client import SyncDriver
-from culex.embedded import EmbeddedServer
+from culex.embedded import EmbeddedServer, server_binary
 
 
 @pytest.fixture(scope="session")
@@ -53,6 +56,35 @@ def r(server: EmbeddedServer) -> Iterator[redis.Redis]:
     finally:
         client.close()
         config.reset()
+
+
+@contextlib.contextmanager
+def private_tcp_server(folder: Path, *words: str, password: str | None = None) -> Iterator[int]:
+    """Another server of the wheel's, on a free TCP port of 127.0.0.1, for the block: its
+    port. ``words``: more options (a password, a renamed command); a later one wins."""
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = int(free.getsockname()[1])
+    proc = subprocess.Popen(
+        [server_binary(), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+         "--appendonly", "no", "--dir", str(folder), *words],
+        stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+    client = redis.Redis(port=port, password=password)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                assert time.monotonic() < deadline, "the private server did not start"
+                time.sleep(0.01)
+        yield port
+    finally:
+        client.close()
+        proc.terminate()
+        proc.wait(10)
 
 
 @contextlib.asynccontextmanager

@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import socket
-import subprocess
 import sys
 import threading
 import time
@@ -21,10 +19,10 @@ from culex import config
 from culex._redis import connection, operations
 from culex._redis.keys import queue_keys
 from culex._redis.operations import Claimed
-from culex.embedded import EmbeddedServer, server_binary
+from culex.embedded import EmbeddedServer
 from culex.lease import LeaseKeeper
 
-from .conftest import running
+from .conftest import private_tcp_server, running
 
 
 class BusyJob(culex.QueuedJob):
@@ -305,43 +303,26 @@ def test_durable_enqueue_asks_a_replica_where_the_server_has_no_waitaof(
 ) -> None:
     """Redis before 7.2 has no WAITAOF: enqueue falls back to WAIT 1 (docs/reliability.md),
     rather than raise the refusal after the task was stored."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    words = ["--port", str(port), "--save", "", "--appendonly", "yes", "--dir", str(tmp_path)]
-    legacy = subprocess.Popen(
-        [server_binary(), *words, "--rename-command", "WAITAOF", ""],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    client = redis.Redis(port=port)
-    try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                assert time.monotonic() < deadline, "the server did not start"
-                time.sleep(0.02)
-        monkeypatch.setattr(sys.modules["culex.enqueue"], "DURABLE_TIMEOUT_MS", 50)
-        monkeypatch.setenv("CULEX_REDIS_URL", f"redis://127.0.0.1:{port}/0")  # (env wins)
-        config.reset()
-        culex.configure(durable_enqueue=True)
-        for enqueue in (
-            lambda: PlainJob(n=1).enqueue(),
-            lambda: culex.enqueue_many([PlainJob(n=2)]),
-        ):
-            with pytest.raises(culex.ServerError, match="no replica confirmed"):
-                enqueue()
-        assert client.info("commandstats")["cmdstat_wait"]["calls"] == 2
-        assert client.zcard(queue_keys("culex", "plain").waiting) == 2
-    finally:
-        monkeypatch.undo()
-        config.reset()
-        client.close()
-        legacy.terminate()
-        legacy.wait(10)
+    words = ("--appendonly", "yes", "--rename-command", "WAITAOF", "")
+    with private_tcp_server(tmp_path, *words) as port:
+        client = redis.Redis(port=port)
+        try:
+            monkeypatch.setattr(sys.modules["culex.enqueue"], "DURABLE_TIMEOUT_MS", 50)
+            monkeypatch.setenv("CULEX_REDIS_URL", f"redis://127.0.0.1:{port}/0")  # (env wins)
+            config.reset()
+            culex.configure(durable_enqueue=True)
+            for enqueue in (
+                lambda: PlainJob(n=1).enqueue(),
+                lambda: culex.enqueue_many([PlainJob(n=2)]),
+            ):
+                with pytest.raises(culex.ServerError, match="no replica confirmed"):
+                    enqueue()
+            assert client.info("commandstats")["cmdstat_wait"]["calls"] == 2
+            assert client.zcard(queue_keys("culex", "plain").waiting) == 2
+        finally:
+            monkeypatch.undo()
+            config.reset()
+            client.close()
 
 
 async def test_runner_rides_out_a_server_restart(

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,9 +13,8 @@ from culex import config
 from culex._redis import connection, operations
 from culex._redis.keys import queue_keys
 from culex._redis.wire import Address
-from culex.embedded import server_binary
 
-from .conftest import running
+from .conftest import private_tcp_server, running
 
 PASSWORD = "s3cret/with:odd@chars"
 
@@ -55,27 +51,8 @@ def test_urls_are_read_and_bad_ones_refused() -> None:
 @pytest.fixture
 def tcp_server(tmp_path: Path) -> Iterator[int]:
     """A private server on a TCP port that wants a password."""
-    with socket.socket() as free:
-        free.bind(("127.0.0.1", 0))
-        port = int(free.getsockname()[1])
-    proc = subprocess.Popen(
-        [server_binary(), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-         "--appendonly", "no", "--dir", str(tmp_path), "--requirepass", PASSWORD],
-        stdout=subprocess.DEVNULL,
-    )  # fmt: skip
-    client = redis.Redis(port=port, password=PASSWORD)
-    try:
-        for _ in range(500):
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                time.sleep(0.01)
+    with private_tcp_server(tmp_path, "--requirepass", PASSWORD, password=PASSWORD) as port:
         yield port
-    finally:
-        client.close()
-        proc.terminate()
-        proc.wait(10)
 
 
 async def test_tcp_with_a_password_and_a_database_number(
