@@ -65,6 +65,9 @@ def test_receive_takes_what_is_there_and_waits_for_what_is_not(
     assert receive(a, spinner) == b"late"  # past the spin, the read blocks until it comes
     late.join()
     assert spinner.limit == 2 * GROW_START  # it came within the cap: spin longer next time
+    b.sendall(b"+OK\r\n")
+    assert receive(a, spinner) == b"+OK\r\n"
+    assert spinner.limit == 2 * GROW_START  # caught by the spin: it keeps its length
     spinner.cap = 0.01
     late = threading.Timer(0.05, b.sendall, args=(b"later",))
     late.start()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import culex
 from culex import config
 from culex._redis import connection, operations
 from culex._redis.keys import queue_keys
+from culex._redis.operations import Call
 from culex._redis.wire import Address
 
 from .conftest import private_tcp_server, running
@@ -95,3 +97,24 @@ async def test_a_connection_the_server_dropped_is_replaced(r: redis.Redis, url: 
     finally:
         sync.close()
         await asynchronous.close()
+
+
+def test_a_forked_child_talks_over_a_connection_of_its_own(r: redis.Redis, url: str) -> None:
+    """Drivers are kept per URL, not per process: a child forked after its parent used one
+    must open its own connection, or it would read replies meant for the parent."""
+    client_id = Call((), ("CLIENT", "ID"), int)  # the server's id of the connection asking
+    driver = connection.sync_driver(url)
+    parent = driver.run(client_id)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: the same driver, copied by the fork
+        try:
+            os.write(write, str(connection.sync_driver(url).run(client_id)).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    _, status = os.waitpid(pid, 0)
+    child = int(os.read(read, 64) or 0)
+    os.close(read)
+    assert status == 0 and child not in (0, parent)
+    assert driver.run(client_id) == parent  # the parent's connection was left alone
