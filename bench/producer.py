@@ -115,10 +115,8 @@ def replaced(
     return exchange
 
 
-def python_after(port: int, calls: int) -> dict[str, float]:
+def python_after(ping: Callable[[], None], calls: int) -> dict[str, float]:
     """Median µs of enqueue() outside its exchange, by what the exchange does instead."""
-    sock = socket.create_connection(("127.0.0.1", port))
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     canned_reply = [[b"waiting", b"0"]]
 
     def canned() -> None:
@@ -128,10 +126,6 @@ def python_after(port: int, calls: int) -> dict[str, float]:
         deadline = time.perf_counter() + 0.00002
         while time.perf_counter() < deadline:
             pass
-
-    def ping() -> None:
-        sock.sendall(b"PING\r\n")
-        sock.recv(64)
 
     real = wire.SyncConnection.exchange
     results = {}
@@ -148,7 +142,6 @@ def python_after(port: int, calls: int) -> dict[str, float]:
             results[name] = statistics.median(rest) * 1e6
     finally:
         wire.SyncConnection.exchange = real  # type: ignore[method-assign]
-        sock.close()
     return results
 
 
@@ -166,15 +159,13 @@ def paused(pause: float, calls: int, step: Callable[[], None]) -> tuple[float, f
     return statistics.median(first) * 1e6, statistics.median(second) * 1e6
 
 
-def floor(port: int, calls: int, rounds: int = 3) -> dict[str, list[float]]:
+def floor(sock: socket.socket, calls: int, rounds: int = 3) -> dict[str, list[float]]:
     """Mean µs per call of a loop of pre-packed commands on one socket, and of enqueue()."""
     from culex._redis import scripts
     from culex._redis.keys import queue_keys
     from culex._redis.wire import hiredis_pack
 
     keys = queue_keys("culex", "floor")
-    sock = socket.create_connection(("127.0.0.1", port))
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.sendall(hiredis_pack([("SCRIPT", "LOAD", scripts.ENQUEUE.source)]))
     sock.recv(64)
     params = '{"stamp": 1700000000.123456}'
@@ -227,15 +218,12 @@ def floor(port: int, calls: int, rounds: int = 3) -> dict[str, list[float]]:
         "enqueue.lua": [],
         "enqueue()": [],
     }
-    try:
-        for round_ in range(rounds):
-            for kind in ("PING", "LPUSH", "enqueue.lua"):
-                batch = packets(kind, round_)
-                name = "LPUSH 300 B" if kind == "LPUSH" else kind
-                results[name].append(raw(batch))
-            results["enqueue()"].append(culex_loop())
-    finally:
-        sock.close()
+    for round_ in range(rounds):
+        for kind in ("PING", "LPUSH", "enqueue.lua"):
+            batch = packets(kind, round_)
+            name = "LPUSH 300 B" if kind == "LPUSH" else kind
+            results[name].append(raw(batch))
+        results["enqueue()"].append(culex_loop())
     return results
 
 
@@ -255,8 +243,7 @@ def main() -> None:
     server = PrivateServer(find_binary(args.server))
     url = server.start()
     stats = redis.Redis(port=server.port)
-    sock = socket.create_connection(("127.0.0.1", server.port))
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock = server.socket()
 
     def ping() -> None:
         sock.sendall(b"PING\r\n")
@@ -266,7 +253,7 @@ def main() -> None:
         culex.configure(redis_url=url)
         Noop(stamp=1.0).enqueue()  # connect, load the script
         print(f"culex's Python per enqueue(), the wire cut off: {python_alone(args.calls):.1f} µs")
-        after = python_after(server.port, args.calls)
+        after = python_after(ping, args.calls)
         print(
             "the same Python (medians, µs) with the exchange replaced by "
             + "; ".join(f"{name}: {us:.1f}" for name, us in after.items())
@@ -286,7 +273,7 @@ def main() -> None:
             )
         if args.floor:
             print(f"a loop of {args.floor:,} calls, mean µs per call in each of 3 rounds:")
-            for name, means in floor(server.port, args.floor).items():
+            for name, means in floor(sock, args.floor).items():
                 rounds = ", ".join(f"{m:.1f}" for m in means)
                 print(f"  {name:12} {rounds}  (best {1e6 / min(means):,.0f}/s)")
     finally:

@@ -83,6 +83,12 @@ class PrivateServer:
         client.close()
         return self.url
 
+    def socket(self) -> socket.socket:
+        """A bare TCP connection to it, Nagle off (as the clients under test connect)."""
+        sock = socket.create_connection(("127.0.0.1", self.port))
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
+
     def version(self) -> str:
         info = redis.Redis.from_url(self.url).info("server")
         name = "valkey" if "valkey_version" in info else "redis"

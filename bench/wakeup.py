@@ -54,8 +54,7 @@ def main() -> None:
     server = PrivateServer(find_binary(args.server))
     server.start()
     assert server.process is not None
-    sock = socket.create_connection(("127.0.0.1", server.port))
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock = server.socket()
     cores = os.sched_getaffinity(0)
     server_pid = server.process.pid
     try:
