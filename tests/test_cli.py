@@ -90,6 +90,84 @@ def test_a_second_signal_stops_at_once_and_leaves_the_task_to_its_lease(
     assert r.hget(keys.task(task.id), "retry_count") == b"0"
 
 
+SLOW_JOBS = textwrap.dedent(
+    """
+    import os
+    import time
+    import culex
+
+    def record(kind: str) -> None:
+        with open(os.environ["CULEX_TEST_RUNS"], "a") as runs:
+            runs.write(f"{os.getpid()} {kind} {time.time()}\\n")
+
+    class SlowSyncJob(culex.QueuedJob):
+        def perform(self) -> None:
+            record("start")
+            end = time.time() + float(os.environ["CULEX_TEST_SLEEP"])
+            while time.time() < end:
+                time.sleep(0.05)
+                record("tick")
+            record("end")
+    """
+)
+SLOW = 12.0  # seconds the first runner's perform would sleep: far beyond its grace period
+
+
+def test_a_sync_task_handed_back_at_stop_never_runs_twice_at_once(
+    r: redis.Redis, tmp_path: Path
+) -> None:
+    """Past the grace period the task is handed back and the process ends with the
+    thread that runs it: the executions, written down outside Redis, never overlap."""
+    (tmp_path / "slow_jobs.py").write_text(SLOW_JOBS)
+    runs = tmp_path / "runs.txt"
+    env = {**os.environ, "CULEX_TEST_RUNS": str(runs), "CULEX_GRACE_PERIOD": "0.5"}
+    first = subprocess.Popen(
+        culex_command("run", "slow_jobs"),
+        cwd=tmp_path,
+        env={**env, "CULEX_TEST_SLEEP": str(SLOW)},
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    second: subprocess.Popen[str] | None = None
+    try:
+        task = culex.Task(
+            _enqueue_as(r, "slow-1", "SlowSyncJob", "slow_sync_job", "{}"), "slow_sync_job"
+        )
+        while not runs.exists():  # the first runner has started it
+            time.sleep(0.01)
+        second = subprocess.Popen(
+            culex_command("run", "slow_jobs"),
+            cwd=tmp_path,
+            env={**env, "CULEX_TEST_SLEEP": "0.3"},
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert second.stderr is not None
+        while "culex is buzzing" not in second.stderr.readline():  # waiting for work
+            pass
+        first.send_signal(signal.SIGTERM)
+        assert task.result(timeout=30) is None  # the second runner ran it to the end
+        _, err = first.communicate(timeout=60)
+        gone = time.time()
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                proc.communicate(timeout=30)
+    records = [
+        (int(pid), kind, float(at))
+        for pid, kind, at in map(str.split, runs.read_text().splitlines())
+    ]
+    starts = [(pid, at) for pid, kind, at in records if kind == "start"]
+    assert [pid for pid, _ in starts] == [first.pid, second.pid], records
+    first_run = [(kind, at) for pid, kind, at in records if pid == first.pid]
+    assert max(at for _, at in first_run) < starts[1][1], "the first run went on beside the second"
+    assert "end" not in [kind for kind, _ in first_run]
+    assert first.returncode == 0, err
+    assert "handing back to waiting slow_sync_job<slow-1>" in err
+    assert gone < starts[0][1] + SLOW  # gone long before its perform would have returned
+
+
 def test_log_lines_show_while_the_runner_runs(r: redis.Redis, tmp_path: Path) -> None:
     """The command's log is written in batches (culex.logs), but never held back long."""
     (tmp_path / "cli_jobs.py").write_text(JOBS)
@@ -157,14 +235,17 @@ def test_culex_run_moves_what_it_loaded_out_of_the_collectors_way(
 
 def _enqueue(r: redis.Redis, n: int) -> str:
     """Enqueue the way a foreign producer would: the job class lives in the runner only."""
+    return _enqueue_as(r, f"cli-{n}", "CliJob", "cli_job", f'{{"n": {n}}}')
+
+
+def _enqueue_as(r: redis.Redis, task_id: str, job_type: str, queue: str, params: str) -> str:
     script = r.register_script(
         (Path(culex.__file__).parent / "_redis" / "lua" / "enqueue.lua").read_text()
     )
-    keys = queue_keys("culex", "cli_job")
-    task_id = f"cli-{n}"
+    keys = queue_keys("culex", queue)
     script(
         keys=[keys.task(task_id), keys.waiting, keys.scheduled, keys.signal],
-        args=[task_id, "CliJob", "cli_job", f'{{"n": {n}}}', "", 0, 4],
+        args=[task_id, job_type, queue, params, "", 0, 4],
     )
     return task_id
 

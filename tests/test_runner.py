@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
 import threading
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
@@ -407,6 +411,78 @@ async def test_graceful_stop_hands_running_tasks_back(r: redis.Redis) -> None:
     assert await task.astate() is culex.TaskState.WAITING
     assert r.zcard(keys.pending) == 0
     assert (await task.ainfo())["retry_count"] == "0"
+
+
+class _Said(logging.Handler):
+    """Sets ``event`` (from any thread) when a culex log line contains ``words``."""
+
+    def __init__(self, words: str, event: asyncio.Event) -> None:
+        super().__init__()
+        self.words, self.event = words, event
+        self.loop = asyncio.get_running_loop()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.words in record.getMessage():
+            self.loop.call_soon_threadsafe(self.event.set)
+
+
+async def test_arun_keeps_a_sync_task_that_outlives_the_grace_period_and_waits_for_it(
+    r: redis.Redis,
+) -> None:
+    """On an application's own loop the runner cannot end the thread (nor the process), so
+    it does not hand the task back beside its running thread: it waits for perform."""
+    started, finish = threading.Event(), threading.Event()
+
+    class ThreadBoundJob(culex.QueuedJob):
+        queue = "thread_bound"
+
+        def perform(self) -> int:
+            started.set()
+            finish.wait(30)
+            return 7
+
+    culex.configure(grace_period=0.1)
+    task = await ThreadBoundJob().aenqueue()
+    kept = asyncio.Event()
+    handler = _Said("runs on in a thread after the grace period", kept)
+    logging.getLogger("culex").addHandler(handler)
+    runner = culex.Runner(run_from=["thread_bound"])
+    running = asyncio.create_task(runner.arun())
+    try:
+        await asyncio.get_running_loop().run_in_executor(None, started.wait, 10)
+        runner.stop()
+        await asyncio.wait_for(kept.wait(), 10)  # the grace period is over
+        assert await task.astate() is culex.TaskState.PENDING and not running.done()
+        finish.set()
+        await asyncio.wait_for(running, 30)
+    finally:
+        finish.set()
+        logging.getLogger("culex").removeHandler(handler)
+    assert await task.aresult(timeout=5) == 7
+    assert (await task.ainfo())["attempt"] == "1"
+
+
+async def test_a_process_child_is_killed_before_its_task_is_handed_back(
+    r: redis.Redis, tmp_path: Path
+) -> None:
+    pid_file = tmp_path / "child.pid"
+
+    class ChildJob(culex.QueuedJob):
+        queue = "child_stop"
+        isolation = "process"
+
+        def perform(self) -> None:
+            pid_file.write_text(str(os.getpid()))
+            time.sleep(60)
+
+    culex.configure(grace_period=0.1)
+    task = await ChildJob().aenqueue()
+    async with running(culex.Runner(run_from=["child_stop"])):
+        while not pid_file.exists() or not pid_file.read_text():  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+    assert await task.astate() is culex.TaskState.WAITING
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(pid_file.read_text()), 0)
 
 
 async def test_thousands_of_concurrent_async_enqueues_share_a_bounded_set_of_connections(

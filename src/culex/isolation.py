@@ -2,13 +2,14 @@
 
 A thread cannot be stopped from outside, so a sync perform that overruns its ``timeout``
 in the default thread isolation keeps its thread busy. In a child process it is killed at
-the limit. The child is forked, so the job object and its class need no pickling.
+the limit, and killed when a stopping runner hands its task back. The child is forked, so
+the job object and its class need no pickling.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from .errors import JobFailure
@@ -16,8 +17,14 @@ from .serialization import encode_result
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
+    from multiprocessing.process import BaseProcess
 
     from .job import Job
+
+KILL_WAIT = 5.0  # seconds to wait for a SIGKILLed child to be gone
+
+# The children running now, by task id: a stopping runner kills those it hands back.
+_children: dict[str, BaseProcess] = {}
 
 
 class ChildDied(Exception):
@@ -39,6 +46,7 @@ def run_in_process(job: Job, run: Callable[[Job], Any], timeout: float | None) -
     receive, send = context.Pipe(duplex=False)
     child = context.Process(target=_child, args=(job, run, send), daemon=True)
     child.start()
+    _children[job.task_id] = child
     send.close()
     try:
         if not receive.poll(timeout):
@@ -49,6 +57,7 @@ def run_in_process(job: Job, run: Callable[[Job], Any], timeout: float | None) -
         child.join()
         raise ChildDied(f"the process running the task died (exit code {child.exitcode})") from None
     finally:
+        _children.pop(job.task_id, None)
         receive.close()
         child.join()
     if kind == "failure":
@@ -57,6 +66,17 @@ def run_in_process(job: Job, run: Callable[[Job], Any], timeout: float | None) -
     if kind == "error":
         raise ChildRaised(payload)
     return str(payload)
+
+
+def kill(task_ids: Iterable[str] | None = None) -> None:
+    """Kill the children running the given tasks (None: every child) and wait until they
+    are gone, so that none of them still works once its task is handed back."""
+    chosen = list(_children) if task_ids is None else [i for i in task_ids if i in _children]
+    killed = [child for child in (_children.get(i) for i in chosen) if child is not None]
+    for child in killed:
+        child.kill()
+    for child in killed:
+        child.join(KILL_WAIT)
 
 
 def _child(job: Job, run: Callable[[Job], Any], send: Connection) -> None:

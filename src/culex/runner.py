@@ -4,6 +4,12 @@ One asyncio loop holds a claim loop (wakes on a per-queue signal, not by polling
 reporter (sends finished outcomes in one pipelined round trip) and a reclaimer (turns
 expired leases of lost runners into failed attempts). A thread renews the leases of every
 held task (culex.lease), so a task that blocks the loop does not lose its lease.
+
+A stop hands back what is still running when the grace period ends. Python cannot end a
+thread, so a sync perform still running then would go on beside the run another runner
+starts: :meth:`Runner.run` (which owns the process) hands its task back and ends the
+process at once; :meth:`Runner.arun` on a loop of the application's own does not hand
+such a task back but waits for it (docs/reliability.md, "Graceful stop").
 """
 
 from __future__ import annotations
@@ -12,12 +18,13 @@ import asyncio
 import logging
 import os
 import signal
+import threading
 import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, NoReturn
 
-from . import config, logs
+from . import config, isolation, logs
 from ._redis import connection, operations
 from ._redis.client import AsyncDriver
 from ._redis.keys import QueueKeys, queue_keys
@@ -79,7 +86,9 @@ class Runner:
         self._reserved = 0  # slots held for a claim pipelined behind the blocking wait
         self._driver: AsyncDriver | None = None
         self._keeper: LeaseKeeper | None = None
-        self._pool = ThreadPoolExecutor(self.settings.concurrency, thread_name_prefix="culex")
+        self._pool = _Pool(self.settings.concurrency)
+        self._threaded: set[Claimed] = set()  # running tasks whose perform runs in a thread
+        self._owns_process = False  # run(), not arun() on an application's loop
         self._signals = 0
         self._waiter: asyncio.Future[list[Any]] | None = None  # the blocking wait for a signal
         self._stopped: asyncio.Future[Any] | None = None  # done once a stop is asked
@@ -96,8 +105,16 @@ class Runner:
         The loop's selector polls briefly before it sleeps (``busy_poll``,
         culex._redis.spin), unless an event loop policy of the application's own is set.
         """
+        self._owns_process = True
         with asyncio.Runner(loop_factory=loop_factory(self.settings.busy_poll)) as runner:
             runner.run(self.arun(handle_signals=True))
+        if self._pool.busy:  # e.g. a perform that timed out and runs on in its thread
+            logger.warning(
+                "%d sync perform(s) still run in threads; ending the process rather than "
+                "waiting for them",
+                self._pool.busy,
+            )
+            _exit_now(0)
 
     def stop(self) -> None:
         """Ask the runner to stop: no more claims; running tasks finish or go back."""
@@ -192,23 +209,56 @@ class Runner:
             self.stop()
         else:
             logger.warning("stopping at once; running tasks come back when their lease ends")
-            for task in list(self._running):
-                task.cancel()
-            logs.flush_all()
-            os._exit(1)
+            isolation.kill()
+            _exit_now(1)
 
     async def _finish(self) -> None:
-        """Graceful stop: wait up to grace_period, then hand unfinished tasks back."""
+        """Graceful stop: wait up to grace_period, then hand unfinished tasks back.
+
+        No task is handed back while its perform still runs in this process: a child
+        process is killed first; a thread cannot be, so run() ends the process just after
+        the hand-back, and arun() keeps such a task and waits for it instead."""
         if self._running:
             _, unfinished = await asyncio.wait(
                 list(self._running), timeout=self.settings.grace_period
             )
-            held = [self._running[task] for task in unfinished]
-            for task in unfinished:
+            held = {task: self._running[task] for task in unfinished}
+            isolation.kill(claimed.id for claimed in held.values())
+            threads = [task for task, claimed in held.items() if claimed in self._threaded]
+            for task in threads if not self._owns_process else ():
+                logger.warning(
+                    "task %s runs on in a thread after the grace period; a thread cannot be "
+                    "stopped, so it is not handed back: waiting for it to end",
+                    task_name(held.pop(task)),
+                )
+            for task in held:
                 task.cancel()
+            if threads and self._owns_process:
+                await self._flush_reports()
+                await self._release_and_exit(list(held.values()))
             if held:
-                await self._release(held)
+                await self._release(list(held.values()))
+            if threads:
+                await asyncio.wait(threads)
         await self._flush_reports()
+
+    async def _release_and_exit(self, held: list[Claimed]) -> NoReturn:
+        """Hand ``held`` back and end the process at once, with the threads that still run
+        their performs: nothing of this process runs them once another runner can."""
+        logger.warning(
+            "the grace period is over; handing back to waiting %s, and ending the process "
+            "with the threads that still run them",
+            ", ".join(task_name(claimed) for claimed in held),
+        )
+        logs.flush_all()  # before the hand-back: from then on, not a moment is lost
+        results = await self._run_many([self._call_release(claimed) for claimed in held])
+        failed = [claimed for claimed, done in zip(held, results, strict=True) if done is not True]
+        for claimed in failed:
+            logger.warning(
+                "task %s could not be handed back: it comes back when its lease ends",
+                task_name(claimed),
+            )
+        _exit_now(0)
 
     async def _release(self, held: list[Claimed]) -> None:
         calls = [self._call_release(claimed) for claimed in held]
@@ -405,6 +455,8 @@ class Runner:
             if lease_ms != self.settings.lease_ms:
                 assert self._keeper is not None
                 self._keeper.hold(claimed, lease_ms)
+            if not job.async_perform_ and job.isolation == "thread":
+                self._threaded.add(claimed)
             outcome = await attempt(job, claimed, self._pool)
         if self._keeper is not None:
             self._keeper.finish(claimed)
@@ -421,7 +473,9 @@ class Runner:
             self._keeper.drop(claimed)
 
     def _done(self, task: asyncio.Task[None]) -> None:
-        self._running.pop(task, None)
+        claimed = self._running.pop(task, None)
+        if claimed is not None:
+            self._threaded.discard(claimed)
         self._slot_freed.set()
         if not task.cancelled() and task.exception() is not None:
             logger.error("a task's execution raised", exc_info=task.exception())
@@ -538,6 +592,34 @@ class Runner:
 
 
 _UNSENT = object()
+
+
+class _Pool(ThreadPoolExecutor):
+    """The threads of sync performs, counting the calls they run now."""
+
+    def __init__(self, workers: int) -> None:
+        super().__init__(workers, thread_name_prefix="culex")
+        self.busy = 0
+        self._count = threading.Lock()
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+        return super().submit(self._counted, fn, *args, **kwargs)
+
+    def _counted(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        with self._count:
+            self.busy += 1
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            with self._count:
+                self.busy -= 1
+
+
+def _exit_now(code: int) -> NoReturn:
+    """End the process with its threads, skipping exit handlers (which would wait for
+    them), once the log is written out."""
+    logs.flush_all()
+    os._exit(code)
 
 
 def _sleep_until(deadline: float | None) -> None:
