@@ -69,6 +69,47 @@ def test_bad_class_definitions_are_refused_when_defined() -> None:
             n: int = "zero"  # type: ignore[assignment]
 
 
+def _job_class(class_name: str, module: str, **attrs: object) -> type[culex.QueuedJob]:
+    """A job class as if defined in ``module`` (two modules may each have a SyncJob)."""
+    namespace = {"__module__": module, "__qualname__": class_name, "perform": lambda self: None}
+    return type(class_name, (culex.QueuedJob,), {**namespace, **attrs})
+
+
+def test_two_job_classes_of_one_type_name_are_refused_and_one_can_be_named() -> None:
+    first = _job_class("SyncJob", "app.billing")
+    try:
+        with pytest.raises(TypeError) as refused:
+            _job_class("SyncJob", "app.mail")
+        assert "app.billing.SyncJob and app.mail.SyncJob" in str(refused.value)
+        assert 'name = "app.mail.SyncJob"' in str(refused.value)
+        assert culex.registry.get("SyncJob") is first
+        named = _job_class("SyncJob", "app.mail", name="mail.SyncJob")
+        assert named.type_ == "mail.SyncJob" and culex.registry.get("mail.SyncJob") is named
+        assert named.queue == "sync_job"  # the queue still comes from the class name
+        again = _job_class("SyncJob", "app.billing")  # the same class defined anew: a reload
+        assert culex.registry.get("SyncJob") is again and first not in culex.registry
+    finally:
+        for job in list(culex.registry):
+            if job.__module__ in ("app.billing", "app.mail"):
+                culex.registry.remove(job)
+
+
+def test_a_job_type_name_is_checked_and_a_param_called_name_stays_a_param() -> None:
+    for bad in ("", "has space", "tab\there", 5, "new\nline"):
+        with pytest.raises(TypeError, match="must be a non-empty str of printable characters"):
+            _job_class("BadNameJob", "app.bad", name=bad)
+    assert "BadNameJob" not in [job.__name__ for job in culex.registry]
+
+    class NamedParamJob(culex.QueuedJob):
+        name: str = "anyone"
+
+        def perform(self) -> str:
+            return self.name
+
+    assert NamedParamJob.type_ == "NamedParamJob" and NamedParamJob(name="x").name == "x"
+    culex.registry.remove(NamedParamJob)
+
+
 def test_enqueue_arguments_are_checked_before_anything_is_sent() -> None:
     job = SendWelcomeEmailJob(to="a")
     with pytest.raises(TypeError, match="timezone-aware"):
@@ -114,7 +155,7 @@ class User:
         self.user_id = user_id
 
 
-class GreetUserJob(culex.QueuedJob):
+class HookedUserJob(culex.QueuedJob):
     user: User
 
     @staticmethod
@@ -133,9 +174,9 @@ class GreetUserJob(culex.QueuedJob):
 def test_the_seeds_serialize_and_deserialize_hooks() -> None:
     import json
 
-    job = GreetUserJob(user=User(42))
+    job = HookedUserJob(user=User(42))
     assert json.loads(job.params_json()) == {"user": 42}
-    assert GreetUserJob.from_params({"user": 42}).user.user_id == 42
+    assert HookedUserJob.from_params({"user": 42}).user.user_id == 42
 
 
 def test_an_unsupported_param_type_is_refused_when_defined() -> None:

@@ -27,7 +27,17 @@ from culex import config
 from culex._redis import connection, operations
 from culex._redis.client import SyncDriver
 from culex._redis.keys import QueueKeys, queue_keys
-from culex.periodic import Cron, Interval, Monthly, PeriodicJob, Scheduler, ms, wall_clock
+from culex.inspection import periodic_records
+from culex.periodic import (
+    Cron,
+    Interval,
+    Monthly,
+    PeriodicJob,
+    Scheduler,
+    ms,
+    trigger,
+    wall_clock,
+)
 
 from .conftest import driver_of, running
 
@@ -444,6 +454,27 @@ async def test_a_failure_goes_to_dead_without_retry_and_the_next_slot_runs(
     assert "the first run breaks" in info["last_error"]
     assert int(second.split(":")[1]) - int(first.split(":")[1]) == 1000  # the next slot
     assert r.hget(record_key, "last_outcome") == b"succeeded"
+
+
+async def test_a_named_periodic_job_goes_by_its_name_in_slots_records_and_claims(
+    r: redis.Redis, defined: list[type[culex.Job]]
+) -> None:
+    class NamedTickJob(culex.PeriodicJob):
+        name = "ops.NamedTick"
+        run_every = timedelta(hours=1)
+
+        def perform(self) -> str:
+            return "ticked"
+
+    defined.append(NamedTickJob)
+    assert NamedTickJob.slot_id(1000) == "ops.NamedTick:1000"
+    task = await asyncio.to_thread(trigger, NamedTickJob)
+    assert task.id.startswith("ops.NamedTick:trigger:")
+    async with running(culex.Runner(run_from=[NamedTickJob.queue], concurrency=1)):
+        assert await task.aresult(timeout=10) == "ticked"  # the runner found it by its name
+    records = await asyncio.to_thread(periodic_records, [NamedTickJob])
+    assert records["ops.NamedTick"]["last_task"] == task.id
+    assert r.hget(queue_keys("culex", NamedTickJob.queue).task(task.id), "type") == b"ops.NamedTick"
 
 
 # -- runner processes and the CLI -------------------------------------------------------

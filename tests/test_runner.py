@@ -413,6 +413,27 @@ async def test_graceful_stop_hands_running_tasks_back(r: redis.Redis) -> None:
     assert (await task.ainfo())["retry_count"] == "0"
 
 
+async def test_a_named_job_goes_by_its_name_on_the_wire_at_claim_and_in_logs(
+    r: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    class RenamedJob(culex.QueuedJob):
+        name = "billing.Renamed"
+        queue = "renamed"
+        n: int
+
+        def perform(self) -> int:
+            self.log("ran")
+            return self.n
+
+    task = await RenamedJob(n=3).aenqueue()
+    assert r.hget(queue_keys("culex", "renamed").task(task.id), "type") == b"billing.Renamed"
+    with caplog.at_level(logging.INFO, logger="culex"):
+        async with running(culex.Runner(run_from=["renamed"])):
+            assert await task.aresult(timeout=10) == 3
+    assert "[billing.Renamed] ran" in caplog.messages
+    culex.registry.remove(RenamedJob)
+
+
 class _Said(logging.Handler):
     """Sets ``event`` (from any thread) when a culex log line contains ``words``."""
 

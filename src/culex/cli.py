@@ -172,12 +172,12 @@ def _periodic(args: argparse.Namespace) -> int:
     settings = config.settings(**({"redis_url": args.redis_url} if args.redis_url else {}))
     jobs = [job for job in registry if issubclass(job, PeriodicJob)]
     if action:
-        job = next((job for job in jobs if job.__name__ == action[1]), None)
+        job = next((job for job in jobs if job.type_ == action[1]), None)
         if job is None:
-            known = ", ".join(job.__name__ for job in jobs) or "none"
+            known = ", ".join(job.type_ for job in jobs) or "none"
             raise CulexError(f"no periodic job named {action[1]!r} in {module} (known: {known})")
         task = trigger(job, settings)
-        print(f"enqueued {job.__name__} as task {task.queue}<{task.id}>")
+        print(f"enqueued {job.type_} as task {task.queue}<{task.id}>")
         return 0
     columns = ("job", "queue", "schedule", "next run", "last run", "last outcome")
     _print_table(columns, periodic_status(jobs, settings))

@@ -144,7 +144,7 @@ def _call(
     return operations.enqueue(
         queue_keys(settings.prefix, job.queue),
         task_id,
-        type(job).__name__,
+        job.type_,
         params,
         due_ms=due_ms,
         delay_ms=delay_ms,

@@ -115,7 +115,7 @@ async def _run_in_thread(job: Job, pool: Executor, timeout: float | None) -> Any
         logger.warning(
             "[%s] timed out; its thread cannot be stopped and runs on "
             '(isolation = "process" kills the work at the limit)',
-            type(job).__name__,
+            job.type_,
         )
         raise
 
@@ -143,7 +143,7 @@ def _after(job: Job) -> Any:
     try:
         return job.after_perform()
     except Exception:
-        logger.exception("[%s] after_perform raised", type(job).__name__)
+        logger.exception("[%s] after_perform raised", job.type_)
         return None
 
 
@@ -154,7 +154,7 @@ async def _maybe_await(hook: Callable[..., Any], *args: Any) -> None:
             await result
         except Exception:
             if hook is _after:
-                logger.exception("[%s] after_perform raised", type(args[0]).__name__)
+                logger.exception("[%s] after_perform raised", args[0].type_)
             else:
                 raise
 

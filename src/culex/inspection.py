@@ -48,10 +48,10 @@ def periodic_records(
     listed = list(jobs)
     driver = connection.sync_driver(settings.redis_url)
     calls = [
-        operations.read_periodic(queue_keys(settings.prefix, job.queue), job.__name__)
+        operations.read_periodic(queue_keys(settings.prefix, job.queue), job.type_)
         for job in listed
     ]
-    return {job.__name__: record for job, record in zip(listed, _all(driver, calls), strict=True)}
+    return {job.type_: record for job, record in zip(listed, _all(driver, calls), strict=True)}
 
 
 def periodic_status(
@@ -66,14 +66,13 @@ def periodic_status(
     # A job that never ran has no last task: its read finds nothing ({}), like an expired one.
     lasts = [
         operations.read_task(
-            queue_keys(settings.prefix, job.queue), records[job.__name__].get("last_task", "")
+            queue_keys(settings.prefix, job.queue), records[job.type_].get("last_task", "")
         )
         for job in listed
     ]
     now, *tasks = _all(driver, [operations.server_time(), *lasts])
     return [
-        _status(job, records[job.__name__], task, now)
-        for job, task in zip(listed, tasks, strict=True)
+        _status(job, records[job.type_], task, now) for job, task in zip(listed, tasks, strict=True)
     ]
 
 
@@ -86,7 +85,7 @@ def _status(
     enqueued = int(record.get("last_enqueued_at") or 0)
     unfinished = last_task.get("state") in ("waiting", "scheduled", "pending")
     return {
-        "job": job.__name__,
+        "job": job.type_,
         "queue": job.queue,
         "schedule": str(job.schedule_),
         "next run": format_slot(job, following) if following else "never",

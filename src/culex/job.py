@@ -81,21 +81,31 @@ class _JobHooks(Mapping[type, tuple[Serializer, Deserializer]]):
 class JobRegistry:
     """Job classes by type name: how a runner finds the code for a task's ``type``.
 
-    Every concrete job class adds itself to ``culex.registry`` when it is defined.
+    Every concrete job class adds itself to ``culex.registry`` when it is defined. Two
+    classes may not share a type name; defining the same class again (same module and
+    qualified name: a reload, a class made in a function called twice) replaces it.
     """
 
     def __init__(self) -> None:
         self._jobs: dict[str, type[Job]] = {}
 
     def add(self, job: type[Job]) -> None:
-        self._jobs[job.__name__] = job
+        known = self._jobs.get(job.type_)
+        if known is not None and _origin(known) != _origin(job):
+            raise TypeError(
+                f"two job classes have the task type {job.type_!r}: {_origin(known)} and "
+                f"{_origin(job)}. A runner finds a task's code by its type, so give this one "
+                f'a type of its own with a class attribute, e.g. name = "{_origin(job)}" '
+                "(the type stored with its tasks: producers in other languages use it too)"
+            )
+        self._jobs[job.type_] = job
 
     def get(self, name: str) -> type[Job] | None:
         return self._jobs.get(name)
 
     def remove(self, job: type[Job]) -> None:
-        if self._jobs.get(job.__name__) is job:
-            del self._jobs[job.__name__]
+        if self._jobs.get(job.type_) is job:
+            del self._jobs[job.type_]
 
     def queues(self) -> list[str]:
         """Every registered job's queue, in order of first definition."""
@@ -105,7 +115,11 @@ class JobRegistry:
         return iter(list(self._jobs.values()))
 
     def __contains__(self, job: object) -> bool:
-        return isinstance(job, type) and self._jobs.get(job.__name__) is job
+        return isinstance(job, type) and self._jobs.get(getattr(job, "type_", "")) is job
+
+
+def _origin(job: type) -> str:
+    return f"{job.__module__}.{job.__qualname__}"
 
 
 registry = JobRegistry()
@@ -126,6 +140,8 @@ class Job:
     isolation: ClassVar[str] = "thread"
 
     params_: ClassVar[dict[str, Param]] = {}
+    # The task's ``type`` in Redis: ``name = "..."`` on the class, else the class name.
+    type_: ClassVar[str] = ""
     async_perform_: ClassVar[bool] = False  # perform is ``async def`` (found once, at definition)
 
     # Set by the runner on the job object it runs.
@@ -138,6 +154,7 @@ class Job:
         if _is_culex_class(cls):  # QueuedJob, PeriodicJob: bases with no params or queue
             return
         cls.params_ = _collect_params(cls)
+        cls.type_ = _type_name(cls)
         cls.async_perform_ = inspect.iscoroutinefunction(cls.perform)
         if "queue" not in cls.__dict__ or not cls.__dict__["queue"]:
             inherited = cls.queue if not abstract else ""
@@ -180,7 +197,7 @@ class Job:
 
     def log(self, message: str) -> None:
         """Log ``message`` as ``[JobName] message`` on the ``culex`` logger."""
-        logger.info("[%s] %s", type(self).__name__, message)
+        logger.info("[%s] %s", self.type_, message)
 
     def fail(self, reason: str = "", retry: bool = True) -> NoReturn:
         """End this attempt as failed; ``retry=False`` sends the task to dead at once."""
@@ -289,6 +306,25 @@ def _collect_params(cls: type[Job]) -> dict[str, Param]:
             default = codec.validate(default, f"{where} (default)")
         params[name] = Param(name, codec, default)
     return params
+
+
+def _type_name(cls: type[Job]) -> str:
+    """The class's own ``name = "..."``, checked, else its class name. Not inherited: a
+    subclass is another type. (A param called ``name`` stays a param.)"""
+    given = cls.__dict__.get("name", _MISSING)
+    if given is _MISSING or "name" in cls.params_ or hasattr(given, "__get__"):
+        return cls.__name__  # (a method or property called name is no type name)
+    if (
+        not isinstance(given, str)
+        or not given
+        or not given.isprintable()
+        or any(c.isspace() for c in given)
+    ):
+        raise TypeError(
+            f"{cls.__name__}.name (the type of its tasks) must be a non-empty str of "
+            f"printable characters without spaces, got {given!r}"
+        )
+    return given
 
 
 def _check_policy(cls: type[Job]) -> None:

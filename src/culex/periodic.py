@@ -219,7 +219,7 @@ class PeriodicJob(Job):
     @classmethod
     def slot_id(cls, slot_ms: int) -> str:
         """The task id of one slot: the same on every runner, so a slot is enqueued once."""
-        return f"{cls.__name__}:{slot_ms}"
+        return f"{cls.type_}:{slot_ms}"
 
 
 def _check(cls: type[PeriodicJob]) -> None:
@@ -380,7 +380,7 @@ class Scheduler:
     def _call(self, job: type[PeriodicJob], slot: int) -> Call[Scheduled]:
         return operations.schedule(
             queue_keys(self.settings.prefix, job.queue),
-            job.__name__,
+            job.type_,
             job.slot_id(slot),
             slot_ms=slot,
             next_slot_ms=self._next[job],
@@ -391,7 +391,7 @@ class Scheduler:
 
 
 def _log(job: type[PeriodicJob], slot: int, result: Scheduled) -> None:
-    name, when = job.__name__, format_slot(job, slot)
+    name, when = job.type_, format_slot(job, slot)
     if result.outcome == "enqueued":
         logger.info("periodic job %s: slot %s enqueued as task %s", name, when, result.task_id)
     elif result.outcome == "overlap":
@@ -414,8 +414,8 @@ def trigger(job: type[PeriodicJob], settings: config.Settings | None = None) -> 
     done = driver.run(
         operations.schedule(
             queue_keys(settings.prefix, job.queue),
-            job.__name__,
-            f"{job.__name__}:trigger:{new_id()}",
+            job.type_,
+            f"{job.type_}:trigger:{new_id()}",
             slot_ms=None,
             next_slot_ms=None,
             overlap=True,
