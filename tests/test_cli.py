@@ -168,6 +168,69 @@ def test_a_sync_task_handed_back_at_stop_never_runs_twice_at_once(
     assert gone < starts[0][1] + SLOW  # gone long before its perform would have returned
 
 
+FLAG_JOBS = textwrap.dedent(
+    """
+    import culex
+    from culex import config
+
+    class FollowUpJob(culex.QueuedJob):
+        def perform(self) -> None: ...
+
+    class SettingsJob(culex.QueuedJob):
+        def perform(self) -> list[object]:
+            follow_up = FollowUpJob().enqueue()  # an enqueue in a perform sees the flags too
+            s = config.settings()
+            return [s.prefix, s.grace_period, s.run_cron_scheduler, s.concurrency, follow_up.id]
+    """
+)
+
+
+def test_culex_run_takes_a_flag_for_every_setting_after_the_command_too(
+    r: redis.Redis, tmp_path: Path
+) -> None:
+    (tmp_path / "flag_jobs.py").write_text(FLAG_JOBS)
+    env = {**os.environ, "CULEX_PREFIX": "from_env", "CULEX_CONCURRENCY": "3"}
+    proc = subprocess.Popen(
+        culex_command(
+            "run", "flag_jobs", "--log-level", "WARNING", "--prefix", "flagged",
+            "--grace-period", "0.25", "--no-run-cron-scheduler", "--queues", "settings_job",
+        ),
+        cwd=tmp_path,
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        task_id = _enqueue_as(r, "flags-1", "SettingsJob", "settings_job", "{}", prefix="flagged")
+        culex.configure(prefix="flagged")
+        result = culex.Task(task_id, "settings_job").result(timeout=20)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert result[:4] == ["flagged", 0.25, False, 3]  # flag > environment > default
+    assert r.exists(queue_keys("flagged", "follow_up_job").task(result[4]))
+    assert "Running task" not in err and "culex is buzzing" not in err  # --log-level WARNING
+
+
+def test_every_setting_has_a_culex_run_flag() -> None:
+    """Made from config's table of settings: a setting added there has its flag."""
+    from culex import cli, config
+
+    given = {"seconds": "2.5", "count": "3", "text": "x"}
+    for name, kind in config.kinds().items():
+        flag = f"--{name.replace('_', '-')}"
+        words = [flag] if kind == "flag" else [flag, given[kind]]
+        parsed = cli._parser().parse_args(["run", "app.jobs", *words])
+        assert getattr(parsed, name) == (True if kind == "flag" else given[kind]), name
+    parsed = cli._parser().parse_args(["run", "app.jobs", "--no-durable-enqueue"])
+    assert parsed.durable_enqueue is False and parsed.grace_period is None
+    done = subprocess.run(
+        culex_command("run", "app.jobs", "--lease", "soon"), capture_output=True, text=True
+    )
+    assert done.returncode == 2 and "lease must be a timedelta or a number" in done.stderr
+
+
 def test_log_lines_show_while_the_runner_runs(r: redis.Redis, tmp_path: Path) -> None:
     """The command's log is written in batches (culex.logs), but never held back long."""
     (tmp_path / "cli_jobs.py").write_text(JOBS)
@@ -238,11 +301,13 @@ def _enqueue(r: redis.Redis, n: int) -> str:
     return _enqueue_as(r, f"cli-{n}", "CliJob", "cli_job", f'{{"n": {n}}}')
 
 
-def _enqueue_as(r: redis.Redis, task_id: str, job_type: str, queue: str, params: str) -> str:
+def _enqueue_as(
+    r: redis.Redis, task_id: str, job_type: str, queue: str, params: str, prefix: str = "culex"
+) -> str:
     script = r.register_script(
         (Path(culex.__file__).parent / "_redis" / "lua" / "enqueue.lua").read_text()
     )
-    keys = queue_keys("culex", queue)
+    keys = queue_keys(prefix, queue)
     script(
         keys=[keys.task(task_id), keys.waiting, keys.scheduled, keys.signal],
         args=[task_id, job_type, queue, params, "", 0, 4],

@@ -27,6 +27,26 @@ def test_precedence(monkeypatch: pytest.MonkeyPatch) -> None:
         config.reset()
 
 
+def test_the_command_line_wins_over_everything_for_the_whole_process(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("CULEX_LEASE", "20")
+    monkeypatch.setenv("CULEX_DURABLE_ENQUEUE", "no")
+    config.reset()
+    try:
+        culex.configure(lease=10, idle_wait=0.5)
+        config.set_flags({"lease": "40", "durable_enqueue": True, "concurrency": "7"})
+        s = config.settings()
+        assert (s.lease, s.durable_enqueue, s.concurrency, s.idle_wait) == (40.0, True, 7, 0.5)
+        with pytest.raises(culex.ConfigurationError, match="command line: lease"):
+            config.set_flags({"lease": "soon"})
+        assert config.settings().lease == 40.0  # a refused set changes nothing
+    finally:
+        config.set_flags({})
+        config.reset()
+    assert config.settings().lease == 20.0
+
+
 def test_bad_values_are_refused_with_clear_errors(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(culex.ConfigurationError, match="unknown setting 'idle_time'"):
         culex.configure(idle_time=1)

@@ -32,30 +32,40 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
+LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR"]
+# Flags of settings that the guide has shown by another name too.
+_ALIASES = {"run_from": ["--queues"]}
+_METAVARS = {"seconds": "SECONDS", "count": "N", "text": "TEXT"}
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="culex", description=__doc__)
-    parser.add_argument(
-        "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
-    )
+    parser.add_argument("--log-level", default="INFO", choices=LOG_LEVELS)
+    # The global options are also taken after the command (culex run app.jobs --log-level
+    # WARNING); there, they are left out of the result unless given, so they do not hide
+    # the ones given before the command.
+    global_options = argparse.ArgumentParser(add_help=False)
+    global_options.add_argument("--log-level", default=argparse.SUPPRESS, choices=LOG_LEVELS)
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
 
-    run = commands.add_parser("run", help="run the jobs that MODULE registers")
+    def command(name: str, help: str, usage: str | None = None) -> argparse.ArgumentParser:
+        return commands.add_parser(name, parents=[global_options], help=help, usage=usage)
+
+    run = command("run", help="run the jobs that MODULE registers")
     run.add_argument("module", help="a module name (app.jobs) or a file (app/jobs.py)")
-    run.add_argument("--queues", help="comma-separated queues to run (default: every job's)")
-    run.add_argument("--concurrency", type=int, help="tasks run at once (default 10)")
-    run.add_argument("--redis-url", help="redis://... (default: the embedded server)")
+    _setting_flags(run)
     run.set_defaults(command=_run)
 
-    server = commands.add_parser("server", help="the embedded Valkey server")
+    server = command("server", help="the embedded Valkey server")
     server.add_argument("action", choices=["start", "stop", "status"])
     server.add_argument("--data-dir", help="default: $CULEX_DATA_DIR or ./.culex")
     server.set_defaults(command=_server)
 
-    queues = commands.add_parser("queues", help="every known queue and its task counts")
+    queues = command("queues", help="every known queue and its task counts")
     queues.add_argument("--redis-url", help="redis://... (default: the embedded server)")
     queues.set_defaults(command=_queues)
 
-    periodic = commands.add_parser(
+    periodic = command(
         "periodic",
         help="the periodic jobs MODULE registers: next run, last run, last outcome",
         usage="culex periodic [trigger NAME] MODULE",
@@ -64,7 +74,7 @@ def _parser() -> argparse.ArgumentParser:
     periodic.add_argument("--redis-url", help="redis://... (default: the embedded server)")
     periodic.set_defaults(command=_periodic)
 
-    dead = commands.add_parser(
+    dead = command(
         "dead",
         help="a queue's dead tasks; retry puts them back in waiting",
         usage="culex dead QUEUE [--limit N], or culex dead retry QUEUE (ID ... | --all)",
@@ -79,7 +89,7 @@ def _parser() -> argparse.ArgumentParser:
     dead.add_argument("--redis-url", help="redis://... (default: the embedded server)")
     dead.set_defaults(command=_dead)
 
-    cancel = commands.add_parser(
+    cancel = command(
         "cancel", help="call off tasks that have not started: they go to dead, as if failed"
     )
     cancel.add_argument("queue", metavar="QUEUE")
@@ -88,9 +98,24 @@ def _parser() -> argparse.ArgumentParser:
     cancel.add_argument("--redis-url", help="redis://... (default: the embedded server)")
     cancel.set_defaults(command=_cancel)
 
-    demo = commands.add_parser("demo", help="enqueue example jobs and run them, then exit")
+    demo = command("demo", help="enqueue example jobs and run them, then exit")
     demo.set_defaults(command=_demo)
     return parser
+
+
+def _setting_flags(run: argparse.ArgumentParser) -> None:
+    """A flag for every setting in config's table: ``--grace-period 5`` (seconds),
+    ``--concurrency 20``, ``--durable-enqueue`` / ``--no-durable-enqueue``, ..."""
+    group = run.add_argument_group(
+        "settings", "each also CULEX_<NAME>; precedence: flag > environment > code > default"
+    )
+    for name, kind in config.kinds().items():
+        flags = [f"--{name.replace('_', '-')}", *_ALIASES.get(name, [])]
+        env = f"as CULEX_{name.upper()}"
+        if kind == "flag":
+            group.add_argument(*flags, dest=name, action=argparse.BooleanOptionalAction, help=env)
+        else:
+            group.add_argument(*flags, dest=name, metavar=_METAVARS[kind], help=env)
 
 
 def load_module(name: str) -> None:
@@ -119,12 +144,11 @@ def load_module(name: str) -> None:
 def _run(args: argparse.Namespace) -> int:
     from .runner import Runner
 
+    given = {name: getattr(args, name) for name in config.kinds()}
+    # For the whole process: an enqueue inside a perform sees them too.
+    config.set_flags({name: value for name, value in given.items() if value is not None})
     load_module(args.module)
-    runner = Runner(
-        run_from=args.queues.split(",") if args.queues else None,
-        concurrency=args.concurrency,
-        redis_url=args.redis_url,
-    )
+    runner = Runner()
     # What is loaded by now (modules, classes, functions) lives as long as the process:
     # freeze it, so that the full collections of a busy runner skip it: a stall of 0.2 ms
     # each instead of 8 ms (median, draining 50,000 no-op tasks: bench/collector.py).

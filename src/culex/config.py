@@ -1,7 +1,9 @@
 """Settings: the seed's names plus ours, from code, the environment and CLI flags.
 
 Precedence (DESIGN.md §6): CLI flag > environment (``CULEX_<NAME>``) > ``configure()`` in
-code > default.
+code > default. ``culex run`` sets its flags for the whole process (:func:`set_flags`), so an
+enqueue inside a perform sees them too; every setting in ``_CHECKS`` gets a flag and an
+environment variable, read as its field's type says (:func:`kinds`).
 """
 
 from __future__ import annotations
@@ -132,26 +134,39 @@ _CHECKS: dict[str, Callable[[object, str], Any]] = {
 }
 
 
-def _from_env(name: str, raw: str) -> object:
-    """Turn an environment variable's text into the type its check expects."""
-    if name in ("redis_url", "prefix", "run_from"):
-        return raw
-    if name in ("run_cron_scheduler", "durable_enqueue", "allow_eviction"):
+_KINDS = {"bool": "flag", "float": "seconds", "int": "count"}
+
+
+def kinds() -> dict[str, str]:
+    """Every setting, in table order, with what its text (environment, flag) is read as:
+    "flag" (true/false), "seconds", "count" (a whole number) or "text"."""
+    types = {field.name: str(field.type).removesuffix(" | None") for field in _FIELDS}
+    return {name: _KINDS.get(types.get(name, ""), "text") for name in _CHECKS}
+
+
+def _from_text(name: str, raw: str) -> object:
+    """Turn a setting's text (an environment variable, a flag) into the type its check
+    expects; text that does not fit is passed on for the check to refuse."""
+    kind = kinds()[name]
+    if kind == "flag":
         lowered = raw.strip().lower()
         if lowered in ("1", "true", "yes", "on"):
             return True
         if lowered in ("0", "false", "no", "off"):
             return False
         return raw
+    if kind == "text":
+        return raw
     try:
         number = float(raw)
     except ValueError:
         return raw
-    return int(number) if number.is_integer() and name in _INTS else number
+    return int(number) if number.is_integer() and kind == "count" else number
 
 
-_INTS = frozenset({"concurrency", "dead_max", "max_payload_bytes"})
+_FIELDS = dataclasses.fields(Settings)
 _code: dict[str, Any] = {}
+_flags: dict[str, Any] = {}  # culex run's flags
 _listeners: list[Callable[[], None]] = []
 _current: list[Settings] = []  # the cached result of settings() without flags
 
@@ -193,18 +208,31 @@ def on_change(listener: Callable[[], None]) -> None:
 def environment() -> dict[str, Any]:
     """Settings found in ``CULEX_*`` environment variables, checked."""
     found = {
-        name: _from_env(name, os.environ[f"CULEX_{name.upper()}"])
+        name: _from_text(name, os.environ[f"CULEX_{name.upper()}"])
         for name in _CHECKS
         if f"CULEX_{name.upper()}" in os.environ
     }
     return check(found, "environment:")
 
 
+def set_flags(values: Mapping[str, object]) -> None:
+    """Set the command line's settings for the whole process (replacing any set before);
+    text is read as the environment's is. They win over everything else."""
+    read = {
+        name: _from_text(name, value) if isinstance(value, str) and name in _CHECKS else value
+        for name, value in values.items()
+    }
+    checked = check(read, "command line:")
+    _flags.clear()
+    _flags.update(checked)
+    _changed()
+
+
 def settings(**flags: object) -> Settings:
-    """The settings in force: defaults < code < environment < ``flags`` (CLI)."""
+    """The settings in force: defaults < code < environment < command line < ``flags``."""
     if not flags and _current:
         return _current[0]
-    merged = {**_code, **environment(), **check(flags, "flag")}
+    merged = {**_code, **environment(), **_flags, **check(flags, "flag")}
     resolved = dataclasses.replace(Settings(), **merged)
     if not flags:
         _current.append(resolved)
