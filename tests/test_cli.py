@@ -13,6 +13,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 import redis
 
 import culex
@@ -333,12 +334,25 @@ def test_demo_shows_success_retry_and_delay(r: redis.Redis) -> None:
     )
     assert done.returncode == 0, done.stdout
     log = done.stdout
-    assert log.rstrip().endswith("stop it with: culex server stop")  # after the runner's lines
+    # CULEX_REDIS_URL names the test server: the demo says it ran there, after the runner's lines
+    where = f"The demo ran on the server at {os.environ['CULEX_REDIS_URL']} (CULEX_REDIS_URL"
+    assert log.rstrip().splitlines()[-1].startswith(where), log
+    assert "embedded" not in log
     assert "[WelcomeJob] welcome, newcomer!" in log
     assert "will run again in 00:00:01" in log
     assert "[FlakyJob] worked on attempt 2" in log
     assert "[ReminderJob] reminder: culex keeps your tasks" in log
     assert "result of" in log and "'reminded'" in log
+
+
+def test_the_demo_says_where_it_ran(monkeypatch: pytest.MonkeyPatch) -> None:
+    from culex.demo import _where
+
+    monkeypatch.delenv("CULEX_DATA_DIR", raising=False)
+    assert _where(None).endswith(".culex; stop it with: culex server stop")
+    assert "embedded server" in _where(None)
+    shown = _where("redis://user:secret@example.com:6380/1")
+    assert "at redis://user:***@example.com:6380/1" in shown and "secret" not in shown
 
 
 def test_queues_lists_counts(r: redis.Redis) -> None:

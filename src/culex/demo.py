@@ -10,7 +10,9 @@ import logging
 from datetime import timedelta
 
 import culex
-from culex import logs
+from culex import config, logs
+from culex._redis.wire import Address
+from culex.embedded import default_data_dir
 
 logger = logging.getLogger("culex")
 
@@ -72,5 +74,15 @@ def main() -> int:
     culex.configure(successful_job_ttl=60)
     asyncio.run(_show())
     logs.flush_all()  # the runner's last lines first (culex run writes them in batches)
-    print("\nThe demo ran on the embedded server; stop it with: culex server stop")
+    print(f"\n{_where(config.settings().redis_url)}")
     return 0
+
+
+def _where(url: str | None) -> str:
+    """Where the demo ran, said plainly (a password in the URL is not shown)."""
+    if url is None:
+        return (
+            f"The demo ran on the embedded server in {default_data_dir()}; "
+            "stop it with: culex server stop"
+        )
+    return f"The demo ran on the server at {Address.parse(url).shown} (CULEX_REDIS_URL / redis_url)"
