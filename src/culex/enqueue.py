@@ -13,7 +13,8 @@ from . import config
 from ._redis import operations
 from ._redis.keys import queue_keys, queues_key
 from ._redis.operations import Call, Enqueued
-from .errors import ServerError
+from ._redis.wire import Address
+from .errors import ConfigurationError, ServerError
 from .task import Flow, Task, check_id, new_id, run_async, run_sync
 
 if TYPE_CHECKING:
@@ -26,6 +27,9 @@ DURABLE_TIMEOUT_MS = 5000
 
 # Queues this process has already added to the queue registry set (saves a command).
 _registered: set[tuple[str | None, str, str]] = set()
+# How each server (by redis_url) confirms a durable enqueue: asked once (_durability).
+_durability_of: dict[str | None, str] = {}
+config.on_change(_durability_of.clear)
 
 
 def enqueue_many(
@@ -80,24 +84,31 @@ def enqueue_flow(
     ]
     first = [operations.register_queue(queues_key(settings.prefix), q) for q in new_queues]
     tasks: list[Task] = []
-    if len(calls) == 1 and not first and not settings.durable_enqueue:
+    confirm = (yield from _confirmation(settings)) if settings.durable_enqueue else None
+    if len(calls) == 1 and not first and confirm is None:
         outcome = yield calls[0]  # the common case: one command, no pipeline
         if outcome.existed and task_id is None:
-            outcome = yield from _redraw(jobs[0], settings, due_ms, delay_ms)
+            outcome = yield from _redraw(jobs[0], settings, due_ms, delay_ms, confirm)
         return [Task(outcome.task_id, jobs[0].queue)]
     for start in range(0, len(calls), CHUNK):
-        replies = yield from _sent([*first, *calls[start : start + CHUNK]], settings)
+        replies = yield from _sent([*first, *calls[start : start + CHUNK]], confirm)
         done: list[Enqueued] = replies[len(first) :]
         for outcome, job in zip(done, jobs[start:], strict=False):
             if outcome.existed and task_id is None:
-                outcome = yield from _redraw(job, settings, due_ms, delay_ms)
+                outcome = yield from _redraw(job, settings, due_ms, delay_ms, confirm)
             tasks.append(Task(outcome.task_id, job.queue))
         _registered.update((settings.redis_url, settings.prefix, q) for q in new_queues)
         first = []
     return tasks
 
 
-def _redraw(job: QueuedJob, settings: config.Settings, due_ms: int | None, delay_ms: int) -> Flow:
+def _redraw(
+    job: QueuedJob,
+    settings: config.Settings,
+    due_ms: int | None,
+    delay_ms: int,
+    confirm: Confirm | None,
+) -> Flow:
     """Enqueue ``job`` again under a new id: the id culex drew for it was taken.
 
     48 random bits, a counter and the clock make that all but impossible, short of a
@@ -106,23 +117,24 @@ def _redraw(job: QueuedJob, settings: config.Settings, due_ms: int | None, delay
     """
     while True:
         call = _call(job, settings, due_ms, delay_ms, new_id())
-        outcome: Enqueued = (yield from _sent([call], settings))[0]
+        outcome: Enqueued = (yield from _sent([call], confirm))[0]
         if not outcome.existed:
             return outcome
 
 
-def _sent(calls: list[Call[Any]], settings: config.Settings) -> Flow:
-    """Send ``calls`` in one round trip, with the fsync check behind them when
-    ``durable_enqueue`` asks for it; the value is their replies. A refused call raises.
-
-    The fsync check's reply is read first: a server without WAITAOF refuses it, and then
-    a replica's WAIT is asked for instead (``_confirm``), not the refusal raised.
-    """
-    if not settings.durable_enqueue:
+def _sent(calls: list[Call[Any]], confirm: Confirm | None) -> Flow:
+    """Send ``calls`` in one round trip, with the durability check behind them if
+    ``confirm`` names one; the value is their replies. A refused call raises."""
+    if confirm is None:
         replies = yield calls
     else:
-        replies = yield [*calls, _durable()]
-        yield from _confirm(replies.pop())
+        check, unconfirmed = confirm
+        replies = yield [*calls, check]
+        confirmed = replies.pop()
+        if isinstance(confirmed, ServerError):
+            raise ServerError(f"durable_enqueue: the check behind the write failed: {confirmed}")
+        if not confirmed:
+            raise ServerError(f"durable_enqueue: {unconfirmed} in time")
     for reply in replies:
         if isinstance(reply, Exception):
             raise reply
@@ -152,25 +164,55 @@ def _call(
     )
 
 
-def _durable() -> Call[Any]:
-    # WAITAOF 1 0: wait until the server has fsynced every write so far to its AOF.
-    return Call((), ("WAITAOF", 1, 0, DURABLE_TIMEOUT_MS), lambda reply: reply)
+Confirm = tuple[Call[bool], str]  # the call sent behind the writes; what it confirms, if not
 
 
-def _confirm(reply: Any) -> Flow:
-    """Check the WAITAOF reply; on a server without WAITAOF, wait for a replica instead."""
-    if isinstance(reply, ServerError) and "unknown command" in str(reply).lower():
-        replicas = yield Call((), ("WAIT", 1, DURABLE_TIMEOUT_MS), int)
-        if replicas < 1:
-            raise ServerError("durable_enqueue: no replica confirmed the write in time")
-        return
-    if isinstance(reply, ServerError):
-        raise ServerError(
-            f"durable_enqueue: the server cannot confirm an fsync ({reply}); turn on "
-            "appendonly, or set durable_enqueue=False"
-        )
-    if not reply or int(reply[0]) < 1:
-        raise ServerError("durable_enqueue: the server did not fsync the write in time")
+def _confirmation(settings: config.Settings) -> Flow:
+    """The flow of what confirms a durable enqueue on this server: None (every reply comes
+    after its fsync), or the call to send behind the writes."""
+    way = _durability_of.get(settings.redis_url)
+    if way is None:
+        way = _durability_of[settings.redis_url] = yield from _durability(settings)
+    if way == "always":
+        return None
+    if way == "waitaof":
+        return operations.wait_fsync(DURABLE_TIMEOUT_MS), "the server did not fsync the write"
+    return operations.wait_replica(DURABLE_TIMEOUT_MS), "no replica confirmed the write"
+
+
+def _durability(settings: config.Settings) -> Flow:
+    """Ask the server, in one round trip, how it can confirm that a write is safe:
+    "always" (appendonly with appendfsync always: it replies only after the fsync),
+    "waitaof" (WAITAOF, Redis 7.2+ and Valkey, with appendonly on) or "replica" (WAIT 1).
+    Raises ConfigurationError, saying what to change, when it can do none of them: before
+    any task is stored."""
+    waitaof, appendonly, appendfsync, replicas = yield [
+        operations.has_command("WAITAOF"),
+        operations.config_get("appendonly"),
+        operations.config_get("appendfsync"),
+        operations.connected_replicas(),
+    ]
+    readable = not isinstance(appendonly, ServerError)  # CONFIG is often off on managed servers
+    waitaof = waitaof is True
+    replicas = replicas if isinstance(replicas, int) else 0
+    if appendonly == "yes" and appendfsync == "always":
+        return "always"
+    if waitaof and (appendonly == "yes" or not readable):
+        return "waitaof"
+    if replicas >= 1:
+        return "replica"
+    if not readable:
+        found = "CONFIG GET is refused, so its appendfsync cannot be read"
+    else:
+        found = f"appendonly is {appendonly}, appendfsync {appendfsync}"
+    missing = "" if waitaof else "; it has no WAITAOF (Redis before 7.2)"
+    where = Address.parse(settings.redis_url).shown if settings.redis_url else "the embedded server"
+    raise ConfigurationError(
+        f"durable_enqueue: the server at {where} cannot confirm that a task is on disk "
+        f"({found}{missing}; no replica is connected). Turn on appendonly with appendfsync "
+        "always (CONFIG SET appendonly yes, CONFIG SET appendfsync always), or appendonly "
+        "alone on a server with WAITAOF, or connect a replica; or set durable_enqueue=False"
+    )
 
 
 def when(delay: timedelta | float | None, at: datetime | None) -> tuple[int | None, int]:

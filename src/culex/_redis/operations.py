@@ -303,6 +303,34 @@ def config_get(name: str) -> Call[str | None]:
     return Call((), ("CONFIG", "GET", name), parse)
 
 
+def has_command(name: str) -> Call[bool]:
+    """Whether the server knows the command (COMMAND INFO; e.g. WAITAOF, since Redis 7.2)."""
+    return Call((), ("COMMAND", "INFO", name), lambda reply: bool(reply) and reply[0] is not None)
+
+
+def connected_replicas() -> Call[int]:
+    """How many replicas are connected to the server now (INFO replication)."""
+
+    def parse(reply: bytes) -> int:
+        for line in text(reply).splitlines():
+            if line.startswith("connected_slaves:"):
+                return number(line.partition(":")[2])
+        return 0
+
+    return Call((), ("INFO", "replication"), parse)
+
+
+def wait_fsync(timeout_ms: int) -> Call[bool]:
+    """WAITAOF 1 0: True once the server has fsynced every write of this connection so far
+    to its append-only file, False when the timeout passed first."""
+    return Call((), ("WAITAOF", 1, 0, timeout_ms), lambda reply: number(reply[0]) >= 1)
+
+
+def wait_replica(timeout_ms: int) -> Call[bool]:
+    """WAIT 1: True once a replica has acknowledged every write of this connection so far."""
+    return Call((), ("WAIT", 1, timeout_ms), lambda reply: number(reply) >= 1)
+
+
 # -- periodic jobs ----------------------------------------------------------------------
 
 
