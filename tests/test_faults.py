@@ -24,7 +24,7 @@ from culex._redis.keys import queue_keys
 from culex._redis.wire import AsyncConnection, ReplyError, SyncConnection
 from culex.embedded import EmbeddedServer
 
-from .conftest import count_exchanges, running
+from .conftest import count_exchanges, running, suite_binary
 
 KEYS = queue_keys("culex", "fault")
 BLOCK = 1.2  # seconds a fault lasts
@@ -45,7 +45,7 @@ class FaultJob(culex.QueuedJob):
 
 @pytest.fixture
 def own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, redis.Redis]]:
-    server = EmbeddedServer(tmp_path / "data")
+    server = EmbeddedServer(tmp_path / "data", binary=suite_binary())
     url = server.ensure_running()
     monkeypatch.setenv("CULEX_REDIS_URL", url)
     # the tests read a finished task's attempt after the runner stopped

@@ -388,7 +388,7 @@ def test_without_waitaof_durable_enqueue_is_refused_before_storing_or_asks_a_rep
 async def test_runner_rides_out_a_server_restart(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    server = EmbeddedServer(tmp_path / "data")
+    server = EmbeddedServer(tmp_path / "data", binary=suite_binary())
     url = server.ensure_running()
     try:
         monkeypatch.setenv("CULEX_REDIS_URL", url)  # the environment wins over configure()

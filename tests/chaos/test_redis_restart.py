@@ -18,6 +18,7 @@ import redis
 from culex import config
 from culex.embedded import EmbeddedServer
 
+from ..conftest import suite_binary
 from .chaos_jobs import ChaosJob, SyncChaosJob
 from .fleet import Fleet
 from .ledger import SUCCEEDED, Ledger
@@ -37,7 +38,7 @@ RECONNECT_WITHIN = 5.0
 @pytest.fixture
 def own_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[EmbeddedServer]:
     """A server for this test alone; the test process's culex settings point at it."""
-    server = EmbeddedServer(tmp_path / "valkey")
+    server = EmbeddedServer(tmp_path / "valkey", binary=suite_binary())
     url = server.ensure_running()
     monkeypatch.setenv("CULEX_REDIS_URL", url)
     config.reset()
