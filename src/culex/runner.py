@@ -102,6 +102,11 @@ class Runner:
     def run(self) -> None:
         """Run until SIGINT/SIGTERM (or :meth:`stop`), then stop gracefully.
 
+        This owns the process: when a sync perform still runs in a thread once the grace
+        period is over, its task is handed back and the process ends at once (exit code
+        0, the log written out, no exit handlers), so that it never runs beside another
+        runner's run of the task; run() does not return then.
+
         The loop's selector polls briefly before it sleeps (``busy_poll``,
         culex._redis.spin), unless an event loop policy of the application's own is set.
         """
@@ -121,7 +126,10 @@ class Runner:
         self._stopping.set()
 
     async def arun(self, *, handle_signals: bool = False) -> None:
-        """Run on the current event loop until :meth:`stop` is called."""
+        """Run on the current event loop until :meth:`stop` is called.
+
+        It never ends the process: a task whose sync perform still runs in a thread when
+        the grace period is over is not handed back; arun() waits for it to end."""
         loop = asyncio.get_running_loop()
         if handle_signals:
             for sig in (signal.SIGINT, signal.SIGTERM):
