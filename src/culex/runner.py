@@ -18,8 +18,8 @@ import asyncio
 import logging
 import os
 import signal
-import threading
 import time
+from collections import deque
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NoReturn
@@ -607,20 +607,22 @@ class _Pool(ThreadPoolExecutor):
 
     def __init__(self, workers: int) -> None:
         super().__init__(workers, thread_name_prefix="culex")
-        self.busy = 0
-        self._count = threading.Lock()
+        # One item per call running: a deque's append and pop are atomic, so no lock.
+        self._calls: deque[None] = deque()
+
+    @property
+    def busy(self) -> int:
+        return len(self._calls)
 
     def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
         return super().submit(self._counted, fn, *args, **kwargs)
 
     def _counted(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        with self._count:
-            self.busy += 1
+        self._calls.append(None)
         try:
             return fn(*args, **kwargs)
         finally:
-            with self._count:
-                self.busy -= 1
+            self._calls.pop()
 
 
 def _exit_now(code: int) -> NoReturn:
