@@ -169,6 +169,40 @@ def test_a_sync_task_handed_back_at_stop_never_runs_twice_at_once(
     assert gone < starts[0][1] + SLOW  # gone long before its perform would have returned
 
 
+def test_a_perform_that_timed_out_and_runs_on_does_not_keep_the_process_up(
+    r: redis.Redis, tmp_path: Path
+) -> None:
+    (tmp_path / "overrun_jobs.py").write_text(
+        textwrap.dedent(
+            f"""
+            import time
+            import culex
+
+            class OverrunJob(culex.QueuedJob):
+                timeout = 0.2  # the attempt fails; its thread runs on
+                max_retries = 0
+
+                def perform(self) -> None:
+                    time.sleep({SLOW})
+            """
+        )
+    )
+    proc = subprocess.Popen(
+        culex_command("run", "overrun_jobs"), cwd=tmp_path, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        started = time.time()
+        task_id = _enqueue_as(r, "overrun-1", "OverrunJob", "overrun_job", "{}")
+        with pytest.raises(culex.TaskFailed, match="timed out"):
+            culex.Task(task_id, "overrun_job").result(timeout=30)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "1 sync perform(s) still run in threads" in err
+    assert time.time() < started + SLOW  # gone long before the thread would have returned
+
+
 FLAG_JOBS = textwrap.dedent(
     """
     import culex
