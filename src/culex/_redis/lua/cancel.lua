@@ -22,6 +22,29 @@
 --          "succeeded", "dead"; "waiting" or "scheduled" only if the id is missing from that
 --          set, which no culex script leaves), or "" when there is no task hash (never
 --          enqueued, expired, or the key holds another type).
+
+-- >>> include/dead.lua
+-- The task's hash says dead with its reason, expires after ttl ms, and its id is in the
+-- dead zset with score now. A task whose retries were counted passes them to store too.
+local function to_dead(task_key, dead_key, id, reason, now, ttl, retry_count)
+  if retry_count then
+    redis.call('HSET', task_key, 'state', 'dead', 'retry_count', retry_count,
+      'last_error', reason, 'failed_at', now, 'finished_at', now)
+  else
+    redis.call('HSET', task_key, 'state', 'dead', 'last_error', reason, 'failed_at', now,
+      'finished_at', now)
+  end
+  redis.call('PEXPIRE', task_key, ttl)
+  redis.call('ZADD', dead_key, now, id)
+end
+
+-- dead keeps ids younger than ttl ms, and at most dead_max of them (the oldest go first).
+local function trim_dead(dead_key, now, ttl, dead_max)
+  redis.call('ZREMRANGEBYSCORE', dead_key, '-inf', now - ttl)
+  redis.call('ZREMRANGEBYRANK', dead_key, 0, -(dead_max + 1))
+end
+-- <<< include/dead.lua
+
 local f = redis.pcall('HMGET', KEYS[1], 'state', 'periodic', 'type')
 if f['err'] or not f[1] then  -- (a missing field arrives as false: never written back)
   return ''

@@ -10,7 +10,8 @@
 -- ARGV[2..] triples: id, attempt, result (JSON text of perform's return value)
 --         attempt is the one the runner was handed: it fences stale runners
 -- Returns: the ids whose report was refused (not pending under that attempt: the lease
---          was lost and the task handed out again, or it is gone); {} when all landed.
+--          was lost and the task handed out again, or it is gone, or its key holds
+--          another type); {} when all landed.
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local ttl = tonumber(ARGV[1])
@@ -19,8 +20,10 @@ local done = {}
 for i = 2, #ARGV, 3 do
   local id = ARGV[i]
   local key = KEYS[2] .. id
-  local f = redis.call('HMGET', key, 'attempt', 'state', 'periodic', 'type')
-  if f[1] == ARGV[i + 1] and f[2] == 'pending' then
+  -- (pcall: a key of another type is refused like a stale report; an error here would
+  -- stop the batch after the writes of the ids before it)
+  local f = redis.pcall('HMGET', key, 'attempt', 'state', 'periodic', 'type')
+  if not f['err'] and f[1] == ARGV[i + 1] and f[2] == 'pending' then
     done[#done + 1] = id
     redis.call('HSET', key, 'state', 'succeeded', 'result', ARGV[i + 2], 'finished_at', now)
     redis.call('PEXPIRE', key, ttl)

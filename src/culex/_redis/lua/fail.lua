@@ -13,23 +13,47 @@
 -- ARGV[5] dead_ttl_ms     failed_job_ttl in ms: the hash expires, and dead is trimmed by age
 -- ARGV[6] dead_max        dead keeps at most this many ids (the oldest go first)
 -- Returns: "scheduled" or "dead"; 0 when refused (stale attempt or not pending).
-local f = redis.call('HMGET', KEYS[1], 'attempt', 'state', 'periodic', 'type')
+
+-- >>> include/dead.lua
+-- The task's hash says dead with its reason, expires after ttl ms, and its id is in the
+-- dead zset with score now. A task whose retries were counted passes them to store too.
+local function to_dead(task_key, dead_key, id, reason, now, ttl, retry_count)
+  if retry_count then
+    redis.call('HSET', task_key, 'state', 'dead', 'retry_count', retry_count,
+      'last_error', reason, 'failed_at', now, 'finished_at', now)
+  else
+    redis.call('HSET', task_key, 'state', 'dead', 'last_error', reason, 'failed_at', now,
+      'finished_at', now)
+  end
+  redis.call('PEXPIRE', task_key, ttl)
+  redis.call('ZADD', dead_key, now, id)
+end
+
+-- dead keeps ids younger than ttl ms, and at most dead_max of them (the oldest go first).
+local function trim_dead(dead_key, now, ttl, dead_max)
+  redis.call('ZREMRANGEBYSCORE', dead_key, '-inf', now - ttl)
+  redis.call('ZREMRANGEBYRANK', dead_key, 0, -(dead_max + 1))
+end
+-- <<< include/dead.lua
+
+local f = redis.call('HMGET', KEYS[1], 'attempt', 'state', 'periodic', 'type', 'retry_count')
 if f[1] ~= ARGV[2] or f[2] ~= 'pending' then
   return 0
 end
+-- (a retry_count that is not a number counts as 0: no write below can fail)
+local retries = math.floor(tonumber(f[5]) or 0) + 1
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 redis.call('ZREM', KEYS[2], ARGV[1])
-redis.call('HINCRBY', KEYS[1], 'retry_count', 1)
 local delay = tonumber(ARGV[4])
 if delay >= 0 then
-  redis.call('HSET', KEYS[1], 'state', 'scheduled', 'last_error', ARGV[3],
-    'failed_at', now, 'due_at', now + delay)
+  redis.call('HSET', KEYS[1], 'state', 'scheduled', 'retry_count', retries,
+    'last_error', ARGV[3], 'failed_at', now, 'due_at', now + delay)
   redis.call('ZADD', KEYS[3], now + delay, ARGV[1])
   return 'scheduled'
 end
 local ttl = tonumber(ARGV[5])
-to_dead(KEYS[1], KEYS[4], ARGV[1], ARGV[3], now, ttl)
+to_dead(KEYS[1], KEYS[4], ARGV[1], ARGV[3], now, ttl, retries)
 trim_dead(KEYS[4], now, ttl, tonumber(ARGV[6]))
 if f[3] == '1' then
   -- (pcall: a record key holding another type must not stop the task's own report)

@@ -17,6 +17,31 @@
 -- ARGV[2] dead_ttl_ms
 -- ARGV[3] dead_max
 -- Returns: {id, outcome, id, outcome, ...} with outcome "waiting", "scheduled" or "dead".
+--          A task key that holds another type is renamed to <key>:wrongtype and its id
+--          goes to dead as a broken task (as in claim).
+
+-- >>> include/dead.lua
+-- The task's hash says dead with its reason, expires after ttl ms, and its id is in the
+-- dead zset with score now. A task whose retries were counted passes them to store too.
+local function to_dead(task_key, dead_key, id, reason, now, ttl, retry_count)
+  if retry_count then
+    redis.call('HSET', task_key, 'state', 'dead', 'retry_count', retry_count,
+      'last_error', reason, 'failed_at', now, 'finished_at', now)
+  else
+    redis.call('HSET', task_key, 'state', 'dead', 'last_error', reason, 'failed_at', now,
+      'finished_at', now)
+  end
+  redis.call('PEXPIRE', task_key, ttl)
+  redis.call('ZADD', dead_key, now, id)
+end
+
+-- dead keeps ids younger than ttl ms, and at most dead_max of them (the oldest go first).
+local function trim_dead(dead_key, now, ttl, dead_max)
+  redis.call('ZREMRANGEBYSCORE', dead_key, '-inf', now - ttl)
+  redis.call('ZREMRANGEBYRANK', dead_key, 0, -(dead_max + 1))
+end
+-- <<< include/dead.lua
+
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local ttl = tonumber(ARGV[2])
@@ -24,12 +49,31 @@ local reason = 'lease expired (runner lost)'
 local out = {}
 local woken = false
 local ids = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[1]))
-for _, id in ipairs(ids) do
+-- Every read first (pcall: a key of another type is an answer, not an error), so no
+-- write below can fail and leave an id in no set.
+local found = {}
+for i, id in ipairs(ids) do
+  found[i] = redis.pcall('HMGET', KEYS[4] .. id, 'retry_count', 'max_retries', 'periodic',
+    'type')
+end
+for i, id in ipairs(ids) do
   redis.call('ZREM', KEYS[1], id)
   local key = KEYS[4] .. id
-  local f = redis.call('HMGET', key, 'retry_count', 'max_retries', 'periodic', 'type')
-  local retries = (tonumber(f[1]) or 0) + 1
-  local max_retries = tonumber(f[2]) or 4
+  local f = found[i]
+  local retries = 1
+  local max_retries = 4
+  local why = reason
+  if f['err'] then
+    -- Not ours to delete: kept beside the record, in the same slot (as claim does).
+    local kind = redis.call('TYPE', key)['ok']
+    redis.call('RENAME', key, key .. ':wrongtype')
+    why = 'broken task: task key held a ' .. kind .. ', kept at ' .. key .. ':wrongtype'
+    f = {}
+    max_retries = -1
+  else
+    retries = (tonumber(f[1]) or 0) + 1
+    max_retries = tonumber(f[2]) or 4
+  end
   local outcome
   if retries <= max_retries then
     local due = now + 2000 * (retries - 1) * (retries - 1)
@@ -46,7 +90,7 @@ for _, id in ipairs(ids) do
     redis.call('HSET', key, 'state', outcome)
   else
     outcome = 'dead'
-    to_dead(key, KEYS[3], id, reason, now, ttl, retries)
+    to_dead(key, KEYS[3], id, why, now, ttl, retries)
     if f[3] == '1' then
       -- (pcall: a record key holding another type must not stop the reclaim of the others)
       redis.pcall('HSET', KEYS[7] .. f[4], 'last_finished_at', now, 'last_outcome', 'dead')

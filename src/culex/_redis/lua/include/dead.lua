@@ -1,7 +1,8 @@
--- dead: what "moving a task to dead" writes, in one place. Not a script of its own:
--- scripts.py puts this text before fail.lua, reclaim.lua and cancel.lua, which call it.
--- (A script is one EVALSHA body; Redis 7 functions could share code, but culex also runs
--- on servers without them, and each script must stay one self-contained atomic step.)
+-- Moving a task to dead, written once: fail.lua, reclaim.lua and cancel.lua each carry a
+-- copy of this file between `-- >>> include/dead.lua` and `-- <<< include/dead.lua`, so
+-- that every shipped script is complete by itself and works when sent as it is. Edit
+-- this file, then run `python -m culex._redis.scripts` to refresh the copies;
+-- tests/test_scripts.py fails while a copy differs from it. Not a script of its own.
 
 -- The task's hash says dead with its reason, expires after ttl ms, and its id is in the
 -- dead zset with score now. A task whose retries were counted passes them to store too.
