@@ -45,6 +45,11 @@ local function trim_dead(dead_key, now, ttl, dead_max)
 end
 -- <<< include/dead.lua
 
+local ttl = tonumber(ARGV[3])
+local dead_max = tonumber(ARGV[4])
+if not (ttl and dead_max) then  -- (before any write)
+  return redis.error_reply('ERR cancel: ARGV[3] and ARGV[4] must be numbers')
+end
 local f = redis.pcall('HMGET', KEYS[1], 'state', 'periodic', 'type')
 if f['err'] or not f[1] then  -- (a missing field arrives as false: never written back)
   return ''
@@ -60,7 +65,6 @@ if not set or not redis.call('ZSCORE', set, ARGV[1]) then
 end
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
-local ttl = tonumber(ARGV[3])
 local reason = 'cancelled'
 if ARGV[2] ~= '' then
   reason = reason .. ': ' .. ARGV[2]
@@ -72,5 +76,5 @@ if f[2] == '1' and f[3] then
 end
 redis.call('ZREM', set, ARGV[1])
 to_dead(KEYS[1], KEYS[4], ARGV[1], reason, now, ttl)
-trim_dead(KEYS[4], now, ttl, tonumber(ARGV[4]))
+trim_dead(KEYS[4], now, ttl, dead_max)
 return 'cancelled'

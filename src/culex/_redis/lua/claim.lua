@@ -19,9 +19,14 @@ local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local limit = tonumber(ARGV[1])
 local lease = tonumber(ARGV[2])
+local promote_limit = tonumber(ARGV[3])
+local dead_ttl = tonumber(ARGV[4])
+if not (limit and lease and promote_limit and dead_ttl) then  -- (before any write)
+  return redis.error_reply('ERR claim: ARGV[1] to ARGV[4] must be numbers')
+end
 
 local due = redis.call('ZRANGE', KEYS[3], '-inf', now, 'BYSCORE', 'LIMIT', 0,
-  tonumber(ARGV[3]), 'WITHSCORES')
+  promote_limit, 'WITHSCORES')
 for i = 1, #due, 2 do
   local id = due[i]
   redis.call('ZREM', KEYS[3], id)
@@ -35,7 +40,7 @@ end
 local function bury(key, id, reason)
   redis.call('HSET', key, 'id', id, 'state', 'dead', 'finished_at', now, 'last_error',
     'broken task: ' .. reason)
-  redis.call('PEXPIRE', key, tonumber(ARGV[4]))
+  redis.call('PEXPIRE', key, dead_ttl)
   redis.call('ZADD', KEYS[4], now, id)
 end
 

@@ -36,6 +36,12 @@ local function trim_dead(dead_key, now, ttl, dead_max)
 end
 -- <<< include/dead.lua
 
+local delay = tonumber(ARGV[4])
+local ttl = tonumber(ARGV[5])
+local dead_max = tonumber(ARGV[6])
+if not (delay and ttl and dead_max) then  -- (before any write)
+  return redis.error_reply('ERR fail: ARGV[4] to ARGV[6] must be numbers')
+end
 local f = redis.call('HMGET', KEYS[1], 'attempt', 'state', 'periodic', 'type', 'retry_count')
 if f[1] ~= ARGV[2] or f[2] ~= 'pending' then
   return 0
@@ -45,16 +51,14 @@ local retries = math.floor(tonumber(f[5]) or 0) + 1
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 redis.call('ZREM', KEYS[2], ARGV[1])
-local delay = tonumber(ARGV[4])
 if delay >= 0 then
   redis.call('HSET', KEYS[1], 'state', 'scheduled', 'retry_count', retries,
     'last_error', ARGV[3], 'failed_at', now, 'due_at', now + delay)
   redis.call('ZADD', KEYS[3], now + delay, ARGV[1])
   return 'scheduled'
 end
-local ttl = tonumber(ARGV[5])
 to_dead(KEYS[1], KEYS[4], ARGV[1], ARGV[3], now, ttl, retries)
-trim_dead(KEYS[4], now, ttl, tonumber(ARGV[6]))
+trim_dead(KEYS[4], now, ttl, dead_max)
 if f[3] == '1' then
   -- (pcall: a record key holding another type must not stop the task's own report)
   redis.pcall('HSET', KEYS[5] .. f[4], 'last_finished_at', now, 'last_outcome', 'dead')

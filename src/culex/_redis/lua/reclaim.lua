@@ -44,11 +44,16 @@ end
 
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local limit = tonumber(ARGV[1])
 local ttl = tonumber(ARGV[2])
+local dead_max = tonumber(ARGV[3])
+if not (limit and ttl and dead_max) then  -- (before any write)
+  return redis.error_reply('ERR reclaim: ARGV[1] to ARGV[3] must be numbers')
+end
 local reason = 'lease expired (runner lost)'
 local out = {}
 local woken = false
-local ids = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[1]))
+local ids = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, limit)
 -- Every read first (pcall: a key of another type is an answer, not an error), so no
 -- write below can fail and leave an id in no set.
 local found = {}
@@ -103,6 +108,6 @@ if woken and redis.call('LLEN', KEYS[6]) == 0 then
   redis.call('RPUSH', KEYS[6], '1')
 end
 if #out > 0 then
-  trim_dead(KEYS[3], now, ttl, tonumber(ARGV[3]))
+  trim_dead(KEYS[3], now, ttl, dead_max)
 end
 return out
