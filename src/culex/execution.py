@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor
+from datetime import timedelta
 from typing import Any
 
 from . import logs
@@ -27,9 +28,10 @@ logger = logging.getLogger("culex")
 
 
 class Outcome:
-    """How an attempt ended: a result (success) or an error with the retry delay (None: dead)."""
+    """How an attempt ended: a result (success) with the job's own result_ttl, or an error
+    with the retry delay (None: dead)."""
 
-    __slots__ = ("claimed", "error", "result_json", "retry_delay_ms")
+    __slots__ = ("claimed", "error", "result_json", "result_ttl", "retry_delay_ms")
 
     def __init__(
         self,
@@ -37,11 +39,13 @@ class Outcome:
         result_json: str = "null",
         error: str | None = None,
         retry_delay_ms: int | None = None,
+        result_ttl: float | timedelta | None = None,
     ) -> None:
         self.claimed = claimed
         self.result_json = result_json
         self.error = error
         self.retry_delay_ms = retry_delay_ms
+        self.result_ttl = result_ttl
 
 
 def task_name(claimed: Claimed) -> str:
@@ -100,7 +104,7 @@ async def attempt(job: Job, claimed: Claimed, pool: Executor) -> Outcome:
         return _failed(job, claimed, f"{type(exc).__name__}: {exc}", True, started)
     if logger.isEnabledFor(logging.INFO):
         logs.task_line(logger, "task %s succeeded, took %s", task_name(claimed), _took(started))
-    return Outcome(claimed, result_json)
+    return Outcome(claimed, result_json, result_ttl=job.result_ttl)
 
 
 async def _run_in_thread(job: Job, pool: Executor, timeout: float | None) -> Any:

@@ -122,6 +122,8 @@ class Job:
     rescheduleable: ClassVar[bool] = True
     lease: ClassVar[float | timedelta | None] = None  # None: the runner's lease setting
     timeout: ClassVar[float | timedelta | None] = None  # a time limit per attempt
+    # how long a returned value is kept; None: the result_ttl setting; 0: successful_job_ttl
+    result_ttl: ClassVar[float | timedelta | None] = None
     # "thread" (default) or "process": where a sync perform runs (see culex.isolation)
     isolation: ClassVar[str] = "thread"
 
@@ -308,3 +310,5 @@ def _check_policy(cls: type[Job]) -> None:
         value = getattr(cls, attr)
         if value is not None:
             config.seconds(value, f"{name}.{attr}", minimum=0.001)
+    if cls.result_ttl is not None:
+        config.seconds(cls.result_ttl, f"{name}.result_ttl")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import enum
 import itertools
 import random
@@ -62,13 +61,13 @@ def check_id(task_id: object) -> str:
     return task_id
 
 
-# Waiting for a result polls the task's hash: quickly at first, then every 50 ms.
-_FIRST_POLL = 0.001
-_LAST_POLL = 0.05
+# A wait for a result blocks on the server in chunks of at most this many seconds: a
+# wake-up lost (a failover) costs one chunk at most, and no call blocks for longer.
+WAIT_CHUNK = 1.0
 
-Flow = Generator[Call[Any] | list[Call[Any]] | float, Any, Any]
-"""An I/O-free procedure. It yields a Call (send it and reply), a list of calls (send them
-in one round trip and reply with their results) or a float (sleep that long)."""
+Flow = Generator[Call[Any] | list[Call[Any]], Any, Any]
+"""An I/O-free procedure. It yields a Call (send it and reply) or a list of calls (send
+them in one round trip and reply with their results)."""
 
 
 def one_call(call: Call[Any], then: Callable[[Any], Any] = lambda reply: reply) -> Flow:
@@ -144,31 +143,35 @@ class Task:
         return one_call(operations.read_task(self._keys(), self.id))
 
     def _result_flow(self, timeout: float | None) -> Flow:
-        read = operations.read_task(self._keys(), self.id)
+        keys = self._keys()
         if timeout is not None:
             timeout = config.seconds(timeout, "timeout")
-        return self._poll(read, timeout)
+        return self._wait(keys, timeout)
 
-    def _poll(self, read: Call[dict[str, str]], timeout: float | None) -> Flow:
+    def _wait(self, keys: QueueKeys, timeout: float | None) -> Flow:
+        """Read the task's end; until it has one, block on its done list (wait.lua), with
+        the next read sent right behind each block: one round trip per wake-up or chunk."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        pause = _FIRST_POLL
-        while True:
-            fields = yield read
-            state = fields.get("state")
-            if state == "succeeded":
-                return decode_result(fields.get("result"))
-            if state == "dead":
-                raise TaskFailed(self.id, fields.get("last_error", ""))
-            if not fields:
-                raise TaskNotFound(
-                    f"task {self.queue}<{self.id}> not found: it never existed, or it finished "
-                    "and its record expired (see successful_job_ttl)"
-                )
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                raise TimeoutError(f"task {self.queue}<{self.id}> is still {state}")
-            yield pause if left is None else min(pause, left)
-            pause = min(pause * 2, _LAST_POLL)
+        read = operations.wait(keys, self.id)
+        end: operations.End = yield read
+        while not end.finished:
+            left = WAIT_CHUNK if deadline is None else deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"task {self.queue}<{self.id}> is still {end.state}")
+            block = operations.block_until_done(keys, self.id, min(left, WAIT_CHUNK))
+            replies = yield [block, read]
+            for reply in replies:
+                if isinstance(reply, Exception):
+                    raise reply
+            end = replies[1]
+        if end.state == "succeeded":
+            return decode_result(end.result)
+        if end.state == "dead":
+            raise TaskFailed(self.id, end.last_error)
+        raise TaskNotFound(
+            f"task {self.queue}<{self.id}> not found: it never existed, or it finished and "
+            "its record expired (see result_ttl and successful_job_ttl)"
+        )
 
     def _retry_flow(self) -> Flow:
         return one_call(
@@ -248,10 +251,7 @@ def run_sync(flow: Flow, url: str | None = None) -> Any:
     try:
         step = next(flow)
         while True:
-            if isinstance(step, float):
-                time.sleep(step)
-                step = flow.send(None)
-            elif isinstance(step, list):
+            if isinstance(step, list):
                 step = flow.send(driver.run_many(step))
             else:
                 step = flow.send(driver.run(step))
@@ -265,10 +265,7 @@ async def run_async(flow: Flow, url: str | None = None) -> Any:
     try:
         step = next(flow)
         while True:
-            if isinstance(step, float):
-                await asyncio.sleep(step)
-                step = flow.send(None)
-            elif isinstance(step, list):
+            if isinstance(step, list):
                 step = flow.send(await driver.run_many(step))
             else:
                 step = flow.send(await driver.run(step))
