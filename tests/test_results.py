@@ -1,13 +1,18 @@
-"""Results: how long they are kept (result_ttl), and waited for without polling (wait.lua
-and the done list, woken by every script that ends a task)."""
+"""Results: how long they are kept (result_ttl), typed by perform's return annotation, and
+waited for without polling (wait.lua and the done list, woken by every script that ends
+a task)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable
-from datetime import timedelta
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from enum import Enum
 from typing import Any
 
 import pytest
@@ -58,6 +63,84 @@ class NoneKeptJob(culex.QueuedJob):
 
     def perform(self) -> str:
         return "not kept"
+
+
+@dataclass
+class Point:
+    x: int
+    y: int
+
+
+class Size(Enum):
+    SMALL = "s"
+    LARGE = "l"
+
+
+class PriceJob(culex.QueuedJob):
+    queue = "typed"
+
+    def perform(self) -> Decimal:
+        return Decimal("1.10")
+
+
+class StampsJob(culex.QueuedJob):
+    queue = "typed"
+
+    async def perform(self) -> list[datetime]:
+        return [datetime(2030, 1, 1, tzinfo=UTC), datetime(2031, 6, 2, 3, 4, tzinfo=UTC)]
+
+
+class MaybeJob(culex.QueuedJob):
+    queue = "typed"
+    give: bool
+
+    def perform(self) -> Decimal | None:
+        return Decimal("2.5") if self.give else None
+
+
+class PointJob(culex.QueuedJob):
+    queue = "typed"
+
+    @staticmethod
+    def serialize_point(point: Point) -> list[int]:
+        return [point.x, point.y]
+
+    @staticmethod
+    def deserialize_point(raw: Any) -> Point:
+        return Point(*raw)
+
+    def perform(self) -> Point:
+        return Point(3, 4)
+
+
+class MixedJob(culex.QueuedJob):
+    queue = "typed"
+    isolation = "process"
+
+    def perform(self) -> dict[str, tuple[uuid.UUID, Size, timedelta]]:
+        return {"a": (uuid.UUID(int=5), Size.LARGE, timedelta(microseconds=1))}
+
+
+class PlainJob(culex.QueuedJob):
+    queue = "typed"
+
+    def perform(self):  # type: ignore[no-untyped-def]  # no annotation: plain JSON
+        return Decimal("1.10")
+
+
+class WrongJob(culex.QueuedJob):
+    queue = "typed"
+
+    def perform(self) -> int:
+        return "five"  # type: ignore[return-value]
+
+
+class WrongInChildJob(culex.QueuedJob):
+    queue = "typed"
+    isolation = "process"
+
+    def perform(self) -> int:
+        return 5.5  # type: ignore[return-value]
 
 
 class WaitedJob(culex.QueuedJob):
@@ -211,6 +294,83 @@ def test_complete_refuses_a_bad_ttl_before_any_write(r: redis.Redis) -> None:
     assert r.hgetall(W.task("t")) == before and r.zscore(W.pending, "t") is not None
 
 
+# -- typed by the return annotation ------------------------------------------------------------
+
+
+async def test_results_come_back_as_the_annotation_says(r: redis.Redis) -> None:
+    async with running(culex.Runner(run_from=["typed"])):
+        price = await PriceJob().aenqueue()
+        stamps = await StampsJob().aenqueue()
+        given, none = await MaybeJob(give=True).aenqueue(), await MaybeJob(give=False).aenqueue()
+        point = await PointJob().aenqueue()
+        mixed = await MixedJob().aenqueue()
+        plain = await PlainJob().aenqueue()
+        value = await price.aresult(timeout=10)
+        assert type(value) is Decimal and value == Decimal("1.10")
+        assert str(value) == "1.10"
+        assert await stamps.aresult(timeout=10) == [
+            datetime(2030, 1, 1, tzinfo=UTC),
+            datetime(2031, 6, 2, 3, 4, tzinfo=UTC),
+        ]
+        assert await given.aresult(timeout=10) == Decimal("2.5")
+        assert await none.aresult(timeout=10) is None
+        assert await point.aresult(timeout=10) == Point(3, 4)
+        assert await mixed.aresult(timeout=10) == {
+            "a": (uuid.UUID(int=5), Size.LARGE, timedelta(microseconds=1))
+        }
+        assert await plain.aresult(timeout=10) == "1.10"  # no annotation: plain JSON
+    # what the hash holds is the params' JSON, for any reader
+    assert r.hget(queue_keys("culex", "typed").task(price.id), "result") == b'"1.10"'
+
+
+async def test_a_task_made_by_hand_decodes_through_the_registry(r: redis.Redis) -> None:
+    async with running(culex.Runner(run_from=["typed"])):
+        task = await PriceJob().aenqueue()
+        assert task.job is PriceJob
+        await task.aresult(timeout=10)
+    assert culex.Task(task.id, "typed").result() == Decimal("1.10")  # by the hash's type
+    with _no_registry(PriceJob):
+        assert culex.Task(task.id, "typed").result() == "1.10"  # unknown type: plain JSON
+        assert task.result() == Decimal("1.10")  # the task enqueue returned knows its class
+
+
+def test_an_annotation_the_codecs_cannot_hold_is_refused_at_definition() -> None:
+    with pytest.raises(TypeError, match=r"SetJob.perform\(\)'s return annotation.*set"):
+
+        class SetJob(culex.QueuedJob):
+            def perform(self) -> set[int]:
+                return {1}
+
+    with pytest.raises(TypeError, match="cannot be resolved"):
+
+        class UnknownJob(culex.QueuedJob):
+            def perform(self) -> NoSuchType:  # type: ignore[name-defined]  # noqa: F821
+                return 1
+
+    assert culex.registry.get("SetJob") is None and culex.registry.get("UnknownJob") is None
+
+
+@pytest.mark.parametrize(
+    ("job", "reason"),
+    [
+        (WrongJob, "the result of WrongJob.perform(): expected int, got str 'five'"),
+        (WrongInChildJob, "the result of WrongInChildJob.perform(): expected int, got float 5.5"),
+    ],
+    ids=["thread", "process"],
+)
+async def test_a_value_that_does_not_fit_the_annotation_sends_the_task_to_dead(
+    r: redis.Redis, job: type[culex.QueuedJob], reason: str
+) -> None:
+    async with running(culex.Runner(run_from=["typed"])):
+        task = await job().aenqueue()
+        with pytest.raises(culex.TaskFailed) as failed:
+            await task.aresult(timeout=10)
+    assert failed.value.reason.startswith(reason)
+    assert "not retried" in failed.value.reason
+    info = await task.ainfo()
+    assert info["state"] == "dead" and info["retry_count"] == "1" and info["attempt"] == "1"
+
+
 # -- waiting: woken by the script that ends the task -------------------------------------------
 
 
@@ -344,3 +504,12 @@ async def test_an_async_wait_that_times_out_leaves_the_task_as_it_was(r: redis.R
     with pytest.raises(TimeoutError):
         await task.aresult(timeout=0.05)
     assert r.hget(W.task("t"), "state") == b"waiting" and r.zscore(W.waiting, "t") is not None
+
+
+@contextlib.contextmanager
+def _no_registry(job: type[culex.QueuedJob]) -> Iterator[None]:
+    culex.registry.remove(job)
+    try:
+        yield
+    finally:
+        culex.registry.add(job)

@@ -22,7 +22,6 @@ from .config import seconds
 from .errors import JobFailure
 from .isolation import ChildDied, ChildRaised, run_in_process
 from .job import Job, JobRegistry, snake_case
-from .serialization import encode_result
 
 logger = logging.getLogger("culex")
 
@@ -88,12 +87,12 @@ async def attempt(job: Job, claimed: Claimed, pool: Executor) -> Outcome:
     timeout = None if job.timeout is None else seconds(job.timeout, "timeout")
     try:
         if job.async_perform_:
-            result_json = encode_result(await _run_async(job, timeout))
+            result_json = job.result_text(await _run_async(job, timeout))
         elif job.isolation == "process":
             loop = asyncio.get_running_loop()
             result_json = await loop.run_in_executor(pool, run_in_process, job, _run_sync, timeout)
         else:
-            result_json = encode_result(await _run_in_thread(job, pool, timeout))
+            result_json = job.result_text(await _run_in_thread(job, pool, timeout))
     except JobFailure as exc:
         return _failed(job, claimed, exc.reason, exc.retry, started)
     except TimeoutError:

@@ -7,7 +7,7 @@ import itertools
 import random
 import time
 from collections.abc import Callable, Generator
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from . import config
 from ._redis import connection, operations
@@ -15,6 +15,9 @@ from ._redis.keys import QueueKeys, check_queue_name, queue_keys
 from ._redis.operations import Call
 from .errors import CulexError, TaskFailed
 from .serialization import decode_result
+
+if TYPE_CHECKING:
+    from .job import Job
 
 
 class TaskState(enum.StrEnum):
@@ -110,14 +113,22 @@ def _state_of(fields: dict[str, str]) -> TaskState | None:
 
 
 class Task:
-    """An enqueued task. ``state()`` and ``result()`` ask the server; ``a*`` twins are async."""
+    """An enqueued task. ``state()`` and ``result()`` ask the server; ``a*`` twins are async.
 
-    __slots__ = ("id", "queue", "url")
+    ``job``: its job class, whose ``perform`` return annotation types the result. A task
+    made by hand without it finds the class in ``culex.registry`` by the task's ``type``
+    (plain JSON when none is registered).
+    """
 
-    def __init__(self, task_id: str, queue: str, url: str | None = None) -> None:
+    __slots__ = ("id", "job", "queue", "url")
+
+    def __init__(
+        self, task_id: str, queue: str, url: str | None = None, job: type[Job] | None = None
+    ) -> None:
         self.id = task_id
         self.queue = queue
         self.url = url
+        self.job = job
 
     def __repr__(self) -> str:
         return f"<Task {self.queue}<{self.id}>>"
@@ -165,13 +176,25 @@ class Task:
                     raise reply
             end = replies[1]
         if end.state == "succeeded":
-            return decode_result(end.result)
+            return self._decode(end)
         if end.state == "dead":
             raise TaskFailed(self.id, end.last_error)
         raise TaskNotFound(
             f"task {self.queue}<{self.id}> not found: it never existed, or it finished and "
             "its record expired (see result_ttl and successful_job_ttl)"
         )
+
+    def _decode(self, end: operations.End) -> Any:
+        """The result, typed by its job class's ``perform`` annotation when it is known."""
+        job = self.job
+        if job is None:
+            from .job import registry  # (job.py imports this module)
+
+            job = registry.get(end.type)
+        if job is None:
+            return decode_result(end.result)
+        where = f"the result of {job.__name__}.perform()"
+        return decode_result(end.result, job.result_codec_, where)
 
     def _retry_flow(self) -> Flow:
         return one_call(
