@@ -121,7 +121,7 @@ class MixedJob(culex.QueuedJob):
         return {"a": (uuid.UUID(int=5), Size.LARGE, timedelta(microseconds=1))}
 
 
-class PlainJob(culex.QueuedJob):
+class UntypedResultJob(culex.QueuedJob):
     queue = "typed"
 
     def perform(self):  # type: ignore[no-untyped-def]  # no annotation: plain JSON
@@ -304,7 +304,7 @@ async def test_results_come_back_as_the_annotation_says(r: redis.Redis) -> None:
         given, none = await MaybeJob(give=True).aenqueue(), await MaybeJob(give=False).aenqueue()
         point = await PointJob().aenqueue()
         mixed = await MixedJob().aenqueue()
-        plain = await PlainJob().aenqueue()
+        plain = await UntypedResultJob().aenqueue()
         value = await price.aresult(timeout=10)
         assert type(value) is Decimal and value == Decimal("1.10")
         assert str(value) == "1.10"
