@@ -145,7 +145,12 @@ def test_complete_reports_a_batch_and_refuses_only_the_stale(r: redis.Redis) -> 
     a, b, c = claim(d).tasks
     refused = d.run(
         operations.complete(
-            K, 5000, [("t0", a.attempt, "0"), ("t1", b.attempt + 1, "1"), ("t2", c.attempt, "2")]
+            K,
+            [
+                ("t0", a.attempt, "0", 5000),
+                ("t1", b.attempt + 1, "1", 5000),
+                ("t2", c.attempt, "2", 5000),
+            ],
         )
     )
     assert refused == ["t1"]
@@ -161,7 +166,7 @@ def test_complete_stores_result_and_expires(r: redis.Redis) -> None:
     d = drive(r)
     put(d, "t")
     t = claim(d).tasks[0]
-    assert d.run(operations.complete(K, 5000, [("t", t.attempt, '"ok"')])) == []
+    assert d.run(operations.complete(K, [("t", t.attempt, '"ok"', 5000)])) == []
     h = r.hgetall(K.task("t"))
     assert h[b"state"] == b"succeeded" and h[b"result"] == b'"ok"'
     assert 0 < r.pttl(K.task("t")) <= 5000
@@ -174,7 +179,7 @@ def test_stale_attempt_is_refused_and_changes_nothing(r: redis.Redis) -> None:
     t = claim(d).tasks[0]
     before = r.hgetall(K.task("t")), r.zrange(K.pending, 0, -1, withscores=True)
     stale = t.attempt - 1
-    assert d.run(operations.complete(K, 5000, [("t", stale, '"late"')])) == ["t"]
+    assert d.run(operations.complete(K, [("t", stale, '"late"', 5000)])) == ["t"]
     assert (
         d.run(
             operations.fail(K, "t", stale, "x", retry_delay_ms=0, dead_ttl_ms=DAY_MS, dead_max=10)
@@ -263,7 +268,7 @@ def test_reclaim_turns_expired_leases_into_failed_attempts(r: redis.Redis) -> No
     assert r.zscore(K.scheduled, "retry") == int(h[b"failed_at"]) + 2000
     assert h[b"retry_count"] == b"2"
     # the lost runner's late report is refused
-    late = d.run(operations.complete(K, 1000, [("retry", claimed["retry"].attempt, "1")]))
+    late = d.run(operations.complete(K, [("retry", claimed["retry"].attempt, "1", 1000)]))
     assert late == ["retry"]
 
 
@@ -356,7 +361,7 @@ def test_complete_refuses_a_task_key_of_another_type_and_lands_the_rest(r: redis
     held = {t.id: t for t in claim(d).tasks}
     r.delete(K.task("a"))
     r.set(K.task("a"), "not a hash")
-    refused = d.run(operations.complete(K, 60_000, [(i, held[i].attempt, "1") for i in ("a", "b")]))
+    refused = d.run(operations.complete(K, [(i, held[i].attempt, "1", 60_000) for i in ("a", "b")]))
     assert refused == ["a"]
     assert r.hget(K.task("b"), "state") == b"succeeded"
     assert r.zscore(K.pending, "b") is None

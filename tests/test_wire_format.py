@@ -53,4 +53,4 @@ def test_the_producer_imports_nothing_of_culex() -> None:
             node.names if isinstance(node, ast.Import) else [ast.alias(node.module or "")]
         )
     }
-    assert imported == {"sys", "time", "uuid", "redis"}
+    assert imported == {"sys", "uuid", "redis"}

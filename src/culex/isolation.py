@@ -12,7 +12,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .errors import JobFailure
-from .serialization import encode_result
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
@@ -62,7 +61,7 @@ def run_in_process(job: Job, run: Callable[[Job], Any], timeout: float | None) -
 def _child(job: Job, run: Callable[[Job], Any], send: Connection) -> None:
     try:
         try:
-            send.send(("ok", encode_result(run(job))))
+            send.send(("ok", job.result_text(run(job))))
         except JobFailure as exc:
             send.send(("failure", (exc.reason, exc.retry)))
         except BaseException as exc:

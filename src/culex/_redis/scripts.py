@@ -43,5 +43,18 @@ RECLAIM = Script.load("reclaim")
 SCHEDULE = Script.load("schedule")
 RETRY_DEAD = Script.load("retry_dead")
 CANCEL = Script.load("cancel")
+WAIT = Script.load("wait")
 
-ALL = (ENQUEUE, CLAIM, COMPLETE, FAIL, HEARTBEAT, RELEASE, RECLAIM, SCHEDULE, RETRY_DEAD, CANCEL)
+ALL = (
+    ENQUEUE,
+    CLAIM,
+    COMPLETE,
+    FAIL,
+    HEARTBEAT,
+    RELEASE,
+    RECLAIM,
+    SCHEDULE,
+    RETRY_DEAD,
+    CANCEL,
+    WAIT,
+)

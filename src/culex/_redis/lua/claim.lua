@@ -7,6 +7,8 @@
 -- KEYS[4] dead zset
 -- KEYS[5] task key prefix <prefix>:{<queue>}:task:   (the ids read from waiting are
 --         unknown to the caller; the prefix keeps every key in the queue's slot)
+-- KEYS[6] done list prefix <prefix>:{<queue>}:done:   (producers waiting for the end of a
+--         task buried as broken are woken through <prefix><id>: see wait.lua)
 -- ARGV[1] limit           how many tasks to claim at most (>= 0)
 -- ARGV[2] lease_ms
 -- ARGV[3] promote_limit   how many due scheduled tasks to promote at most
@@ -15,6 +17,19 @@
 --          {id, attempt, type, params, retry_count, max_retries, enqueue_time}.
 -- An empty claim writes nothing. now_us is the server time in microseconds: a runner
 -- times its wait for the next due task from it (ms would make it up to 1 ms late).
+
+-- >>> include/wake.lua
+-- A task whose hash has waited=1 (wait.lua) has producers blocked on its done list: one
+-- element there wakes them all, since each waits with BLMOVE from the list to itself,
+-- which puts the element back. The list expires with the task's hash (ttl ms).
+local function wake(task_key, done_key, ttl)
+  if redis.call('HDEL', task_key, 'waited') == 1 then
+    redis.call('RPUSH', done_key, 'done')
+    redis.call('PEXPIRE', done_key, ttl)
+  end
+end
+-- <<< include/wake.lua
+
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local limit = tonumber(ARGV[1])
@@ -42,6 +57,7 @@ local function bury(key, id, reason)
     'broken task: ' .. reason)
   redis.call('PEXPIRE', key, dead_ttl)
   redis.call('ZADD', KEYS[4], now, id)
+  wake(key, KEYS[6] .. id, dead_ttl)
 end
 
 local reply = {t[1] * 1000000 + t[2], -1}

@@ -6,6 +6,8 @@
 -- KEYS[4] dead zset
 -- KEYS[5] periodic record prefix <prefix>:{<queue>}:periodic:   (a task of a periodic job
 --         that dies writes last_finished_at and last_outcome to its record, as in complete)
+-- KEYS[6] done list <prefix>:{<queue>}:done:<id>   (producers waiting for the task's end
+--         are woken through it when it goes to dead: see wait.lua)
 -- ARGV[1] id
 -- ARGV[2] attempt         fences stale runners, as in complete
 -- ARGV[3] error           the reason, stored as last_error
@@ -14,10 +16,23 @@
 -- ARGV[6] dead_max        dead keeps at most this many ids (the oldest go first)
 -- Returns: "scheduled" or "dead"; 0 when refused (stale attempt or not pending).
 
+-- >>> include/wake.lua
+-- A task whose hash has waited=1 (wait.lua) has producers blocked on its done list: one
+-- element there wakes them all, since each waits with BLMOVE from the list to itself,
+-- which puts the element back. The list expires with the task's hash (ttl ms).
+local function wake(task_key, done_key, ttl)
+  if redis.call('HDEL', task_key, 'waited') == 1 then
+    redis.call('RPUSH', done_key, 'done')
+    redis.call('PEXPIRE', done_key, ttl)
+  end
+end
+-- <<< include/wake.lua
+
 -- >>> include/dead.lua
 -- The task's hash says dead with its reason, expires after ttl ms, and its id is in the
--- dead zset with score now. A task whose retries were counted passes them to store too.
-local function to_dead(task_key, dead_key, id, reason, now, ttl, retry_count)
+-- dead zset with score now; producers waiting for its end are woken through done_key. A
+-- task whose retries were counted passes them to store too.
+local function to_dead(task_key, dead_key, done_key, id, reason, now, ttl, retry_count)
   if retry_count then
     redis.call('HSET', task_key, 'state', 'dead', 'retry_count', retry_count,
       'last_error', reason, 'failed_at', now, 'finished_at', now)
@@ -27,6 +42,7 @@ local function to_dead(task_key, dead_key, id, reason, now, ttl, retry_count)
   end
   redis.call('PEXPIRE', task_key, ttl)
   redis.call('ZADD', dead_key, now, id)
+  wake(task_key, done_key, ttl)
 end
 
 -- dead keeps ids younger than ttl ms, and at most dead_max of them (the oldest go first).
@@ -57,7 +73,7 @@ if delay >= 0 then
   redis.call('ZADD', KEYS[3], now + delay, ARGV[1])
   return 'scheduled'
 end
-to_dead(KEYS[1], KEYS[4], ARGV[1], ARGV[3], now, ttl, retries)
+to_dead(KEYS[1], KEYS[4], KEYS[6], ARGV[1], ARGV[3], now, ttl, retries)
 trim_dead(KEYS[4], now, ttl, dead_max)
 if f[3] == '1' then
   -- (pcall: a record key holding another type must not stop the task's own report)

@@ -13,6 +13,8 @@
 -- KEYS[5] waiting zset
 -- KEYS[6] signal list
 -- KEYS[7] periodic record prefix <prefix>:{<queue>}:periodic:   (as in fail)
+-- KEYS[8] done list prefix <prefix>:{<queue>}:done:   (producers waiting for the end of a
+--         task that goes to dead are woken through <prefix><id>: see wait.lua)
 -- ARGV[1] limit          how many expired tasks to reclaim at most
 -- ARGV[2] dead_ttl_ms
 -- ARGV[3] dead_max
@@ -20,10 +22,23 @@
 --          A task key that holds another type is renamed to <key>:wrongtype and its id
 --          goes to dead as a broken task (as in claim).
 
+-- >>> include/wake.lua
+-- A task whose hash has waited=1 (wait.lua) has producers blocked on its done list: one
+-- element there wakes them all, since each waits with BLMOVE from the list to itself,
+-- which puts the element back. The list expires with the task's hash (ttl ms).
+local function wake(task_key, done_key, ttl)
+  if redis.call('HDEL', task_key, 'waited') == 1 then
+    redis.call('RPUSH', done_key, 'done')
+    redis.call('PEXPIRE', done_key, ttl)
+  end
+end
+-- <<< include/wake.lua
+
 -- >>> include/dead.lua
 -- The task's hash says dead with its reason, expires after ttl ms, and its id is in the
--- dead zset with score now. A task whose retries were counted passes them to store too.
-local function to_dead(task_key, dead_key, id, reason, now, ttl, retry_count)
+-- dead zset with score now; producers waiting for its end are woken through done_key. A
+-- task whose retries were counted passes them to store too.
+local function to_dead(task_key, dead_key, done_key, id, reason, now, ttl, retry_count)
   if retry_count then
     redis.call('HSET', task_key, 'state', 'dead', 'retry_count', retry_count,
       'last_error', reason, 'failed_at', now, 'finished_at', now)
@@ -33,6 +48,7 @@ local function to_dead(task_key, dead_key, id, reason, now, ttl, retry_count)
   end
   redis.call('PEXPIRE', task_key, ttl)
   redis.call('ZADD', dead_key, now, id)
+  wake(task_key, done_key, ttl)
 end
 
 -- dead keeps ids younger than ttl ms, and at most dead_max of them (the oldest go first).
@@ -95,7 +111,7 @@ for i, id in ipairs(ids) do
     redis.call('HSET', key, 'state', outcome)
   else
     outcome = 'dead'
-    to_dead(key, KEYS[3], id, why, now, ttl, retries)
+    to_dead(key, KEYS[3], KEYS[8] .. id, id, why, now, ttl, retries)
     if f[3] == '1' then
       -- (pcall: a record key holding another type must not stop the reclaim of the others)
       redis.pcall('HSET', KEYS[7] .. f[4], 'last_finished_at', now, 'last_outcome', 'dead')
