@@ -127,7 +127,7 @@ def test_a_running_task_is_refused_and_nothing_changes(r: redis.Redis) -> None:
     assert cancel(d, "running", "too late") == "pending"
     assert snapshot(r) == before
     # its runner's report still lands
-    assert d.run(operations.complete(K, 60_000, [("running", t.attempt, '"done"')])) == []
+    assert d.run(operations.complete(K, [("running", t.attempt, '"done"', 60_000)])) == []
 
 
 def test_a_finished_task_and_an_unknown_id_are_refused_and_nothing_changes(
@@ -137,7 +137,7 @@ def test_a_finished_task_and_an_unknown_id_are_refused_and_nothing_changes(
     put(d, "done")
     put(d, "died")
     done, died = claim(d)
-    assert d.run(operations.complete(K, 60_000, [("done", done.attempt, '"ok"')])) == []
+    assert d.run(operations.complete(K, [("done", done.attempt, '"ok"', 60_000)])) == []
     fail = operations.fail(
         K, "died", died.attempt, "boom", retry_delay_ms=None, dead_ttl_ms=DAY_MS, dead_max=10
     )
@@ -221,7 +221,7 @@ def test_task_cancel_only_before_the_task_starts(r: redis.Redis) -> None:
     assert failed.value.reason == "cancelled" and failed.value.task_id == task.id
     listed = {t.id: t.error for t in culex.dead_tasks(K.name)}  # `culex dead` lists them
     assert listed == {task.id: "cancelled", later.id: "cancelled: not needed"}
-    assert d.run(operations.complete(K, 60_000, [(busy.id, claimed.attempt, "1")])) == []
+    assert d.run(operations.complete(K, [(busy.id, claimed.attempt, "1", 60_000)])) == []
     assert busy.cancel() is False  # succeeded
 
 

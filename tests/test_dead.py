@@ -211,19 +211,19 @@ def test_a_report_from_before_the_retry_is_refused(r: redis.Redis) -> None:
         ("t", "dead")
     ]
     assert culex.Task("t", K.name).retry()
-    late = [("t", lost.attempt, '"late"')]
-    assert d.run(operations.complete(K, 5000, late)) == ["t"]  # refused while waiting
+    late = [("t", lost.attempt, '"late"', 5000)]
+    assert d.run(operations.complete(K, late)) == ["t"]  # refused while waiting
     [again] = claim(d)
     assert again.attempt == lost.attempt + 1
     before = r.hgetall(K.task("t"))
-    assert d.run(operations.complete(K, 5000, late)) == ["t"]  # and while it runs again
+    assert d.run(operations.complete(K, late)) == ["t"]  # and while it runs again
     stale_fail = operations.fail(
         K, "t", lost.attempt, "late", retry_delay_ms=None, dead_ttl_ms=DAY_MS, dead_max=10
     )
     assert d.run(stale_fail) is None
     assert d.run(operations.heartbeat(K, 60_000, [("t", lost.attempt)])) == ["t"]
     assert r.hgetall(K.task("t")) == before
-    assert d.run(operations.complete(K, 5000, [("t", again.attempt, '"on time"')])) == []
+    assert d.run(operations.complete(K, [("t", again.attempt, '"on time"', 5000)])) == []
     assert r.hget(K.task("t"), "result") == b'"on time"'
 
 

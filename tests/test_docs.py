@@ -36,4 +36,5 @@ def test_examples_run(page: str, r: redis.Redis, capsys: pytest.CaptureFixture[s
     out = capsys.readouterr().out
     assert "SendEmailJob.to: expected str, got int 42" in out
     assert "sent\n7\n" in out
+    assert "Decimal('2.10')\n" in out
     assert "nothing to charge\nConnectionError: the bank is down\n" in out

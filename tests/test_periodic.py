@@ -280,7 +280,7 @@ def test_schedule_skips_a_slot_while_the_previous_run_is_unfinished(r: redis.Red
     assert outcome(d, 3000) == "overlap"  # ... now pending
     assert outcome(d, 3000, overlap=True) == "done"  # 3000 was decided: skipped
     assert outcome(d, 4000, overlap=True) == "enqueued"
-    assert d.run(operations.complete(Q, 1000, [(claimed.id, claimed.attempt, "null")])) == []
+    assert d.run(operations.complete(Q, [(claimed.id, claimed.attempt, "null", 1000)])) == []
     record = r.hgetall(Q.periodic("TickJob"))
     assert record[b"last_outcome"] == b"succeeded" and int(record[b"last_finished_at"]) > 0
 
@@ -328,8 +328,8 @@ def test_a_record_key_of_another_type_never_stops_a_task_s_report(r: redis.Redis
     done, done_too, failing, lost = (_claim(d, Q) for _ in range(4))
     r.zadd(Q.pending, {lost.id: 1})  # its lease ran out: the runner is gone
     r.set(Q.periodic("TickJob"), "not a record")
-    batch = [(t.id, t.attempt, "null") for t in (done, done_too)]
-    assert d.run(operations.complete(Q, HOUR, batch)) == []  # none refused
+    batch = [(t.id, t.attempt, "null", HOUR) for t in (done, done_too)]
+    assert d.run(operations.complete(Q, batch)) == []  # none refused
     fail = operations.fail(
         Q, failing.id, failing.attempt, "boom", retry_delay_ms=None, dead_ttl_ms=HOUR, dead_max=10
     )
@@ -604,7 +604,7 @@ def test_culex_periodic_lists_the_jobs_and_trigger_enqueues_one_run(
     d = driver_of(r)
     claimed = _claim(d, keys)
     assert claimed.id == task_id
-    d.run(operations.complete(keys, 1000, [(claimed.id, claimed.attempt, "null")]))
+    d.run(operations.complete(keys, [(claimed.id, claimed.attempt, "null", 1000)]))
     listed = command("periodic", "tick_jobs")
     nightly_line = next(x for x in listed.stdout.splitlines() if x.startswith("NightlyJob"))
     assert re.split(r"\s{2,}", nightly_line)[5] == "succeeded"

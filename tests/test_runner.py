@@ -323,12 +323,12 @@ async def test_a_stale_completion_changes_nothing(r: redis.Redis) -> None:
     )
     assert second.tasks[0].attempt == first.tasks[0].attempt + 1
     before = r.hgetall(keys.task(task.id))
-    stale = operations.complete(keys, 1000, [(task.id, first.tasks[0].attempt, '"late"')])
+    stale = operations.complete(keys, [(task.id, first.tasks[0].attempt, "-1", 1000)])
     assert await driver.run(stale) == [task.id]
     assert r.hgetall(keys.task(task.id)) == before
-    fresh = operations.complete(keys, 1000, [(task.id, second.tasks[0].attempt, '"fresh"')])
+    fresh = operations.complete(keys, [(task.id, second.tasks[0].attempt, "2", 1000)])
     assert await driver.run(fresh) == []
-    assert await task.aresult(timeout=1) == "fresh"
+    assert await task.aresult(timeout=1) == 2
 
 
 async def test_idle_runner_wakes_on_new_work_without_waiting_idle_wait(r: redis.Redis) -> None:

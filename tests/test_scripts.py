@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import re
+import shutil
+from pathlib import Path
+
 import redis
 
-from culex._redis import operations
+from culex._redis import assembly, operations, scripts
 from culex._redis.client import SyncDriver
 from culex._redis.keys import queue_keys
 
-from .conftest import driver_of
+from .conftest import driver_of, snapshot
 
 K = queue_keys("culex", "q")
 DAY_MS = 86_400_000
@@ -141,7 +145,12 @@ def test_complete_reports_a_batch_and_refuses_only_the_stale(r: redis.Redis) -> 
     a, b, c = claim(d).tasks
     refused = d.run(
         operations.complete(
-            K, 5000, [("t0", a.attempt, "0"), ("t1", b.attempt + 1, "1"), ("t2", c.attempt, "2")]
+            K,
+            [
+                ("t0", a.attempt, "0", 5000),
+                ("t1", b.attempt + 1, "1", 5000),
+                ("t2", c.attempt, "2", 5000),
+            ],
         )
     )
     assert refused == ["t1"]
@@ -157,7 +166,7 @@ def test_complete_stores_result_and_expires(r: redis.Redis) -> None:
     d = drive(r)
     put(d, "t")
     t = claim(d).tasks[0]
-    assert d.run(operations.complete(K, 5000, [("t", t.attempt, '"ok"')])) == []
+    assert d.run(operations.complete(K, [("t", t.attempt, '"ok"', 5000)])) == []
     h = r.hgetall(K.task("t"))
     assert h[b"state"] == b"succeeded" and h[b"result"] == b'"ok"'
     assert 0 < r.pttl(K.task("t")) <= 5000
@@ -170,7 +179,7 @@ def test_stale_attempt_is_refused_and_changes_nothing(r: redis.Redis) -> None:
     t = claim(d).tasks[0]
     before = r.hgetall(K.task("t")), r.zrange(K.pending, 0, -1, withscores=True)
     stale = t.attempt - 1
-    assert d.run(operations.complete(K, 5000, [("t", stale, '"late"')])) == ["t"]
+    assert d.run(operations.complete(K, [("t", stale, '"late"', 5000)])) == ["t"]
     assert (
         d.run(
             operations.fail(K, "t", stale, "x", retry_delay_ms=0, dead_ttl_ms=DAY_MS, dead_max=10)
@@ -259,14 +268,14 @@ def test_reclaim_turns_expired_leases_into_failed_attempts(r: redis.Redis) -> No
     assert r.zscore(K.scheduled, "retry") == int(h[b"failed_at"]) + 2000
     assert h[b"retry_count"] == b"2"
     # the lost runner's late report is refused
-    late = d.run(operations.complete(K, 1000, [("retry", claimed["retry"].attempt, "1")]))
+    late = d.run(operations.complete(K, [("retry", claimed["retry"].attempt, "1", 1000)]))
     assert late == ["retry"]
 
 
 def test_fail_reclaim_and_cancel_write_the_same_dead_record_and_trim_dead_alike(
     r: redis.Redis,
 ) -> None:
-    """The three ways into dead share lua/dead.lua: each leaves the same fields, the same
+    """The three ways into dead share lua/include/dead.lua: each leaves the same fields, the same
     TTL and score, and keeps dead within dead_max (the oldest go first)."""
     d = drive(r)
     seconds, micros = r.time()
@@ -301,3 +310,92 @@ def test_fail_reclaim_and_cancel_write_the_same_dead_record_and_trim_dead_alike(
         assert 0 < r.pttl(K.task(task_id)) <= DAY_MS
     assert r.hget(K.task("lost"), "retry_count") == b"1"  # the lost attempt was counted
     assert sorted(r.zrange(K.dead, 0, -1)) == [b"cancelled", b"failed", b"lost"]
+
+
+# -- every script is complete by itself (DESIGN.md §2.6) and checks before it writes ------
+
+
+def test_every_copy_of_an_include_file_matches_its_source(tmp_path: Path) -> None:
+    """The shipped fail, reclaim and cancel carry lua/include/dead.lua as it is; a copy
+    that drifts from its source is found."""
+    assert assembly.stale(assembly.FOLDER) == []
+    source = (assembly.FOLDER / "include" / "dead.lua").read_text()
+    body = source.split("\n\n", 1)[1].rstrip()
+    for name in ("fail", "reclaim", "cancel"):
+        assert body in (assembly.FOLDER / f"{name}.lua").read_text()
+    shutil.copytree(assembly.FOLDER, tmp_path / "lua")
+    copy = tmp_path / "lua" / "fail.lua"
+    copy.write_text(copy.read_text().replace("'finished_at', now)", "'finished_at', now + 1)"))
+    assert assembly.stale(tmp_path / "lua") == [copy]
+    assert assembly.main(["--check"]) == 0  # the package's own files are fresh
+
+
+LUA_BUILTINS = {"tonumber", "tostring", "unpack", "type", "pairs", "ipairs", "error", "assert"}
+
+
+def test_no_script_calls_a_function_it_does_not_define() -> None:
+    """A script sent as it is finds every local function it calls in its own text."""
+    for script in scripts.ALL:
+        called = set(re.findall(r"^\s*(\w+)\(", script.source, re.MULTILINE)) - LUA_BUILTINS
+        defined = set(re.findall(r"local function (\w+)\(", script.source))
+        assert called <= defined, (script.name, called - defined)
+
+
+def test_schedule_refuses_an_early_slot_before_any_write(r: redis.Redis) -> None:
+    d = drive(r)
+    seconds, _ = r.time()
+    future = (seconds + 3600) * 1000
+    call = operations.schedule(
+        K, "TickJob", "t", slot_ms=future, next_slot_ms=future + 1, overlap=False,
+        run_new=True, max_retries=0,
+    )  # fmt: skip
+    before = snapshot(r)
+    assert d.run(call).outcome == "early"
+    assert snapshot(r) == before
+
+
+def test_complete_refuses_a_task_key_of_another_type_and_lands_the_rest(r: redis.Redis) -> None:
+    d = drive(r)
+    put(d, "a")
+    put(d, "b")
+    held = {t.id: t for t in claim(d).tasks}
+    r.delete(K.task("a"))
+    r.set(K.task("a"), "not a hash")
+    refused = d.run(operations.complete(K, [(i, held[i].attempt, "1", 60_000) for i in ("a", "b")]))
+    assert refused == ["a"]
+    assert r.hget(K.task("b"), "state") == b"succeeded"
+    assert r.zscore(K.pending, "b") is None
+    assert r.zscore(K.pending, "a") is not None  # left for reclaim, which buries it
+
+
+def test_fail_with_a_retry_count_that_is_not_a_number_still_lands(r: redis.Redis) -> None:
+    d = drive(r)
+    put(d, "t")
+    held = claim(d).tasks[0]
+    r.hset(K.task("t"), "retry_count", "many")
+    call = operations.fail(
+        K, "t", held.attempt, "boom", retry_delay_ms=0, dead_ttl_ms=DAY_MS, dead_max=10
+    )
+    assert d.run(call) == "scheduled"
+    assert r.zscore(K.pending, "t") is None and r.zscore(K.scheduled, "t") is not None
+    assert r.hget(K.task("t"), "retry_count") == b"1"
+
+
+def test_reclaim_buries_a_task_key_of_another_type_and_reclaims_the_rest(
+    r: redis.Redis,
+) -> None:
+    """A read that errors would stop the script after the ZREM of the ids before it,
+    leaving them in no set: every read comes before the first write."""
+    d = drive(r)
+    put(d, "odd")
+    put(d, "fine")
+    claim(d)
+    r.zadd(K.pending, {"odd": 1, "fine": 2})  # both leases ran out long ago
+    r.delete(K.task("odd"))
+    r.rpush(K.task("odd"), "x")
+    out = dict(d.run(operations.reclaim(K, limit=10, dead_ttl_ms=DAY_MS, dead_max=10)))
+    assert out == {"odd": "dead", "fine": "waiting"}
+    assert r.lrange(K.task("odd") + ":wrongtype", 0, -1) == [b"x"]
+    dead = r.hgetall(K.task("odd"))
+    assert dead[b"state"] == b"dead" and b"held a list" in dead[b"last_error"]
+    assert r.zscore(K.dead, "odd") is not None and r.zcard(K.pending) == 0

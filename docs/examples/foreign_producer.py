@@ -5,7 +5,6 @@ Prints the task id. Any language with a Redis client can do the same (docs/wire-
 """
 
 import sys
-import time
 import uuid
 
 import redis
@@ -28,15 +27,32 @@ def main():
         script = client.register_script(f.read())  # EVALSHA, loading on NOSCRIPT
     task_id, state = enqueue(client, script, "culex", queue, job_type, params_json)
     print(task_id, state)
-    # wait for the result, as a foreign consumer of results would
-    key = f"culex:{{{queue}}}:task:{task_id}"
-    for _ in range(1000):
-        fields = client.hmget(key, "state", "result", "last_error")
-        if fields[0] in (b"succeeded", b"dead"):
-            print(fields[0].decode(), (fields[1] or fields[2] or b"").decode())
-            return
-        time.sleep(0.01)
-    print("timeout")
+    with open(lua_path.replace("enqueue.lua", "wait.lua")) as f:
+        wait = client.register_script(f.read())
+    state, result, last_error, _ = wait_for_end(client, wait, "culex", queue, task_id)
+    if state == b"succeeded":
+        print("succeeded", result.decode())
+    elif state == b"dead":
+        print("dead", last_error.decode())
+    else:
+        print("timeout" if state else "not found")
+
+
+def wait_for_end(client, wait, prefix, queue, task_id, blocks=10):
+    """Wait up to ``blocks`` seconds for the task's end, without polling: wait.lua reads
+    it or marks the task, and the script that ends the task wakes the BLMOVE on its done
+    list (docs/wire-format.md). Returns [state, result, last_error, type]."""
+    base = f"{prefix}:{{{queue}}}"
+    keys = [f"{base}:task:{task_id}", f"{base}:done:{task_id}"]
+    end = wait(keys=keys)
+    for _ in range(blocks):
+        if end[0] in (b"succeeded", b"dead", None):
+            break
+        pipe = client.pipeline(transaction=False)  # the read rides behind the block
+        pipe.blmove(keys[1], keys[1], 1, "LEFT", "RIGHT")
+        wait(keys=keys, client=pipe)
+        end = pipe.execute()[1]
+    return end
 
 
 if __name__ == "__main__":

@@ -25,8 +25,10 @@ class Settings:
 
     redis_url: str | None = None  # None: the embedded server (DESIGN.md §7)
     idle_wait: float = 0.1  # longest an idle runner waits before it looks again
-    successful_job_ttl: float = 1.0  # how long a succeeded task's hash (and result) is kept
+    successful_job_ttl: float = 1.0  # how long a succeeded task's hash is kept
     failed_job_ttl: float = 86400.0  # how long a dead task is kept
+    # how long a task that returned a value (not None) keeps it; 0: successful_job_ttl
+    result_ttl: float = 3600.0
     run_cron_scheduler: bool = True
     run_from: tuple[str, ...] = ()  # queues a runner takes tasks from; () = every job's queue
     lease: float = 30.0  # how long a runner may hold a task without a heartbeat
@@ -120,6 +122,7 @@ _CHECKS: dict[str, Callable[[object, str], Any]] = {
     "idle_wait": lambda v, n: seconds(v, n, minimum=0.001),
     "successful_job_ttl": lambda v, n: seconds(v, n, minimum=0.001),
     "failed_job_ttl": lambda v, n: seconds(v, n, minimum=0.001),
+    "result_ttl": seconds,
     "run_cron_scheduler": _flag,
     "run_from": _queues,
     "lease": lambda v, n: seconds(v, n, minimum=0.1),

@@ -89,14 +89,14 @@ def enqueue_flow(
         outcome = yield calls[0]  # the common case: one command, no pipeline
         if outcome.existed and task_id is None:
             outcome = yield from _redraw(jobs[0], settings, due_ms, delay_ms, confirm)
-        return [Task(outcome.task_id, jobs[0].queue)]
+        return [Task(outcome.task_id, jobs[0].queue, job=type(jobs[0]))]
     for start in range(0, len(calls), CHUNK):
         replies = yield from _sent([*first, *calls[start : start + CHUNK]], confirm)
         done: list[Enqueued] = replies[len(first) :]
         for outcome, job in zip(done, jobs[start:], strict=False):
             if outcome.existed and task_id is None:
                 outcome = yield from _redraw(job, settings, due_ms, delay_ms, confirm)
-            tasks.append(Task(outcome.task_id, job.queue))
+            tasks.append(Task(outcome.task_id, job.queue, job=type(job)))
         _registered.update((settings.redis_url, settings.prefix, q) for q in new_queues)
         first = []
     return tasks

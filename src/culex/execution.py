@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor
+from datetime import timedelta
 from typing import Any
 
 from . import logs
@@ -21,15 +22,15 @@ from .config import seconds
 from .errors import JobFailure
 from .isolation import ChildDied, ChildRaised, run_in_process
 from .job import Job, JobRegistry, snake_case
-from .serialization import encode_result
 
 logger = logging.getLogger("culex")
 
 
 class Outcome:
-    """How an attempt ended: a result (success) or an error with the retry delay (None: dead)."""
+    """How an attempt ended: a result (success) with the job's own result_ttl, or an error
+    with the retry delay (None: dead)."""
 
-    __slots__ = ("claimed", "error", "result_json", "retry_delay_ms")
+    __slots__ = ("claimed", "error", "result_json", "result_ttl", "retry_delay_ms")
 
     def __init__(
         self,
@@ -37,11 +38,13 @@ class Outcome:
         result_json: str = "null",
         error: str | None = None,
         retry_delay_ms: int | None = None,
+        result_ttl: float | timedelta | None = None,
     ) -> None:
         self.claimed = claimed
         self.result_json = result_json
         self.error = error
         self.retry_delay_ms = retry_delay_ms
+        self.result_ttl = result_ttl
 
 
 def task_name(claimed: Claimed) -> str:
@@ -84,12 +87,12 @@ async def attempt(job: Job, claimed: Claimed, pool: Executor) -> Outcome:
     timeout = None if job.timeout is None else seconds(job.timeout, "timeout")
     try:
         if job.async_perform_:
-            result_json = encode_result(await _run_async(job, timeout))
+            result_json = job.result_text(await _run_async(job, timeout))
         elif job.isolation == "process":
             loop = asyncio.get_running_loop()
             result_json = await loop.run_in_executor(pool, run_in_process, job, _run_sync, timeout)
         else:
-            result_json = encode_result(await _run_in_thread(job, pool, timeout))
+            result_json = job.result_text(await _run_in_thread(job, pool, timeout))
     except JobFailure as exc:
         return _failed(job, claimed, exc.reason, exc.retry, started)
     except TimeoutError:
@@ -100,7 +103,7 @@ async def attempt(job: Job, claimed: Claimed, pool: Executor) -> Outcome:
         return _failed(job, claimed, f"{type(exc).__name__}: {exc}", True, started)
     if logger.isEnabledFor(logging.INFO):
         logs.task_line(logger, "task %s succeeded, took %s", task_name(claimed), _took(started))
-    return Outcome(claimed, result_json)
+    return Outcome(claimed, result_json, result_ttl=job.result_ttl)
 
 
 async def _run_in_thread(job: Job, pool: Executor, timeout: float | None) -> Any:

@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from .errors import JobFailure
-from .serialization import encode_result
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
@@ -82,7 +81,7 @@ def kill(task_ids: Iterable[str] | None = None) -> None:
 def _child(job: Job, run: Callable[[Job], Any], send: Connection) -> None:
     try:
         try:
-            send.send(("ok", encode_result(run(job))))
+            send.send(("ok", job.result_text(run(job))))
         except JobFailure as exc:
             send.send(("failure", (exc.reason, exc.retry)))
         except BaseException as exc:

@@ -20,7 +20,15 @@ from . import config
 from ._redis.keys import check_queue_name
 from .enqueue import enqueue_flow
 from .errors import JobFailure
-from .serialization import Codec, Deserializer, Serializer, codec_for, params_text
+from .serialization import (
+    Codec,
+    Deserializer,
+    Serializer,
+    codec_for,
+    encode_result,
+    params_text,
+    result_codec,
+)
 from .task import Task, run_async, run_sync
 
 logger = logging.getLogger("culex")
@@ -136,6 +144,8 @@ class Job:
     rescheduleable: ClassVar[bool] = True
     lease: ClassVar[float | timedelta | None] = None  # None: the runner's lease setting
     timeout: ClassVar[float | timedelta | None] = None  # a time limit per attempt
+    # how long a returned value is kept; None: the result_ttl setting; 0: successful_job_ttl
+    result_ttl: ClassVar[float | timedelta | None] = None
     # "thread" (default) or "process": where a sync perform runs (see culex.isolation)
     isolation: ClassVar[str] = "thread"
 
@@ -143,6 +153,7 @@ class Job:
     # The task's ``type`` in Redis: ``name = "..."`` on the class, else the class name.
     type_: ClassVar[str] = ""
     async_perform_: ClassVar[bool] = False  # perform is ``async def`` (found once, at definition)
+    result_codec_: ClassVar[Codec | None] = None  # by perform's return annotation; None: plain
 
     # Set by the runner on the job object it runs.
     task_id: str
@@ -156,6 +167,7 @@ class Job:
         cls.params_ = _collect_params(cls)
         cls.type_ = _type_name(cls)
         cls.async_perform_ = inspect.iscoroutinefunction(cls.perform)
+        cls.result_codec_ = _result_codec(cls)
         if "queue" not in cls.__dict__ or not cls.__dict__["queue"]:
             inherited = cls.queue if not abstract else ""
             cls.queue = inherited or snake_case(cls.__name__)
@@ -220,6 +232,18 @@ class Job:
             return None
         interval = self.reschedule_interval(retry_count)
         return max(0, round(config.seconds(interval, "reschedule_interval()") * 1000))
+
+    def result_text(self, value: Any) -> str:
+        """The JSON text stored as the task's result, typed by perform's return annotation.
+
+        A value that does not fit it ends the task in dead (JobFailure, no retry): perform
+        has done its work, and running it again would do it again and return the same.
+        """
+        where = f"the result of {type(self).__name__}.perform()"
+        try:
+            return encode_result(value, self.result_codec_, where)
+        except Exception as exc:  # a TypeError, or whatever a custom serializer raises
+            raise JobFailure(f"{exc} (not stored; the task is not retried)", retry=False) from exc
 
     @classmethod
     def from_params(cls, raw: object) -> Job:
@@ -327,6 +351,17 @@ def _type_name(cls: type[Job]) -> str:
     return given
 
 
+def _result_codec(cls: type[Job]) -> Codec | None:
+    """The codec of perform's return annotation, so a type the codecs lack is an error
+    when the class is defined, not when a task of it has run."""
+    where = f"{cls.__name__}.perform()'s return annotation"
+    try:
+        annotation = typing.get_type_hints(cls.perform).get("return")
+    except Exception as exc:
+        raise TypeError(f"{where} cannot be resolved: {exc}") from exc
+    return result_codec(annotation, _JobHooks(cls), where)
+
+
 def _check_policy(cls: type[Job]) -> None:
     """Reject policy attributes a runner could not use, when the class is defined."""
     name = cls.__name__
@@ -344,3 +379,5 @@ def _check_policy(cls: type[Job]) -> None:
         value = getattr(cls, attr)
         if value is not None:
             config.seconds(value, f"{name}.{attr}", minimum=0.001)
+    if cls.result_ttl is not None:
+        config.seconds(cls.result_ttl, f"{name}.result_ttl")

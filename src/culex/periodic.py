@@ -423,4 +423,4 @@ def trigger(job: type[PeriodicJob], settings: config.Settings | None = None) -> 
             max_retries=job.max_retries,
         )
     )
-    return Task(done.task_id, job.queue, settings.redis_url)
+    return Task(done.task_id, job.queue, settings.redis_url, job)

@@ -543,12 +543,22 @@ class Runner:
             )
             owners.append([outcome])
         for queue, outcomes in successes.items():
-            done = [(o.claimed.id, o.claimed.attempt, o.result_json) for o in outcomes]
-            calls.append(
-                operations.complete(self._keys(queue), self.settings.successful_job_ttl_ms, done)
-            )
+            done = [
+                (o.claimed.id, o.claimed.attempt, o.result_json, self._kept_ms(o)) for o in outcomes
+            ]
+            calls.append(operations.complete(self._keys(queue), done))
             owners.append(outcomes)
         return calls, owners
+
+    def _kept_ms(self, outcome: Outcome) -> int:
+        """How long a succeeded task's hash is kept: result_ttl (the job's, else the
+        setting) when perform returned a value; successful_job_ttl for None, or when
+        result_ttl is 0."""
+        ttl = outcome.result_ttl
+        seconds = self.settings.result_ttl if ttl is None else config.seconds(ttl, "result_ttl")
+        if outcome.result_json == "null" or seconds == 0:
+            return self.settings.successful_job_ttl_ms
+        return max(1, round(seconds * 1000))
 
     # -- leases of lost runners --------------------------------------------------------
 

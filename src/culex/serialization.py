@@ -10,8 +10,9 @@ bytes as base64; an Enum as its member's value; list[X] and tuple[...] as arrays
 dict[str, V] as an object, dict[K, V] with other keys as an array of [key, value] pairs;
 None as null for X | None.
 
-Task results are looser: ``encode_result`` turns any return value into JSON text and never
-raises.
+Task results use the same codecs, by the return annotation of ``perform``
+(``result_codec``). Without one they are looser: ``encode_result`` turns any return value
+into JSON text and never raises.
 """
 
 from __future__ import annotations
@@ -537,8 +538,22 @@ params_text = _compact()
 """The JSON text of a job's encoded params, as the task hash stores it."""
 
 
-def encode_result(value: object) -> str:
-    """JSON text of a task's return value; never raises (what JSON cannot hold becomes text)."""
+def result_codec(
+    annotation: object, custom: Mapping[type, tuple[Serializer, Deserializer]], where: str
+) -> Codec | None:
+    """The codec of ``perform``'s return annotation; None (plain JSON) for none, ``Any``,
+    ``object`` and ``None``. TypeError, naming ``where``, for a type the codecs lack."""
+    if annotation in (None, type(None), Any, object):
+        return None
+    return codec_for(annotation, custom, where)
+
+
+def encode_result(value: object, codec: Codec | None = None, where: str = "") -> str:
+    """JSON text of a task's return value. With a codec, by its type: TypeError (naming
+    ``where``) when the value does not fit. Without one, never raises (what JSON cannot
+    hold becomes text)."""
+    if codec is not None:
+        return json.dumps(codec.encode(codec.validate(value, where)), allow_nan=False)
     try:
         return json.dumps(_result_json(value), allow_nan=False)
     except Exception:  # e.g. a reference cycle
@@ -575,6 +590,10 @@ def _result_key(key: object) -> str:
     return data if isinstance(data, str) else json.dumps(data)
 
 
-def decode_result(text: str | bytes | None) -> object:
-    """A task's result back from its JSON text; None when there is none."""
-    return None if text is None else json.loads(text)
+def decode_result(text: str | bytes | None, codec: Codec | None = None, where: str = "") -> object:
+    """A task's result back from its JSON text; None when there is none. With a codec, the
+    value of its type: ValueError (naming ``where``) when the data does not fit."""
+    if text is None:
+        return None
+    data = json.loads(text)
+    return data if codec is None else codec.decode(data, where)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import enum
 import itertools
 import random
 import time
 from collections.abc import Callable, Generator
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from . import config
 from ._redis import connection, operations
@@ -16,6 +15,9 @@ from ._redis.keys import QueueKeys, check_queue_name, queue_keys
 from ._redis.operations import Call
 from .errors import CulexError, TaskFailed
 from .serialization import decode_result
+
+if TYPE_CHECKING:
+    from .job import Job
 
 
 class TaskState(enum.StrEnum):
@@ -62,13 +64,13 @@ def check_id(task_id: object) -> str:
     return task_id
 
 
-# Waiting for a result polls the task's hash: quickly at first, then every 50 ms.
-_FIRST_POLL = 0.001
-_LAST_POLL = 0.05
+# A wait for a result blocks on the server in chunks of at most this many seconds: a
+# wake-up lost (a failover) costs one chunk at most, and no call blocks for longer.
+WAIT_CHUNK = 1.0
 
-Flow = Generator[Call[Any] | list[Call[Any]] | float, Any, Any]
-"""An I/O-free procedure. It yields a Call (send it and reply), a list of calls (send them
-in one round trip and reply with their results) or a float (sleep that long)."""
+Flow = Generator[Call[Any] | list[Call[Any]], Any, Any]
+"""An I/O-free procedure. It yields a Call (send it and reply) or a list of calls (send
+them in one round trip and reply with their results)."""
 
 
 def one_call(call: Call[Any], then: Callable[[Any], Any] = lambda reply: reply) -> Flow:
@@ -111,14 +113,22 @@ def _state_of(fields: dict[str, str]) -> TaskState | None:
 
 
 class Task:
-    """An enqueued task. ``state()`` and ``result()`` ask the server; ``a*`` twins are async."""
+    """An enqueued task. ``state()`` and ``result()`` ask the server; ``a*`` twins are async.
 
-    __slots__ = ("id", "queue", "url")
+    ``job``: its job class, whose ``perform`` return annotation types the result. A task
+    made by hand without it finds the class in ``culex.registry`` by the task's ``type``
+    (plain JSON when none is registered).
+    """
 
-    def __init__(self, task_id: str, queue: str, url: str | None = None) -> None:
+    __slots__ = ("id", "job", "queue", "url")
+
+    def __init__(
+        self, task_id: str, queue: str, url: str | None = None, job: type[Job] | None = None
+    ) -> None:
         self.id = task_id
         self.queue = queue
         self.url = url
+        self.job = job
 
     def __repr__(self) -> str:
         return f"<Task {self.queue}<{self.id}>>"
@@ -144,31 +154,47 @@ class Task:
         return one_call(operations.read_task(self._keys(), self.id))
 
     def _result_flow(self, timeout: float | None) -> Flow:
-        read = operations.read_task(self._keys(), self.id)
+        keys = self._keys()
         if timeout is not None:
             timeout = config.seconds(timeout, "timeout")
-        return self._poll(read, timeout)
+        return self._wait(keys, timeout)
 
-    def _poll(self, read: Call[dict[str, str]], timeout: float | None) -> Flow:
+    def _wait(self, keys: QueueKeys, timeout: float | None) -> Flow:
+        """Read the task's end; until it has one, block on its done list (wait.lua), with
+        the next read sent right behind each block: one round trip per wake-up or chunk."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        pause = _FIRST_POLL
-        while True:
-            fields = yield read
-            state = fields.get("state")
-            if state == "succeeded":
-                return decode_result(fields.get("result"))
-            if state == "dead":
-                raise TaskFailed(self.id, fields.get("last_error", ""))
-            if not fields:
-                raise TaskNotFound(
-                    f"task {self.queue}<{self.id}> not found: it never existed, or it finished "
-                    "and its record expired (see successful_job_ttl)"
-                )
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                raise TimeoutError(f"task {self.queue}<{self.id}> is still {state}")
-            yield pause if left is None else min(pause, left)
-            pause = min(pause * 2, _LAST_POLL)
+        read = operations.wait(keys, self.id)
+        end: operations.End = yield read
+        while not end.finished:
+            left = WAIT_CHUNK if deadline is None else deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"task {self.queue}<{self.id}> is still {end.state}")
+            block = operations.block_until_done(keys, self.id, min(left, WAIT_CHUNK))
+            replies = yield [block, read]
+            for reply in replies:
+                if isinstance(reply, Exception):
+                    raise reply
+            end = replies[1]
+        if end.state == "succeeded":
+            return self._decode(end)
+        if end.state == "dead":
+            raise TaskFailed(self.id, end.last_error)
+        raise TaskNotFound(
+            f"task {self.queue}<{self.id}> not found: it never existed, or it finished and "
+            "its record expired (see result_ttl and successful_job_ttl)"
+        )
+
+    def _decode(self, end: operations.End) -> Any:
+        """The result, typed by its job class's ``perform`` annotation when it is known."""
+        job = self.job
+        if job is None:
+            from .job import registry  # (job.py imports this module)
+
+            job = registry.get(end.type)
+        if job is None:
+            return decode_result(end.result)
+        where = f"the result of {job.__name__}.perform()"
+        return decode_result(end.result, job.result_codec_, where)
 
     def _retry_flow(self) -> Flow:
         return one_call(
@@ -248,10 +274,7 @@ def run_sync(flow: Flow, url: str | None = None) -> Any:
     try:
         step = next(flow)
         while True:
-            if isinstance(step, float):
-                time.sleep(step)
-                step = flow.send(None)
-            elif isinstance(step, list):
+            if isinstance(step, list):
                 step = flow.send(driver.run_many(step))
             else:
                 step = flow.send(driver.run(step))
@@ -265,10 +288,7 @@ async def run_async(flow: Flow, url: str | None = None) -> Any:
     try:
         step = next(flow)
         while True:
-            if isinstance(step, float):
-                await asyncio.sleep(step)
-                step = flow.send(None)
-            elif isinstance(step, list):
+            if isinstance(step, list):
                 step = flow.send(await driver.run_many(step))
             else:
                 step = flow.send(await driver.run(step))

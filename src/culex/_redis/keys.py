@@ -25,11 +25,13 @@ def check_queue_name(name: object) -> str:
 
 
 class QueueKeys:
-    """The keys of one queue: four sorted sets, a wake-up signal, the task hashes, and the
-    records of the periodic jobs that run on it."""
+    """The keys of one queue: four sorted sets, a wake-up signal, the task hashes, the
+    lists that wake producers waiting for a task's end, and the records of the periodic
+    jobs that run on it."""
 
     __slots__ = (
         "dead",
+        "done_prefix",
         "name",
         "pending",
         "periodic_prefix",
@@ -48,11 +50,16 @@ class QueueKeys:
         self.dead = f"{base}:dead"
         self.signal = f"{base}:signal"
         self.task_prefix = f"{base}:task:"
+        self.done_prefix = f"{base}:done:"
         self.periodic_prefix = f"{base}:periodic:"
 
     def task(self, task_id: str) -> str:
         """The hash of one task."""
         return self.task_prefix + task_id
+
+    def done(self, task_id: str) -> str:
+        """The list that wakes the producers waiting for one task's end (wait.lua)."""
+        return self.done_prefix + task_id
 
     def periodic(self, job_type: str) -> str:
         """The record of one periodic job (its slots and last run), in the queue's slot."""

@@ -7,6 +7,7 @@ it, so no operation is written twice.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, NamedTuple, TypeVar
@@ -158,7 +159,7 @@ def claim(
         )
 
     return Call(
-        (keys.waiting, keys.pending, keys.scheduled, keys.dead, keys.task_prefix),
+        (keys.waiting, keys.pending, keys.scheduled, keys.dead, keys.task_prefix, keys.done_prefix),
         (limit, lease_ms, promote_limit, dead_ttl_ms),
         parse,
         scripts.CLAIM,
@@ -176,13 +177,14 @@ def _accepted(reply: int) -> bool:
     return reply == 1
 
 
-def complete(keys: QueueKeys, ttl_ms: int, done: Sequence[tuple[str, int, str]]) -> Call[list[str]]:
-    """Store results of (id, attempt, result JSON); the reply lists refused ids (stale)."""
-    args: list[Arg] = [ttl_ms]
-    for triple in done:
-        args += triple
+def complete(keys: QueueKeys, done: Sequence[tuple[str, int, str, int]]) -> Call[list[str]]:
+    """Store results of (id, attempt, result JSON, ms to keep the hash); the reply lists
+    refused ids (stale)."""
+    args: list[Arg] = []
+    for quadruple in done:
+        args += quadruple
     return Call(
-        (keys.pending, keys.task_prefix, keys.periodic_prefix),
+        (keys.pending, keys.task_prefix, keys.periodic_prefix, keys.done_prefix),
         tuple(args),
         _parse_ids,
         scripts.COMPLETE,
@@ -205,7 +207,14 @@ def fail(
 ) -> Call[str | None]:
     """ "scheduled" or "dead"; None when refused (stale attempt). No delay: dead."""
     return Call(
-        (keys.task(task_id), keys.pending, keys.scheduled, keys.dead, keys.periodic_prefix),
+        (
+            keys.task(task_id),
+            keys.pending,
+            keys.scheduled,
+            keys.dead,
+            keys.periodic_prefix,
+            keys.done(task_id),
+        ),
         (
             task_id,
             attempt,
@@ -254,6 +263,7 @@ def reclaim(
             keys.waiting,
             keys.signal,
             keys.periodic_prefix,
+            keys.done_prefix,
         ),
         (limit, dead_ttl_ms, dead_max),
         _parse_pairs,
@@ -458,8 +468,58 @@ def cancel(
     """Move a waiting or scheduled task to dead ("cancelled"). Else nothing changes and the
     reply is the state it is in ("pending", "succeeded", "dead"), or "" when it has no hash."""
     return Call(
-        (keys.task(task_id), keys.waiting, keys.scheduled, keys.dead, keys.periodic_prefix),
+        (
+            keys.task(task_id),
+            keys.waiting,
+            keys.scheduled,
+            keys.dead,
+            keys.periodic_prefix,
+            keys.done(task_id),
+        ),
         (task_id, reason, dead_ttl_ms, dead_max),
         text,
         scripts.CANCEL,
     )
+
+
+# -- waiting for a task's end: no polling ---------------------------------------------------
+
+
+class End(NamedTuple):
+    """What wait read: the task's state ("" when it has no hash) and the fields of its end."""
+
+    state: str
+    result: str | None
+    last_error: str
+    type: str
+
+    @property
+    def finished(self) -> bool:
+        """Succeeded, dead, or no record: nothing more to wait for."""
+        return self.state in ("succeeded", "dead", "")
+
+
+def _parse_end(reply: list[bytes | None]) -> End:
+    state, result, last_error, job_type = reply
+    return End(
+        text(state), None if result is None else text(result), text(last_error), text(job_type)
+    )
+
+
+def wait(keys: QueueKeys, task_id: str) -> Call[End]:
+    """Read a task's end; while it has none, mark the task waited so that its end wakes
+    the done list (see ``block_until_done``)."""
+    return Call((keys.task(task_id), keys.done(task_id)), (), _parse_end, scripts.WAIT)
+
+
+def block_until_done(keys: QueueKeys, task_id: str, timeout: float) -> Call[Any]:
+    """Block until the script that ends the task pushes to its done list, or ``timeout``
+    (s) passes. The element goes back onto the list, so every waiter wakes."""
+    done = keys.done(task_id)
+    # Whole ms, rounded up: a wait that ended early would cost one more; 0 would be forever.
+    seconds = max(1, math.ceil(timeout * 1000)) / 1000
+    return Call((), ("BLMOVE", done, done, "LEFT", "RIGHT", seconds), _same)
+
+
+def _same(reply: Any) -> Any:
+    return reply

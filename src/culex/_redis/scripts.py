@@ -1,7 +1,7 @@
 """The Lua scripts, one file per state change under ``lua/``, loaded once per process.
 
-``lua/dead.lua`` is not a script: it holds what moving a task to dead writes, and goes
-in front of the scripts that do (fail, reclaim, cancel), so that it is written once.
+Each file is the script as sent, complete by itself (DESIGN.md §2.6): a foreign client
+sends the same file (shared Lua is copied in: culex._redis.assembly).
 
 Each script is sent by its SHA-1 (EVALSHA); a server that lost its script cache
 (restart, ``SCRIPT FLUSH``) answers NOSCRIPT and the driver loads it again.
@@ -27,26 +27,34 @@ class Script:
     sha: str
 
     @classmethod
-    def load(cls, name: str, *shared: str) -> Script:
-        """``lua/<name>.lua``, after the ``shared`` Lua files it calls (``dead``: moving a
-        task to dead, written once for fail, reclaim and cancel)."""
-        source = "".join(_read(part) for part in (*shared, name))
+    def load(cls, name: str) -> Script:
+        """``lua/<name>.lua``, as it is."""
+        source = resources.files(__package__).joinpath("lua", f"{name}.lua").read_text("utf-8")
         return cls(name, source, sha1(source.encode()).hexdigest())
-
-
-def _read(name: str) -> str:
-    return resources.files(__package__).joinpath("lua", f"{name}.lua").read_text("utf-8")
 
 
 ENQUEUE = Script.load("enqueue")
 CLAIM = Script.load("claim")
 COMPLETE = Script.load("complete")
-FAIL = Script.load("fail", "dead")
+FAIL = Script.load("fail")
 HEARTBEAT = Script.load("heartbeat")
 RELEASE = Script.load("release")
-RECLAIM = Script.load("reclaim", "dead")
+RECLAIM = Script.load("reclaim")
 SCHEDULE = Script.load("schedule")
 RETRY_DEAD = Script.load("retry_dead")
-CANCEL = Script.load("cancel", "dead")
+CANCEL = Script.load("cancel")
+WAIT = Script.load("wait")
 
-ALL = (ENQUEUE, CLAIM, COMPLETE, FAIL, HEARTBEAT, RELEASE, RECLAIM, SCHEDULE, RETRY_DEAD, CANCEL)
+ALL = (
+    ENQUEUE,
+    CLAIM,
+    COMPLETE,
+    FAIL,
+    HEARTBEAT,
+    RELEASE,
+    RECLAIM,
+    SCHEDULE,
+    RETRY_DEAD,
+    CANCEL,
+    WAIT,
+)

@@ -9,6 +9,8 @@
 -- KEYS[4] dead zset
 -- KEYS[5] periodic record prefix <prefix>:{<queue>}:periodic:   (a task of a periodic job
 --         that is cancelled writes last_finished_at and last_outcome there, as in fail)
+-- KEYS[6] done list <prefix>:{<queue>}:done:<id>   (producers waiting for the task's end
+--         are woken through it: see wait.lua)
 -- ARGV[1] id
 -- ARGV[2] reason          free text, or "": last_error becomes "cancelled: <reason>" or
 --                         "cancelled"
@@ -22,6 +24,48 @@
 --          "succeeded", "dead"; "waiting" or "scheduled" only if the id is missing from that
 --          set, which no culex script leaves), or "" when there is no task hash (never
 --          enqueued, expired, or the key holds another type).
+
+-- >>> include/wake.lua
+-- A task whose hash has waited=1 (wait.lua) has producers blocked on its done list: one
+-- element there wakes them all, since each waits with BLMOVE from the list to itself,
+-- which puts the element back. The list expires with the task's hash (ttl ms).
+local function wake(task_key, done_key, ttl)
+  if redis.call('HDEL', task_key, 'waited') == 1 then
+    redis.call('RPUSH', done_key, 'done')
+    redis.call('PEXPIRE', done_key, ttl)
+  end
+end
+-- <<< include/wake.lua
+
+-- >>> include/dead.lua
+-- The task's hash says dead with its reason, expires after ttl ms, and its id is in the
+-- dead zset with score now; producers waiting for its end are woken through done_key. A
+-- task whose retries were counted passes them to store too.
+local function to_dead(task_key, dead_key, done_key, id, reason, now, ttl, retry_count)
+  if retry_count then
+    redis.call('HSET', task_key, 'state', 'dead', 'retry_count', retry_count,
+      'last_error', reason, 'failed_at', now, 'finished_at', now)
+  else
+    redis.call('HSET', task_key, 'state', 'dead', 'last_error', reason, 'failed_at', now,
+      'finished_at', now)
+  end
+  redis.call('PEXPIRE', task_key, ttl)
+  redis.call('ZADD', dead_key, now, id)
+  wake(task_key, done_key, ttl)
+end
+
+-- dead keeps ids younger than ttl ms, and at most dead_max of them (the oldest go first).
+local function trim_dead(dead_key, now, ttl, dead_max)
+  redis.call('ZREMRANGEBYSCORE', dead_key, '-inf', now - ttl)
+  redis.call('ZREMRANGEBYRANK', dead_key, 0, -(dead_max + 1))
+end
+-- <<< include/dead.lua
+
+local ttl = tonumber(ARGV[3])
+local dead_max = tonumber(ARGV[4])
+if not (ttl and dead_max) then  -- (before any write)
+  return redis.error_reply('ERR cancel: ARGV[3] and ARGV[4] must be numbers')
+end
 local f = redis.pcall('HMGET', KEYS[1], 'state', 'periodic', 'type')
 if f['err'] or not f[1] then  -- (a missing field arrives as false: never written back)
   return ''
@@ -37,7 +81,6 @@ if not set or not redis.call('ZSCORE', set, ARGV[1]) then
 end
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
-local ttl = tonumber(ARGV[3])
 local reason = 'cancelled'
 if ARGV[2] ~= '' then
   reason = reason .. ': ' .. ARGV[2]
@@ -48,6 +91,6 @@ if f[2] == '1' and f[3] then
   redis.call('HSET', KEYS[5] .. f[3], 'last_finished_at', now, 'last_outcome', 'dead')
 end
 redis.call('ZREM', set, ARGV[1])
-to_dead(KEYS[1], KEYS[4], ARGV[1], reason, now, ttl)
-trim_dead(KEYS[4], now, ttl, tonumber(ARGV[4]))
+to_dead(KEYS[1], KEYS[4], KEYS[6], ARGV[1], reason, now, ttl)
+trim_dead(KEYS[4], now, ttl, dead_max)
 return 'cancelled'

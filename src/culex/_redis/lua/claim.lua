@@ -7,6 +7,8 @@
 -- KEYS[4] dead zset
 -- KEYS[5] task key prefix <prefix>:{<queue>}:task:   (the ids read from waiting are
 --         unknown to the caller; the prefix keeps every key in the queue's slot)
+-- KEYS[6] done list prefix <prefix>:{<queue>}:done:   (producers waiting for the end of a
+--         task buried as broken are woken through <prefix><id>: see wait.lua)
 -- ARGV[1] limit           how many tasks to claim at most (>= 0)
 -- ARGV[2] lease_ms
 -- ARGV[3] promote_limit   how many due scheduled tasks to promote at most
@@ -15,13 +17,31 @@
 --          {id, attempt, type, params, retry_count, max_retries, enqueue_time}.
 -- An empty claim writes nothing. now_us is the server time in microseconds: a runner
 -- times its wait for the next due task from it (ms would make it up to 1 ms late).
+
+-- >>> include/wake.lua
+-- A task whose hash has waited=1 (wait.lua) has producers blocked on its done list: one
+-- element there wakes them all, since each waits with BLMOVE from the list to itself,
+-- which puts the element back. The list expires with the task's hash (ttl ms).
+local function wake(task_key, done_key, ttl)
+  if redis.call('HDEL', task_key, 'waited') == 1 then
+    redis.call('RPUSH', done_key, 'done')
+    redis.call('PEXPIRE', done_key, ttl)
+  end
+end
+-- <<< include/wake.lua
+
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local limit = tonumber(ARGV[1])
 local lease = tonumber(ARGV[2])
+local promote_limit = tonumber(ARGV[3])
+local dead_ttl = tonumber(ARGV[4])
+if not (limit and lease and promote_limit and dead_ttl) then  -- (before any write)
+  return redis.error_reply('ERR claim: ARGV[1] to ARGV[4] must be numbers')
+end
 
 local due = redis.call('ZRANGE', KEYS[3], '-inf', now, 'BYSCORE', 'LIMIT', 0,
-  tonumber(ARGV[3]), 'WITHSCORES')
+  promote_limit, 'WITHSCORES')
 for i = 1, #due, 2 do
   local id = due[i]
   redis.call('ZREM', KEYS[3], id)
@@ -35,8 +55,9 @@ end
 local function bury(key, id, reason)
   redis.call('HSET', key, 'id', id, 'state', 'dead', 'finished_at', now, 'last_error',
     'broken task: ' .. reason)
-  redis.call('PEXPIRE', key, tonumber(ARGV[4]))
+  redis.call('PEXPIRE', key, dead_ttl)
   redis.call('ZADD', KEYS[4], now, id)
+  wake(key, KEYS[6] .. id, dead_ttl)
 end
 
 local reply = {t[1] * 1000000 + t[2], -1}

@@ -6,24 +6,55 @@
 --         keeps every key in the queue's slot)
 -- KEYS[3] periodic record prefix <prefix>:{<queue>}:periodic:   (a task of a periodic job,
 --         marked periodic=1 in its hash, writes last_finished_at and last_outcome there)
--- ARGV[1] ttl_ms          successful_job_ttl in ms
--- ARGV[2..] triples: id, attempt, result (JSON text of perform's return value)
---         attempt is the one the runner was handed: it fences stale runners
+-- KEYS[4] done list prefix <prefix>:{<queue>}:done:   (producers waiting for a task's end
+--         are woken through <prefix><id>: see wait.lua)
+-- ARGV[1..] quadruples: id, attempt, result, ttl_ms
+--         attempt  the one the runner was handed: it fences stale runners
+--         result   JSON text of perform's return value
+--         ttl_ms   how long the succeeded hash (and its result) is kept, a whole number of
+--                  ms >= 1: culex sends result_ttl for a value, successful_job_ttl for null
 -- Returns: the ids whose report was refused (not pending under that attempt: the lease
---          was lost and the task handed out again, or it is gone); {} when all landed.
+--          was lost and the task handed out again, or it is gone, or its key holds
+--          another type); {} when all landed. An error, and nothing written, when ARGV is
+--          not quadruples or a ttl_ms is not a whole number >= 1.
+
+-- >>> include/wake.lua
+-- A task whose hash has waited=1 (wait.lua) has producers blocked on its done list: one
+-- element there wakes them all, since each waits with BLMOVE from the list to itself,
+-- which puts the element back. The list expires with the task's hash (ttl ms).
+local function wake(task_key, done_key, ttl)
+  if redis.call('HDEL', task_key, 'waited') == 1 then
+    redis.call('RPUSH', done_key, 'done')
+    redis.call('PEXPIRE', done_key, ttl)
+  end
+end
+-- <<< include/wake.lua
+
+if #ARGV % 4 ~= 0 then
+  return redis.error_reply('ERR complete takes quadruples: id, attempt, result, ttl_ms')
+end
+for i = 4, #ARGV, 4 do
+  local ttl = tonumber(ARGV[i])
+  if not ttl or ttl < 1 or ttl ~= math.floor(ttl) then
+    return redis.error_reply('ERR complete: ttl_ms must be a whole number >= 1, got ' .. ARGV[i])
+  end
+end
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
-local ttl = tonumber(ARGV[1])
 local refused = {}
 local done = {}
-for i = 2, #ARGV, 3 do
+for i = 1, #ARGV, 4 do
   local id = ARGV[i]
   local key = KEYS[2] .. id
-  local f = redis.call('HMGET', key, 'attempt', 'state', 'periodic', 'type')
-  if f[1] == ARGV[i + 1] and f[2] == 'pending' then
+  -- (pcall: a key of another type is refused like a stale report; an error here would
+  -- stop the batch after the writes of the ids before it)
+  local f = redis.pcall('HMGET', key, 'attempt', 'state', 'periodic', 'type')
+  if not f['err'] and f[1] == ARGV[i + 1] and f[2] == 'pending' then
+    local ttl = tonumber(ARGV[i + 3])
     done[#done + 1] = id
     redis.call('HSET', key, 'state', 'succeeded', 'result', ARGV[i + 2], 'finished_at', now)
     redis.call('PEXPIRE', key, ttl)
+    wake(key, KEYS[4] .. id, ttl)
     if f[3] == '1' then
       -- (pcall: a record key holding another type must not stop the tasks' own reports)
       redis.pcall('HSET', KEYS[3] .. f[4], 'last_finished_at', now, 'last_outcome', 'succeeded')

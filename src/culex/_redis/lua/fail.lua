@@ -6,6 +6,8 @@
 -- KEYS[4] dead zset
 -- KEYS[5] periodic record prefix <prefix>:{<queue>}:periodic:   (a task of a periodic job
 --         that dies writes last_finished_at and last_outcome to its record, as in complete)
+-- KEYS[6] done list <prefix>:{<queue>}:done:<id>   (producers waiting for the task's end
+--         are woken through it when it goes to dead: see wait.lua)
 -- ARGV[1] id
 -- ARGV[2] attempt         fences stale runners, as in complete
 -- ARGV[3] error           the reason, stored as last_error
@@ -13,24 +15,66 @@
 -- ARGV[5] dead_ttl_ms     failed_job_ttl in ms: the hash expires, and dead is trimmed by age
 -- ARGV[6] dead_max        dead keeps at most this many ids (the oldest go first)
 -- Returns: "scheduled" or "dead"; 0 when refused (stale attempt or not pending).
-local f = redis.call('HMGET', KEYS[1], 'attempt', 'state', 'periodic', 'type')
+
+-- >>> include/wake.lua
+-- A task whose hash has waited=1 (wait.lua) has producers blocked on its done list: one
+-- element there wakes them all, since each waits with BLMOVE from the list to itself,
+-- which puts the element back. The list expires with the task's hash (ttl ms).
+local function wake(task_key, done_key, ttl)
+  if redis.call('HDEL', task_key, 'waited') == 1 then
+    redis.call('RPUSH', done_key, 'done')
+    redis.call('PEXPIRE', done_key, ttl)
+  end
+end
+-- <<< include/wake.lua
+
+-- >>> include/dead.lua
+-- The task's hash says dead with its reason, expires after ttl ms, and its id is in the
+-- dead zset with score now; producers waiting for its end are woken through done_key. A
+-- task whose retries were counted passes them to store too.
+local function to_dead(task_key, dead_key, done_key, id, reason, now, ttl, retry_count)
+  if retry_count then
+    redis.call('HSET', task_key, 'state', 'dead', 'retry_count', retry_count,
+      'last_error', reason, 'failed_at', now, 'finished_at', now)
+  else
+    redis.call('HSET', task_key, 'state', 'dead', 'last_error', reason, 'failed_at', now,
+      'finished_at', now)
+  end
+  redis.call('PEXPIRE', task_key, ttl)
+  redis.call('ZADD', dead_key, now, id)
+  wake(task_key, done_key, ttl)
+end
+
+-- dead keeps ids younger than ttl ms, and at most dead_max of them (the oldest go first).
+local function trim_dead(dead_key, now, ttl, dead_max)
+  redis.call('ZREMRANGEBYSCORE', dead_key, '-inf', now - ttl)
+  redis.call('ZREMRANGEBYRANK', dead_key, 0, -(dead_max + 1))
+end
+-- <<< include/dead.lua
+
+local delay = tonumber(ARGV[4])
+local ttl = tonumber(ARGV[5])
+local dead_max = tonumber(ARGV[6])
+if not (delay and ttl and dead_max) then  -- (before any write)
+  return redis.error_reply('ERR fail: ARGV[4] to ARGV[6] must be numbers')
+end
+local f = redis.call('HMGET', KEYS[1], 'attempt', 'state', 'periodic', 'type', 'retry_count')
 if f[1] ~= ARGV[2] or f[2] ~= 'pending' then
   return 0
 end
+-- (a retry_count that is not a number counts as 0: no write below can fail)
+local retries = math.floor(tonumber(f[5]) or 0) + 1
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 redis.call('ZREM', KEYS[2], ARGV[1])
-redis.call('HINCRBY', KEYS[1], 'retry_count', 1)
-local delay = tonumber(ARGV[4])
 if delay >= 0 then
-  redis.call('HSET', KEYS[1], 'state', 'scheduled', 'last_error', ARGV[3],
-    'failed_at', now, 'due_at', now + delay)
+  redis.call('HSET', KEYS[1], 'state', 'scheduled', 'retry_count', retries,
+    'last_error', ARGV[3], 'failed_at', now, 'due_at', now + delay)
   redis.call('ZADD', KEYS[3], now + delay, ARGV[1])
   return 'scheduled'
 end
-local ttl = tonumber(ARGV[5])
-to_dead(KEYS[1], KEYS[4], ARGV[1], ARGV[3], now, ttl)
-trim_dead(KEYS[4], now, ttl, tonumber(ARGV[6]))
+to_dead(KEYS[1], KEYS[4], KEYS[6], ARGV[1], ARGV[3], now, ttl, retries)
+trim_dead(KEYS[4], now, ttl, dead_max)
 if f[3] == '1' then
   -- (pcall: a record key holding another type must not stop the task's own report)
   redis.pcall('HSET', KEYS[5] .. f[4], 'last_finished_at', now, 'last_outcome', 'dead')

@@ -13,23 +13,88 @@
 -- KEYS[5] waiting zset
 -- KEYS[6] signal list
 -- KEYS[7] periodic record prefix <prefix>:{<queue>}:periodic:   (as in fail)
+-- KEYS[8] done list prefix <prefix>:{<queue>}:done:   (producers waiting for the end of a
+--         task that goes to dead are woken through <prefix><id>: see wait.lua)
 -- ARGV[1] limit          how many expired tasks to reclaim at most
 -- ARGV[2] dead_ttl_ms
 -- ARGV[3] dead_max
 -- Returns: {id, outcome, id, outcome, ...} with outcome "waiting", "scheduled" or "dead".
+--          A task key that holds another type is renamed to <key>:wrongtype and its id
+--          goes to dead as a broken task (as in claim).
+
+-- >>> include/wake.lua
+-- A task whose hash has waited=1 (wait.lua) has producers blocked on its done list: one
+-- element there wakes them all, since each waits with BLMOVE from the list to itself,
+-- which puts the element back. The list expires with the task's hash (ttl ms).
+local function wake(task_key, done_key, ttl)
+  if redis.call('HDEL', task_key, 'waited') == 1 then
+    redis.call('RPUSH', done_key, 'done')
+    redis.call('PEXPIRE', done_key, ttl)
+  end
+end
+-- <<< include/wake.lua
+
+-- >>> include/dead.lua
+-- The task's hash says dead with its reason, expires after ttl ms, and its id is in the
+-- dead zset with score now; producers waiting for its end are woken through done_key. A
+-- task whose retries were counted passes them to store too.
+local function to_dead(task_key, dead_key, done_key, id, reason, now, ttl, retry_count)
+  if retry_count then
+    redis.call('HSET', task_key, 'state', 'dead', 'retry_count', retry_count,
+      'last_error', reason, 'failed_at', now, 'finished_at', now)
+  else
+    redis.call('HSET', task_key, 'state', 'dead', 'last_error', reason, 'failed_at', now,
+      'finished_at', now)
+  end
+  redis.call('PEXPIRE', task_key, ttl)
+  redis.call('ZADD', dead_key, now, id)
+  wake(task_key, done_key, ttl)
+end
+
+-- dead keeps ids younger than ttl ms, and at most dead_max of them (the oldest go first).
+local function trim_dead(dead_key, now, ttl, dead_max)
+  redis.call('ZREMRANGEBYSCORE', dead_key, '-inf', now - ttl)
+  redis.call('ZREMRANGEBYRANK', dead_key, 0, -(dead_max + 1))
+end
+-- <<< include/dead.lua
+
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local limit = tonumber(ARGV[1])
 local ttl = tonumber(ARGV[2])
+local dead_max = tonumber(ARGV[3])
+if not (limit and ttl and dead_max) then  -- (before any write)
+  return redis.error_reply('ERR reclaim: ARGV[1] to ARGV[3] must be numbers')
+end
 local reason = 'lease expired (runner lost)'
 local out = {}
 local woken = false
-local ids = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[1]))
-for _, id in ipairs(ids) do
+local ids = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, limit)
+-- Every read first (pcall: a key of another type is an answer, not an error), so no
+-- write below can fail and leave an id in no set.
+local found = {}
+for i, id in ipairs(ids) do
+  found[i] = redis.pcall('HMGET', KEYS[4] .. id, 'retry_count', 'max_retries', 'periodic',
+    'type')
+end
+for i, id in ipairs(ids) do
   redis.call('ZREM', KEYS[1], id)
   local key = KEYS[4] .. id
-  local f = redis.call('HMGET', key, 'retry_count', 'max_retries', 'periodic', 'type')
-  local retries = (tonumber(f[1]) or 0) + 1
-  local max_retries = tonumber(f[2]) or 4
+  local f = found[i]
+  local retries = 1
+  local max_retries = 4
+  local why = reason
+  if f['err'] then
+    -- Not ours to delete: kept beside the record, in the same slot (as claim does).
+    local kind = redis.call('TYPE', key)['ok']
+    redis.call('RENAME', key, key .. ':wrongtype')
+    why = 'broken task: task key held a ' .. kind .. ', kept at ' .. key .. ':wrongtype'
+    f = {}
+    max_retries = -1
+  else
+    retries = (tonumber(f[1]) or 0) + 1
+    max_retries = tonumber(f[2]) or 4
+  end
   local outcome
   if retries <= max_retries then
     local due = now + 2000 * (retries - 1) * (retries - 1)
@@ -46,7 +111,7 @@ for _, id in ipairs(ids) do
     redis.call('HSET', key, 'state', outcome)
   else
     outcome = 'dead'
-    to_dead(key, KEYS[3], id, reason, now, ttl, retries)
+    to_dead(key, KEYS[3], KEYS[8] .. id, id, why, now, ttl, retries)
     if f[3] == '1' then
       -- (pcall: a record key holding another type must not stop the reclaim of the others)
       redis.pcall('HSET', KEYS[7] .. f[4], 'last_finished_at', now, 'last_outcome', 'dead')
@@ -59,6 +124,6 @@ if woken and redis.call('LLEN', KEYS[6]) == 0 then
   redis.call('RPUSH', KEYS[6], '1')
 end
 if #out > 0 then
-  trim_dead(KEYS[3], now, ttl, tonumber(ARGV[3]))
+  trim_dead(KEYS[3], now, ttl, dead_max)
 end
 return out

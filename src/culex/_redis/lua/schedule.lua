@@ -33,14 +33,15 @@ local id = ARGV[1]
 local trigger = ARGV[4] == ''
 local slot = tonumber(ARGV[4])
 
+if not trigger and slot > now then  -- slots come from this server's clock: not due yet
+  return {'early', id}
+end
+
 if ARGV[5] ~= '' and redis.call('HGET', KEYS[1], 'next_slot') ~= ARGV[5] then
   redis.call('HSET', KEYS[1], 'next_slot', ARGV[5])
 end
 
 if not trigger then
-  if slot > now then  -- slots come from this server's clock: a later one is not due
-    return {'early', id}
-  end
   local decided = redis.call('HGET', KEYS[1], 'decided_slot')
   -- Another runner was first, or a later slot was decided: after an outage the latest
   -- due slot is the one catch-up run, and the slots before it stay passed over.
