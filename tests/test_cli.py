@@ -212,7 +212,7 @@ FLAG_JOBS = textwrap.dedent(
         def perform(self) -> None: ...
 
     class SettingsJob(culex.QueuedJob):
-        def perform(self) -> list[object]:
+        def perform(self):  # (no annotation: the result is plain JSON)
             follow_up = FollowUpJob().enqueue()  # an enqueue in a perform sees the flags too
             s = config.settings()
             return [s.prefix, s.grace_period, s.run_cron_scheduler, s.concurrency, follow_up.id]
