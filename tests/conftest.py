@@ -135,9 +135,9 @@ def count_exchanges(monkeypatch: pytest.MonkeyPatch, connection: type) -> list[i
     counts: list[int] = []
     exchange = connection.exchange
 
-    def counted(self: object, packed: bytes, count: int) -> object:
+    def counted(self: object, packed: bytes, count: int, blocks: float = 0.0) -> object:
         counts.append(count)
-        return exchange(self, packed, count)
+        return exchange(self, packed, count, blocks)
 
     monkeypatch.setattr(connection, "exchange", counted)
     return counts

@@ -80,7 +80,7 @@ class LeaseKeeper:
                 del self._held[(claimed.queue, claimed.id)]
 
     def _run(self) -> None:
-        driver = connection.new_sync_driver(self.url)
+        driver = connection.new_sync_driver(self.url, socket_timeout=self.settings.socket_timeout)
         while not self._stopped.is_set():
             with self._lock:
                 held = list(self._held.values())

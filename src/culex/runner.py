@@ -110,7 +110,7 @@ class Runner:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(sig, self._on_signal, sig)
         url = connection.resolve_url(self.settings.redis_url)
-        self._driver = connection.new_async_driver(url)
+        self._driver = connection.new_async_driver(url, socket_timeout=self.settings.socket_timeout)
         try:
             await self._check_server()
         except BaseException:
