@@ -105,7 +105,8 @@ class LeaseKeeper:
         ]
         try:
             replies = driver.run_many(calls)
-        except ServerError as exc:
+        except ServerError as exc:  # (the next beat tries again)
+            logger.warning("could not renew the leases of %d tasks: %s", len(held), exc)
             replies = [exc] * len(calls)
         now = time.monotonic()
         for group, reply in zip(groups.values(), replies, strict=True):
