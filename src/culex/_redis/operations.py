@@ -299,6 +299,29 @@ def wait_signal(signal_keys: Sequence[str], timeout: float) -> Call[bool]:
     return Call((), ("BLPOP", *signal_keys, wait), lambda r: r is not None, blocks=wait)
 
 
+def ping() -> Call[bool]:
+    return Call((), ("PING",), lambda reply: reply == b"PONG")
+
+
+def server_info() -> Call[dict[str, str]]:
+    """The ``field:value`` lines of ``INFO server`` (version, process id, executable...)."""
+
+    def parse(reply: bytes) -> dict[str, str]:
+        fields: dict[str, str] = {}
+        for line in text(reply).splitlines():
+            name, sep, value = line.partition(":")
+            if sep and not line.startswith("#"):
+                fields[name] = value
+        return fields
+
+    return Call((), ("INFO", "server"), parse)
+
+
+def shutdown() -> Call[None]:
+    """Stop the server, flushing its AOF (a server that obeys closes the connection)."""
+    return Call((), ("SHUTDOWN",), lambda reply: None)
+
+
 def config_get(name: str) -> Call[str | None]:
     """One server setting (CONFIG GET), or None when the server does not have it."""
 
