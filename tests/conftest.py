@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import functools
 import os
+import signal
 import socket
 import subprocess
 import tempfile
@@ -62,6 +63,15 @@ def r(server: EmbeddedServer) -> Iterator[redis.Redis]:
 def private_tcp_server(folder: Path, *words: str, password: str | None = None) -> Iterator[int]:
     """Another server of the wheel's, on a free TCP port of 127.0.0.1, for the block: its
     port. ``words``: more options (a password, a renamed command); a later one wins."""
+    with private_tcp_process(folder, *words, password=password) as (port, _):
+        yield port
+
+
+@contextlib.contextmanager
+def private_tcp_process(
+    folder: Path, *words: str, password: str | None = None
+) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
+    """:func:`private_tcp_server`, with its process too (to stop it with SIGSTOP, say)."""
     with socket.socket() as free:
         free.bind(("127.0.0.1", 0))
         port = int(free.getsockname()[1])
@@ -80,9 +90,10 @@ def private_tcp_server(folder: Path, *words: str, password: str | None = None) -
             except redis.ConnectionError:
                 assert time.monotonic() < deadline, "the private server did not start"
                 time.sleep(0.01)
-        yield port
+        yield port, proc
     finally:
         client.close()
+        proc.send_signal(signal.SIGCONT)  # (a stopped process would not act on SIGTERM)
         proc.terminate()
         proc.wait(10)
 
@@ -135,9 +146,9 @@ def count_exchanges(monkeypatch: pytest.MonkeyPatch, connection: type) -> list[i
     counts: list[int] = []
     exchange = connection.exchange
 
-    def counted(self: object, packed: bytes, count: int) -> object:
+    def counted(self: object, packed: bytes, count: int, blocks: float = 0.0) -> object:
         counts.append(count)
-        return exchange(self, packed, count)
+        return exchange(self, packed, count, blocks)
 
     monkeypatch.setattr(connection, "exchange", counted)
     return counts

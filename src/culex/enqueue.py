@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 CHUNK = 1000
 # How long a durable enqueue waits for the server to confirm the fsync.
 DURABLE_TIMEOUT_MS = 5000
+DURABLE_WAIT = DURABLE_TIMEOUT_MS / 1000  # (the same in seconds: how long the call blocks)
 
 # Queues this process has already added to the queue registry set (saves a command).
 _registered: set[tuple[str | None, str, str]] = set()
@@ -154,13 +155,13 @@ def _call(
 
 def _durable() -> Call[Any]:
     # WAITAOF 1 0: wait until the server has fsynced every write so far to its AOF.
-    return Call((), ("WAITAOF", 1, 0, DURABLE_TIMEOUT_MS), lambda reply: reply)
+    return Call((), ("WAITAOF", 1, 0, DURABLE_TIMEOUT_MS), lambda reply: reply, blocks=DURABLE_WAIT)
 
 
 def _confirm(reply: Any) -> Flow:
     """Check the WAITAOF reply; on a server without WAITAOF, wait for a replica instead."""
     if isinstance(reply, ServerError) and "unknown command" in str(reply).lower():
-        replicas = yield Call((), ("WAIT", 1, DURABLE_TIMEOUT_MS), int)
+        replicas = yield Call((), ("WAIT", 1, DURABLE_TIMEOUT_MS), int, blocks=DURABLE_WAIT)
         if replicas < 1:
             raise ServerError("durable_enqueue: no replica confirmed the write in time")
         return

@@ -26,12 +26,16 @@ class Call(NamedTuple, Generic[T]):
     A named tuple, not a frozen dataclass: as immutable, and made in less than half the
     time (a frozen dataclass sets each field through ``object.__setattr__``); one is made
     for every enqueue.
+
+    ``blocks``: the seconds a blocking command may hold its reply on purpose (BLPOP's
+    timeout, say); a driver waits that long plus ``socket_timeout`` before it gives up.
     """
 
     keys: tuple[str, ...]
     args: tuple[Arg, ...]
     parse: Callable[[Any], T]
     script: Script | None = None
+    blocks: float = 0.0
 
 
 def text(value: bytes | str | None) -> str:
@@ -301,7 +305,31 @@ def known_queues(registry_key: str) -> Call[list[str]]:
 
 def wait_signal(signal_keys: Sequence[str], timeout: float) -> Call[bool]:
     """Block until a queue is signalled (True) or the timeout passes (False)."""
-    return Call((), ("BLPOP", *signal_keys, round(timeout, 3)), lambda r: r is not None)
+    wait = round(timeout, 3)
+    return Call((), ("BLPOP", *signal_keys, wait), lambda r: r is not None, blocks=wait)
+
+
+def ping() -> Call[bool]:
+    return Call((), ("PING",), lambda reply: reply == b"PONG")
+
+
+def server_info() -> Call[dict[str, str]]:
+    """The ``field:value`` lines of ``INFO server`` (version, process id, executable...)."""
+
+    def parse(reply: bytes) -> dict[str, str]:
+        fields: dict[str, str] = {}
+        for line in text(reply).splitlines():
+            name, sep, value = line.partition(":")
+            if sep and not line.startswith("#"):
+                fields[name] = value
+        return fields
+
+    return Call((), ("INFO", "server"), parse)
+
+
+def shutdown() -> Call[None]:
+    """Stop the server, flushing its AOF (a server that obeys closes the connection)."""
+    return Call((), ("SHUTDOWN",), lambda reply: None)
 
 
 def config_get(name: str) -> Call[str | None]:
