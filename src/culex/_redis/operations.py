@@ -518,7 +518,7 @@ def block_until_done(keys: QueueKeys, task_id: str, timeout: float) -> Call[Any]
     done = keys.done(task_id)
     # Whole ms, rounded up: a wait that ended early would cost one more; 0 would be forever.
     seconds = max(1, math.ceil(timeout * 1000)) / 1000
-    return Call((), ("BLMOVE", done, done, "LEFT", "RIGHT", seconds), _same)
+    return Call((), ("BLMOVE", done, done, "LEFT", "RIGHT", seconds), _same, blocks=seconds)
 
 
 def _same(reply: Any) -> Any:
