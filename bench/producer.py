@@ -58,7 +58,9 @@ def python_alone(calls: int) -> float:
     """µs per enqueue() with the exchange answered at once (best of three rounds)."""
     real = wire.SyncConnection.exchange
 
-    def canned(self: wire.SyncConnection, packed: bytes, count: int) -> list[Any]:
+    def canned(
+        self: wire.SyncConnection, packed: bytes, count: int, blocks: float = 0.0
+    ) -> list[Any]:
         return [[b"waiting", b"0"]]
 
     wire.SyncConnection.exchange = canned  # type: ignore[method-assign]
@@ -80,10 +82,10 @@ def paused_enqueues(pause: float, calls: int) -> tuple[float, float, float]:
     real = wire.SyncConnection.exchange
     exchanges: list[float] = []
 
-    def timed(self: wire.SyncConnection, packed: bytes, count: int) -> list[Any]:
+    def timed(self: wire.SyncConnection, packed: bytes, count: int, *blocks: float) -> list[Any]:
         start = time.perf_counter()
         try:
-            return real(self, packed, count)
+            return real(self, packed, count, *blocks)  # (older checkouts take no blocks)
         finally:
             exchanges.append(time.perf_counter() - start)
 
@@ -103,10 +105,12 @@ def paused_enqueues(pause: float, calls: int) -> tuple[float, float, float]:
 
 def replaced(
     instead: Callable[[], None], exchanges: list[float], reply: list[Any]
-) -> Callable[[wire.SyncConnection, bytes, int], list[Any]]:
+) -> Callable[[wire.SyncConnection, bytes, int, float], list[Any]]:
     """An exchange that runs ``instead``, notes how long it took, and returns ``reply``."""
 
-    def exchange(self: wire.SyncConnection, packed: bytes, count: int) -> list[Any]:
+    def exchange(
+        self: wire.SyncConnection, packed: bytes, count: int, blocks: float = 0.0
+    ) -> list[Any]:
         start = time.perf_counter()
         instead()
         exchanges.append(time.perf_counter() - start)

@@ -13,6 +13,7 @@ import contextlib
 import functools
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -98,6 +99,22 @@ def private_tcp_server(
     127.0.0.1, for the block: its port. ``words``: more options (a password, a renamed
     command, TLS files); a later one wins. ``tls``: the port speaks TLS only, and these are
     redis-py's ssl_* options for the ping that waits for it."""
+    with private_tcp_process(folder, *words, password=password, binary=binary, tls=tls) as (
+        port,
+        _,
+    ):
+        yield port
+
+
+@contextlib.contextmanager
+def private_tcp_process(
+    folder: Path,
+    *words: str,
+    password: str | None = None,
+    binary: str | None = None,
+    tls: dict[str, Any] | None = None,
+) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
+    """:func:`private_tcp_server`, with its process too (to stop it with SIGSTOP, say)."""
     with socket.socket() as free:
         free.bind(("127.0.0.1", 0))
         port = int(free.getsockname()[1])
@@ -122,9 +139,10 @@ def private_tcp_server(
                     raise ServerExited(log.read_text(errors="replace")) from None
                 assert time.monotonic() < deadline, "the private server did not start"
                 time.sleep(0.01)
-        yield port
+        yield port, proc
     finally:
         client.close()
+        proc.send_signal(signal.SIGCONT)  # (a stopped process would not act on SIGTERM)
         proc.terminate()
         proc.wait(10)
 
@@ -177,9 +195,9 @@ def count_exchanges(monkeypatch: pytest.MonkeyPatch, connection: type) -> list[i
     counts: list[int] = []
     exchange = connection.exchange
 
-    def counted(self: object, packed: bytes, count: int) -> object:
+    def counted(self: object, packed: bytes, count: int, blocks: float = 0.0) -> object:
         counts.append(count)
-        return exchange(self, packed, count)
+        return exchange(self, packed, count, blocks)
 
     monkeypatch.setattr(connection, "exchange", counted)
     return counts

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import selectors
 import socket
+import struct
 import threading
 from collections.abc import Iterator
 
@@ -97,14 +98,19 @@ def test_the_selector_spins_then_sleeps_keeps_timeouts_and_learns(
         selector.close()
 
 
-def test_only_plain_blocking_sockets_spin(url: str) -> None:
-    address = Address.parse(url)
-    for timeout, cap in ((None, 0.0001), (5.0, 0.0)):  # a socket with a timeout polls anyway
-        connection = SyncConnection(address, timeout=timeout, busy_poll=0.0001)
-        try:
-            assert connection._spinner.cap == cap
-        finally:
-            connection.close()
+def test_a_plain_connection_spins_within_its_timeout(url: str) -> None:
+    """The socket stays blocking (a socket with Python's timeout polls before each read,
+    which would end the spin at once); the kernel's timeouts bound its reads and writes."""
+    connection = SyncConnection(Address.parse(url), timeout=5.0, busy_poll=0.0001)
+    try:
+        assert connection._spinner.cap == 0.0001
+        assert connection._sock.gettimeout() is None
+        assert connection.exchange(b"*1\r\n$4\r\nPING\r\n", 1) == [b"PONG"]
+        for option in (socket.SO_RCVTIMEO, socket.SO_SNDTIMEO):
+            bound = connection._sock.getsockopt(socket.SOL_SOCKET, option, 16)
+            assert struct.unpack("ll", bound) == (5, 0)  # a struct timeval: 5 s, 0 µs
+    finally:
+        connection.close()
 
 
 def test_culex_run_polls_on_its_own_loop_only_where_it_may() -> None:

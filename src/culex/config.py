@@ -16,6 +16,7 @@ from datetime import timedelta
 from typing import Any
 
 from ._redis.keys import check_queue_name
+from ._redis.wire import SOCKET_TIMEOUT
 from .errors import ConfigurationError
 
 
@@ -40,6 +41,7 @@ class Settings:
     durable_enqueue: bool = False  # enqueue returns once the server has fsynced the task
     allow_eviction: bool = False  # run even if maxmemory-policy may evict queue keys
     busy_poll: float = 0.0002  # the longest a wait for a reply polls before it sleeps
+    socket_timeout: float = SOCKET_TIMEOUT  # the longest a connection or a reply may take
 
     @property
     def successful_job_ttl_ms(self) -> int:
@@ -134,6 +136,7 @@ _CHECKS: dict[str, Callable[[object, str], Any]] = {
     "durable_enqueue": _flag,
     "allow_eviction": _flag,
     "busy_poll": lambda v, n: _at_most(seconds(v, n), 0.01, n),
+    "socket_timeout": lambda v, n: seconds(v, n, minimum=0.001),
 }
 
 

@@ -21,10 +21,12 @@ import time
 from collections.abc import Iterator
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from ._redis.wire import Address, ReplyError, SyncConnection, hiredis_pack
-from .errors import CulexError, ServerError
+from ._redis import operations
+from ._redis.client import SyncDriver
+from ._redis.operations import Call
+from .errors import CulexError, ServerError, ServerUnavailable
 
 __all__ = [
     "EmbeddedServer",
@@ -32,6 +34,8 @@ __all__ = [
     "ensure_default_server",
     "server_binary",
 ]
+
+T = TypeVar("T")
 
 _SOCKET_NAME = "valkey.sock"
 _PID_NAME = "valkey.pid"
@@ -223,14 +227,14 @@ class EmbeddedServer:
                 return False
             pid = self.pid() if state is _State.UP else self._orphan_pid()
             try:
-                self._command(timeout, "SHUTDOWN")
-            except ConnectionError:
-                pass  # the server closes the connection as it goes: the expected answer
-            except (OSError, ReplyError) as exc:
-                raise ServerError(
-                    f"the culex server at {self.socket_path} refused SHUTDOWN: {exc}"
-                    f"{self._log_tail(0)}"
-                ) from exc
+                self._ask(operations.shutdown(), timeout)
+            except ServerError as exc:
+                # The server closes the connection as it goes: the expected answer.
+                if not isinstance(exc.__cause__, ConnectionError):
+                    raise ServerError(
+                        f"the culex server at {self.socket_path} refused SHUTDOWN: {exc}"
+                        f"{self._log_tail(0)}"
+                    ) from exc
             deadline = time.monotonic() + timeout
             delay = 0.005
             while (pid is not None and _alive(pid)) or self._probe() is not _State.DOWN:
@@ -265,41 +269,39 @@ class EmbeddedServer:
 
     # -- internals ---------------------------------------------------------------------------
 
-    def _command(self, timeout: float, *words: str) -> Any:
-        """One command on a connection of its own, no retries: a refused connection must
-        answer "down" now. Raises OSError, or ReplyError for an error reply."""
-        connection = SyncConnection(
-            Address(f"unix://{self.socket_path}", path=str(self.socket_path)), timeout
-        )
+    def _ask(self, call: Call[T], timeout: float) -> T:
+        """One call on a connection of its own, no retries: a refused connection must
+        answer "down" now. Raises ServerError (ServerUnavailable when the server is not
+        there or did not answer within ``timeout``)."""
+        driver = SyncDriver(self.url, socket_timeout=timeout)
         try:
-            reply = connection.exchange(hiredis_pack([words]), 1)[0]
+            return driver.run(call)
         finally:
-            connection.close()
-        if isinstance(reply, ReplyError):
-            raise reply
-        return reply
+            driver.close()
 
     def _probe(self, timeout: float = 2.0) -> _State:
         if self._socket_dir is not None and not _ensure_private_dir(self._socket_dir, create=False):
             return _State.DOWN
         try:
-            self._command(timeout, "PING")
-        except (ReplyError, TimeoutError):
-            # LOADING, a timeout or another error reply: something is there, and starting a
-            # second server on the same data folder would be far worse than waiting for it.
+            self._ask(operations.ping(), timeout)
+        except ServerUnavailable as exc:
+            cause = exc.__cause__
+            if isinstance(cause, OSError) and not isinstance(cause, TimeoutError):
+                return _State.DOWN  # refused, no socket file
+            # LOADING, a timeout: something is there, and starting a second server on the
+            # same data folder would be far worse than waiting for it.
             return _State.BUSY
-        except OSError:  # refused, no socket file
-            return _State.DOWN
+        except ServerError:  # another error reply: something is there too
+            return _State.BUSY
         return _State.UP
 
     def _info(self) -> dict[str, Any] | None:
         if self._socket_dir is not None and not _ensure_private_dir(self._socket_dir, create=False):
             return None
         try:
-            text = self._command(2.0, "INFO", "server")
-        except (OSError, ReplyError):
+            return self._ask(operations.server_info(), 2.0)
+        except ServerError:
             return None
-        return _parse_info(text)
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
@@ -453,13 +455,3 @@ def _binary_version(binary: str) -> str | None:
 def ensure_default_server() -> str:
     """Start or join the server of the default data folder; return its URL."""
     return EmbeddedServer(default_data_dir()).ensure_running()
-
-
-def _parse_info(text: bytes) -> dict[str, str]:
-    """The ``field:value`` lines of an INFO reply."""
-    fields: dict[str, str] = {}
-    for line in text.decode(errors="replace").splitlines():
-        name, sep, value = line.partition(":")
-        if sep and not line.startswith("#"):
-            fields[name] = value
-    return fields

@@ -80,7 +80,7 @@ class LeaseKeeper:
                 del self._held[(claimed.queue, claimed.id)]
 
     def _run(self) -> None:
-        driver = connection.new_sync_driver(self.url)
+        driver = connection.new_sync_driver(self.url, socket_timeout=self.settings.socket_timeout)
         while not self._stopped.is_set():
             with self._lock:
                 held = list(self._held.values())
@@ -105,7 +105,8 @@ class LeaseKeeper:
         ]
         try:
             replies = driver.run_many(calls)
-        except ServerError as exc:
+        except ServerError as exc:  # (the next beat tries again)
+            logger.warning("could not renew the leases of %d tasks: %s", len(held), exc)
             replies = [exc] * len(calls)
         now = time.monotonic()
         for group, reply in zip(groups.values(), replies, strict=True):

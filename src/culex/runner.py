@@ -135,7 +135,7 @@ class Runner:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(sig, self._on_signal, sig)
         url = connection.resolve_url(self.settings.redis_url)
-        self._driver = connection.new_async_driver(url)
+        self._driver = connection.new_async_driver(url, socket_timeout=self.settings.socket_timeout)
         try:
             await self._check_server()
         except BaseException:
@@ -259,7 +259,8 @@ class Runner:
             ", ".join(task_name(claimed) for claimed in held),
         )
         logs.flush_all()  # before the hand-back: from then on, not a moment is lost
-        results = await self._run_many([self._call_release(claimed) for claimed in held])
+        calls = [self._call_release(claimed) for claimed in held]
+        results = await self._run_many(calls, "handing tasks back")
         failed = [claimed for claimed, done in zip(held, results, strict=True) if done is not True]
         for claimed in failed:
             logger.warning(
@@ -270,7 +271,8 @@ class Runner:
 
     async def _release(self, held: list[Claimed]) -> None:
         calls = [self._call_release(claimed) for claimed in held]
-        for claimed, result in zip(held, await self._run_many(calls), strict=True):
+        handed = await self._run_many(calls, "handing tasks back")
+        for claimed, result in zip(held, handed, strict=True):
             if result is True:
                 logger.info("task %s handed back to waiting", task_name(claimed))
             self._drop(claimed)
@@ -501,7 +503,8 @@ class Runner:
         while self._reports:
             batch, self._reports = self._reports, []
             calls, owners = self._report_calls(batch)
-            for outcomes, result in zip(owners, await self._run_many(calls), strict=True):
+            results = await self._run_many(calls, "reporting outcomes")
+            for outcomes, result in zip(owners, results, strict=True):
                 if isinstance(result, ServerError) or result is _UNSENT:
                     self._reports += outcomes  # sent again after the pause
                     continue
@@ -577,7 +580,8 @@ class Runner:
                 )
                 for q in self.queues
             ]
-            for queue, reclaimed in zip(self.queues, await self._run_many(calls), strict=True):
+            results = await self._run_many(calls, "reclaiming expired leases")
+            for queue, reclaimed in zip(self.queues, results, strict=True):
                 if isinstance(reclaimed, list):
                     for task_id, state in reclaimed:
                         logger.warning(
@@ -592,12 +596,12 @@ class Runner:
     def _keys(self, queue: str) -> QueueKeys:
         return queue_keys(self.settings.prefix, queue)
 
-    async def _run_many(self, calls: list[Call[Any]]) -> list[Any]:
+    async def _run_many(self, calls: list[Call[Any]], what: str) -> list[Any]:
         assert self._driver is not None
         try:
             results = await self._driver.run_many(calls)
         except ServerError as exc:
-            logger.warning("%s", exc)
+            logger.warning("%s failed: %s", what, exc)
             return [_UNSENT] * len(calls)
         self._failures = 0
         return results

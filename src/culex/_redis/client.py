@@ -17,7 +17,7 @@ import hiredis
 
 from ..errors import ServerError, ServerUnavailable
 from .operations import Call
-from .wire import Address, AsyncConnection, ReplyError, SyncConnection
+from .wire import SOCKET_TIMEOUT, Address, AsyncConnection, ReplyError, SyncConnection
 
 T = TypeVar("T")
 
@@ -29,7 +29,9 @@ _TRANSIENT = ("LOADING", "BUSY", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERD
 
 def server_error(exc: BaseException, where: str) -> ServerError:
     """Say what went wrong with the server in words a user can act on."""
-    if isinstance(exc, OSError):  # refused, reset, closed, timed out
+    if isinstance(exc, TimeoutError):  # (wire.late says how long it waited, and why)
+        return ServerUnavailable(f"the Redis server at {where} {exc}; the connection was dropped")
+    if isinstance(exc, OSError):  # refused, reset, closed
         return ServerUnavailable(f"cannot reach the Redis server at {where}: {exc}")
     text = str(exc)
     if text.startswith("OOM"):  # server-wide too: a runner pauses, as for the others
@@ -39,6 +41,12 @@ def server_error(exc: BaseException, where: str) -> ServerError:
     if text.startswith(_TRANSIENT):
         return ServerUnavailable(f"the Redis server at {where} cannot serve now: {text}")
     return ServerError(f"the Redis server at {where} refused the command: {text}")
+
+
+def blocks(calls: Sequence[Call[Any]]) -> float:
+    """How long the server may hold the replies to ``calls`` on purpose (their blocking
+    commands' own waits, one after another)."""
+    return calls[0].blocks if len(calls) == 1 else sum(call.blocks for call in calls)
 
 
 def _words(call: Call[Any]) -> tuple[Any, ...]:
@@ -112,11 +120,16 @@ class SyncDriver:
     """Sends calls over blocking connections (safe to share between threads).
 
     ``busy_poll``: the longest a wait for a reply polls before it blocks (culex._redis.spin).
+    ``socket_timeout``: the longest a connection or a reply may take (past a blocking
+    command's own wait); then the connection is dropped and ServerUnavailable raised.
     """
 
-    def __init__(self, url: str, busy_poll: float = 0.0) -> None:
+    def __init__(
+        self, url: str, busy_poll: float = 0.0, socket_timeout: float = SOCKET_TIMEOUT
+    ) -> None:
         self.address = Address.parse(url)
         self.busy_poll = busy_poll
+        self.socket_timeout = socket_timeout
         self.where = url
         self._idle: deque[SyncConnection] = deque()  # append/pop are atomic: no lock needed
         self._pid = os.getpid()
@@ -147,6 +160,7 @@ class SyncDriver:
             self._idle.clear()
             self._pid = os.getpid()
         packed = pack(calls)
+        waits = blocks(calls)
         try:
             conn = self._idle.pop()
         except IndexError:
@@ -154,13 +168,15 @@ class SyncDriver:
         try:
             if conn is not None:
                 try:
-                    replies = conn.exchange(packed, len(calls))
+                    replies = conn.exchange(packed, len(calls), waits)
+                except TimeoutError:  # the server may yet run them: no resend
+                    raise
                 except OSError:  # an idle connection gone stale (a server restart): once more
                     conn.close()
                     conn = None
             if conn is None:
-                conn = SyncConnection(self.address, busy_poll=self.busy_poll)
-                replies = conn.exchange(packed, len(calls))
+                conn = SyncConnection(self.address, self.socket_timeout, self.busy_poll)
+                replies = conn.exchange(packed, len(calls), waits)
         except OSError as exc:
             if conn is not None:
                 conn.close()
@@ -182,11 +198,18 @@ class AsyncDriver:
 
     At most ``max_connections`` calls are in flight at once; more wait their turn (so a
     ``gather`` of thousands of enqueues does not open thousands of connections).
+    ``socket_timeout`` as for :class:`SyncDriver`.
     """
 
-    def __init__(self, url: str, max_connections: int = MAX_CONNECTIONS) -> None:
+    def __init__(
+        self,
+        url: str,
+        max_connections: int = MAX_CONNECTIONS,
+        socket_timeout: float = SOCKET_TIMEOUT,
+    ) -> None:
         self.address = Address.parse(url)
         self.where = url
+        self.socket_timeout = socket_timeout
         self._idle: deque[AsyncConnection] = deque()
         self._slots = asyncio.Semaphore(max_connections)
 
@@ -222,16 +245,19 @@ class AsyncDriver:
             if conn.usable:
                 break
             conn = None
+        waits = blocks(calls)
         try:
             if conn is not None:
                 try:
-                    replies = await conn.exchange(packed, len(calls))
+                    replies = await conn.exchange(packed, len(calls), waits)
+                except TimeoutError:  # the server may yet run them: no resend
+                    raise
                 except OSError:  # gone stale while idle (a server restart): once more
                     conn = None
             if conn is None:
-                conn = await AsyncConnection.open(self.address)
-                replies = await conn.exchange(packed, len(calls))
-        except (OSError, TimeoutError) as exc:
+                conn = await AsyncConnection.open(self.address, self.socket_timeout)
+                replies = await conn.exchange(packed, len(calls), waits)
+        except OSError as exc:
             # (exchange closes its connection on any error, cancellation included)
             raise server_error(exc, self.where) from exc
         self._idle.append(conn)

@@ -11,10 +11,11 @@ from collections.abc import AsyncIterator
 
 from .. import config
 from .client import AsyncDriver, SyncDriver
+from .wire import SOCKET_TIMEOUT
 
 _sync: dict[str, SyncDriver] = {}  # (a driver drops its connections in a forked child)
 _async: weakref.WeakKeyDictionary[
-    asyncio.AbstractEventLoop, dict[str, tuple[AsyncDriver, AsyncIterator[None]]]
+    asyncio.AbstractEventLoop, dict[tuple[str, float], tuple[AsyncDriver, AsyncIterator[None]]]
 ] = weakref.WeakKeyDictionary()
 
 
@@ -34,20 +35,24 @@ def sync_driver(url: str | None = None) -> SyncDriver:
     key = named or ""
     driver = _sync.get(key)
     if driver is None:
-        driver = _sync[key] = SyncDriver(resolve_url(named), settings.busy_poll)
+        driver = _sync[key] = SyncDriver(
+            resolve_url(named), settings.busy_poll, settings.socket_timeout
+        )
     return driver
 
 
 async def async_driver(url: str | None = None) -> AsyncDriver:
     """An asyncio driver for ``url`` on the running loop (clients are bound to a loop)."""
-    named = url if url is not None else config.settings().redis_url
+    settings = config.settings()
+    named = url if url is not None else settings.redis_url
     per_loop = _async.setdefault(asyncio.get_running_loop(), {})
-    entry = per_loop.get(named or "")
+    key = (named or "", settings.socket_timeout)  # (a configure() may change the timeout)
+    entry = per_loop.get(key)
     if entry is None:
-        driver = AsyncDriver(resolve_url(named))
+        driver = AsyncDriver(resolve_url(named), socket_timeout=settings.socket_timeout)
         closer = _close_with_loop(driver)
         await closer.__anext__()
-        entry = per_loop[named or ""] = (driver, closer)
+        entry = per_loop[key] = (driver, closer)
     return entry[0]
 
 
@@ -59,15 +64,15 @@ async def _close_with_loop(driver: AsyncDriver) -> AsyncIterator[None]:
         await driver.close()
 
 
-def new_sync_driver(url: str) -> SyncDriver:
+def new_sync_driver(url: str, socket_timeout: float = SOCKET_TIMEOUT) -> SyncDriver:
     """A blocking driver of its own (a runner's heartbeat thread: it never spins, since a
     spinning thread would hold the GIL that the runner's loop needs)."""
-    return SyncDriver(url)
+    return SyncDriver(url, socket_timeout=socket_timeout)
 
 
-def new_async_driver(url: str) -> AsyncDriver:
+def new_async_driver(url: str, socket_timeout: float = SOCKET_TIMEOUT) -> AsyncDriver:
     """A driver of its own (a runner's: its blocking waits must not hold a shared pool)."""
-    return AsyncDriver(url)
+    return AsyncDriver(url, socket_timeout=socket_timeout)
 
 
 def _forget() -> None:

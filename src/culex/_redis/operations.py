@@ -26,12 +26,16 @@ class Call(NamedTuple, Generic[T]):
     A named tuple, not a frozen dataclass: as immutable, and made in less than half the
     time (a frozen dataclass sets each field through ``object.__setattr__``); one is made
     for every enqueue.
+
+    ``blocks``: the seconds a blocking command may hold its reply on purpose (BLPOP's
+    timeout, say); a driver waits that long plus ``socket_timeout`` before it gives up.
     """
 
     keys: tuple[str, ...]
     args: tuple[Arg, ...]
     parse: Callable[[Any], T]
     script: Script | None = None
+    blocks: float = 0.0
 
 
 def text(value: bytes | str | None) -> str:
@@ -301,7 +305,31 @@ def known_queues(registry_key: str) -> Call[list[str]]:
 
 def wait_signal(signal_keys: Sequence[str], timeout: float) -> Call[bool]:
     """Block until a queue is signalled (True) or the timeout passes (False)."""
-    return Call((), ("BLPOP", *signal_keys, round(timeout, 3)), lambda r: r is not None)
+    wait = round(timeout, 3)
+    return Call((), ("BLPOP", *signal_keys, wait), lambda r: r is not None, blocks=wait)
+
+
+def ping() -> Call[bool]:
+    return Call((), ("PING",), lambda reply: reply == b"PONG")
+
+
+def server_info() -> Call[dict[str, str]]:
+    """The ``field:value`` lines of ``INFO server`` (version, process id, executable...)."""
+
+    def parse(reply: bytes) -> dict[str, str]:
+        fields: dict[str, str] = {}
+        for line in text(reply).splitlines():
+            name, sep, value = line.partition(":")
+            if sep and not line.startswith("#"):
+                fields[name] = value
+        return fields
+
+    return Call((), ("INFO", "server"), parse)
+
+
+def shutdown() -> Call[None]:
+    """Stop the server, flushing its AOF (a server that obeys closes the connection)."""
+    return Call((), ("SHUTDOWN",), lambda reply: None)
 
 
 def config_get(name: str) -> Call[str | None]:
@@ -333,12 +361,14 @@ def connected_replicas() -> Call[int]:
 def wait_fsync(timeout_ms: int) -> Call[bool]:
     """WAITAOF 1 0: True once the server has fsynced every write of this connection so far
     to its append-only file, False when the timeout passed first."""
-    return Call((), ("WAITAOF", 1, 0, timeout_ms), lambda reply: number(reply[0]) >= 1)
+    return Call(
+        (), ("WAITAOF", 1, 0, timeout_ms), lambda r: number(r[0]) >= 1, blocks=timeout_ms / 1000
+    )
 
 
 def wait_replica(timeout_ms: int) -> Call[bool]:
     """WAIT 1: True once a replica has acknowledged every write of this connection so far."""
-    return Call((), ("WAIT", 1, timeout_ms), lambda reply: number(reply) >= 1)
+    return Call((), ("WAIT", 1, timeout_ms), lambda r: number(r) >= 1, blocks=timeout_ms / 1000)
 
 
 # -- periodic jobs ----------------------------------------------------------------------
@@ -518,7 +548,7 @@ def block_until_done(keys: QueueKeys, task_id: str, timeout: float) -> Call[Any]
     done = keys.done(task_id)
     # Whole ms, rounded up: a wait that ended early would cost one more; 0 would be forever.
     seconds = max(1, math.ceil(timeout * 1000)) / 1000
-    return Call((), ("BLMOVE", done, done, "LEFT", "RIGHT", seconds), _same)
+    return Call((), ("BLMOVE", done, done, "LEFT", "RIGHT", seconds), _same, blocks=seconds)
 
 
 def _same(reply: Any) -> Any:

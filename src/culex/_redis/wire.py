@@ -32,6 +32,7 @@ import asyncio
 import functools
 import os
 import socket
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -42,7 +43,9 @@ import hiredis
 from ..errors import ConfigurationError
 from .spin import Spinner, receive
 
-CONNECT_TIMEOUT = 10.0  # seconds
+# The default of the socket_timeout setting: the longest culex waits for a connection, or
+# for a reply beyond the wait a blocking command asks for (docs/guide.md says why 5 s).
+SOCKET_TIMEOUT = 5.0
 
 
 class ReplyError(Exception):
@@ -228,34 +231,45 @@ def _check_handshake(replies: list[Any], address: Address) -> None:
             raise ConnectionError(f"the server at {address.url} refused the login: {reply}")
 
 
+def late(timeout: float, blocks: float = 0.0, what: str = "answer") -> TimeoutError:
+    """The error of a server that did not ``what`` within ``timeout`` (socket_timeout)
+    past the ``blocks`` seconds that blocking commands may hold their replies on purpose."""
+    if blocks:
+        return TimeoutError(
+            f"did not {what} within {blocks + timeout:g} s (the commands' own wait of "
+            f"{blocks:g} s plus socket_timeout {timeout:g} s)"
+        )
+    return TimeoutError(f"did not {what} within {timeout:g} s (socket_timeout)")
+
+
+def _timeval(seconds: float) -> bytes:
+    whole = int(seconds)
+    return struct.pack("ll", whole, round((seconds - whole) * 1e6))
+
+
 class SyncConnection:
-    """A blocking connection; one exchange at a time."""
+    """A blocking connection; one exchange at a time, each bounded by ``timeout``
+    (socket_timeout) plus what its commands may block on purpose."""
 
     def __init__(
-        self, address: Address, timeout: float | None = None, busy_poll: float = 0.0
+        self, address: Address, timeout: float = SOCKET_TIMEOUT, busy_poll: float = 0.0
     ) -> None:
-        if address.path is not None:
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            sock.settimeout(CONNECT_TIMEOUT if timeout is None else timeout)
-            try:
-                sock.connect(address.path)
-            except BaseException:
-                sock.close()
-                raise
-        else:
-            sock = socket.create_connection(
-                (address.host, address.port), CONNECT_TIMEOUT if timeout is None else timeout
-            )
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-            if address.tls:
-                sock = address.tls_context().wrap_socket(sock, server_hostname=address.host)
-        sock.settimeout(timeout)
+        try:
+            sock = _connect(address, timeout)
+        except TimeoutError:
+            raise late(timeout, what="accept a connection") from None
         self._sock = sock
         self._reader = new_reader()
-        # culex.spin: poll before blocking, where a socket allows it
-        plain = timeout is None and not address.tls
-        self._spinner = Spinner(busy_poll if plain else 0.0)
+        self.timeout = timeout
+        self._bound = 0.0  # the bound on each read and write now set on the socket
+        # A TLS socket keeps Python's timeout (it takes no flags, so it never spins); a
+        # plain one blocks with the kernel's timeouts instead (SO_RCVTIMEO, SO_SNDTIMEO, as
+        # hiredis does), so that a wait may poll first (culex._redis.spin) and a bounded
+        # read costs no more system calls than an unbounded one.
+        self._tls = address.tls
+        if not self._tls:
+            sock.settimeout(None)
+        self._spinner = Spinner(0.0 if self._tls else busy_poll)
         commands = address.handshake()
         if commands:
             try:
@@ -264,24 +278,59 @@ class SyncConnection:
                 self.close()
                 raise
 
-    def exchange(self, packed: bytes, count: int) -> list[Any]:
-        """Send ``packed`` and read ``count`` replies (error replies as ReplyError)."""
-        self._sock.sendall(packed)
-        replies: list[Any] = []
-        reader = self._reader
-        while len(replies) < count:
-            reply = reader.gets()
-            if reply is False:
-                data = receive(self._sock, self._spinner)
-                if not data:
-                    raise ConnectionError("the server closed the connection")
-                reader.feed(data)
-            else:
-                replies.append(reply)
+    def exchange(self, packed: bytes, count: int, blocks: float = 0.0) -> list[Any]:
+        """Send ``packed`` and read ``count`` replies (error replies as ReplyError). Raises
+        TimeoutError when the server is silent for ``blocks`` + ``timeout`` seconds; the
+        connection must then be closed (a reply may be half read)."""
+        bound = self.timeout + blocks
+        if bound != self._bound:
+            self._limit(bound)
+        try:
+            self._sock.sendall(packed)
+            replies: list[Any] = []
+            reader = self._reader
+            while len(replies) < count:
+                reply = reader.gets()
+                if reply is False:
+                    data = receive(self._sock, self._spinner)
+                    if not data:
+                        raise ConnectionError("the server closed the connection")
+                    reader.feed(data)
+                else:
+                    replies.append(reply)
+        except (BlockingIOError, TimeoutError):  # the kernel's timeout, or Python's (TLS)
+            raise late(self.timeout, blocks) from None
         return replies
+
+    def _limit(self, seconds: float) -> None:
+        if self._tls:
+            self._sock.settimeout(seconds)
+        else:
+            value = _timeval(seconds)
+            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, value)
+            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, value)
+        self._bound = seconds
 
     def close(self) -> None:
         self._sock.close()
+
+
+def _connect(address: Address, timeout: float) -> socket.socket:
+    if address.path is not None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(timeout)
+        try:
+            sock.connect(address.path)
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+    sock = socket.create_connection((address.host, address.port), timeout)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    if address.tls:
+        sock = address.tls_context().wrap_socket(sock, server_hostname=address.host)
+    return sock
 
 
 class _Protocol(asyncio.Protocol):
@@ -294,6 +343,15 @@ class _Protocol(asyncio.Protocol):
         self.count = 0
         self.replies: list[Any] = []
         self.lost: Exception | None = None
+        # The exchange in flight must be answered by ``deadline`` (loop time). One timer
+        # serves many exchanges: it is moved only when it would fire too late, and when it
+        # fires early it looks again at the deadline then. So most exchanges set a number
+        # and touch no timer (a timer made and cancelled per exchange cost 1.6 µs, a third
+        # of an exchange's own Python).
+        self.deadline = 0.0
+        self.timeout = 0.0
+        self.blocks = 0.0
+        self.timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # (uvloop's transports are not subclasses of asyncio.Transport, but are ones)
@@ -328,47 +386,75 @@ class _Protocol(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
 
+    def watch(self, loop: asyncio.AbstractEventLoop, timeout: float, blocks: float) -> None:
+        """Drop the connection if the exchange just sent is not answered in time."""
+        self.timeout, self.blocks = timeout, blocks
+        self.deadline = deadline = loop.time() + timeout + blocks
+        timer = self.timer
+        if timer is None or timer.when() > deadline:
+            if timer is not None:
+                timer.cancel()
+            self.timer = loop.call_at(deadline, self._look, loop)
+
+    def _look(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.timer = None
+        if self.waiter is None:  # nothing in flight: no timer until the next exchange
+            return
+        if loop.time() < self.deadline:  # a later exchange's deadline: look again then
+            self.timer = loop.call_at(self.deadline, self._look, loop)
+            return
+        self._fail(late(self.timeout, self.blocks))
+
 
 class AsyncConnection:
-    """An asyncio connection; one exchange at a time."""
+    """An asyncio connection; one exchange at a time, each bounded by ``timeout``
+    (socket_timeout) plus what its commands may block on purpose."""
 
-    def __init__(self, protocol: _Protocol) -> None:
+    def __init__(self, protocol: _Protocol, timeout: float) -> None:
         self._protocol = protocol
+        self.timeout = timeout
 
     @classmethod
-    async def open(cls, address: Address) -> AsyncConnection:
+    async def open(cls, address: Address, timeout: float = SOCKET_TIMEOUT) -> AsyncConnection:
         loop = asyncio.get_running_loop()
-        async with asyncio.timeout(CONNECT_TIMEOUT):
-            if address.path is not None:
-                _, protocol = await loop.create_unix_connection(_Protocol, address.path)
-            else:
-                ssl = address.tls_context() if address.tls else None
-                _, protocol = await loop.create_connection(
-                    _Protocol, address.host, address.port, ssl=ssl
-                )
-                sock = protocol.transport.get_extra_info("socket") if protocol.transport else None
-                if sock is not None:
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-            connection = cls(protocol)
-            commands = address.handshake()
-            if commands:
-                try:
-                    replies = await connection.exchange(hiredis_pack(commands), len(commands))
-                    _check_handshake(replies, address)
-                except BaseException:
-                    connection.close()
-                    raise
+        try:
+            async with asyncio.timeout(timeout):
+                if address.path is not None:
+                    _, protocol = await loop.create_unix_connection(_Protocol, address.path)
+                else:
+                    ssl = address.tls_context() if address.tls else None
+                    _, protocol = await loop.create_connection(
+                        _Protocol, address.host, address.port, ssl=ssl
+                    )
+                    transport = protocol.transport
+                    sock = transport.get_extra_info("socket") if transport else None
+                    if sock is not None:
+                        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        except TimeoutError:
+            raise late(timeout, what="accept a connection") from None
+        connection = cls(protocol, timeout)
+        commands = address.handshake()
+        if commands:
+            try:
+                replies = await connection.exchange(hiredis_pack(commands), len(commands))
+                _check_handshake(replies, address)
+            except BaseException:
+                connection.close()
+                raise
         return connection
 
-    async def exchange(self, packed: bytes, count: int) -> list[Any]:
-        """Send ``packed`` and read ``count`` replies. A cancelled exchange closes the
-        connection (a half-read reply would poison the next)."""
+    async def exchange(self, packed: bytes, count: int, blocks: float = 0.0) -> list[Any]:
+        """Send ``packed`` and read ``count`` replies. Raises TimeoutError when the server is
+        silent for ``blocks`` + ``timeout`` seconds. A failed or cancelled exchange closes
+        the connection (a half-read reply would poison the next)."""
         protocol = self._protocol
         if protocol.lost is not None or protocol.transport is None:
             raise ConnectionError("the connection is closed")
-        waiter = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        waiter = loop.create_future()
         protocol.waiter, protocol.count, protocol.replies = waiter, count, []
         protocol.transport.write(packed)
+        protocol.watch(loop, self.timeout, blocks)
         try:
             replies: list[Any] = await waiter
         except BaseException:
