@@ -44,7 +44,16 @@ def suite_binary() -> str:
 
 
 def pytest_configure() -> None:
-    suite_binary()  # a CULEX_TEST_SERVER that names no binary stops the run at once
+    # A CULEX_TEST_SERVER that names no binary: CI (which installs it) stops with an error;
+    # a user's machine without it skips the second run with one line and exit code 0.
+    named = os.environ.get("CULEX_TEST_SERVER")
+    if named is not None and shutil.which(named) is None and not os.environ.get("CI"):
+        pytest.exit(
+            f"skipped: the run on a second server needs {named!r}, which is not installed "
+            "(apt-get install redis-server)",
+            returncode=0,
+        )
+    suite_binary()
 
 
 def pytest_report_header() -> str:
