@@ -13,7 +13,6 @@ from collections.abc import AsyncIterator
 from . import config
 from ._redis.client import AsyncDriver, SyncDriver
 from ._redis.wire import SOCKET_TIMEOUT
-from .embedded import ensure_default_server
 
 _sync: dict[str, SyncDriver] = {}  # (a driver drops its connections in a forked child)
 _async: weakref.WeakKeyDictionary[
@@ -25,6 +24,8 @@ def resolve_url(url: str | None) -> str:
     """The URL to use: the given one, or the embedded server's (started if needed)."""
     if url:
         return url
+    from .embedded import ensure_default_server  # (a server with a redis_url never needs it)
+
     return ensure_default_server()
 
 
