@@ -23,8 +23,8 @@ import pytest
 import redis
 
 import culex
-from culex import config
-from culex._redis import connection, operations
+from culex import config, connection
+from culex._redis import operations
 from culex._redis.client import SyncDriver
 from culex._redis.keys import QueueKeys, queue_keys
 from culex.inspection import periodic_records

@@ -16,7 +16,7 @@ import pytest
 import redis
 
 import culex
-from culex._redis import connection
+from culex import connection
 from culex._redis.client import AsyncDriver
 from culex._redis.keys import queue_keys
 from culex._redis.operations import Call, Claimed, ClaimReply
@@ -307,7 +307,8 @@ async def test_broken_tasks_go_to_dead_and_the_runner_goes_on(r: redis.Redis) ->
 
 async def test_a_stale_completion_changes_nothing(r: redis.Redis) -> None:
     """A runner whose lease was lost reports late: the report is refused."""
-    from culex._redis import connection, operations
+    from culex import connection
+    from culex._redis import operations
 
     keys = queue_keys("culex", "order")
     task = await OrderJob(n=1).aenqueue()

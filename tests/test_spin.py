@@ -12,8 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 import culex
-from culex import config
-from culex._redis import connection
+from culex import config, connection
 from culex._redis.spin import GROW_START, Spinner, SpinningSelector, loop_factory, receive
 from culex._redis.wire import Address, SyncConnection
 

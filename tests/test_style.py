@@ -1,9 +1,14 @@
-"""The package stays mypy --strict and ruff clean (STYLE.md): CI fails otherwise."""
+"""The package keeps its shape (STYLE.md): mypy --strict and ruff clean, no import cycle,
+the Redis layer at the bottom and alone in building commands. CI fails otherwise."""
 
 from __future__ import annotations
 
+import ast
+import re
 import subprocess
 import sys
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -25,3 +30,203 @@ def test_ruff_lint_and_format() -> None:
     assert lint.returncode == 0, lint.stdout + lint.stderr
     fmt = run("ruff", "format", "--check", "src", "tests", "bench")
     assert fmt.returncode == 0, fmt.stdout + fmt.stderr
+
+
+# -- the package's layers: read from the source, so a new module is checked as it lands ---
+
+PACKAGE = ROOT / "src" / "culex"
+REDIS_LAYER = "culex._redis"
+COMMAND_WORD = re.compile(r"[A-Z]{3,}")
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+@dataclass(frozen=True)
+class Import:
+    """One culex module that one import statement brings in. ``when``: "top" (runs when the
+    module is imported), "deferred" (inside a function: runs when it is called) or "typing"
+    (under TYPE_CHECKING: never runs)."""
+
+    source: str
+    target: str
+    when: str
+    line: int
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _targets(source: str, node: ast.Import | ast.ImportFrom) -> list[str]:
+    """The culex modules an import statement names (``from . import config`` names the
+    module culex.config; ``from .job import Job`` names culex.job)."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names if alias.name in MODULES]
+    base = node.module or ""
+    if node.level:
+        package = source if MODULES[source].name == "__init__.py" else source.rpartition(".")[0]
+        for _ in range(node.level - 1):
+            package = package.rpartition(".")[0]
+        base = f"{package}.{base}" if base else package
+    named = [f"{base}.{alias.name}" for alias in node.names]
+    found = [name for name in named if name in MODULES]
+    if len(found) < len(named) and base in MODULES:
+        found.append(base)
+    return found
+
+
+def _walk(source: str, node: ast.AST, when: str) -> Iterator[Import]:
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.Import | ast.ImportFrom):
+            for target in _targets(source, child):
+                yield Import(source, target, when, child.lineno)
+        elif isinstance(child, ast.If) and _is_type_checking(child.test):
+            for inner in child.body:
+                yield from _walk(source, ast.Module([inner], []), "typing")
+            for inner in child.orelse:
+                yield from _walk(source, ast.Module([inner], []), when)
+        elif isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            yield from _walk(source, child, "typing" if when == "typing" else "deferred")
+        else:
+            yield from _walk(source, child, when)
+
+
+def imports() -> list[Import]:
+    found: list[Import] = []
+    for name, path in MODULES.items():
+        found.extend(_walk(name, ast.parse(path.read_text(), str(path)), "top"))
+    return found
+
+
+def find_cycle(edges: Iterable[Import]) -> list[str] | None:
+    """A cycle of modules (first module repeated at the end), or None."""
+    graph: dict[str, set[str]] = {}
+    for edge in edges:
+        graph.setdefault(edge.source, set()).add(edge.target)
+    done: set[str] = set()
+
+    def visit(module: str, path: list[str]) -> list[str] | None:
+        if module in path:
+            return [*path[path.index(module) :], module]
+        if module in done:
+            return None
+        for target in sorted(graph.get(module, ())):
+            cycle = visit(target, [*path, module])
+            if cycle:
+                return cycle
+        done.add(module)
+        return None
+
+    for module in sorted(graph):
+        cycle = visit(module, [])
+        if cycle:
+            return cycle
+    return None
+
+
+def test_the_import_graph_is_read_from_every_module() -> None:
+    edges = imports()
+    assert {"culex.connection", "culex._redis.operations", "culex.job"} <= MODULES.keys()
+    kinds = {(edge.source, edge.target): edge.when for edge in edges}
+    assert kinds["culex.job", "culex.enqueue"] == "top"
+    assert kinds["culex.enqueue", "culex.job"] == "typing"  # only names the type
+    assert kinds["culex.cli", "culex.runner"] == "deferred"  # (the CLI starts fast)
+    assert kinds["culex.connection", "culex.config"] == "top"  # from . import config
+    assert find_cycle([Import("a", "b", "top", 1), Import("b", "a", "top", 1)]) == ["a", "b", "a"]
+
+
+def test_no_import_cycle() -> None:
+    """Modules that run import each other in one direction only, whether the import runs
+    with the module or later in a function (a deferred import that closes a cycle only
+    hides it). Imports under TYPE_CHECKING are left out: they never run, and two types may
+    name each other (a Task knows its Job class; QueuedJob.enqueue returns a Task)."""
+    cycle = find_cycle(edge for edge in imports() if edge.when != "typing")
+    assert cycle is None, " -> ".join(cycle or ())
+
+
+def test_the_redis_layer_depends_on_nothing_above_it() -> None:
+    """culex._redis is given a URL and options: it reads no settings and starts no server.
+    It may raise culex's exceptions (culex.errors imports nothing)."""
+    upward = [
+        f"{edge.source}:{edge.line} imports {edge.target}"
+        for edge in imports()
+        if edge.source.startswith(REDIS_LAYER)
+        and not edge.target.startswith(REDIS_LAYER)
+        and edge.target != "culex.errors"
+    ]
+    assert upward == []
+    assert not [edge for edge in imports() if edge.source == "culex.errors"]
+
+
+def commands_built(path: Path) -> list[str]:
+    """Where a module outside culex._redis builds a Redis command: it makes a ``Call``, hands
+    a command word (upper case) to something of culex._redis, or writes a command tuple
+    (a command word followed by arguments)."""
+    tree = ast.parse(path.read_text(), str(path))
+    redis_names = {
+        (alias.asname or alias.name).partition(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and "_redis" in (node.module or "")
+        for alias in node.names
+    }
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            root: ast.expr = node.func
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            if isinstance(node.func, ast.Name | ast.Attribute) and (
+                getattr(node.func, "id", None) == "Call" or getattr(node.func, "attr", "") == "Call"
+            ):
+                found.append(f"{path.name}:{node.lineno} makes a Call")
+            elif isinstance(root, ast.Name) and root.id in redis_names:
+                for arg in [*node.args, *(keyword.value for keyword in node.keywords)]:
+                    if _command_word(arg):
+                        found.append(f"{path.name}:{node.lineno} sends {ast.unparse(arg)}")
+        elif isinstance(node, ast.Tuple | ast.List) and len(node.elts) > 1:
+            first, *rest = node.elts
+            if _command_word(first) and not all(_command_word(arg) for arg in rest):
+                found.append(f"{path.name}:{node.lineno} writes {ast.unparse(node)}")
+    return found
+
+
+def _command_word(node: ast.expr) -> bool:
+    return (
+        isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and COMMAND_WORD.fullmatch(node.value.partition(" ")[0]) is not None
+    )
+
+
+def test_nothing_outside_the_redis_layer_builds_a_command() -> None:
+    """Every command is an operation in culex/_redis/operations.py (STYLE.md: Redis lives
+    in one place), so a second driver has one list of calls to serve."""
+    outside = [path for name, path in MODULES.items() if not name.startswith(REDIS_LAYER)]
+    assert [where for path in outside for where in commands_built(path)] == []
+
+
+def test_the_command_check_finds_a_command(tmp_path: Path) -> None:
+    built = tmp_path / "built.py"
+    built.write_text(
+        "from culex._redis import operations\n"
+        "from culex._redis.operations import Call\n"
+        'operations.has_command("WAITAOF")\n'
+        'Call((), ("CONFIG", "GET", name), parse)\n'
+        'send(("GET", key))\n'
+        'LEVELS = ["DEBUG", "INFO"]\n'
+        'operations.config_get("appendonly")\n'
+    )
+    assert commands_built(built) == [
+        "built.py:3 sends 'WAITAOF'",
+        "built.py:4 makes a Call",
+        "built.py:4 writes ('CONFIG', 'GET', name)",
+        "built.py:5 writes ('GET', key)",
+    ]

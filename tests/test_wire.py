@@ -10,8 +10,8 @@ import pytest
 import redis
 
 import culex
-from culex import config
-from culex._redis import connection, operations
+from culex import config, connection
+from culex._redis import operations
 from culex._redis.keys import queue_keys
 from culex._redis.operations import Call
 from culex._redis.wire import Address

@@ -8,7 +8,6 @@
 
 from .config import Settings, configure, settings
 from .dead import DeadTask, adead_tasks, aretry_dead, dead_tasks, retry_dead
-from .enqueue import aenqueue_many, enqueue_many
 from .errors import (
     ConfigurationError,
     CulexError,
@@ -17,7 +16,8 @@ from .errors import (
     ServerUnavailable,
     TaskFailed,
 )
-from .job import Job, JobRegistry, QueuedJob, registry
+from .job import Job, QueuedJob, aenqueue_many, enqueue_many
+from .job_registry import JobRegistry, registry
 from .periodic import MonthSpan, PeriodicJob, months
 from .runner import Runner
 from .serialization import register_type

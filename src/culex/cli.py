@@ -186,7 +186,7 @@ def _queues(args: argparse.Namespace) -> int:
 
 def _periodic(args: argparse.Namespace) -> int:
     from .inspection import periodic_status
-    from .job import registry
+    from .job_registry import registry
     from .periodic import PeriodicJob, trigger
 
     *action, module = args.words

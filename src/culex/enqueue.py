@@ -1,11 +1,12 @@
 """Enqueuing: one task or many, now, after a delay or at a time, optionally durable.
 
 Described once as a flow (no I/O); ``task.run_sync`` and ``task.run_async`` drive it.
+``QueuedJob.enqueue`` and ``enqueue_many`` (in ``job.py``, beside the job) start it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +16,7 @@ from ._redis.keys import queue_keys, queues_key
 from ._redis.operations import Call, Enqueued
 from ._redis.wire import Address
 from .errors import ConfigurationError, ServerError
-from .task import Flow, Task, check_id, new_id, run_async, run_sync
+from .task import Flow, Task, check_id, new_id
 
 if TYPE_CHECKING:
     from .job import QueuedJob
@@ -30,38 +31,6 @@ _registered: set[tuple[str | None, str, str]] = set()
 # How each server (by redis_url) confirms a durable enqueue: asked once (_durability).
 _durability_of: dict[str | None, str] = {}
 config.on_change(_durability_of.clear)
-
-
-def enqueue_many(
-    jobs: Iterable[QueuedJob],
-    *,
-    delay: timedelta | float | None = None,
-    at: datetime | None = None,
-) -> list[Task]:
-    """Enqueue many job objects in few round trips (1,000 per pipeline); returns their tasks."""
-    return run_sync(enqueue_flow(_checked(jobs), delay, at))  # type: ignore[no-any-return]
-
-
-async def aenqueue_many(
-    jobs: Iterable[QueuedJob],
-    *,
-    delay: timedelta | float | None = None,
-    at: datetime | None = None,
-) -> list[Task]:
-    """The async twin of :func:`enqueue_many`."""
-    return await run_async(enqueue_flow(_checked(jobs), delay, at))  # type: ignore[no-any-return]
-
-
-def _checked(jobs: Iterable[QueuedJob]) -> list[QueuedJob]:
-    from .job import QueuedJob
-
-    if isinstance(jobs, QueuedJob) or not isinstance(jobs, Iterable):
-        raise TypeError("enqueue_many() takes an iterable of QueuedJob objects")
-    listed = list(jobs)
-    for job in listed:
-        if not isinstance(job, QueuedJob):
-            raise TypeError(f"enqueue_many() takes QueuedJob objects, got {type(job).__name__}")
-    return listed
 
 
 def enqueue_flow(
@@ -187,7 +156,7 @@ def _durability(settings: config.Settings) -> Flow:
     Raises ConfigurationError, saying what to change, when it can do none of them: before
     any task is stored."""
     waitaof, appendonly, appendfsync, replicas = yield [
-        operations.has_command("WAITAOF"),
+        operations.has_wait_fsync(),
         operations.config_get("appendonly"),
         operations.config_get("appendfsync"),
         operations.connected_replicas(),

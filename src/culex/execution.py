@@ -21,7 +21,8 @@ from ._redis.operations import Claimed
 from .config import seconds
 from .errors import JobFailure
 from .isolation import ChildDied, ChildRaised, run_in_process
-from .job import Job, JobRegistry, snake_case
+from .job import Job, snake_case
+from .job_registry import JobRegistry
 
 logger = logging.getLogger("culex")
 

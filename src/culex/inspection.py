@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from . import config
-from ._redis import connection, operations
+from . import config, connection
+from ._redis import operations
 from ._redis.client import SyncDriver
 from ._redis.keys import queue_keys, queues_key
 from ._redis.operations import Call

@@ -11,8 +11,8 @@ import logging
 import threading
 import time
 
-from . import config
-from ._redis import connection, operations
+from . import config, connection
+from ._redis import operations
 from ._redis.client import SyncDriver
 from ._redis.keys import queue_keys
 from ._redis.operations import Claimed

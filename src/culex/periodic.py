@@ -16,13 +16,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from . import config
-from ._redis import connection, operations
+from . import config, connection
+from ._redis import operations
 from ._redis.client import AsyncDriver
 from ._redis.keys import queue_keys, queues_key
 from ._redis.operations import Call, Scheduled
 from .errors import ConfigurationError, ServerError
-from .job import Job, JobRegistry, registry
+from .job import Job
+from .job_registry import JobRegistry, registry
 from .task import Task, new_id
 
 if TYPE_CHECKING:

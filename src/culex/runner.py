@@ -24,15 +24,16 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NoReturn
 
-from . import config, isolation, logs
-from ._redis import connection, operations
+from . import config, connection, isolation, logs
+from ._redis import operations
 from ._redis.client import AsyncDriver
 from ._redis.keys import QueueKeys, queue_keys
 from ._redis.operations import Call, Claimed, ClaimReply
 from ._redis.spin import loop_factory
 from .errors import ConfigurationError, ServerError, ServerUnavailable
 from .execution import Outcome, attempt, decode, task_name
-from .job import Job, JobRegistry, registry
+from .job import Job
+from .job_registry import JobRegistry, registry
 from .lease import LeaseKeeper
 from .periodic import Scheduler, periodic_jobs
 

@@ -9,11 +9,12 @@ import time
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any, Literal
 
-from . import config
-from ._redis import connection, operations
+from . import config, connection
+from ._redis import operations
 from ._redis.keys import QueueKeys, check_queue_name, queue_keys
 from ._redis.operations import Call
 from .errors import CulexError, TaskFailed
+from .job_registry import registry
 from .serialization import decode_result
 
 if TYPE_CHECKING:
@@ -188,8 +189,6 @@ class Task:
         """The result, typed by its job class's ``perform`` annotation when it is known."""
         job = self.job
         if job is None:
-            from .job import registry  # (job.py imports this module)
-
             job = registry.get(end.type)
         if job is None:
             return decode_result(end.result)

@@ -346,6 +346,11 @@ def has_command(name: str) -> Call[bool]:
     return Call((), ("COMMAND", "INFO", name), lambda reply: bool(reply) and reply[0] is not None)
 
 
+def has_wait_fsync() -> Call[bool]:
+    """Whether the server can run :func:`wait_fsync` (WAITAOF: Redis 7.2+ and Valkey)."""
+    return has_command("WAITAOF")
+
+
 def connected_replicas() -> Call[int]:
     """How many replicas are connected to the server now (INFO replication)."""
 

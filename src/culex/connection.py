@@ -1,6 +1,7 @@
-"""Connections to the server named by the settings, made once per process (and per loop).
+"""The connection to the configured server: which server (the ``redis_url`` setting, or the
+embedded default, DESIGN.md §7) and its drivers, made once per process (and per loop).
 
-With no ``redis_url`` the embedded server is started or joined (DESIGN.md §7).
+It sits above ``culex._redis``, which is given a URL and options and knows no settings.
 """
 
 from __future__ import annotations
@@ -9,9 +10,9 @@ import asyncio
 import weakref
 from collections.abc import AsyncIterator
 
-from .. import config
-from .client import AsyncDriver, SyncDriver
-from .wire import SOCKET_TIMEOUT
+from . import config
+from ._redis.client import AsyncDriver, SyncDriver
+from ._redis.wire import SOCKET_TIMEOUT
 
 _sync: dict[str, SyncDriver] = {}  # (a driver drops its connections in a forked child)
 _async: weakref.WeakKeyDictionary[
@@ -23,7 +24,7 @@ def resolve_url(url: str | None) -> str:
     """The URL to use: the given one, or the embedded server's (started if needed)."""
     if url:
         return url
-    from ..embedded import ensure_default_server
+    from .embedded import ensure_default_server  # (a server with a redis_url never needs it)
 
     return ensure_default_server()
 

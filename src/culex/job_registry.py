@@ -1,0 +1,56 @@
+"""The registry of job classes (``culex.registry``): job classes by their task type."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .job import Job
+
+
+class JobRegistry:
+    """Job classes by type name: how a runner finds the code for a task's ``type``.
+
+    Every concrete job class adds itself to ``culex.registry`` when it is defined. Two
+    classes may not share a type name; defining the same class again (same module and
+    qualified name: a reload, a class made in a function called twice) replaces it.
+    """
+
+    def __init__(self) -> None:
+        self._jobs: dict[str, type[Job]] = {}
+
+    def add(self, job: type[Job]) -> None:
+        known = self._jobs.get(job.type_)
+        if known is not None and _origin(known) != _origin(job):
+            raise TypeError(
+                f"two job classes have the task type {job.type_!r}: {_origin(known)} and "
+                f"{_origin(job)}. A runner finds a task's code by its type, so give this one "
+                f'a type of its own with a class attribute, e.g. name = "{_origin(job)}" '
+                "(the type stored with its tasks: producers in other languages use it too)"
+            )
+        self._jobs[job.type_] = job
+
+    def get(self, name: str) -> type[Job] | None:
+        return self._jobs.get(name)
+
+    def remove(self, job: type[Job]) -> None:
+        if self._jobs.get(job.type_) is job:
+            del self._jobs[job.type_]
+
+    def queues(self) -> list[str]:
+        """Every registered job's queue, in order of first definition."""
+        return list(dict.fromkeys(job.queue for job in self._jobs.values()))
+
+    def __iter__(self) -> Iterator[type[Job]]:
+        return iter(list(self._jobs.values()))
+
+    def __contains__(self, job: object) -> bool:
+        return isinstance(job, type) and self._jobs.get(getattr(job, "type_", "")) is job
+
+
+def _origin(job: type) -> str:
+    return f"{job.__module__}.{job.__qualname__}"
+
+
+registry = JobRegistry()
