@@ -14,15 +14,12 @@ nothing.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
+import culex_run
 import redis
-from server import PrivateServer, find_binary, jobs_folder, runner_arguments
+from server import private_server
 
 JOBS = """
 import atexit
@@ -65,16 +62,11 @@ def drain(url: str, folder: Path, tasks: int, concurrency: int, unfreeze: bool) 
     """Fill the queue, run ``culex run`` until it is empty, stop it; its collections."""
     client = redis.Redis.from_url(url)
     client.flushall()
-    produce = f"import culex, gc_jobs; culex.configure(redis_url={url!r}); "
-    produce += f"culex.enqueue_many([gc_jobs.Noop() for _ in range({tasks})])"
-    subprocess.run([sys.executable, "-c", produce], cwd=folder, check=True)
-    command = [sys.executable, "-m", "culex", "run", "gc_jobs"]
-    command += ["--concurrency", str(concurrency), "--redis-url", url]
-    env = {**os.environ, "BENCH_UNFREEZE": "1" if unfreeze else "0"}
-    worker = subprocess.Popen(command, cwd=folder, env=env, stderr=subprocess.DEVNULL)
+    culex_run.enqueue(folder, "gc_jobs", url, tasks)
+    env = {"BENCH_UNFREEZE": "1" if unfreeze else "0"}
+    worker = culex_run.start(folder, "gc_jobs", url, concurrency, env)
     try:
-        while client.zcard("culex:{bench}:waiting") or client.zcard("culex:{bench}:pending"):
-            time.sleep(0.05)
+        culex_run.wait_drained(client, 0.05)
     finally:
         worker.terminate()
         worker.wait(30)
@@ -97,17 +89,13 @@ def summary(pauses: list[Any]) -> str:
 
 
 def main() -> None:
-    args = runner_arguments(__doc__, tasks=50_000)
-    server = PrivateServer(find_binary(args.server))
-    url = server.start()
-    folder = jobs_folder("gc_jobs", JOBS)
-    try:
+    args = culex_run.runner_arguments(__doc__, tasks=50_000)
+    folder = culex_run.jobs_folder("gc_jobs", JOBS)
+    with private_server(args.server) as server:
         results = {
-            unfreeze: drain(url, folder, args.tasks, args.concurrency, unfreeze)
+            unfreeze: drain(server.url, folder, args.tasks, args.concurrency, unfreeze)
             for unfreeze in (False, True)
         }
-    finally:
-        server.stop()
     print(f"culex run draining {args.tasks:,} no-op tasks, concurrency {args.concurrency}:")
     print("  as culex run is (start-up objects frozen):")
     print(summary(results[False]))

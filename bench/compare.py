@@ -3,10 +3,13 @@
     python bench/compare.py                  # everything, medians of 2 runs
     python bench/compare.py --quick          # 2k tasks, 1 run, a 100k backlog
     python bench/compare.py --only culex,rq --runs 3
+    python bench/compare.py --pin bench/results/FILE.json   # the peers of that run
 
 Run it with the interpreter that has culex (the checkout under test) installed. The peers
-are installed on first use into their own environments under bench/.peers/. Raw results
-go to bench/results/<time>.json, the table to stdout (Markdown). See bench/README.md.
+are installed on first use into their own environments under bench/.peers/. The table
+goes to stdout (Markdown); the run's record (raw results, medians, the machine, the culex
+commit, every environment's versions and pip freeze) to bench/results/<time>-<commit>.json.
+See bench/README.md.
 """
 
 from __future__ import annotations
@@ -27,25 +30,24 @@ import peers
 import redis
 import report
 import scenarios
+from child import HERE
 from scenarios import Sizes, System
-from server import PrivateServer, find_binary
+from server import arguments, private_server
 
 SYSTEMS = ["culex", *peers.PEERS]
-RESULTS = scenarios.HERE / "results"
+RESULTS = HERE / "results"
 
 
 def parse() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
-    )
+    parser = arguments(__doc__)
     parser.add_argument("--quick", action="store_true", help="smaller counts, 1 run by default")
     parser.add_argument("--runs", type=int, help="runs to take the median of (default 2)")
     parser.add_argument("--only", help=f"comma-separated, among: {','.join(SYSTEMS)}")
     parser.add_argument("--no-extras", action="store_true", help="skip culex's E and limit part")
-    parser.add_argument(
-        "--server", default="auto", help="redis, valkey or a path (auto: redis-server if any)"
-    )
     parser.add_argument("--upgrade", action="store_true", help="upgrade the peers first")
+    parser.add_argument(
+        "--pin", type=Path, help="install the peers as this results file recorded them"
+    )
     args = parser.parse_args()
     args.systems = args.only.split(",") if args.only else SYSTEMS
     unknown = set(args.systems) - set(SYSTEMS)
@@ -53,10 +55,12 @@ def parse() -> argparse.Namespace:
         parser.error(f"unknown systems: {', '.join(sorted(unknown))}")
     if args.runs is None:
         args.runs = 1 if args.quick else 2
+    if args.pin and args.upgrade:
+        parser.error("--pin and --upgrade contradict each other")
     return args
 
 
-def checkout() -> str:
+def checkout() -> dict[str, Any]:
     """The commit of the culex under test, and whether the work tree has changes on top."""
     import culex
 
@@ -64,14 +68,15 @@ def checkout() -> str:
     git = ["git", "-C", str(folder)]
     try:
         head = subprocess.run(
-            [*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
-        )
+            [*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
         dirty = subprocess.run(
             [*git, "status", "--porcelain", "--", "."], capture_output=True, text=True, check=True
-        )
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
-        return f"not a git checkout ({folder})"
-    return head.stdout.strip() + (" with uncommitted changes" if dirty.stdout.strip() else "")
+        return {"culex_checkout": f"not a git checkout ({folder})", "culex_commit": None}
+    text = head[:7] + (" with uncommitted changes" if dirty else "")
+    return {"culex_checkout": text, "culex_commit": head, "culex_uncommitted": bool(dirty)}
 
 
 def source_digest() -> str:
@@ -98,25 +103,30 @@ def machine() -> dict[str, Any]:
         "python": platform.python_version(),
         "platform": platform.platform(),
         "load_average_at_start": os.getloadavg(),
-        "culex_checkout": checkout(),
+        **checkout(),
         "culex_source_at_start": source_digest(),
     }
 
 
-def environments(systems: list[str], upgrade: bool) -> tuple[dict[str, str], dict[str, Any]]:
-    """Each system's interpreter, and the versions installed next to it."""
+def environments(
+    systems: list[str], upgrade: bool, pin: Path | None
+) -> tuple[dict[str, str], dict[str, Any], dict[str, list[str]]]:
+    """Each system's interpreter, the versions installed next to it, and its pip freeze."""
+    pinned = json.loads(pin.read_text()) if pin else None
     pythons: dict[str, str] = {}
     versions: dict[str, Any] = {}
     for name in systems:
         if name == "culex":
             pythons[name] = sys.executable
-            versions[name] = peers.versions(sys.executable, peers.CULEX_REPORTED)
-            continue
-        peers.ensure(name, upgrade=upgrade)
-        pythons[name] = str(peers.python(name))
-        wanted = [peers.distribution(d) for d in peers.PEERS[name] + peers.SHARED]
+            wanted = peers.CULEX_REPORTED
+        else:
+            pins = peers.pinned(name, pinned) if pinned else None
+            peers.ensure(name, upgrade=upgrade, pins=pins)
+            pythons[name] = str(peers.python(name))
+            wanted = [peers.distribution(d) for d in peers.PEERS[name] + peers.SHARED]
         versions[name] = peers.versions(pythons[name], wanted)
-    return pythons, versions
+    frozen = {name: peers.freeze(python) for name, python in pythons.items()}
+    return pythons, versions, frozen
 
 
 def run_all(
@@ -146,18 +156,16 @@ def main() -> None:
     info = machine()
     if info["load_average_at_start"][0] > 0.5:
         print(f"note: the machine is busy (load {info['load_average_at_start'][0]:.2f})")
-    pythons, versions = environments(args.systems, args.upgrade)
-    server = PrivateServer(find_binary(args.server))
-    url = server.start()
-    info["server"] = server.version()
-    print(f"server: {info['server']} at {url}", flush=True)
-    client = redis.Redis.from_url(url)
-    try:
-        systems = [System(name, pythons[name], url, logs) for name in args.systems]
-        runs, extra_runs = run_all(args, systems, client, sizes)
-    finally:
-        client.close()
-        server.stop()
+    pythons, versions, frozen = environments(args.systems, args.upgrade, args.pin)
+    with private_server(args.server) as server:
+        info["server"] = server.version()
+        print(f"server: {info['server']} at {server.url}", flush=True)
+        client = redis.Redis.from_url(server.url)
+        try:
+            systems = [System(name, pythons[name], server.url, logs) for name in args.systems]
+            runs, extra_runs = run_all(args, systems, client, sizes)
+        finally:
+            client.close()
     info["load_average_at_end"] = os.getloadavg()
     info["runs"] = len(runs)
     info["culex_source_at_end"] = source_digest()
@@ -168,11 +176,12 @@ def main() -> None:
     extra = report.median_tree(extra_runs)
     text = report.render(info, sizes, medians, extra, settings, versions)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    out = RESULTS / f"{started}.json"
+    out = RESULTS / f"{started}-{(info['culex_commit'] or 'unknown')[:7]}.json"
     record = {
         "command": sys.argv,
         "machine": info,
         "versions": versions,
+        "pip": frozen,
         "settings": settings,
         "sizes": sizes.__dict__,
         "runs": runs,
@@ -184,7 +193,7 @@ def main() -> None:
     out.write_text(json.dumps(record, indent=1, default=list))
     print()
     print(text)
-    print(f"\nraw results: {out}; worker logs: {logs}")
+    print(f"\nthe run's record: {out}; worker logs: {logs}")
 
 
 if __name__ == "__main__":

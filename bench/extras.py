@@ -11,28 +11,16 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
+from functools import partial
 from typing import Any
 
 import redis
-from scenarios import HERE, Sizes, System, drain
+from scenarios import Sizes, System, attempt_into, drain
 
 
 def limits(system: System, what: str, count: int) -> dict[str, Any]:
     """Run ``limits.py`` with culex's interpreter; its JSON result."""
-    out = subprocess.run(
-        [system.python, str(HERE / "limits.py"), what, str(count)],
-        env=system.env,
-        cwd=HERE,
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        check=False,
-    )
-    if out.returncode != 0:
-        raise RuntimeError(f"limits.py {what}: {out.stderr.strip()[-500:]}")
-    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+    return system.script("limits.py", what, str(count), timeout=1800)
 
 
 def backlog(system: System, client: redis.Redis, depth: int, n: int) -> dict[str, Any]:
@@ -48,13 +36,7 @@ def backlog(system: System, client: redis.Redis, depth: int, n: int) -> dict[str
 def measure(system: System, client: redis.Redis, sizes: Sizes) -> dict[str, Any]:
     n = sizes.enqueue
     results: dict[str, Any] = {}
-
-    def attempt(name: str, work: Any) -> None:
-        try:
-            results[name] = work()
-        except (RuntimeError, TimeoutError, subprocess.TimeoutExpired) as exc:
-            results[name] = {"error": str(exc)}
-            print(f"  culex {name}: {exc}", flush=True)
+    attempt = partial(attempt_into, results, "culex")
 
     client.flushall()
     attempt("A_async", lambda: system.produce("one", n, producer="AsyncProducer"))

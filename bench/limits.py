@@ -15,13 +15,15 @@ Run with culex's interpreter, ``bench/`` on ``PYTHONPATH`` and ``BENCH_REDIS_URL
 from __future__ import annotations
 
 import argparse
-import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 import redis
 from adapters.culex import Noop
 from adapters.record import URL
+from child import answer
+from server import server_cpu
 
 import culex
 from culex._redis import operations, scripts
@@ -29,11 +31,6 @@ from culex._redis.keys import queue_keys
 
 BATCH = 100  # tasks per claim: what a runner with 100 free slots asks for
 FILL_CHUNK = 10_000  # tasks per enqueue_many call while filling
-
-
-def server_cpu(client: redis.Redis) -> float:
-    info = client.info("cpu")
-    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
 def send(pipe: Any, call: operations.Call[Any]) -> None:
@@ -79,20 +76,20 @@ def claim_and_complete(client: redis.Redis, pipe: Any, limit: int) -> int:
     send(pipe, claim)
     reply = claim.parse(pipe.execute()[0])
     if reply.tasks:
-        done = [(task.id, task.attempt, "null") for task in reply.tasks]
-        send(pipe, operations.complete(keys, settings.successful_job_ttl_ms, done))
+        ttl_ms = settings.successful_job_ttl_ms  # a result of None keeps the hash this long
+        done = [(task.id, task.attempt, "null", ttl_ms) for task in reply.tasks]
+        send(pipe, operations.complete(keys, done))
         pipe.execute()
     return len(reply.tasks)
 
 
-def drain(client: redis.Redis, count: int) -> dict[str, Any]:
-    """Claim and complete ``count`` waiting tasks, BATCH at a time."""
-    pipe = client.pipeline(transaction=False)
+def timed(client: redis.Redis, count: int, step: Callable[[int], int]) -> dict[str, Any]:
+    """Call ``step(done)`` until it has done ``count`` tasks; the rate and the server's CPU."""
     cpu = server_cpu(client)
     start = time.perf_counter()
     done = 0
     while done < count:
-        got = claim_and_complete(client, pipe, min(BATCH, count - done))
+        got = step(done)
         if not got:
             raise SystemExit(f"the queue ran dry after {done} tasks")
         done += got
@@ -101,16 +98,22 @@ def drain(client: redis.Redis, count: int) -> dict[str, Any]:
     return {"rate": count / elapsed, "server_cpu_us_per_task": used, "server_limit": 1e6 / used}
 
 
+def drain(client: redis.Redis, count: int) -> dict[str, Any]:
+    """Claim and complete ``count`` waiting tasks, BATCH at a time."""
+    pipe = client.pipeline(transaction=False)
+    return timed(
+        client, count, lambda done: claim_and_complete(client, pipe, min(BATCH, count - done))
+    )
+
+
 def cycle(client: redis.Redis, count: int) -> dict[str, Any]:
     """Enqueue BATCH (one pipeline), claim them, complete them; the depth stays put."""
     settings = culex.settings()
     keys = queue_keys(settings.prefix, Noop.queue)
     params = Noop(stamp=0.0).params_json()
     pipe = client.pipeline(transaction=False)
-    cpu = server_cpu(client)
-    start = time.perf_counter()
-    done = 0
-    while done < count:
+
+    def step(done: int) -> int:
         for i in range(BATCH):
             task_id = f"cycle-{done + i}"
             send(
@@ -120,10 +123,9 @@ def cycle(client: redis.Redis, count: int) -> dict[str, Any]:
                 ),
             )
         pipe.execute()
-        done += claim_and_complete(client, pipe, BATCH)
-    elapsed = time.perf_counter() - start
-    used = (server_cpu(client) - cpu) * 1e6 / count
-    return {"rate": count / elapsed, "server_cpu_us_per_task": used, "server_limit": 1e6 / used}
+        return claim_and_complete(client, pipe, BATCH)
+
+    return timed(client, count, step)
 
 
 def main() -> None:
@@ -136,7 +138,7 @@ def main() -> None:
     for script in scripts.ALL:
         client.script_load(script.source)
     result = {"fill": fill, "drain": drain, "cycle": cycle}[args.what](client, args.count)
-    print(json.dumps(result))
+    answer(result)
 
 
 if __name__ == "__main__":

@@ -13,13 +13,13 @@ Prints the figures; asserts nothing.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
+import culex_run
 import redis
-from server import PrivateServer, find_binary, jobs_folder, runner_arguments
+from server import private_server
 
 JOBS = """
 import culex
@@ -42,30 +42,23 @@ def memory(pid: int) -> dict[str, float]:
 
 
 def main() -> None:
-    args = runner_arguments(__doc__, tasks=20_000)
-    server = PrivateServer(find_binary(args.server))
-    url = server.start()
-    folder = jobs_folder("bare_jobs", JOBS)
-    command = [sys.executable, "-m", "culex", "run", "bare_jobs"]
-    command += ["--concurrency", str(args.concurrency), "--redis-url", url]
-    worker = subprocess.Popen(command, cwd=folder, stderr=subprocess.DEVNULL)
-    client = redis.Redis.from_url(url)
-    try:
-        while len(client.client_list()) < 2:  # until the runner has connected
-            time.sleep(0.05)
-        time.sleep(1.0)  # and settled
-        idle = memory(worker.pid)
-        produce = f"import culex, bare_jobs; culex.configure(redis_url={url!r}); "
-        produce += f"culex.enqueue_many([bare_jobs.Noop(stamp=0) for _ in range({args.tasks})])"
-        subprocess.run([sys.executable, "-c", produce], cwd=folder, check=True)
-        while client.zcard("culex:{bench}:waiting") or client.zcard("culex:{bench}:pending"):
-            time.sleep(0.01)
-        after = memory(worker.pid)
-    finally:
-        worker.terminate()
-        worker.wait(15)
-        client.close()
-        server.stop()
+    args = culex_run.runner_arguments(__doc__, tasks=20_000)
+    folder = culex_run.jobs_folder("bare_jobs", JOBS)
+    with private_server(args.server) as server:
+        worker = culex_run.start(folder, "bare_jobs", server.url, args.concurrency)
+        client = redis.Redis.from_url(server.url)
+        try:
+            while len(client.client_list()) < 2:  # until the runner has connected
+                time.sleep(0.05)
+            time.sleep(1.0)  # and settled
+            idle = memory(worker.pid)
+            culex_run.enqueue(folder, "bare_jobs", server.url, args.tasks, "stamp=0")
+            culex_run.wait_drained(client, 0.01)
+            after = memory(worker.pid)
+        finally:
+            worker.terminate()
+            worker.wait(15)
+            client.close()
     print(f"culex runner, a task that imports nothing, concurrency {args.concurrency}:")
     print(
         f"  idle RSS {idle['VmRSS']:.1f} MB; peak RSS over a drain of {args.tasks:,} tasks "

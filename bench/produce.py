@@ -15,13 +15,13 @@ import argparse
 import asyncio
 import importlib
 import inspect
-import json
 import time
 from collections.abc import Callable
 from typing import Any
 
 import redis
 from adapters.record import DONE, URL
+from child import answer
 
 TRICKLE_GAP = 0.010  # seconds between two enqueues in the pick-up latency scenario
 DELAY = 2.0  # seconds from enqueue to due in the lateness scenario
@@ -105,7 +105,7 @@ async def main() -> None:
                 result = await scenario(producer, args.scenario, args.count)
     except NotImplementedError as exc:
         result = {"na": str(exc)}
-    print(json.dumps(result))
+    answer(result)
 
 
 if __name__ == "__main__":

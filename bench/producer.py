@@ -31,7 +31,6 @@ Same server kind and settings as compare.py. Prints the figures; asserts nothing
 
 from __future__ import annotations
 
-import argparse
 import socket
 import statistics
 import time
@@ -39,7 +38,7 @@ from collections.abc import Callable
 from typing import Any
 
 import redis
-from server import PrivateServer, find_binary
+from server import arguments, private_server
 
 import culex
 from culex._redis import wire
@@ -238,23 +237,19 @@ def loop() -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = arguments(__doc__)
     parser.add_argument("--calls", type=int, default=100_000)
     parser.add_argument("--paused", type=int, default=300)
     parser.add_argument("--floor", type=int, default=20_000, help="calls per loop (0: skip)")
-    parser.add_argument("--server", default="auto", help="redis, valkey or a path")
     args = parser.parse_args()
-    server = PrivateServer(find_binary(args.server))
-    url = server.start()
-    stats = redis.Redis(port=server.port)
-    sock = server.socket()
+    with private_server(args.server) as server, server.socket() as sock:
+        stats = redis.Redis(port=server.port)
 
-    def ping() -> None:
-        sock.sendall(b"PING\r\n")
-        sock.recv(64)
+        def ping() -> None:
+            sock.sendall(b"PING\r\n")
+            sock.recv(64)
 
-    try:
-        culex.configure(redis_url=url)
+        culex.configure(redis_url=server.url)
         Noop(stamp=1.0).enqueue()  # connect, load the script
         print(f"culex's Python per enqueue(), the wire cut off: {python_alone(args.calls):.1f} µs")
         after = python_after(ping, args.calls)
@@ -280,10 +275,7 @@ def main() -> None:
             for name, means in floor(sock, args.floor).items():
                 rounds = ", ".join(f"{m:.1f}" for m in means)
                 print(f"  {name:12} {rounds}  (best {1e6 / min(means):,.0f}/s)")
-    finally:
-        sock.close()
         stats.close()
-        server.stop()
 
 
 if __name__ == "__main__":

@@ -119,8 +119,8 @@ def notes(medians: dict[str, Any]) -> list[str]:
     return found
 
 
-def extras(extra: dict[str, Any], culex: dict[str, Any]) -> list[str]:
-    """The culex-only section, as lines of text."""
+def extras(extra: dict[str, Any], culex: dict[str, Any], n: int) -> list[str]:
+    """The culex-only section, as lines of text (``n``: the tasks of A, A2 and B)."""
 
     def get(*path: str) -> str:
         value = dig(extra, path)
@@ -138,8 +138,8 @@ def extras(extra: dict[str, Any], culex: dict[str, Any]) -> list[str]:
     for key in sorted(k for k in extra if k.startswith("backlog_")):
         depth = int(key.removeprefix("backlog_"))
         lines.append(
-            f"- {depth:,} tasks waiting: bulk enqueue of 20k more "
-            f"{get(key, 'bulk_enqueue', 'rate')}/s; a runner drains 20k of them at "
+            f"- {depth:,} tasks waiting: bulk enqueue of {n:,} more "
+            f"{get(key, 'bulk_enqueue', 'rate')}/s; a runner drains {n:,} of them at "
             f"{get(key, 'drain', 'rate_after_first')}/s after its start-up; the scripts "
             f"cycling enqueue + claim + complete {get(key, 'cycle', 'rate')}/s "
             f"({get(key, 'cycle', 'server_cpu_us_per_task')} µs of server CPU per task)"
@@ -194,5 +194,9 @@ def render(
         *(f"- {text}" for text in notes(medians)),
     ]
     if extra and "culex" in medians:
-        lines += ["", "culex only (E, and the limit):", *extras(extra, medians["culex"])]
+        lines += [
+            "",
+            "culex only (E, and the limit):",
+            *extras(extra, medians["culex"], sizes.enqueue),
+        ]
     return "\n".join(lines)

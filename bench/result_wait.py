@@ -11,14 +11,13 @@ another checkout on PYTHONPATH to compare. Prints the figures; asserts nothing.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import threading
 import time
 from typing import Any
 
-from server import PrivateServer, find_binary
+from server import arguments, private_server
 
 import culex
 from culex._redis.wire import SyncConnection
@@ -37,10 +36,10 @@ def counting() -> list[int]:
     counts: list[int] = []
     exchange = SyncConnection.exchange
 
-    def counted(self: SyncConnection, packed: bytes, count: int) -> Any:
+    def counted(self: SyncConnection, packed: bytes, count: int, *blocks: float) -> Any:
         if threading.get_ident() == me:
             counts.append(count)
-        return exchange(self, packed, count)
+        return exchange(self, packed, count, *blocks)  # (older checkouts take no blocks)
 
     SyncConnection.exchange = counted  # type: ignore[method-assign]
     return counts
@@ -61,13 +60,11 @@ def run_later(delay: float, stop: threading.Event) -> threading.Thread:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = arguments(__doc__)
     parser.add_argument("--wait", type=float, default=2.0)
-    parser.add_argument("--server", default="auto", help="redis, valkey or a path")
     args = parser.parse_args()
-    server = PrivateServer(find_binary(args.server))
-    culex.configure(redis_url=server.start())
-    try:
+    with private_server(args.server) as server:
+        culex.configure(redis_url=server.url)
         task = WaitedJob().enqueue()
         with contextlib.suppress(TimeoutError):  # once first: a script load is not counted
             task.result(timeout=0)
@@ -89,8 +86,6 @@ def main() -> None:
             f"a wait that its task ends after {args.wait:g} s: {len(counts)} exchanges "
             f"in {took:.2f} s (result {value})"
         )
-    finally:
-        server.stop()
 
 
 if __name__ == "__main__":

@@ -8,19 +8,22 @@ measurements; each adapter only says how its system enqueues and starts a worker
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import statistics
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+import child
 import redis
+from child import HERE
+from server import server_cpu
 
-HERE = Path(__file__).resolve().parent
 DONE = "bench:done"
 LATE = "bench:late"
 POLL = 0.001  # seconds between two looks at the counter
@@ -57,17 +60,8 @@ class System:
             "print(json.dumps({k: v for k, v in vars(m).items() if k.isupper() "
             "and isinstance(v, (str, int, list))}))\n"
         )
-        out = subprocess.run(
-            [self.python, "-c", script, self.name],
-            env=self.env,
-            cwd=HERE,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if out.returncode != 0:
-            raise RuntimeError(f"cannot load adapters/{self.name}.py: {out.stderr.strip()}")
-        self.extra = json.loads(out.stdout)
+        what = f"loading adapters/{self.name}.py"
+        self.extra = child.run(self.python, ["-c", script, self.name], what=what, env=self.env)
         self.worker = self.extra.pop("WORKER")
         self.settings = self.extra.pop("SETTINGS")
 
@@ -87,22 +81,16 @@ class System:
             for part in template
         ]
 
+    def script(self, name: str, *args: str, timeout: float = 600) -> dict[str, Any]:
+        """Run the bench script ``name`` with this system's interpreter; its JSON answer."""
+        what = f"{self.name}: {name} {' '.join(args)}"
+        return child.run(
+            self.python, [str(HERE / name), *args], what=what, env=self.env, timeout=timeout
+        )
+
     def produce(self, scenario: str, count: int, producer: str = "Producer") -> dict[str, Any]:
         """Run ``produce.py`` with this system's interpreter; its JSON result."""
-        args = [self.python, str(HERE / "produce.py"), self.name, scenario, str(count)]
-        out = subprocess.run(
-            [*args, "--producer", producer],
-            env=self.env,
-            cwd=HERE,
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=False,
-        )
-        if out.returncode != 0:
-            tail = out.stderr.strip().splitlines()[-3:]
-            raise RuntimeError(f"{self.name} {scenario}: producer failed: {' | '.join(tail)}")
-        return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+        return self.script("produce.py", self.name, scenario, str(count), "--producer", producer)
 
 
 class Workers:
@@ -175,12 +163,6 @@ class Workers:
                 os.killpg(process.pid, signal.SIGKILL)
             process.wait()
         self.processes = []
-
-
-def server_cpu(client: redis.Redis) -> float:
-    """Seconds of CPU the server has used so far (user + system)."""
-    info = client.info("cpu")
-    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
 def wait_count(
@@ -277,6 +259,15 @@ def latencies(system: System, client: redis.Redis, sizes: Sizes) -> dict[str, An
     return results
 
 
+def attempt_into(results: dict[str, Any], who: str, name: str, work: Callable[[], Any]) -> None:
+    """``results[name] = work()``, or the error that stopped it: one failure ends no run."""
+    try:
+        results[name] = work()
+    except (RuntimeError, TimeoutError, subprocess.TimeoutExpired) as exc:
+        results[name] = {"error": str(exc)}
+        print(f"  {who} {name}: {exc}", flush=True)
+
+
 def measure(system: System, client: redis.Redis, sizes: Sizes) -> dict[str, Any]:
     """A, B, A2, C, D and RSS for one system, in that order, on a flushed server.
 
@@ -284,13 +275,7 @@ def measure(system: System, client: redis.Redis, sizes: Sizes) -> dict[str, Any]
     """
     results: dict[str, Any] = {}
     n = sizes.enqueue
-
-    def attempt(name: str, work: Any) -> None:
-        try:
-            results[name] = work()
-        except (RuntimeError, TimeoutError, subprocess.TimeoutExpired) as exc:
-            results[name] = {"error": str(exc)}
-            print(f"  {system.name} {name}: {exc}", flush=True)
+    attempt = partial(attempt_into, results, system.name)
 
     client.flushall()
     attempt("A", lambda: system.produce("one", n))

@@ -11,8 +11,9 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import textwrap
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import redis
@@ -105,17 +106,29 @@ class PrivateServer:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def runner_arguments(description: str | None, tasks: int) -> argparse.Namespace:
-    """The options of a culex-only script that drains tasks with one ``culex run``."""
-    parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--tasks", type=int, default=tasks)
-    parser.add_argument("--concurrency", type=int, default=100)
-    parser.add_argument("--server", default="auto", help="redis, valkey or a path")
-    return parser.parse_args()
+@contextmanager
+def private_server(choice: str) -> Iterator[PrivateServer]:
+    """A started :class:`PrivateServer` of ``find_binary(choice)``, stopped on the way out."""
+    server = PrivateServer(find_binary(choice))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
-def jobs_folder(module: str, source: str) -> Path:
-    """A new folder holding the job module ``module``.py for ``culex run`` to import."""
-    folder = Path(tempfile.mkdtemp(prefix=f"culex-bench-{module}-"))
-    (folder / f"{module}.py").write_text(textwrap.dedent(source))
-    return folder
+def arguments(description: str | None) -> argparse.ArgumentParser:
+    """The options parser of a bench script, with the ``--server`` every one of them takes."""
+    parser = argparse.ArgumentParser(
+        description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--server", default="auto", help="redis, valkey or a path (auto: redis-server if any)"
+    )
+    return parser
+
+
+def server_cpu(client: redis.Redis) -> float:
+    """Seconds of CPU the server has used so far (user + system), from INFO cpu."""
+    info = client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])

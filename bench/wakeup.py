@@ -13,13 +13,12 @@ asserts nothing.
 
 from __future__ import annotations
 
-import argparse
 import os
 import socket
 import time
 from collections.abc import Callable
 
-from server import PrivateServer, find_binary
+from server import arguments, private_server
 
 PING = b"PING\r\n"
 
@@ -47,35 +46,29 @@ def round_trip(sock: socket.socket, wait: Callable[[socket.socket], None], calls
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = arguments(__doc__)
     parser.add_argument("--calls", type=int, default=20_000)
-    parser.add_argument("--server", default="auto", help="redis, valkey or a path")
     args = parser.parse_args()
-    server = PrivateServer(find_binary(args.server))
-    server.start()
-    assert server.process is not None
-    sock = server.socket()
-    cores = os.sched_getaffinity(0)
-    server_pid = server.process.pid
-    try:
-        for n in range(1, 4):
-            block = round_trip(sock, blocking, args.calls)
-            poll = round_trip(sock, polling, args.calls)
-            one = min(cores)
-            os.sched_setaffinity(0, {one})
-            os.sched_setaffinity(server_pid, {one})
-            try:
-                pinned = round_trip(sock, blocking, args.calls)
-            finally:
-                os.sched_setaffinity(0, cores)
-                os.sched_setaffinity(server_pid, cores)
-            print(
-                f"round {n}: PING round trip {block:.1f} µs blocking, {poll:.1f} µs polling, "
-                f"{pinned:.1f} µs blocking with both on one core"
-            )
-    finally:
-        sock.close()
-        server.stop()
+    with private_server(args.server) as server:
+        assert server.process is not None
+        server_pid = server.process.pid
+        cores = os.sched_getaffinity(0)
+        with server.socket() as sock:
+            for n in range(1, 4):
+                block = round_trip(sock, blocking, args.calls)
+                poll = round_trip(sock, polling, args.calls)
+                one = min(cores)
+                os.sched_setaffinity(0, {one})
+                os.sched_setaffinity(server_pid, {one})
+                try:
+                    pinned = round_trip(sock, blocking, args.calls)
+                finally:
+                    os.sched_setaffinity(0, cores)
+                    os.sched_setaffinity(server_pid, cores)
+                print(
+                    f"round {n}: PING round trip {block:.1f} µs blocking, {poll:.1f} µs "
+                    f"polling, {pinned:.1f} µs blocking with both on one core"
+                )
 
 
 if __name__ == "__main__":

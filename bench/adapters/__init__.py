@@ -15,3 +15,19 @@ latency scenarios one ``RPUSH`` of how late it started: see ``record``) and:
 The modules run in a subprocess with the system's own interpreter (``bench/produce.py`` and
 the worker command), with ``bench/`` on ``PYTHONPATH`` and the URL in ``BENCH_REDIS_URL``.
 """
+
+from __future__ import annotations
+
+from typing import Any, Self
+
+
+class SyncProducer:
+    """The base of a sync ``Producer`` with nothing to open or close and no bulk API."""
+
+    many: Any = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass

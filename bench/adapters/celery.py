@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from celery import Celery
 
+from . import SyncProducer
 from .record import URL, record
 
 WORKER = ["{bin}/celery", "-A", "adapters.celery", "worker", "--pool", "solo", "-Q", "bench"]
@@ -18,17 +19,9 @@ def noop(stamp: float) -> None:
     record(stamp)
 
 
-class Producer:
+class Producer(SyncProducer):
     """``task.delay`` / ``apply_async(countdown=...)``; no bulk enqueue (a ``group`` sends
     its messages one by one)."""
-
-    many = None
-
-    def __enter__(self) -> Producer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        pass
 
     def one(self, stamp: float, delay: float) -> None:
         if delay:

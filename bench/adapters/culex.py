@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import culex
 
+from . import SyncProducer
 from .record import URL, arecord
 
 CONCURRENCY = 100
@@ -31,15 +32,12 @@ class Noop(culex.QueuedJob):
         await arecord(self.stamp)
 
 
-class Producer:
+class Producer(SyncProducer):
     """Sync ``enqueue()`` and ``culex.enqueue_many()``, the documented producer calls."""
 
     def __enter__(self) -> Producer:
         culex.configure(redis_url=URL)
         return self
-
-    def __exit__(self, *exc: object) -> None:
-        pass
 
     def one(self, stamp: float, delay: float) -> None:
         Noop(stamp=stamp).enqueue(delay=delay or None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dramatiq
 from dramatiq.brokers.redis import RedisBroker
 
+from . import SyncProducer
 from .record import URL, record
 
 THREADS = 8
@@ -19,14 +20,9 @@ def noop(stamp: float) -> None:
     record(stamp)
 
 
-class Producer:
+class Producer(SyncProducer):
     """``send`` / ``send_with_options(delay=ms)``; no bulk enqueue (``group`` sends one by
     one)."""
-
-    many = None
-
-    def __enter__(self) -> Producer:
-        return self
 
     def __exit__(self, *exc: object) -> None:
         dramatiq.get_broker().close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from huey import RedisHuey
 
+from . import SyncProducer
 from .record import URL, record
 
 WORKERS = 1
@@ -18,16 +19,8 @@ def noop(stamp: float) -> None:
     record(stamp)
 
 
-class Producer:
+class Producer(SyncProducer):
     """Calling the task / ``task.schedule(delay=...)``; huey has no bulk enqueue."""
-
-    many = None
-
-    def __enter__(self) -> Producer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        pass
 
     def one(self, stamp: float, delay: float) -> None:
         if delay:
