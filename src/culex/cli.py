@@ -150,8 +150,8 @@ def _run(args: argparse.Namespace) -> int:
     load_module(args.module)
     runner = Runner()
     # What is loaded by now (modules, classes, functions) lives as long as the process:
-    # freeze it, so that the full collections of a busy runner skip it: a stall of 0.2 ms
-    # each instead of 8 ms (median, draining 50,000 no-op tasks: bench/collector.py).
+    # freeze it, so that the full collections of a busy runner skip it and stall far less
+    # (docs/fast.md; bench/collector.py measures it).
     gc.collect()
     gc.freeze()
     runner.run()

@@ -2,7 +2,7 @@
 
 A runner at INFO writes two lines per task (``Running task ...``, ``... succeeded, took``).
 With ``logging.basicConfig`` each line costs a formatted timestamp and a flush (a write
-system call) of its own: about a third of a no-op task's cost (bench/README.md). Here the
+system call) of its own: a large share of a no-op task's cost (docs/fast.md). Here the
 timestamp is formatted once a second, and lines are written in batches: at once for a
 warning or worse, else when 256 are waiting or FLUSH_EVERY has passed. Library users keep
 their own logging set-up; this is only what ``culex run`` installs.
@@ -97,7 +97,7 @@ class BatchingHandler(logging.StreamHandler[TextIO]):
 def task_line(logger: logging.Logger, message: str, *args: object) -> None:
     """An INFO line of the per-task kind. Under ``culex run``'s own set-up, where nothing
     but its handler would see the record, the text goes straight into that handler's batch
-    (2.0 µs a line against 6.5). Otherwise a record is made, without looking up the
+    (several times cheaper: docs/fast.md). Otherwise a record is made, without looking up the
     caller's source line, and filters and handlers see it like any other."""
     if not logger.isEnabledFor(logging.INFO):
         return

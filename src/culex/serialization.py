@@ -518,9 +518,10 @@ def register_type(tp: type, serialize: Serializer, deserialize: Deserializer) ->
 def _compact() -> Callable[[dict[str, JSON]], str]:
     """``json.dumps(data, separators=(",", ":"), ensure_ascii=False)``, made once.
 
-    ``JSONEncoder.encode`` builds its C encoder anew on every call: 2.6 of the 3.4 µs it
-    takes for a one-param job, and one such call is made for every enqueue. The C encoder
-    is built here once; where CPython's accelerator is missing, the plain encoder serves.
+    ``JSONEncoder.encode`` builds its C encoder anew on every call, most of the time it
+    takes for a one-param job (docs/fast.md), and one such call is made for every
+    enqueue. The C encoder is built here once; where CPython's accelerator is missing, the
+    plain encoder serves.
     It skips the cycle check: a codec's output is new lists and dicts of checked values
     (``_is_json`` walks a custom serializer's), so it has no cycle.
     """

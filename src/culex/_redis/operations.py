@@ -23,8 +23,8 @@ Arg = str | int | float | bytes
 class Call(NamedTuple, Generic[T]):
     """One round trip's worth of work: a script (or a command), keys, args, a parser.
 
-    A named tuple, not a frozen dataclass: as immutable, and made in less than half the
-    time (a frozen dataclass sets each field through ``object.__setattr__``); one is made
+    A named tuple, not a frozen dataclass: as immutable, and made faster (a frozen
+    dataclass sets each field through ``object.__setattr__``; docs/fast.md); one is made
     for every enqueue.
 
     ``blocks``: the seconds a blocking command may hold its reply on purpose (BLPOP's

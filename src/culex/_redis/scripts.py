@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from importlib import resources
 
-try:  # CPython's own SHA-1: hashlib would load OpenSSL, 0.7 MB of every runner's memory
+try:  # CPython's own SHA-1: hashlib would load OpenSSL into every runner (docs/fast.md)
     from _sha1 import sha1  # type: ignore[import-not-found]  # (no stub: a private module)
 except ImportError:  # another Python
     from hashlib import sha1

@@ -1,10 +1,9 @@
 """Spin, then block: how culex waits for a reply it expects within microseconds.
 
 A server on the same machine answers culex's scripts in some tens of µs, but a thread
-that blocks for the answer is woken long after it arrived: on the 2-core VM of
-bench/README.md a PING round trip took 70 µs with a blocking read and 22 µs when the
-reader polled without blocking; on a Firecracker VM whose guest never polls before it
-halts, 110-134 µs and 32-52 µs. Most of a round trip is the wake-up, not the server. So a
+that blocks for the answer is woken long after it arrived: on some of the VMs culex was
+measured on, a blocking read made a PING round trip three or four times as long as a
+polling one (docs/fast.md). There, most of a round trip is the wake-up, not the server. So a
 wait first polls without blocking (the spin of an adaptive mutex; Linux's SO_BUSY_POLL does
 the same for network cards), then blocks as before.
 

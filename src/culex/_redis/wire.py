@@ -4,7 +4,7 @@ culex sends only a few kinds of commands (its scripts, a blocking wait, some rea
 by the calls themselves, so it needs no general client: a socket, hiredis's reply parser
 and a handshake. Owning this layer is what makes culex fast and small. redis-py's client
 layer cost more per call than the server's work for our scripts, and importing it alone
-took about 20 MB of a runner's memory (see bench/README.md).
+would add megabytes to every runner (docs/fast.md).
 
 URLs: ``redis://[[user]:password@]host[:port][/db]``, ``rediss://`` for TLS, and
 ``unix://[[user]:password@]/path/to/socket[?db=N]``. A ``rediss://`` URL takes redis-py's
@@ -346,8 +346,8 @@ class _Protocol(asyncio.Protocol):
         # The exchange in flight must be answered by ``deadline`` (loop time). One timer
         # serves many exchanges: it is moved only when it would fire too late, and when it
         # fires early it looks again at the deadline then. So most exchanges set a number
-        # and touch no timer (a timer made and cancelled per exchange cost 1.6 µs, a third
-        # of an exchange's own Python).
+        # and touch no timer (a timer made and cancelled per exchange costs a sizeable share
+        # of an exchange's own Python: docs/fast.md).
         self.deadline = 0.0
         self.timeout = 0.0
         self.blocks = 0.0
