@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import inspect
 import os
 import shutil
 import signal
@@ -18,9 +19,9 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, overload
 
 import pytest
 import redis
@@ -29,6 +30,8 @@ import culex
 from culex import config
 from culex._redis.client import SyncDriver
 from culex.embedded import EmbeddedServer, server_binary
+
+T = TypeVar("T")
 
 
 def suite_binary() -> str:
@@ -137,23 +140,79 @@ def private_tcp_process(
             stderr=subprocess.STDOUT,
         )  # fmt: skip
     client = redis.Redis(port=port, password=password, ssl=tls is not None, **(tls or {}))
+
+    def answers() -> bool:
+        try:
+            return bool(client.ping())
+        except redis.ConnectionError:
+            if proc.poll() is not None:
+                raise ServerExited(log.read_text(errors="replace")) from None
+            return False
+
     try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                if proc.poll() is not None:
-                    raise ServerExited(log.read_text(errors="replace")) from None
-                assert time.monotonic() < deadline, "the private server did not start"
-                time.sleep(0.01)
+        wait_until(answers, what="the private server to start")
         yield port, proc
     finally:
         client.close()
         proc.send_signal(signal.SIGCONT)  # (a stopped process would not act on SIGTERM)
         proc.terminate()
         proc.wait(10)
+
+
+# -- waiting for a state the test cannot be told of -------------------------------------
+#
+# Where an event can be awaited (an asyncio.Event, a log line, a process exit), await it.
+# These poll for a state another process or thread reaches by itself. Their timeout is not a
+# timing threshold: it only turns a hang into a failure that says what never happened.
+
+
+def wait_until(
+    check: Callable[[], T | None],
+    timeout: float = 10.0,
+    what: str = "the condition",
+    every: float = 0.01,
+) -> T:
+    """Call ``check`` every ``every`` seconds until it returns something true; return that."""
+    deadline = time.monotonic() + timeout
+    while not (found := check()):
+        _in_time(deadline, timeout, what)
+        time.sleep(every)
+    return found
+
+
+@overload
+async def await_until(
+    check: Callable[[], Awaitable[T | None]],
+    timeout: float = ...,
+    what: str = ...,
+    every: float = ...,
+) -> T: ...
+@overload
+async def await_until(
+    check: Callable[[], T | None], timeout: float = ..., what: str = ..., every: float = ...
+) -> T: ...
+async def await_until(
+    check: Callable[[], Any],
+    timeout: float = 10.0,
+    what: str = "the condition",
+    every: float = 0.01,
+) -> Any:
+    """:func:`wait_until` without blocking the loop; ``check`` may be a coroutine function."""
+    deadline = time.monotonic() + timeout
+    while not (found := await _checked(check)):
+        _in_time(deadline, timeout, what)
+        await asyncio.sleep(every)
+    return found
+
+
+async def _checked(check: Callable[[], Any]) -> Any:
+    found = check()
+    return (await found) if inspect.isawaitable(found) else found
+
+
+def _in_time(deadline: float, timeout: float, what: str) -> None:
+    if time.monotonic() >= deadline:
+        raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
 
 
 @contextlib.asynccontextmanager
@@ -192,6 +251,12 @@ def snapshot(r: redis.Redis) -> dict[bytes, Any]:
             value = r.dump(key)
         state[key] = (value, r.pttl(key) > 0)
     return state
+
+
+def server_ms(r: redis.Redis) -> int:
+    """The server's clock (TIME), in milliseconds: the clock culex's scripts go by."""
+    seconds, micros = r.time()
+    return int(seconds) * 1000 + int(micros) // 1000
 
 
 def writes(r: redis.Redis) -> int:
