@@ -21,7 +21,7 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar, overload
+from typing import Any, TypeVar, cast, overload
 
 import pytest
 import redis
@@ -29,6 +29,7 @@ import redis
 import culex
 from culex import config
 from culex._redis.client import SyncDriver
+from culex._redis.wire import AsyncConnection, SyncConnection
 from culex.embedded import EmbeddedServer, server_binary
 
 T = TypeVar("T")
@@ -236,10 +237,32 @@ def _driver(url: str) -> SyncDriver:
     return SyncDriver(url)
 
 
+# -- reading the server as stored (the test clients' replies are bytes) --------------------
+
+
+def field(r: redis.Redis, key: str, name: str) -> bytes:
+    """A field of a hash; the test fails if it is not there."""
+    value = r.hget(key, name)
+    assert isinstance(value, bytes), f"{key} has no field {name!r}"
+    return value
+
+
+def score(r: redis.Redis, key: str, member: str) -> float:
+    """A member's score in a sorted set; the test fails if it is not there."""
+    value = r.zscore(key, member)
+    assert value is not None, f"{member!r} is not in {key}"
+    return value
+
+
+def members(r: redis.Redis, key: str) -> list[str]:
+    """A sorted set's members, lowest score first."""
+    return [member.decode() for member in cast(list[bytes], r.zrange(key, 0, -1))]
+
+
 def snapshot(r: redis.Redis) -> dict[bytes, Any]:
     """Every key, with its content and whether it expires: what a refused script must leave."""
     state: dict[bytes, Any] = {}
-    for key in r.keys("*"):
+    for key in cast(list[bytes], r.keys("*")):
         kind = r.type(key)
         if kind == b"zset":
             value: Any = r.zrange(key, 0, -1, withscores=True)
@@ -264,10 +287,12 @@ def writes(r: redis.Redis) -> int:
     return int(r.info("persistence")["rdb_changes_since_last_save"])
 
 
-def count_exchanges(monkeypatch: pytest.MonkeyPatch, connection: type) -> list[int]:
+def count_exchanges(
+    monkeypatch: pytest.MonkeyPatch, connection: type[SyncConnection] | type[AsyncConnection]
+) -> list[int]:
     """How many calls each exchange with the server carries, in order."""
     counts: list[int] = []
-    exchange = connection.exchange
+    exchange: Callable[..., object] = connection.exchange  # (sync or async: passed through)
 
     def counted(self: object, packed: bytes, count: int, blocks: float = 0.0) -> object:
         counts.append(count)

@@ -23,7 +23,7 @@ from culex._redis.keys import queue_keys
 from culex._redis.wire import AsyncConnection, ReplyError, SyncConnection
 from culex.embedded import EmbeddedServer
 
-from .conftest import await_until, count_exchanges, running, suite_binary, wait_until
+from .conftest import await_until, count_exchanges, members, running, suite_binary, wait_until
 
 KEYS = queue_keys("culex", "fault")
 BLOCK = 1.2  # seconds a fault lasts
@@ -179,7 +179,7 @@ def test_lost_scripts_cost_one_more_round_trip_for_a_whole_batch(
     # 100 refused with NOSCRIPT, then one SCRIPT LOAD and the 100 again, in one trip
     assert counts == [100, 101]
     assert client.zcard(KEYS.waiting) == 101
-    assert [t.id for t in tasks] == [t.decode() for t in client.zrange(KEYS.waiting, 1, -1)]
+    assert [t.id for t in tasks] == members(client, KEYS.waiting)[1:]
 
     client.script_flush()
     counts.clear()

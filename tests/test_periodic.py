@@ -39,7 +39,7 @@ from culex.periodic import (
     wall_clock,
 )
 
-from .conftest import await_until, driver_of, running, wait_until
+from .conftest import await_until, driver_of, field, members, running, wait_until
 
 BERLIN = ZoneInfo("Europe/Berlin")
 HOUR = 3_600_000
@@ -403,8 +403,10 @@ async def test_run_on_start_runs_once_however_many_runners_start(
     # without run_on_start, a new job waits for its first slot
     await _tick_together(HourlyJob)
     assert _task_ids(r, HourlyJob) == []
-    record = r.hgetall(queue_keys("culex", HourlyJob.queue).periodic("HourlyJob"))
-    decided = _one_slot_now([f"HourlyJob:{record[b'decided_slot'].decode()}"], r, hour)
+    record_key = queue_keys("culex", HourlyJob.queue).periodic("HourlyJob")
+    record = r.hgetall(record_key)
+    decided_slot = field(r, record_key, "decided_slot").decode()
+    decided = _one_slot_now([f"HourlyJob:{decided_slot}"], r, hour)
     assert record[b"next_slot"] == str(decided + HOUR).encode()
 
 
@@ -590,7 +592,7 @@ def test_culex_periodic_lists_the_jobs_and_trigger_enqueues_one_run(
     assert triggered.returncode == 0, triggered.stderr
     assert triggered.stdout.startswith("enqueued NightlyJob as task nightly_job<NightlyJob:")
     keys = queue_keys("culex", "nightly_job")
-    [task_id] = [x.decode() for x in r.zrange(keys.waiting, 0, -1)]
+    [task_id] = members(r, keys.waiting)
     listed = command("periodic", "tick_jobs")
     assert listed.returncode == 0, listed.stderr
     header, *rows = (re.split(r"\s{2,}", line) for line in listed.stdout.splitlines())

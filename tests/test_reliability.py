@@ -26,6 +26,7 @@ from culex.lease import LeaseKeeper
 
 from .conftest import (
     await_until,
+    members,
     private_tcp_server,
     running,
     server_ms,
@@ -56,9 +57,8 @@ async def test_a_task_that_blocks_the_loop_keeps_its_lease(r: redis.Redis, url: 
     def other_runner_reclaims() -> None:  # what any other runner would do meanwhile
         driver = connection.new_sync_driver(url)
         while not stop.is_set():
-            reclaimed.extend(
-                driver.run(operations.reclaim(keys, limit=10, dead_ttl_ms=10_000, dead_max=10))
-            )
+            found = driver.run(operations.reclaim(keys, limit=10, dead_ttl_ms=10_000, dead_max=10))
+            reclaimed.extend(found)
             time.sleep(0.05)
         driver.close()
 
@@ -276,7 +276,7 @@ def test_enqueue_many_in_order_across_chunks(r: redis.Redis) -> None:
     tasks = culex.enqueue_many(PlainJob(n=i) for i in range(2500))
     keys = queue_keys("culex", "plain")
     assert len(tasks) == 2500 and r.zcard(keys.waiting) == 2500
-    assert [t.id for t in tasks] == [x.decode() for x in r.zrange(keys.waiting, 0, -1)]
+    assert [t.id for t in tasks] == members(r, keys.waiting)
     with pytest.raises(TypeError, match="QueuedJob"):
         culex.enqueue_many(PlainJob(n=1))  # type: ignore[arg-type]
 

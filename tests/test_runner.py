@@ -88,7 +88,6 @@ async def test_retries_follow_the_interval_then_dead(r: redis.Redis) -> None:
     AlwaysFailsJob.runs = []
     task = await AlwaysFailsJob().aenqueue()
     keys = queue_keys("culex", "fails")
-    due_gaps = []
     async with running(culex.Runner(run_from=["fails"])):
         with pytest.raises(culex.TaskFailed, match="attempt 4 broke"):
             await task.aresult(timeout=20)
@@ -97,7 +96,6 @@ async def test_retries_follow_the_interval_then_dead(r: redis.Redis) -> None:
     assert info["state"] == "dead" and info["retry_count"] == "4"
     assert r.zscore(keys.dead, task.id) is not None
     assert 0 < r.pttl(keys.task(task.id)) <= 86_400_000
-    del due_gaps
 
 
 async def test_retry_is_scheduled_exactly_after_reschedule_interval(r: redis.Redis) -> None:

@@ -1,4 +1,4 @@
-"""The package stays mypy --strict and ruff clean (STYLE.md): CI fails otherwise."""
+"""The package and its tests stay mypy --strict and ruff clean (STYLE.md): CI fails otherwise."""
 
 from __future__ import annotations
 
