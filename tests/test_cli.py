@@ -130,37 +130,40 @@ def test_a_sync_task_handed_back_at_stop_never_runs_twice_at_once(
         stderr=subprocess.PIPE,
         text=True,
     )
-    second: subprocess.Popen[str] | None = None
+    second: Stderr | None = None  # the second runner's
     try:
         task = culex.Task(
             _enqueue_as(r, "slow-1", "SlowSyncJob", "slow_sync_job", "{}"), "slow_sync_job"
         )
         wait_until(runs.exists, what="the first runner to start the task")
-        second = subprocess.Popen(
-            culex_command("run", "slow_jobs"),
-            cwd=tmp_path,
-            env={**env, "CULEX_TEST_SLEEP": "0.3"},
-            stderr=subprocess.PIPE,
-            text=True,
+        second = Stderr(
+            subprocess.Popen(
+                culex_command("run", "slow_jobs"),
+                cwd=tmp_path,
+                env={**env, "CULEX_TEST_SLEEP": "0.3"},
+                stderr=subprocess.PIPE,
+                text=True,
+            )
         )
-        assert second.stderr is not None
-        while "culex is buzzing" not in second.stderr.readline():  # waiting for work
-            pass
+        second.wait_for("culex is buzzing")  # waiting for work
         first.send_signal(signal.SIGTERM)
         assert task.result(timeout=30) is None  # the second runner ran it to the end
         _, err = first.communicate(timeout=60)
         gone = time.time()
     finally:
-        for proc in (first, second):
-            if proc is not None and proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                proc.communicate(timeout=30)
+        if first.poll() is None:
+            first.send_signal(signal.SIGTERM)
+            first.communicate(timeout=30)
+        if second is not None:
+            second.proc.send_signal(signal.SIGTERM)  # (nothing, once it has ended)
+            second.proc.wait(timeout=30)
+            second.text()
     records = [
         (int(pid), kind, float(at))
         for pid, kind, at in map(str.split, runs.read_text().splitlines())
     ]
     starts = [(pid, at) for pid, kind, at in records if kind == "start"]
-    assert [pid for pid, _ in starts] == [first.pid, second.pid], records
+    assert [pid for pid, _ in starts] == [first.pid, second.proc.pid], records
     first_run = [(kind, at) for pid, kind, at in records if pid == first.pid]
     assert max(at for _, at in first_run) < starts[1][1], "the first run went on beside the second"
     assert "end" not in [kind for kind, _ in first_run]
@@ -332,6 +335,7 @@ class Stderr:
 
     def __init__(self, proc: subprocess.Popen[str]) -> None:
         assert proc.stderr is not None
+        self.proc = proc
         self.lines: list[str] = []
         self._stream = proc.stderr
         self._reader = threading.Thread(target=self._read)
