@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import inspect
 import os
 import shutil
 import signal
@@ -18,9 +19,9 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast, overload
 
 import pytest
 import redis
@@ -28,7 +29,10 @@ import redis
 import culex
 from culex import config
 from culex._redis.client import SyncDriver
+from culex._redis.wire import AsyncConnection, SyncConnection
 from culex.embedded import EmbeddedServer, server_binary
+
+T = TypeVar("T")
 
 
 def suite_binary() -> str:
@@ -137,23 +141,79 @@ def private_tcp_process(
             stderr=subprocess.STDOUT,
         )  # fmt: skip
     client = redis.Redis(port=port, password=password, ssl=tls is not None, **(tls or {}))
+
+    def answers() -> bool:
+        try:
+            return bool(client.ping())
+        except redis.ConnectionError:
+            if proc.poll() is not None:
+                raise ServerExited(log.read_text(errors="replace")) from None
+            return False
+
     try:
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                if proc.poll() is not None:
-                    raise ServerExited(log.read_text(errors="replace")) from None
-                assert time.monotonic() < deadline, "the private server did not start"
-                time.sleep(0.01)
+        wait_until(answers, what="the private server to start")
         yield port, proc
     finally:
         client.close()
         proc.send_signal(signal.SIGCONT)  # (a stopped process would not act on SIGTERM)
         proc.terminate()
         proc.wait(10)
+
+
+# -- waiting for a state the test cannot be told of -------------------------------------
+#
+# Where an event can be awaited (an asyncio.Event, a log line, a process exit), await it.
+# These poll for a state another process or thread reaches by itself. Their timeout is not a
+# timing threshold: it only turns a hang into a failure that says what never happened.
+
+
+def wait_until(
+    check: Callable[[], T | None],
+    timeout: float = 10.0,
+    what: str = "the condition",
+    every: float = 0.01,
+) -> T:
+    """Call ``check`` every ``every`` seconds until it returns something true; return that."""
+    deadline = time.monotonic() + timeout
+    while not (found := check()):
+        _in_time(deadline, timeout, what)
+        time.sleep(every)
+    return found
+
+
+@overload
+async def await_until(
+    check: Callable[[], Awaitable[T | None]],
+    timeout: float = ...,
+    what: str = ...,
+    every: float = ...,
+) -> T: ...
+@overload
+async def await_until(
+    check: Callable[[], T | None], timeout: float = ..., what: str = ..., every: float = ...
+) -> T: ...
+async def await_until(
+    check: Callable[[], Any],
+    timeout: float = 10.0,
+    what: str = "the condition",
+    every: float = 0.01,
+) -> Any:
+    """:func:`wait_until` without blocking the loop; ``check`` may be a coroutine function."""
+    deadline = time.monotonic() + timeout
+    while not (found := await _checked(check)):
+        _in_time(deadline, timeout, what)
+        await asyncio.sleep(every)
+    return found
+
+
+async def _checked(check: Callable[[], Any]) -> Any:
+    found = check()
+    return (await found) if inspect.isawaitable(found) else found
+
+
+def _in_time(deadline: float, timeout: float, what: str) -> None:
+    if time.monotonic() >= deadline:
+        raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
 
 
 @contextlib.asynccontextmanager
@@ -177,10 +237,32 @@ def _driver(url: str) -> SyncDriver:
     return SyncDriver(url)
 
 
+# -- reading the server as stored (the test clients' replies are bytes) --------------------
+
+
+def field(r: redis.Redis, key: str, name: str) -> bytes:
+    """A field of a hash; the test fails if it is not there."""
+    value = r.hget(key, name)
+    assert isinstance(value, bytes), f"{key} has no field {name!r}"
+    return value
+
+
+def score(r: redis.Redis, key: str, member: str) -> float:
+    """A member's score in a sorted set; the test fails if it is not there."""
+    value = r.zscore(key, member)
+    assert value is not None, f"{member!r} is not in {key}"
+    return value
+
+
+def members(r: redis.Redis, key: str) -> list[str]:
+    """A sorted set's members, lowest score first."""
+    return [member.decode() for member in cast(list[bytes], r.zrange(key, 0, -1))]
+
+
 def snapshot(r: redis.Redis) -> dict[bytes, Any]:
     """Every key, with its content and whether it expires: what a refused script must leave."""
     state: dict[bytes, Any] = {}
-    for key in r.keys("*"):
+    for key in cast(list[bytes], r.keys("*")):
         kind = r.type(key)
         if kind == b"zset":
             value: Any = r.zrange(key, 0, -1, withscores=True)
@@ -194,15 +276,23 @@ def snapshot(r: redis.Redis) -> dict[bytes, Any]:
     return state
 
 
+def server_ms(r: redis.Redis) -> int:
+    """The server's clock (TIME), in milliseconds: the clock culex's scripts go by."""
+    seconds, micros = r.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
 def writes(r: redis.Redis) -> int:
     """How many writes the server has taken (INFO persistence)."""
     return int(r.info("persistence")["rdb_changes_since_last_save"])
 
 
-def count_exchanges(monkeypatch: pytest.MonkeyPatch, connection: type) -> list[int]:
+def count_exchanges(
+    monkeypatch: pytest.MonkeyPatch, connection: type[SyncConnection] | type[AsyncConnection]
+) -> list[int]:
     """How many calls each exchange with the server carries, in order."""
     counts: list[int] = []
-    exchange = connection.exchange
+    exchange: Callable[..., object] = connection.exchange  # (sync or async: passed through)
 
     def counted(self: object, packed: bytes, count: int, blocks: float = 0.0) -> object:
         counts.append(count)

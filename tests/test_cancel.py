@@ -60,7 +60,9 @@ def cancel(d: SyncDriver, task_id: str, reason: str = "", *, dead_max: int = 100
 # -- the script --------------------------------------------------------------------------------
 
 
-def assert_cancelled(r: redis.Redis, task_id: str, before: dict[bytes, bytes], error: str) -> None:
+def assert_cancelled(
+    r: redis.Redis, task_id: str, before: dict[bytes | str, bytes | str], error: str
+) -> None:
     """The task left waiting and scheduled and died now, as fail.lua buries a task."""
     after = r.hgetall(K.task(task_id))
     assert r.zscore(K.waiting, task_id) is None and r.zscore(K.scheduled, task_id) is None

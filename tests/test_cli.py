@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import queue
 import re
 import signal
 import subprocess
@@ -18,6 +17,8 @@ import redis
 
 import culex
 from culex._redis.keys import queue_keys
+
+from .conftest import wait_until
 
 JOBS = textwrap.dedent(
     """
@@ -53,8 +54,7 @@ def test_run_processes_tasks_and_stops_cleanly_on_sigterm(r: redis.Redis, tmp_pa
         tasks = [culex.Task(_enqueue(r, i), "cli_job") for i in (1, 2, 3, -1)]
         assert [t.result(timeout=20) for t in tasks[:3]] == [2, 4, 6]
         keys = queue_keys("culex", "cli_job")
-        while r.zcard(keys.pending) == 0:  # the sleeping task has started
-            time.sleep(0.01)
+        wait_until(lambda: r.zcard(keys.pending), what="the sleeping task to start")
     finally:
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=30)
@@ -74,17 +74,18 @@ def test_a_second_signal_stops_at_once_and_leaves_the_task_to_its_lease(
     proc = subprocess.Popen(
         culex_command("run", "cli_jobs"), cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True
     )
+    log = Stderr(proc)
     keys = queue_keys("culex", "cli_job")
     try:
         task = culex.Task(_enqueue(r, -1), "cli_job")
-        while r.zcard(keys.pending) == 0:  # the sleeping task has started
-            time.sleep(0.01)
+        wait_until(lambda: r.zcard(keys.pending), what="the sleeping task to start")
         proc.send_signal(signal.SIGTERM)
-        time.sleep(0.3)
+        log.wait_for("stopping; running tasks have")  # the first signal was taken
         proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=20)
+        proc.wait(timeout=20)
     finally:
         proc.kill()
+        err = log.text()
     assert proc.returncode == 1, err
     assert "stopping at once" in err
     assert task.state() is culex.TaskState.PENDING  # it comes back when its lease ends
@@ -129,38 +130,40 @@ def test_a_sync_task_handed_back_at_stop_never_runs_twice_at_once(
         stderr=subprocess.PIPE,
         text=True,
     )
-    second: subprocess.Popen[str] | None = None
+    second: Stderr | None = None  # the second runner's
     try:
         task = culex.Task(
             _enqueue_as(r, "slow-1", "SlowSyncJob", "slow_sync_job", "{}"), "slow_sync_job"
         )
-        while not runs.exists():  # the first runner has started it
-            time.sleep(0.01)
-        second = subprocess.Popen(
-            culex_command("run", "slow_jobs"),
-            cwd=tmp_path,
-            env={**env, "CULEX_TEST_SLEEP": "0.3"},
-            stderr=subprocess.PIPE,
-            text=True,
+        wait_until(runs.exists, what="the first runner to start the task")
+        second = Stderr(
+            subprocess.Popen(
+                culex_command("run", "slow_jobs"),
+                cwd=tmp_path,
+                env={**env, "CULEX_TEST_SLEEP": "0.3"},
+                stderr=subprocess.PIPE,
+                text=True,
+            )
         )
-        assert second.stderr is not None
-        while "culex is buzzing" not in second.stderr.readline():  # waiting for work
-            pass
+        second.wait_for("culex is buzzing")  # waiting for work
         first.send_signal(signal.SIGTERM)
         assert task.result(timeout=30) is None  # the second runner ran it to the end
         _, err = first.communicate(timeout=60)
         gone = time.time()
     finally:
-        for proc in (first, second):
-            if proc is not None and proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                proc.communicate(timeout=30)
+        if first.poll() is None:
+            first.send_signal(signal.SIGTERM)
+            first.communicate(timeout=30)
+        if second is not None:
+            second.proc.send_signal(signal.SIGTERM)  # (nothing, once it has ended)
+            second.proc.wait(timeout=30)
+            second.text()
     records = [
         (int(pid), kind, float(at))
         for pid, kind, at in map(str.split, runs.read_text().splitlines())
     ]
     starts = [(pid, at) for pid, kind, at in records if kind == "start"]
-    assert [pid for pid, _ in starts] == [first.pid, second.pid], records
+    assert [pid for pid, _ in starts] == [first.pid, second.proc.pid], records
     first_run = [(kind, at) for pid, kind, at in records if pid == first.pid]
     assert max(at for _, at in first_run) < starts[1][1], "the first run went on beside the second"
     assert "end" not in [kind for kind, _ in first_run]
@@ -272,23 +275,18 @@ def test_log_lines_show_while_the_runner_runs(r: redis.Redis, tmp_path: Path) ->
     proc = subprocess.Popen(
         culex_command("run", "cli_jobs"), cwd=tmp_path, stderr=subprocess.PIPE, text=True
     )
-    seen: queue.Queue[str] = queue.Queue()
-    reader = threading.Thread(target=lambda: [seen.put(line) for line in proc.stderr or ()])
-    reader.start()
+    log = Stderr(proc)
     try:
         task = culex.Task(_enqueue(r, 5), "cli_job")
         assert task.result(timeout=20) == 10
-        lines: list[str] = []
-        while not any("succeeded, took" in line for line in lines):
-            lines.append(seen.get(timeout=10))  # raises queue.Empty if it never shows
+        done = log.wait_for("succeeded, took", timeout=10)  # fails if it never shows
+        lines = log.lines[: log.lines.index(done) + 1]
         assert any(f"Running task cli_job<{task.id}> from cli_job" in line for line in lines)
         assert re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d - ", lines[-1]), lines[-1]
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
-        reader.join()
-        if proc.stderr is not None:
-            proc.stderr.close()
+        log.text()
     assert proc.returncode == 0
 
 
@@ -329,6 +327,37 @@ def test_culex_run_moves_what_it_loaded_out_of_the_collectors_way(
         _, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
     assert frozen > 10_000  # culex's own modules and the job module's objects, at least
+
+
+class Stderr:
+    """A process's stderr, read by a thread as it comes: a test waits for a line, and still
+    has the whole of it once the process has ended."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        assert proc.stderr is not None
+        self.proc = proc
+        self.lines: list[str] = []
+        self._stream = proc.stderr
+        self._reader = threading.Thread(target=self._read)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self._stream:
+            self.lines.append(line)
+
+    def wait_for(self, text: str, timeout: float = 20.0) -> str:
+        """The first line that holds ``text``, once the process has written it."""
+        return wait_until(
+            lambda: next((line for line in self.lines if text in line), None),
+            timeout,
+            what=f"a log line with {text!r}",
+        )
+
+    def text(self) -> str:
+        """All of it; call once the process has ended (or been killed)."""
+        self._reader.join(timeout=30)
+        self._stream.close()
+        return "".join(self.lines)
 
 
 def _enqueue(r: redis.Redis, n: int) -> str:

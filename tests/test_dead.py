@@ -18,7 +18,7 @@ from culex._redis import operations
 from culex._redis.client import SyncDriver
 from culex._redis.keys import queue_keys
 
-from .conftest import driver_of, running, snapshot
+from .conftest import driver_of, running, score, snapshot
 
 DAY_MS = 86_400_000
 
@@ -97,7 +97,7 @@ def test_a_retried_task_waits_behind_the_tasks_already_waiting(r: redis.Redis) -
     put(d, "a-waiting")  # (named so that a tie in ms sorts the same way)
     assert r.llen(K.signal) == 1  # a token is there already: no second one
     assert d.run(operations.retry_dead(K, ["b-retried"])).retried == ["b-retried"]
-    assert r.zscore(K.waiting, "b-retried") >= r.zscore(K.waiting, "a-waiting")
+    assert score(r, K.waiting, "b-retried") >= score(r, K.waiting, "a-waiting")
     assert r.llen(K.signal) == 1
     assert [t.id for t in claim(d)] == ["a-waiting", "b-retried"]
 

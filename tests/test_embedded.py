@@ -25,6 +25,8 @@ import culex.embedded as embedded
 from culex.embedded import EmbeddedServer, default_data_dir, server_binary
 from culex.errors import CulexError, ServerError
 
+from .conftest import wait_until
+
 MakeServer = Callable[..., EmbeddedServer]
 
 has_proc = pytest.mark.skipif(not Path("/proc/self/cwd").exists(), reason="needs Linux /proc")
@@ -66,13 +68,6 @@ def server_pids(data_dir: Path) -> list[int]:
         if cwd == data_dir and "server" in comm:
             pids.append(int(entry.name))
     return pids
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.01)
 
 
 def test_start_persist_status_stop(make_server: MakeServer, tmp_path: Path) -> None:
@@ -229,7 +224,7 @@ def test_restart_after_sigkill(make_server: MakeServer) -> None:
     pid = server.pid()
     assert pid is not None
     os.kill(pid, signal.SIGKILL)
-    wait_until(lambda: not server.running())
+    wait_until(lambda: not server.running(), what="the server to stop")
     # What a killed server leaves behind:
     pid_file = server.data_dir / "valkey.pid"
     assert server.socket_path.exists() and pid_file.read_text().strip() == str(pid)
@@ -262,7 +257,7 @@ def test_unreachable_live_server_gets_no_twin(make_server: MakeServer) -> None:
         server.ensure_running(timeout=0.3)
     assert server_pids(server.data_dir) == [pid]
     os.kill(pid, signal.SIGTERM)  # SIGTERM shuts it down cleanly; then a restart works
-    wait_until(lambda: server_pids(server.data_dir) == [])
+    wait_until(lambda: server_pids(server.data_dir) == [], what="the server process to exit")
     server.ensure_running()
     assert server.running()
 

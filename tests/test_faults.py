@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -24,7 +23,7 @@ from culex._redis.keys import queue_keys
 from culex._redis.wire import AsyncConnection, ReplyError, SyncConnection
 from culex.embedded import EmbeddedServer
 
-from .conftest import count_exchanges, running, suite_binary
+from .conftest import await_until, count_exchanges, members, running, suite_binary, wait_until
 
 KEYS = queue_keys("culex", "fault")
 BLOCK = 1.2  # seconds a fault lasts
@@ -72,13 +71,17 @@ def _hold_the_server(client: redis.Redis) -> threading.Thread:
     """
     holder = threading.Thread(target=client.eval, args=(script, 0))
     holder.start()
-    while True:  # until the server says BUSY to others
+
+    def busy() -> bool:
         try:
             client.ping()
         except redis.ResponseError as exc:
             assert str(exc).startswith("BUSY")
-            return holder
-        time.sleep(0.01)
+            return True
+        return False
+
+    wait_until(busy, what="the server to say BUSY to others")
+    return holder
 
 
 def _replica_of_nobody(client: redis.Redis) -> None:
@@ -128,8 +131,7 @@ async def test_a_runner_rides_out_a_fault_and_keeps_its_tasks(
     async with running(culex.Runner(run_from=["fault"], redis_url=url)):
         assert await first.aresult(timeout=10) == 1
         held = await FaultJob(n=2, sleep=BLOCK / 2).aenqueue()
-        while client.zcard(KEYS.pending) == 0:  # noqa: ASYNC110 (in the runner's hands)
-            await asyncio.sleep(0.005)
+        await await_until(lambda: client.zcard(KEYS.pending), what="the runner to take it")
         before = _calls(client)
         holder = start(client)
         try:
@@ -177,7 +179,7 @@ def test_lost_scripts_cost_one_more_round_trip_for_a_whole_batch(
     # 100 refused with NOSCRIPT, then one SCRIPT LOAD and the 100 again, in one trip
     assert counts == [100, 101]
     assert client.zcard(KEYS.waiting) == 101
-    assert [t.id for t in tasks] == [t.decode() for t in client.zrange(KEYS.waiting, 1, -1)]
+    assert [t.id for t in tasks] == members(client, KEYS.waiting)[1:]
 
     client.script_flush()
     counts.clear()

@@ -39,12 +39,13 @@ def test_params_from_annotations_with_defaults() -> None:
 
 
 def test_wrong_missing_and_unknown_params_raise_type_error() -> None:
+    # Calls a type checker rejects (test_typing.py): here, what they do when run anyway.
     with pytest.raises(TypeError, match=r"SendWelcomeEmailJob.to: expected str"):
-        SendWelcomeEmailJob(to=5)
+        SendWelcomeEmailJob(to=5)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="missing the required param 'to'"):
-        SendWelcomeEmailJob()
+        SendWelcomeEmailJob()  # type: ignore[call-arg]
     with pytest.raises(TypeError, match="unknown params: cc"):
-        SendWelcomeEmailJob(to="a", cc="b")
+        SendWelcomeEmailJob(to="a", cc="b")  # type: ignore[call-arg]
 
 
 def test_bad_class_definitions_are_refused_when_defined() -> None:
@@ -147,6 +148,7 @@ def test_params_survive_the_trip_through_the_task_hash() -> None:
     import json
 
     back = MoneyJob.from_params(json.loads(job.params_json()))
+    assert isinstance(back, MoneyJob)
     assert (back.amount, back.when, back.wait) == (job.amount, job.when, job.wait)
 
 
@@ -176,7 +178,8 @@ def test_the_seeds_serialize_and_deserialize_hooks() -> None:
 
     job = HookedUserJob(user=User(42))
     assert json.loads(job.params_json()) == {"user": 42}
-    assert HookedUserJob.from_params({"user": 42}).user.user_id == 42
+    back = HookedUserJob.from_params({"user": 42})
+    assert isinstance(back, HookedUserJob) and back.user.user_id == 42
 
 
 def test_an_unsupported_param_type_is_refused_when_defined() -> None:

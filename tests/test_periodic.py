@@ -39,7 +39,7 @@ from culex.periodic import (
     wall_clock,
 )
 
-from .conftest import driver_of, running
+from .conftest import await_until, driver_of, field, members, running, wait_until
 
 BERLIN = ZoneInfo("Europe/Berlin")
 HOUR = 3_600_000
@@ -403,8 +403,10 @@ async def test_run_on_start_runs_once_however_many_runners_start(
     # without run_on_start, a new job waits for its first slot
     await _tick_together(HourlyJob)
     assert _task_ids(r, HourlyJob) == []
-    record = r.hgetall(queue_keys("culex", HourlyJob.queue).periodic("HourlyJob"))
-    decided = _one_slot_now([f"HourlyJob:{record[b'decided_slot'].decode()}"], r, hour)
+    record_key = queue_keys("culex", HourlyJob.queue).periodic("HourlyJob")
+    record = r.hgetall(record_key)
+    decided_slot = field(r, record_key, "decided_slot").decode()
+    decided = _one_slot_now([f"HourlyJob:{decided_slot}"], r, hour)
     assert record[b"next_slot"] == str(decided + HOUR).encode()
 
 
@@ -444,10 +446,9 @@ async def test_a_failure_goes_to_dead_without_retry_and_the_next_slot_runs(
     defined.append(FlakyTickJob)
     record_key = queue_keys("culex", FlakyTickJob.queue).periodic("FlakyTickJob")
     async with running(culex.Runner(run_from=[FlakyTickJob.queue])):
-        for _ in range(1000):
-            if r.hget(record_key, "last_outcome") == b"succeeded":
-                break
-            await asyncio.sleep(0.01)
+        await await_until(
+            lambda: r.hget(record_key, "last_outcome") == b"succeeded", what="a run to succeed"
+        )
     first, second = runs[:2]
     info = await culex.Task(first, FlakyTickJob.queue).ainfo()
     assert info["state"] == "dead" and info["attempt"] == "1"
@@ -510,11 +511,11 @@ def _logged(log: Path) -> list[str]:
 
 
 def _wait_for_slots(log: Path, count: int, procs: list[subprocess.Popen[bytes]]) -> None:
-    deadline = time.monotonic() + 60
-    while len(set(_logged(log))) < count:
-        assert time.monotonic() < deadline, f"only {len(set(_logged(log)))} slots ran"
+    def ran() -> bool:
         assert all(p.poll() is None for p in procs), "a runner exited"
-        time.sleep(0.05)
+        return len(set(_logged(log))) >= count
+
+    wait_until(ran, 60, what=f"{count} slots to run", every=0.05)
 
 
 def test_three_runner_processes_one_task_per_slot_also_when_one_is_killed(
@@ -591,7 +592,7 @@ def test_culex_periodic_lists_the_jobs_and_trigger_enqueues_one_run(
     assert triggered.returncode == 0, triggered.stderr
     assert triggered.stdout.startswith("enqueued NightlyJob as task nightly_job<NightlyJob:")
     keys = queue_keys("culex", "nightly_job")
-    [task_id] = [x.decode() for x in r.zrange(keys.waiting, 0, -1)]
+    [task_id] = members(r, keys.waiting)
     listed = command("periodic", "tick_jobs")
     assert listed.returncode == 0, listed.stderr
     header, *rows = (re.split(r"\s{2,}", line) for line in listed.stdout.splitlines())
@@ -622,12 +623,11 @@ async def test_a_runner_schedules_only_with_run_cron_scheduler(
     defined.append(QuietJob)
 
     async def helper_names() -> set[str]:
-        for _ in range(1000):
+        def started() -> set[str] | None:
             names = {task.get_name() for task in asyncio.all_tasks()}
-            if "culex-reporter" in names:
-                return names
-            await asyncio.sleep(0.001)
-        raise AssertionError("the runner did not start")
+            return names if "culex-reporter" in names else None
+
+        return await await_until(started, what="the runner to start", every=0.001)
 
     async with running(culex.Runner(run_from=[QuietJob.queue])):
         assert "culex-periodic" in await helper_names()

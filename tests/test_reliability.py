@@ -24,7 +24,15 @@ from culex._redis.operations import Claimed
 from culex.embedded import EmbeddedServer, _binary_version, server_binary
 from culex.lease import LeaseKeeper
 
-from .conftest import private_tcp_server, running, suite_binary
+from .conftest import (
+    await_until,
+    members,
+    private_tcp_server,
+    running,
+    server_ms,
+    suite_binary,
+    wait_until,
+)
 
 
 class BusyJob(culex.QueuedJob):
@@ -49,9 +57,8 @@ async def test_a_task_that_blocks_the_loop_keeps_its_lease(r: redis.Redis, url: 
     def other_runner_reclaims() -> None:  # what any other runner would do meanwhile
         driver = connection.new_sync_driver(url)
         while not stop.is_set():
-            reclaimed.extend(
-                driver.run(operations.reclaim(keys, limit=10, dead_ttl_ms=10_000, dead_max=10))
-            )
+            found = driver.run(operations.reclaim(keys, limit=10, dead_ttl_ms=10_000, dead_max=10))
+            reclaimed.extend(found)
             time.sleep(0.05)
         driver.close()
 
@@ -86,14 +93,13 @@ async def test_a_job_class_lease_overrides_the_setting(r: redis.Redis) -> None:
     task = await ShortLeaseJob().aenqueue()
     async with running(culex.Runner(run_from=["short_lease"])):  # the setting: 30 s
         await asyncio.wait_for(ShortLeaseJob.started.wait(), 10)
-        deadline = 0.0
-        for _ in range(200):  # the keeper renews with the job's lease right away
-            seconds, micros = r.time()
-            deadline = (r.zscore(keys.pending, task.id) or 0) - (seconds * 1000 + micros // 1000)
-            if deadline <= 500:
-                break
-            await asyncio.sleep(0.01)
-        assert 0 < deadline <= 500
+
+        def lease_left() -> float:
+            return (r.zscore(keys.pending, task.id) or 0) - server_ms(r)
+
+        # the keeper renews with the job's lease right away
+        await await_until(lambda: lease_left() <= 500, what="the job's lease")
+        assert 0 < lease_left() <= 500
         ShortLeaseJob.release.set()
         await task.aresult(timeout=10)
 
@@ -130,11 +136,12 @@ def test_the_keeper_says_when_it_could_not_renew(
     keeper.hold(claimed, 300)
     with caplog.at_level(logging.WARNING, logger="culex"):
         keeper.start()
-        for _ in range(300):
-            if "lost the lease of task q<t1>" in caplog.text:
-                break
-            time.sleep(0.01)
-        keeper.stop()
+        try:
+            wait_until(
+                lambda: "lost the lease of task q<t1>" in caplog.text, what="the keeper to give up"
+            )
+        finally:
+            keeper.stop()
     assert "lost the lease of task q<t1>" in caplog.text
 
 
@@ -197,10 +204,11 @@ async def test_time_limits_and_process_isolation(r: redis.Redis, tmp_path: Path)
             with pytest.raises(culex.TaskFailed, match="timed out"):
                 await task.aresult(timeout=20)
         result = await ok.aresult(timeout=20)
-        for _ in range(100):
-            if (await dies.ainfo()).get("last_error"):
-                break
-            await asyncio.sleep(0.05)
+
+        async def died() -> bool:
+            return bool((await dies.ainfo()).get("last_error"))
+
+        await await_until(died, what="the child's death to be recorded")
     assert HangingAsyncJob.cancelled
     assert result["n"] == 5 and result["pid"] != os.getpid()
     assert "died (exit code 3)" in (await dies.ainfo())["last_error"]
@@ -268,7 +276,7 @@ def test_enqueue_many_in_order_across_chunks(r: redis.Redis) -> None:
     tasks = culex.enqueue_many(PlainJob(n=i) for i in range(2500))
     keys = queue_keys("culex", "plain")
     assert len(tasks) == 2500 and r.zcard(keys.waiting) == 2500
-    assert [t.id for t in tasks] == [x.decode() for x in r.zrange(keys.waiting, 0, -1)]
+    assert [t.id for t in tasks] == members(r, keys.waiting)
     with pytest.raises(TypeError, match="QueuedJob"):
         culex.enqueue_many(PlainJob(n=1))  # type: ignore[arg-type]
 
@@ -377,8 +385,10 @@ def test_without_waitaof_durable_enqueue_is_refused_before_storing_or_asks_a_rep
         assert client.zcard(waiting) == 0
         (tmp_path / "replica").mkdir()
         with private_tcp_server(tmp_path / "replica", "--replicaof", "127.0.0.1", str(port)):
-            while client.info("replication").get("slave0", {}).get("state") != "online":
-                time.sleep(0.01)
+            wait_until(
+                lambda: client.info("replication").get("slave0", {}).get("state") == "online",
+                what="the replica to be online",
+            )
             PlainJob(n=3).enqueue()
             culex.enqueue_many([PlainJob(n=4), PlainJob(n=5)])
             assert _calls(client, "wait") == 2
@@ -386,7 +396,7 @@ def test_without_waitaof_durable_enqueue_is_refused_before_storing_or_asks_a_rep
 
 
 async def test_runner_rides_out_a_server_restart(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     server = EmbeddedServer(tmp_path / "data", binary=suite_binary())
     url = server.ensure_running()
@@ -394,15 +404,18 @@ async def test_runner_rides_out_a_server_restart(
         monkeypatch.setenv("CULEX_REDIS_URL", url)  # the environment wins over configure()
         config.reset()
         first = await PlainJob(n=1).aenqueue()
-        async with running(culex.Runner(run_from=["plain"], redis_url=url)):
-            assert await first.aresult(timeout=10) == 1
-            server.stop()
-            with pytest.raises(culex.ServerError, match="cannot reach"):
-                PlainJob(n=2).enqueue()
-            await asyncio.sleep(0.5)  # the runner backs off meanwhile
-            server.ensure_running()
-            second = await PlainJob(n=3).aenqueue()
-            assert await second.aresult(timeout=20) == 3
+        with caplog.at_level(logging.WARNING, logger="culex"):
+            async with running(culex.Runner(run_from=["plain"], redis_url=url)):
+                assert await first.aresult(timeout=10) == 1
+                server.stop()
+                with pytest.raises(culex.ServerError, match="cannot reach"):
+                    PlainJob(n=2).enqueue()
+                await await_until(  # the runner noticed, and backs off meanwhile
+                    lambda: "cannot reach" in caplog.text, what="the runner to miss the server"
+                )
+                server.ensure_running()
+                second = await PlainJob(n=3).aenqueue()
+                assert await second.aresult(timeout=20) == 3
     finally:
         server.stop()
         monkeypatch.undo()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -26,7 +25,7 @@ from culex._redis.keys import queue_keys
 from culex._redis.wire import SyncConnection
 from culex.errors import ConfigurationError
 
-from .conftest import count_exchanges, driver_of, running
+from .conftest import await_until, count_exchanges, driver_of, running, server_ms, wait_until
 
 DAY_MS = 86_400_000
 
@@ -156,20 +155,11 @@ W = queue_keys("culex", WaitedJob.queue)
 # -- helpers ---------------------------------------------------------------------------------
 
 
-def until(check: Callable[[], bool], what: str, within: float = 10.0) -> None:
-    """Wait for ``check`` to hold (a state the server reaches by itself), at most ``within``."""
-    deadline = time.monotonic() + within
-    while not check():
-        assert time.monotonic() < deadline, f"not within {within} s: {what}"
-        time.sleep(0.005)
-
-
 async def blocked(r: redis.Redis, n: int) -> None:
     """Wait until ``n`` clients are blocked on the server (the waiters sit in BLMOVE)."""
-    deadline = time.monotonic() + 10
-    while r.info("clients")["blocked_clients"] != n:
-        assert time.monotonic() < deadline, f"{n} waiters never blocked"
-        await asyncio.sleep(0.005)
+    await await_until(
+        lambda: r.info("clients")["blocked_clients"] == n, what=f"{n} waiters to block"
+    )
 
 
 @pytest.fixture
@@ -224,16 +214,11 @@ async def test_a_value_outlives_successful_job_ttl_and_goes_after_result_ttl(
     key = queue_keys("culex", "kept").task(task.id)
     assert 50 < r.pttl(key) <= 1000
     finished_ms = int(r.hget(key, "finished_at") or 0)
-    until(lambda: _server_ms(r) > finished_ms + 50, "successful_job_ttl has passed")
+    wait_until(lambda: server_ms(r) > finished_ms + 50, what="successful_job_ttl to pass")
     assert task.result(timeout=0) == 5  # still there
-    until(lambda: not r.exists(key), "the hash expired after result_ttl")
+    wait_until(lambda: not r.exists(key), what="the hash to expire after result_ttl")
     with pytest.raises(culex.TaskNotFound, match="result_ttl"):
         task.result(timeout=0)
-
-
-def _server_ms(r: redis.Redis) -> int:
-    seconds, micros = r.time()
-    return int(seconds) * 1000 + int(micros) // 1000
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,7 @@ from culex._redis.client import AsyncDriver
 from culex._redis.keys import queue_keys
 from culex._redis.operations import Call, Claimed, ClaimReply
 
-from .conftest import running
+from .conftest import await_until, running, server_ms
 
 seen: list[str] = []
 
@@ -88,7 +88,6 @@ async def test_retries_follow_the_interval_then_dead(r: redis.Redis) -> None:
     AlwaysFailsJob.runs = []
     task = await AlwaysFailsJob().aenqueue()
     keys = queue_keys("culex", "fails")
-    due_gaps = []
     async with running(culex.Runner(run_from=["fails"])):
         with pytest.raises(culex.TaskFailed, match="attempt 4 broke"):
             await task.aresult(timeout=20)
@@ -97,7 +96,6 @@ async def test_retries_follow_the_interval_then_dead(r: redis.Redis) -> None:
     assert info["state"] == "dead" and info["retry_count"] == "4"
     assert r.zscore(keys.dead, task.id) is not None
     assert 0 < r.pttl(keys.task(task.id)) <= 86_400_000
-    del due_gaps
 
 
 async def test_retry_is_scheduled_exactly_after_reschedule_interval(r: redis.Redis) -> None:
@@ -109,10 +107,11 @@ async def test_retry_is_scheduled_exactly_after_reschedule_interval(r: redis.Red
 
     task = await SlowRetryJob().aenqueue()
     async with running(culex.Runner(run_from=["slow_retry"])):
-        for _ in range(500):
-            if await task.astate() is culex.TaskState.SCHEDULED:
-                break
-            await asyncio.sleep(0.01)
+
+        async def scheduled() -> bool:
+            return await task.astate() is culex.TaskState.SCHEDULED
+
+        await await_until(scheduled, what="the retry to be scheduled")
     info = await task.ainfo()
     assert info["state"] == "scheduled" and info["retry_count"] == "1"
     assert int(info["due_at"]) - int(info["failed_at"]) == 2000  # the real formula: 2 s x 1²
@@ -316,7 +315,8 @@ async def test_a_stale_completion_changes_nothing(r: redis.Redis) -> None:
     first = await driver.run(
         operations.claim(keys, limit=1, lease_ms=1, promote_limit=0, dead_ttl_ms=1000)
     )
-    await asyncio.sleep(0.01)
+    lease_end = r.zscore(keys.pending, task.id) or 0
+    await await_until(lambda: server_ms(r) > lease_end, what="the 1 ms lease to end")
     await driver.run(operations.reclaim(keys, limit=10, dead_ttl_ms=1000, dead_max=10))
     r.zadd(keys.scheduled, {task.id: 0})
     second = await driver.run(
@@ -358,8 +358,9 @@ async def test_an_idle_runner_claims_in_the_same_round_trip_as_its_wake_up(
     monkeypatch.setattr(connection, "new_async_driver", Recording)
     culex.configure(idle_wait=30)
     async with running(culex.Runner(run_from=["order"])):
-        while not any(words[0] == "BLPOP" for words, _ in exchanges):  # noqa: ASYNC110
-            await asyncio.sleep(0.01)  # (the runner waits once it found the queue empty)
+        await await_until(  # the runner waits once it found the queue empty
+            lambda: any(words[0] == "BLPOP" for words, _ in exchanges), what="the wait for work"
+        )
         task = await OrderJob(n=8).aenqueue()
         assert await task.aresult(timeout=5) == 8
     took = [
@@ -387,8 +388,9 @@ async def test_a_task_claimed_behind_the_wait_starts_before_the_wait_is_done(
     culex.configure(idle_wait=30)
     runner = culex.Runner(run_from=["order"])
     async with running(runner):
-        while runner._waiter is None:  # noqa: ASYNC110
-            await asyncio.sleep(0.01)  # (the runner waits once it found the queue empty)
+        await await_until(  # the runner waits once it found the queue empty
+            lambda: runner._waiter is not None, what="the wait for work"
+        )
         task = await OrderJob(n=9).aenqueue()
         assert await task.aresult(timeout=5) == 9
     assert starts == {task.id: True}
@@ -500,8 +502,9 @@ async def test_a_process_child_is_killed_before_its_task_is_handed_back(
     culex.configure(grace_period=0.1)
     task = await ChildJob().aenqueue()
     async with running(culex.Runner(run_from=["child_stop"])):
-        while not pid_file.exists() or not pid_file.read_text():  # noqa: ASYNC110
-            await asyncio.sleep(0.01)
+        await await_until(
+            lambda: pid_file.exists() and pid_file.read_text(), what="the child to start"
+        )
     assert await task.astate() is culex.TaskState.WAITING
     with pytest.raises(ProcessLookupError):
         os.kill(int(pid_file.read_text()), 0)

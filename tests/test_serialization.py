@@ -159,7 +159,7 @@ def test_encodings_follow_the_wire_format() -> None:
 
 
 def test_params_text_is_compact_json_with_unicode_kept() -> None:
-    data = {
+    data: dict[str, serialization.JSON] = {
         "name": 'Zoë "the" \u2028 naïve\n',
         "nested": {"list": [1, -2.5, 1e300, None, True, False, []], "empty": {}},
         "big": 2**70,

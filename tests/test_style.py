@@ -1,5 +1,6 @@
-"""The package keeps its shape (STYLE.md): mypy --strict and ruff clean, no import cycle,
-the Redis layer at the bottom and alone in building commands. CI fails otherwise."""
+"""The package and its tests keep their shape (STYLE.md): mypy --strict and ruff clean, no
+import cycle, the Redis layer at the bottom and alone in building commands. CI fails
+otherwise."""
 
 from __future__ import annotations
 

@@ -19,8 +19,7 @@ import os
 import signal
 import subprocess
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,7 +31,7 @@ from culex._redis import operations
 from culex._redis.keys import queue_keys
 from culex.embedded import EmbeddedServer, _State
 
-from .conftest import private_tcp_process, running
+from .conftest import await_until, private_tcp_process, running, server_ms
 
 TIMEOUT = 0.25  # socket_timeout in these tests
 SAFETY = 30.0  # seconds after which the test thaws the server itself
@@ -166,7 +165,9 @@ async def test_an_idle_runner_waits_longer_than_the_timeout_without_a_cut(
     culex.configure(idle_wait=4 * TIMEOUT)
     with caplog.at_level(logging.WARNING, logger="culex"):
         async with running(culex.Runner(run_from=["hang"])):
-            await _until(lambda: _blpops(hung.client) >= 1, "a whole wait for work")
+            await await_until(
+                lambda: _blpops(hung.client) >= 1, SAFETY, what="a whole wait for work"
+            )
             task = await HangJob(n=1).aenqueue()
             assert await task.aresult(timeout=SAFETY) == 1
     assert "did not answer" not in caplog.text
@@ -188,14 +189,16 @@ async def test_a_runner_and_its_heartbeat_carry_on_after_the_server_hung(
             with hung.stopped():
                 reported.opened.set()
                 for what in ("waiting for work", "reporting outcomes", "reclaiming", "renew"):
-                    await _until(functools.partial(_timed_out, caplog, what), f"{what} to time out")
-            thawed_ms = _server_ms(hung.client)
+                    timed_out = functools.partial(_timed_out, caplog, what)
+                    await await_until(timed_out, SAFETY, what=f"{what} to time out")
+            thawed_ms = server_ms(hung.client)
             # A lease renewed after the thaw ends later than any renewed before it.
-            await _until(
+            await await_until(
                 lambda: (
                     (hung.client.zscore(KEYS.pending, held[1].id) or 0) > thawed_ms + LEASE * 1e3
                 ),
-                "the heartbeat to renew a lease after the thaw",
+                SAFETY,
+                what="the heartbeat to renew a lease after the thaw",
             )
             renewed.opened.set()
             tasks = [*held, *[await HangJob(n=n).aenqueue() for n in range(2, 6)]]
@@ -239,15 +242,3 @@ def _cleared(gates: dict[int, Gate]) -> Iterator[None]:
 def _blpops(client: redis.Redis) -> int:
     """How many blocking waits the server has ended (it counts one as it ends)."""
     return int(client.info("commandstats").get("cmdstat_blpop", {}).get("calls", 0))
-
-
-def _server_ms(client: redis.Redis) -> int:
-    seconds, micros = client.time()
-    return seconds * 1000 + micros // 1000
-
-
-async def _until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + SAFETY
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.02)

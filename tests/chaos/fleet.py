@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..conftest import wait_until
 from . import chaos_jobs
 from .ledger import CONT, DIED, KILL, STOP, TERM, Ledger
 
@@ -104,8 +105,7 @@ class Fleet:
     def pause(self, runner: RunnerProcess) -> None:
         """SIGSTOP, recorded once the process is really stopped."""
         runner.proc.send_signal(signal.SIGSTOP)
-        while _state(runner.pid) not in ("T", "t"):
-            time.sleep(0.001)
+        wait_until(lambda: _state(runner.pid) in ("T", "t"), what="SIGSTOP", every=0.001)
         self.ledger.fault(STOP, runner.pid)
         runner.stopped = True
 

@@ -13,6 +13,7 @@ import redis
 
 from culex._redis.keys import queue_keys
 
+from ..conftest import wait_until
 from .chaos_jobs import QUEUE, ChaosJob
 from .fleet import Fleet
 from .ledger import LEASE_LOST, SUCCEEDED, Ledger
@@ -24,10 +25,9 @@ STALL_MS = 3000  # each task runs this long: the runner is frozen in the middle 
 
 
 def _wait(condition: Callable[[], bool], timeout: float, what: str) -> float:
+    """Wait until ``condition`` holds; returns the seconds it took (a figure)."""
     began = time.monotonic()
-    while not condition():
-        assert time.monotonic() - began < timeout, f"timed out waiting for {what}"
-        time.sleep(0.02)
+    wait_until(condition, timeout, what=what, every=0.02)
     return time.monotonic() - began
 
 
