@@ -14,11 +14,9 @@ from typing import Annotated, Any, Optional
 
 import pytest
 
-from culex import serialization
+from culex import codecs, serialization
+from culex.codecs import Codec, Deserializer, Serializer
 from culex.serialization import (
-    Codec,
-    Deserializer,
-    Serializer,
     codec_for,
     decode_result,
     encode_result,
@@ -159,7 +157,7 @@ def test_encodings_follow_the_wire_format() -> None:
 
 
 def test_params_text_is_compact_json_with_unicode_kept() -> None:
-    data: dict[str, serialization.JSON] = {
+    data: dict[str, codecs.JSON] = {
         "name": 'Zoë "the" \u2028 naïve\n',
         "nested": {"list": [1, -2.5, 1e300, None, True, False, []], "empty": {}},
         "big": 2**70,

@@ -18,18 +18,11 @@ from typing import Any, ClassVar, NoReturn
 
 from . import config
 from ._redis.keys import check_queue_name
+from .codecs import Codec, Deserializer, Serializer
 from .enqueue import enqueue_flow
 from .errors import JobFailure
 from .job_registry import registry
-from .serialization import (
-    Codec,
-    Deserializer,
-    Serializer,
-    codec_for,
-    encode_result,
-    params_text,
-    result_codec,
-)
+from .serialization import codec_for, encode_result, params_text, result_codec
 from .task import Task, run_async, run_sync
 
 logger = logging.getLogger("culex")
