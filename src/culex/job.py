@@ -20,6 +20,7 @@ from . import config
 from ._redis.keys import check_queue_name
 from .enqueue import enqueue_flow
 from .errors import JobFailure
+from .flow import run_async, run_sync
 from .serialization import (
     Codec,
     Deserializer,
@@ -29,7 +30,7 @@ from .serialization import (
     params_text,
     result_codec,
 )
-from .task import Task, run_async, run_sync
+from .task import Task
 
 logger = logging.getLogger("culex")
 
@@ -282,7 +283,7 @@ class QueuedJob(Job):
         id: str | None = None,
     ) -> Task:
         """Store a task of this job in its queue; returns a handle on it."""
-        return run_sync(enqueue_flow([self], delay, at, id))[0]  # type: ignore[no-any-return]
+        return run_sync(enqueue_flow([self], delay, at, id))[0]
 
     async def aenqueue(
         self,
@@ -292,7 +293,7 @@ class QueuedJob(Job):
         id: str | None = None,
     ) -> Task:
         """The async twin of :meth:`enqueue`."""
-        return (await run_async(enqueue_flow([self], delay, at, id)))[0]  # type: ignore[no-any-return]
+        return (await run_async(enqueue_flow([self], delay, at, id)))[0]
 
 
 def _collect_params(cls: type[Job]) -> dict[str, Param]:
