@@ -67,16 +67,7 @@ def together(
 def run_sync(flow: Flow[T], url: str | None = None) -> T:
     """Drive a flow with blocking I/O, on the shared driver of ``url`` (default: the
     configured server)."""
-    return drive_sync(flow, connection.sync_driver(url))
-
-
-async def run_async(flow: Flow[T], url: str | None = None) -> T:
-    """Drive a flow on the running event loop, on its shared driver of ``url``."""
-    return await drive_async(flow, await connection.async_driver(url))
-
-
-def drive_sync(flow: Flow[T], driver: SyncDriverProtocol) -> T:
-    """Drive a flow on a given blocking driver."""
+    driver: SyncDriverProtocol = connection.sync_driver(url)
     try:
         step = next(flow)
         while True:
@@ -89,8 +80,9 @@ def drive_sync(flow: Flow[T], driver: SyncDriverProtocol) -> T:
         return value
 
 
-async def drive_async(flow: Flow[T], driver: AsyncDriverProtocol) -> T:
-    """Drive a flow on a given asyncio driver."""
+async def run_async(flow: Flow[T], url: str | None = None) -> T:
+    """Drive a flow on the running event loop, on its shared driver of ``url``."""
+    driver: AsyncDriverProtocol = await connection.async_driver(url)
     try:
         step = next(flow)
         while True:
