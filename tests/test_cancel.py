@@ -18,7 +18,7 @@ from culex._redis.keys import queue_keys
 from culex._redis.operations import Call
 from culex._redis.wire import SyncConnection
 from culex.errors import ServerError
-from culex.task import Flow, run_sync, together
+from culex.flow import Flow, run_sync, together
 
 from .conftest import count_exchanges, driver_of, running, snapshot, writes
 
@@ -373,8 +373,9 @@ def test_culex_cancel_goes_on_past_an_id_the_server_refuses(
 def test_together_returns_or_raises_what_the_server_refused(r: redis.Redis, url: str) -> None:
     r.hset("a-hash", "f", "v")
 
-    def incr(key: str) -> Flow:
-        return (yield Call((), ("INCR", key), int))
+    def incr(key: str) -> Flow[int]:
+        value: int = yield Call((), ("INCR", key), int)
+        return value
 
     flows = [incr("counter"), incr("a-hash"), incr("counter")]
     values = run_sync(together(flows, refused="return"), url)
@@ -386,7 +387,7 @@ def test_together_returns_or_raises_what_the_server_refused(r: redis.Redis, url:
 
 
 def test_together_refuses_a_flow_of_more_than_one_call() -> None:
-    def two_calls() -> Flow:
+    def two_calls() -> Flow[None]:
         yield Call((), ("PING",), str)
         yield Call((), ("PING",), str)
 

@@ -27,13 +27,22 @@ from culex import config, connection
 from culex._redis import operations
 from culex._redis.client import SyncDriver
 from culex._redis.keys import QueueKeys, queue_keys
-from culex.inspection import periodic_records
+from culex.inspection import (
+    STATES,
+    aperiodic_records,
+    aperiodic_status,
+    aqueue_counts,
+    periodic_records,
+    periodic_status,
+    queue_counts,
+)
 from culex.periodic import (
     Cron,
     Interval,
     Monthly,
     PeriodicJob,
     Scheduler,
+    atrigger,
     ms,
     trigger,
     wall_clock,
@@ -476,6 +485,30 @@ async def test_a_named_periodic_job_goes_by_its_name_in_slots_records_and_claims
     records = await asyncio.to_thread(periodic_records, [NamedTickJob])
     assert records["ops.NamedTick"]["last_task"] == task.id
     assert r.hget(queue_keys("culex", NamedTickJob.queue).task(task.id), "type") == b"ops.NamedTick"
+
+
+async def test_trigger_and_the_periodic_reads_have_async_twins(
+    r: redis.Redis, defined: list[type[culex.Job]]
+) -> None:
+    class TwinTickJob(culex.PeriodicJob):
+        run_every = timedelta(hours=1)
+
+        def perform(self) -> None: ...
+
+    defined.append(TwinTickJob)
+    task = await atrigger(TwinTickJob)
+    assert task.id.startswith("TwinTickJob:trigger:") and task.job is TwinTickJob
+    assert await task.astate() == culex.TaskState.WAITING
+    records = await aperiodic_records([TwinTickJob])
+    assert records["TwinTickJob"]["last_task"] == task.id
+    assert records == await asyncio.to_thread(periodic_records, [TwinTickJob])
+    [status] = await aperiodic_status([TwinTickJob])
+    assert status["job"] == "TwinTickJob" and status["last outcome"] == "waiting"
+    assert [status] == await asyncio.to_thread(periodic_status, [TwinTickJob])
+    counts = await aqueue_counts()
+    assert counts[TwinTickJob.queue] == {"waiting": 1, "pending": 0, "scheduled": 0, "dead": 0}
+    assert counts == await asyncio.to_thread(queue_counts)
+    assert await aqueue_counts(queues=["nowhere"]) == {"nowhere": dict.fromkeys(STATES, 0)}
 
 
 # -- runner processes and the CLI -------------------------------------------------------

@@ -265,7 +265,8 @@ def _cancel(args: argparse.Namespace) -> int:
     """One line per id: cancelled, or the state that refused it. Exit 1 unless all were.
     Every id goes in the same round trip."""
     from ._redis.operations import CANCELLED
-    from .task import Task, run_sync, together
+    from .flow import run_sync, together
+    from .task import Task
 
     settings = config.settings(**({"redis_url": args.redis_url} if args.redis_url else {}))
     try:  # every id is checked before the first one is cancelled

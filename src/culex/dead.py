@@ -16,7 +16,8 @@ from . import config
 from ._redis import operations
 from ._redis.keys import QueueKeys, check_queue_name, queue_keys
 from ._redis.operations import RetryReply
-from .task import Flow, check_id, run_async, run_sync
+from .flow import Flow, run_async, run_sync
+from .task import check_id
 
 # Ids per retry script: a long retry is cut into scripts that other clients can run between.
 CHUNK = 1000
@@ -43,7 +44,7 @@ def dead_tasks(
     Ids whose record has already expired are left out (they can never run again)."""
     settings = settings or config.settings()
     flow = _list_flow(queue, limit, offset, settings)
-    return run_sync(flow, settings.redis_url)  # type: ignore[no-any-return]
+    return run_sync(flow, settings.redis_url)
 
 
 async def adead_tasks(
@@ -52,7 +53,7 @@ async def adead_tasks(
     """The async twin of :func:`dead_tasks`."""
     settings = settings or config.settings()
     flow = _list_flow(queue, limit, offset, settings)
-    return await run_async(flow, settings.redis_url)  # type: ignore[no-any-return]
+    return await run_async(flow, settings.redis_url)
 
 
 def retry_dead(
@@ -82,7 +83,7 @@ async def aretry_dead(
     _check_count(limit, "limit", positive=True)
     settings = settings or config.settings()
     flow = _retry_flow(queue, ids, limit, settings)
-    reply: RetryReply = await run_async(flow, settings.redis_url)
+    reply = await run_async(flow, settings.redis_url)
     return reply.retried
 
 
@@ -97,12 +98,12 @@ def retry(
     ``limit=None`` with ``ids=None``: every task in dead when the call starts."""
     settings = settings or config.settings()
     flow = _retry_flow(queue, ids, limit, settings)
-    return run_sync(flow, settings.redis_url)  # type: ignore[no-any-return]
+    return run_sync(flow, settings.redis_url)
 
 
 def _retry_flow(
     queue: str, ids: Iterable[str] | None, limit: int | None, settings: config.Settings
-) -> Flow:
+) -> Flow[RetryReply]:
     """Retry dead tasks (arguments as in :func:`retry`); the flow's value is a RetryReply.
     The arguments are checked here, before any I/O."""
     keys = queue_keys(settings.prefix, check_queue_name(queue))
@@ -113,14 +114,14 @@ def _retry_flow(
     return _retry_these(keys, list(dict.fromkeys(_checked_ids(ids))))  # each id once
 
 
-def _retry_these(keys: QueueKeys, ids: list[str]) -> Flow:
+def _retry_these(keys: QueueKeys, ids: list[str]) -> Flow[RetryReply]:
     if not ids:
         return RetryReply([], [])
     chunks = [ids[i : i + CHUNK] for i in range(0, len(ids), CHUNK)]
     return _merged((yield [operations.retry_dead(keys, chunk) for chunk in chunks]))
 
 
-def _retry_oldest(keys: QueueKeys, limit: int | None) -> Flow:
+def _retry_oldest(keys: QueueKeys, limit: int | None) -> Flow[RetryReply]:
     if limit is not None and limit <= CHUNK:
         return _merged([(yield operations.retry_oldest_dead(keys, limit))])
     # Never more than dead holds at the start: tasks that die again meanwhile are not chased.
@@ -137,7 +138,9 @@ def _retry_oldest(keys: QueueKeys, limit: int | None) -> Flow:
     return _merged(replies)
 
 
-def _list_flow(queue: str, limit: int, offset: int, settings: config.Settings) -> Flow:
+def _list_flow(
+    queue: str, limit: int, offset: int, settings: config.Settings
+) -> Flow[list[DeadTask]]:
     """Read a page of the dead set (arguments as in :func:`dead_tasks`), checked first."""
     keys = queue_keys(settings.prefix, check_queue_name(queue))
     _check_count(limit, "limit", positive=True)
@@ -145,7 +148,7 @@ def _list_flow(queue: str, limit: int, offset: int, settings: config.Settings) -
     return _list(keys, limit, offset)
 
 
-def _list(keys: QueueKeys, limit: int, offset: int) -> Flow:
+def _list(keys: QueueKeys, limit: int, offset: int) -> Flow[list[DeadTask]]:
     listed = yield operations.dead_ids(keys, limit=limit, offset=offset)
     if not listed:
         return []

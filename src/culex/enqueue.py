@@ -1,6 +1,6 @@
 """Enqueuing: one task or many, now, after a delay or at a time, optionally durable.
 
-Described once as a flow (no I/O); ``task.run_sync`` and ``task.run_async`` drive it.
+Described once as a flow (no I/O); ``flow.run_sync`` and ``flow.run_async`` drive it.
 ``QueuedJob.enqueue`` and ``enqueue_many`` (in ``job.py``, beside the job) start it.
 """
 
@@ -16,7 +16,8 @@ from ._redis.keys import queue_keys, queues_key
 from ._redis.operations import Call, Enqueued
 from ._redis.wire import Address
 from .errors import ConfigurationError, ServerError
-from .task import Flow, Task, check_id, new_id
+from .flow import Flow
+from .task import Task, check_id, new_id
 
 if TYPE_CHECKING:
     from .job import QueuedJob
@@ -38,7 +39,7 @@ def enqueue_flow(
     delay: timedelta | float | None,
     at: datetime | None,
     task_id: str | None = None,
-) -> Flow:
+) -> Flow[list[Task]]:
     """Enqueue ``jobs``; the flow's value is their tasks, in order."""
     settings = config.settings()
     due_ms, delay_ms = when(delay, at)
@@ -77,7 +78,7 @@ def _redraw(
     due_ms: int | None,
     delay_ms: int,
     confirm: Confirm | None,
-) -> Flow:
+) -> Flow[Enqueued]:
     """Enqueue ``job`` again under a new id: the id culex drew for it was taken.
 
     48 random bits, a counter and the clock make that all but impossible, short of a
@@ -91,9 +92,10 @@ def _redraw(
             return outcome
 
 
-def _sent(calls: list[Call[Any]], confirm: Confirm | None) -> Flow:
+def _sent(calls: list[Call[Any]], confirm: Confirm | None) -> Flow[list[Any]]:
     """Send ``calls`` in one round trip, with the durability check behind them if
     ``confirm`` names one; the value is their replies. A refused call raises."""
+    replies: list[Any]
     if confirm is None:
         replies = yield calls
     else:
@@ -136,7 +138,7 @@ def _call(
 Confirm = tuple[Call[bool], str]  # the call sent behind the writes; what it confirms, if not
 
 
-def _confirmation(settings: config.Settings) -> Flow:
+def _confirmation(settings: config.Settings) -> Flow[Confirm | None]:
     """The flow of what confirms a durable enqueue on this server: None (every reply comes
     after its fsync), or the call to send behind the writes."""
     way = _durability_of.get(settings.redis_url)
@@ -149,7 +151,7 @@ def _confirmation(settings: config.Settings) -> Flow:
     return operations.wait_replica(DURABLE_TIMEOUT_MS), "no replica confirmed the write"
 
 
-def _durability(settings: config.Settings) -> Flow:
+def _durability(settings: config.Settings) -> Flow[str]:
     """Ask the server, in one round trip, how it can confirm that a write is safe:
     "always" (appendonly with appendfsync always: it replies only after the fsync),
     "waitaof" (WAITAOF, Redis 7.2+ and Valkey, with appendonly on) or "replica" (WAIT 1).

@@ -1,15 +1,17 @@
-"""Read-only looks at queues and periodic jobs, for the CLI and for users' own checks."""
+"""Read-only looks at queues and periodic jobs, for the CLI and for users' own checks.
+
+Each is a flow, with a blocking function and its ``a*`` async twin."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from . import config, connection
+from . import config
 from ._redis import operations
-from ._redis.client import SyncDriver
 from ._redis.keys import queue_keys, queues_key
 from ._redis.operations import Call
+from .flow import Flow, run_async, run_sync
 
 if TYPE_CHECKING:
     from .periodic import PeriodicJob
@@ -22,17 +24,15 @@ def queue_counts(
 ) -> dict[str, dict[str, int]]:
     """How many tasks each queue holds in each state (default: every known queue)."""
     settings = settings or config.settings()
-    driver = connection.sync_driver(settings.redis_url)
-    names = (
-        queues
-        if queues is not None
-        else driver.run(operations.known_queues(queues_key(settings.prefix)))
-    )
-    calls = [call for q in names for call in operations.count(queue_keys(settings.prefix, q))]
-    results = driver.run_many(calls) if calls else []
-    return {
-        q: dict(zip(STATES, results[i * 4 : i * 4 + 4], strict=True)) for i, q in enumerate(names)
-    }
+    return run_sync(_counts(settings, queues), settings.redis_url)
+
+
+async def aqueue_counts(
+    settings: config.Settings | None = None, queues: list[str] | None = None
+) -> dict[str, dict[str, int]]:
+    """The async twin of :func:`queue_counts`."""
+    settings = settings or config.settings()
+    return await run_async(_counts(settings, queues), settings.redis_url)
 
 
 def periodic_records(
@@ -45,13 +45,15 @@ def periodic_records(
     ``decided_slot``, ``skipped_slot`` and ``skip_reason`` (docs/periodic.md).
     """
     settings = settings or config.settings()
-    listed = list(jobs)
-    driver = connection.sync_driver(settings.redis_url)
-    calls = [
-        operations.read_periodic(queue_keys(settings.prefix, job.queue), job.type_)
-        for job in listed
-    ]
-    return {job.type_: record for job, record in zip(listed, _all(driver, calls), strict=True)}
+    return run_sync(_records(list(jobs), settings), settings.redis_url)
+
+
+async def aperiodic_records(
+    jobs: Iterable[type[PeriodicJob]], settings: config.Settings | None = None
+) -> dict[str, dict[str, str]]:
+    """The async twin of :func:`periodic_records`."""
+    settings = settings or config.settings()
+    return await run_async(_records(list(jobs), settings), settings.redis_url)
 
 
 def periodic_status(
@@ -60,19 +62,54 @@ def periodic_status(
     """One row per periodic job, as ``culex periodic`` shows it: job, queue, schedule,
     next run, last run and last outcome (the state of the last task while it is unfinished)."""
     settings = settings or config.settings()
-    listed = list(jobs)
-    records = periodic_records(listed, settings)
-    driver = connection.sync_driver(settings.redis_url)
+    return run_sync(_statuses(list(jobs), settings), settings.redis_url)
+
+
+async def aperiodic_status(
+    jobs: Iterable[type[PeriodicJob]], settings: config.Settings | None = None
+) -> list[dict[str, str]]:
+    """The async twin of :func:`periodic_status`."""
+    settings = settings or config.settings()
+    return await run_async(_statuses(list(jobs), settings), settings.redis_url)
+
+
+def _counts(settings: config.Settings, queues: list[str] | None) -> Flow[dict[str, dict[str, int]]]:
+    names = (
+        queues
+        if queues is not None
+        else (yield operations.known_queues(queues_key(settings.prefix)))
+    )
+    calls = [call for q in names for call in operations.count(queue_keys(settings.prefix, q))]
+    results = (yield calls) if calls else []
+    return {
+        q: dict(zip(STATES, results[i * 4 : i * 4 + 4], strict=True)) for i, q in enumerate(names)
+    }
+
+
+def _records(
+    jobs: list[type[PeriodicJob]], settings: config.Settings
+) -> Flow[dict[str, dict[str, str]]]:
+    calls = [
+        operations.read_periodic(queue_keys(settings.prefix, job.queue), job.type_) for job in jobs
+    ]
+    records = yield from _all(calls)
+    return {job.type_: record for job, record in zip(jobs, records, strict=True)}
+
+
+def _statuses(
+    jobs: list[type[PeriodicJob]], settings: config.Settings
+) -> Flow[list[dict[str, str]]]:
+    records = yield from _records(jobs, settings)
     # A job that never ran has no last task: its read finds nothing ({}), like an expired one.
     lasts = [
         operations.read_task(
             queue_keys(settings.prefix, job.queue), records[job.type_].get("last_task", "")
         )
-        for job in listed
+        for job in jobs
     ]
-    now, *tasks = _all(driver, [operations.server_time(), *lasts])
+    now, *tasks = yield from _all([operations.server_time(), *lasts])
     return [
-        _status(job, records[job.type_], task, now) for job, task in zip(listed, tasks, strict=True)
+        _status(job, records[job.type_], task, now) for job, task in zip(jobs, tasks, strict=True)
     ]
 
 
@@ -94,8 +131,9 @@ def _status(
     }
 
 
-def _all(driver: SyncDriver, calls: list[Call[Any]]) -> list[Any]:
-    results = driver.run_many(calls) if calls else []
+def _all(calls: list[Call[Any]]) -> Flow[list[Any]]:
+    """Send ``calls`` in one round trip (none when there are none); a refused one raises."""
+    results = (yield calls) if calls else []
     for result in results:
         if isinstance(result, Exception):
             raise result

@@ -21,9 +21,10 @@ from ._redis.keys import check_queue_name
 from .codecs import Codec, Deserializer, Serializer
 from .enqueue import enqueue_flow
 from .errors import JobFailure
+from .flow import run_async, run_sync
 from .job_registry import registry
 from .serialization import codec_for, encode_result, params_text, result_codec
-from .task import Task, run_async, run_sync
+from .task import Task
 
 logger = logging.getLogger("culex")
 
@@ -229,7 +230,7 @@ class QueuedJob(Job):
         id: str | None = None,
     ) -> Task:
         """Store a task of this job in its queue; returns a handle on it."""
-        return run_sync(enqueue_flow([self], delay, at, id))[0]  # type: ignore[no-any-return]
+        return run_sync(enqueue_flow([self], delay, at, id))[0]
 
     async def aenqueue(
         self,
@@ -239,7 +240,7 @@ class QueuedJob(Job):
         id: str | None = None,
     ) -> Task:
         """The async twin of :meth:`enqueue`."""
-        return (await run_async(enqueue_flow([self], delay, at, id)))[0]  # type: ignore[no-any-return]
+        return (await run_async(enqueue_flow([self], delay, at, id)))[0]
 
 
 def enqueue_many(
@@ -249,7 +250,7 @@ def enqueue_many(
     at: datetime | None = None,
 ) -> list[Task]:
     """Enqueue many job objects in few round trips (1,000 per pipeline); returns their tasks."""
-    return run_sync(enqueue_flow(_checked(jobs), delay, at))  # type: ignore[no-any-return]
+    return run_sync(enqueue_flow(_checked(jobs), delay, at))
 
 
 async def aenqueue_many(
@@ -259,7 +260,7 @@ async def aenqueue_many(
     at: datetime | None = None,
 ) -> list[Task]:
     """The async twin of :func:`enqueue_many`."""
-    return await run_async(enqueue_flow(_checked(jobs), delay, at))  # type: ignore[no-any-return]
+    return await run_async(enqueue_flow(_checked(jobs), delay, at))
 
 
 def _checked(jobs: Iterable[QueuedJob]) -> list[QueuedJob]:

@@ -13,7 +13,7 @@ import time
 
 from . import config, connection
 from ._redis import operations
-from ._redis.client import SyncDriver
+from ._redis.driver import SyncDriverProtocol
 from ._redis.keys import queue_keys
 from ._redis.operations import Claimed
 from .errors import ServerError
@@ -91,7 +91,7 @@ class LeaseKeeper:
                 self._renew(driver, held)
         driver.close()
 
-    def _renew(self, driver: SyncDriver, held: list[Held]) -> None:
+    def _renew(self, driver: SyncDriverProtocol, held: list[Held]) -> None:
         groups: dict[tuple[str, int], list[Held]] = {}
         for h in held:
             groups.setdefault((h.claimed.queue, h.lease_ms), []).append(h)

@@ -16,12 +16,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from . import config, connection
+from . import config
 from ._redis import operations
-from ._redis.client import AsyncDriver
+from ._redis.driver import AsyncDriverProtocol
 from ._redis.keys import queue_keys, queues_key
 from ._redis.operations import Call, Scheduled
 from .errors import ConfigurationError, ServerError
+from .flow import Flow, run_async, run_sync
 from .job import Job
 from .job_registry import JobRegistry, registry
 from .task import Task, new_id
@@ -315,7 +316,7 @@ class Scheduler:
         self,
         jobs: Iterable[type[PeriodicJob]],
         settings: config.Settings,
-        driver: AsyncDriver,
+        driver: AsyncDriverProtocol,
     ) -> None:
         self.jobs = list(jobs)
         self.settings = settings
@@ -410,18 +411,25 @@ def _log(job: type[PeriodicJob], slot: int, result: Scheduled) -> None:
 def trigger(job: type[PeriodicJob], settings: config.Settings | None = None) -> Task:
     """Enqueue one run of ``job`` now, outside its schedule (``culex periodic trigger``)."""
     settings = settings or config.settings()
-    driver = connection.sync_driver(settings.redis_url)
-    driver.run(operations.register_queue(queues_key(settings.prefix), job.queue))
-    done = driver.run(
-        operations.schedule(
-            queue_keys(settings.prefix, job.queue),
-            job.type_,
-            f"{job.type_}:trigger:{new_id()}",
-            slot_ms=None,
-            next_slot_ms=None,
-            overlap=True,
-            run_new=True,
-            max_retries=job.max_retries,
-        )
+    return run_sync(_trigger(job, settings), settings.redis_url)
+
+
+async def atrigger(job: type[PeriodicJob], settings: config.Settings | None = None) -> Task:
+    """The async twin of :func:`trigger`."""
+    settings = settings or config.settings()
+    return await run_async(_trigger(job, settings), settings.redis_url)
+
+
+def _trigger(job: type[PeriodicJob], settings: config.Settings) -> Flow[Task]:
+    yield operations.register_queue(queues_key(settings.prefix), job.queue)
+    done: Scheduled = yield operations.schedule(
+        queue_keys(settings.prefix, job.queue),
+        job.type_,
+        f"{job.type_}:trigger:{new_id()}",
+        slot_ms=None,
+        next_slot_ms=None,
+        overlap=True,
+        run_new=True,
+        max_retries=job.max_retries,
     )
     return Task(done.task_id, job.queue, settings.redis_url, job)

@@ -26,7 +26,7 @@ from typing import Any, NoReturn
 
 from . import config, connection, isolation, logs
 from ._redis import operations
-from ._redis.client import AsyncDriver
+from ._redis.driver import AsyncDriverProtocol
 from ._redis.keys import QueueKeys, queue_keys
 from ._redis.operations import Call, Claimed, ClaimReply
 from ._redis.spin import loop_factory
@@ -85,7 +85,7 @@ class Runner:
         self._report_ready = asyncio.Event()
         self._slot_freed = asyncio.Event()
         self._reserved = 0  # slots held for a claim pipelined behind the blocking wait
-        self._driver: AsyncDriver | None = None
+        self._driver: AsyncDriverProtocol | None = None
         self._keeper: LeaseKeeper | None = None
         self._pool = _Pool(self.settings.concurrency)
         self._threaded: set[Claimed] = set()  # running tasks whose perform runs in a thread

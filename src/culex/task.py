@@ -6,14 +6,13 @@ import enum
 import itertools
 import random
 import time
-from collections.abc import Callable, Generator
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
-from . import config, connection
+from . import config
 from ._redis import operations
 from ._redis.keys import QueueKeys, check_queue_name, queue_keys
-from ._redis.operations import Call
 from .errors import CulexError, TaskFailed
+from .flow import Flow, one_call, run_async, run_sync
 from .job_registry import registry
 from .serialization import decode_result
 
@@ -69,44 +68,6 @@ def check_id(task_id: object) -> str:
 # wake-up lost (a failover) costs one chunk at most, and no call blocks for longer.
 WAIT_CHUNK = 1.0
 
-Flow = Generator[Call[Any] | list[Call[Any]], Any, Any]
-"""An I/O-free procedure. It yields a Call (send it and reply) or a list of calls (send
-them in one round trip and reply with their results)."""
-
-
-def one_call(call: Call[Any], then: Callable[[Any], Any] = lambda reply: reply) -> Flow:
-    """The flow of a single call; its value is ``then`` of the reply. Build the call before
-    calling this, so its arguments are checked before any I/O (a generator's body runs only
-    once it is driven)."""
-    return then((yield call))
-
-
-def together(flows: list[Flow], *, refused: Literal["raise", "return"] = "raise") -> Flow:
-    """Flows that each make one call, sent in one round trip; the value is theirs, in order.
-    A call the server refused raises its ServerError, as it would alone; with
-    ``refused="return"`` the error is that flow's value instead, and the others keep theirs."""
-    calls: list[Call[Any]] = []
-    for flow in flows:
-        call = next(flow)
-        if not isinstance(call, Call):
-            raise TypeError("together() takes flows that each make a single call")
-        calls.append(call)
-    replies = yield calls
-    values = []
-    for flow, reply in zip(flows, replies, strict=True):
-        if isinstance(reply, Exception):
-            if refused == "raise":
-                raise reply
-            values.append(reply)
-            continue
-        try:
-            flow.send(reply)
-        except StopIteration as done:
-            values.append(done.value)
-        else:
-            raise TypeError("together() takes flows that each make a single call")
-    return values
-
 
 def _state_of(fields: dict[str, str]) -> TaskState | None:
     state = fields.get("state", "")
@@ -148,19 +109,19 @@ class Task:
 
     # Each *_flow checks its arguments when it is called, before any I/O.
 
-    def _state_flow(self) -> Flow:
+    def _state_flow(self) -> Flow[TaskState | None]:
         return one_call(operations.read_task(self._keys(), self.id), _state_of)
 
-    def _info_flow(self) -> Flow:
+    def _info_flow(self) -> Flow[dict[str, str]]:
         return one_call(operations.read_task(self._keys(), self.id))
 
-    def _result_flow(self, timeout: float | None) -> Flow:
+    def _result_flow(self, timeout: float | None) -> Flow[Any]:
         keys = self._keys()
         if timeout is not None:
             timeout = config.seconds(timeout, "timeout")
         return self._wait(keys, timeout)
 
-    def _wait(self, keys: QueueKeys, timeout: float | None) -> Flow:
+    def _wait(self, keys: QueueKeys, timeout: float | None) -> Flow[Any]:
         """Read the task's end; until it has one, block on its done list (wait.lua), with
         the next read sent right behind each block: one round trip per wake-up or chunk."""
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -195,12 +156,12 @@ class Task:
         where = f"the result of {job.__name__}.perform()"
         return decode_result(end.result, job.result_codec_, where)
 
-    def _retry_flow(self) -> Flow:
+    def _retry_flow(self) -> Flow[bool]:
         return one_call(
             operations.retry_dead(self._keys(), [self.id]), lambda reply: bool(reply.retried)
         )
 
-    def cancel_flow(self, reason: str) -> Flow:
+    def cancel_flow(self, reason: str) -> Flow[str]:
         """The flow of cancel and acancel (and of ``culex cancel``). Its value is the
         script's reply: "cancelled", the state that refused it, or "" (no record)."""
         if not isinstance(reason, str):
@@ -222,17 +183,17 @@ class Task:
 
     def state(self) -> TaskState | None:
         """The task's state now; None when it has no record (expired or never existed)."""
-        return run_sync(self._state_flow(), self.url)  # type: ignore[no-any-return]
+        return run_sync(self._state_flow(), self.url)
 
     async def astate(self) -> TaskState | None:
-        return await run_async(self._state_flow(), self.url)  # type: ignore[no-any-return]
+        return await run_async(self._state_flow(), self.url)
 
     def info(self) -> dict[str, str]:
         """Every field of the task's hash ({} when it has no record)."""
-        return run_sync(self._info_flow(), self.url)  # type: ignore[no-any-return]
+        return run_sync(self._info_flow(), self.url)
 
     async def ainfo(self) -> dict[str, str]:
-        return await run_async(self._info_flow(), self.url)  # type: ignore[no-any-return]
+        return await run_async(self._info_flow(), self.url)
 
     def result(self, timeout: float | None = None) -> Any:
         """Wait for perform's return value. Raises TaskFailed (dead) or TimeoutError."""
@@ -244,10 +205,10 @@ class Task:
     def retry(self) -> bool:
         """Put the task back in waiting if it is dead, with its retries restored (it runs
         after the tasks already waiting). False: it was not dead, or its record expired."""
-        return run_sync(self._retry_flow(), self.url)  # type: ignore[no-any-return]
+        return run_sync(self._retry_flow(), self.url)
 
     async def aretry(self) -> bool:
-        return await run_async(self._retry_flow(), self.url)  # type: ignore[no-any-return]
+        return await run_async(self._retry_flow(), self.url)
 
     def cancel(self, reason: str = "") -> bool:
         """Call off the task if it has not started. A waiting or scheduled task (delayed, or
@@ -259,37 +220,9 @@ class Task:
         A running task is not interrupted: its runner holds it under a lease, and only that
         runner's report (fenced by the attempt) may end it. culex runs a task at least once,
         and a run that has begun may already have done its work: only the runner knows."""
-        outcome: str = run_sync(self.cancel_flow(reason), self.url)
+        outcome = run_sync(self.cancel_flow(reason), self.url)
         return outcome == operations.CANCELLED
 
     async def acancel(self, reason: str = "") -> bool:
-        outcome: str = await run_async(self.cancel_flow(reason), self.url)
+        outcome = await run_async(self.cancel_flow(reason), self.url)
         return outcome == operations.CANCELLED
-
-
-def run_sync(flow: Flow, url: str | None = None) -> Any:
-    """Drive a flow with blocking I/O."""
-    driver = connection.sync_driver(url)
-    try:
-        step = next(flow)
-        while True:
-            if isinstance(step, list):
-                step = flow.send(driver.run_many(step))
-            else:
-                step = flow.send(driver.run(step))
-    except StopIteration as done:
-        return done.value
-
-
-async def run_async(flow: Flow, url: str | None = None) -> Any:
-    """Drive a flow on the running event loop."""
-    driver = await connection.async_driver(url)
-    try:
-        step = next(flow)
-        while True:
-            if isinstance(step, list):
-                step = flow.send(await driver.run_many(step))
-            else:
-                step = flow.send(await driver.run(step))
-    except StopIteration as done:
-        return done.value

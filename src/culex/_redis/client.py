@@ -11,12 +11,15 @@ import asyncio
 import os
 from collections import deque
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import hiredis
 
 from ..errors import ServerError, ServerUnavailable
 from .operations import Call
+
+if TYPE_CHECKING:
+    from .driver import AsyncDriverProtocol, SyncDriverProtocol
 from .wire import SOCKET_TIMEOUT, Address, AsyncConnection, ReplyError, SyncConnection
 
 T = TypeVar("T")
@@ -85,30 +88,47 @@ def _load(call: Call[Any]) -> Call[Any]:
     return Call((), ("SCRIPT", "LOAD", call.script.source), lambda reply: reply)
 
 
+# What both drivers do around their exchange, described once: send the calls; if the
+# server lost scripts (a restart, SCRIPT FLUSH: NOSCRIPT replies), send ``again(...)`` and
+# ``merge`` its replies; then ``parsed`` (one call) or ``settled`` (a batch). Each driver
+# only supplies ``_exchange``, the write of a batch and the read of its replies.
+
+
+def again(calls: Sequence[Call[Any]], replies: list[Any]) -> list[Call[Any]] | None:
+    """What to send next: None when no call was refused with NOSCRIPT (the common case,
+    checked without allocating), else a SCRIPT LOAD per lost script, then those calls
+    again, in one round trip (the server runs a pipeline in order)."""
+    if len(replies) == 1:  # run()'s path
+        if not _no_script(replies[0]):
+            return None
+    elif not any(map(_no_script, replies)):
+        return None
+    missing = [call for call, reply in zip(calls, replies, strict=True) if _no_script(reply)]
+    loads = {call.script: _load(call) for call in missing}
+    return [*loads.values(), *missing]
+
+
+def merge(replies: list[Any], resent: list[Any]) -> list[Any]:
+    """``replies`` with the NOSCRIPT ones replaced by the replies of the calls sent again
+    (``resent``: the replies to what :func:`again` planned, its SCRIPT LOADs first)."""
+    missing = [i for i, reply in enumerate(replies) if _no_script(reply)]
+    for i, reply in zip(missing, resent[len(resent) - len(missing) :], strict=True):
+        replies[i] = reply
+    return replies
+
+
 def _no_script(reply: Any) -> bool:
     return isinstance(reply, ReplyError) and reply.code == "NOSCRIPT"
 
 
-def _missing(replies: list[Any]) -> list[int]:
-    """The places of the calls refused with NOSCRIPT: the server lost its scripts (a
-    restart, SCRIPT FLUSH)."""
-    return [i for i, reply in enumerate(replies) if _no_script(reply)]
+def parsed(call: Call[T], reply: Any, where: str) -> T:
+    """The value of one call's reply; a refused call raises its ServerError."""
+    if isinstance(reply, ReplyError):
+        raise server_error(reply, where) from reply
+    return call.parse(reply)
 
 
-def _reload(calls: Sequence[Call[Any]], missing: list[int]) -> list[Call[Any]]:
-    """What to send for the missing calls in one round trip: a SCRIPT LOAD per script,
-    then those calls again (the server runs a pipeline in order)."""
-    loads = {calls[i].script: _load(calls[i]) for i in missing}
-    return [*loads.values(), *(calls[i] for i in missing)]
-
-
-def _merge(replies: list[Any], missing: list[int], again: list[Any]) -> None:
-    """Put the replies of the calls sent again (after their SCRIPT LOADs) in their places."""
-    for i, reply in zip(missing, again[len(again) - len(missing) :], strict=True):
-        replies[i] = reply
-
-
-def _settle(calls: Sequence[Call[Any]], replies: list[Any], where: str) -> list[Any]:
+def settled(calls: Sequence[Call[Any]], replies: list[Any], where: str) -> list[Any]:
     """Parse each reply; a failed call's place holds its ServerError."""
     return [
         server_error(reply, where) if isinstance(reply, ReplyError) else call.parse(reply)
@@ -135,24 +155,16 @@ class SyncDriver:
         self._pid = os.getpid()
 
     def run(self, call: Call[T]) -> T:
-        reply = self._exchange([call])[0]
-        if _no_script(reply):  # (run_many's way, without its lists: this is enqueue's path)
-            reply = self._exchange(_reload([call], [0]))[1]
-        if isinstance(reply, ReplyError):
-            raise server_error(reply, self.where) from reply
-        return call.parse(reply)
+        return parsed(call, self._replies([call])[0], self.where)
 
     def run_many(self, calls: Sequence[Call[Any]]) -> list[Any]:
         """Send calls in one round trip; a failed call's place holds its ServerError."""
-        return _settle(calls, self._replies(calls), self.where)
+        return settled(calls, self._replies(calls), self.where)
 
     def _replies(self, calls: Sequence[Call[Any]]) -> list[Any]:
-        """The raw replies; scripts the server lost are loaded and run again (one more trip)."""
         replies = self._exchange(calls)
-        missing = _missing(replies)
-        if missing:
-            _merge(replies, missing, self._exchange(_reload(calls, missing)))
-        return replies
+        resend = again(calls, replies)
+        return replies if resend is None else merge(replies, self._exchange(resend))
 
     def _exchange(self, calls: Sequence[Call[Any]]) -> list[Any]:
         """Write the calls, read one reply each (error replies come back as ReplyError)."""
@@ -214,30 +226,20 @@ class AsyncDriver:
         self._slots = asyncio.Semaphore(max_connections)
 
     async def run(self, call: Call[T]) -> T:
-        reply = (await self._exchange([call]))[0]
-        if _no_script(reply):  # (run_many's way, without its lists: this is enqueue's path)
-            reply = (await self._exchange(_reload([call], [0])))[1]
-        if isinstance(reply, ReplyError):
-            raise server_error(reply, self.where) from reply
-        return call.parse(reply)
+        return parsed(call, (await self._replies([call]))[0], self.where)
 
     async def run_many(self, calls: Sequence[Call[Any]]) -> list[Any]:
         """Send calls in one round trip; a failed call's place holds its ServerError."""
-        return _settle(calls, await self._replies(calls), self.where)
+        return settled(calls, await self._replies(calls), self.where)
 
     async def _replies(self, calls: Sequence[Call[Any]]) -> list[Any]:
-        """The raw replies; scripts the server lost are loaded and run again (one more trip)."""
-        replies = await self._exchange(calls)
-        missing = _missing(replies)
-        if missing:
-            _merge(replies, missing, await self._exchange(_reload(calls, missing)))
-        return replies
+        async with self._slots:  # (a reload after NOSCRIPT keeps the slot: one at a time)
+            replies = await self._exchange(calls)
+            resend = again(calls, replies)
+            return replies if resend is None else merge(replies, await self._exchange(resend))
 
     async def _exchange(self, calls: Sequence[Call[Any]]) -> list[Any]:
-        async with self._slots:
-            return await self._exchange_now(calls)
-
-    async def _exchange_now(self, calls: Sequence[Call[Any]]) -> list[Any]:
+        """Write the calls, read one reply each (error replies come back as ReplyError)."""
         packed = pack(calls)
         conn = None
         while self._idle:
@@ -266,3 +268,11 @@ class AsyncDriver:
     async def close(self) -> None:
         while self._idle:
             self._idle.pop().close()
+
+
+if TYPE_CHECKING:  # mypy checks that both drivers implement what culex needs of one
+
+    def _conforms(
+        sync: SyncDriver, asynchronous: AsyncDriver
+    ) -> tuple[SyncDriverProtocol, AsyncDriverProtocol]:
+        return sync, asynchronous
