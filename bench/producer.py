@@ -41,7 +41,7 @@ import redis
 from server import arguments, private_server
 
 import culex
-from culex._redis import wire
+from culex._redis import connections as wire
 
 PAUSES = (0.0, 0.001, 0.010)
 
@@ -165,8 +165,8 @@ def paused(pause: float, calls: int, step: Callable[[], None]) -> tuple[float, f
 def floor(sock: socket.socket, calls: int, rounds: int = 3) -> dict[str, list[float]]:
     """Mean µs per call of a loop of pre-packed commands on one socket, and of enqueue()."""
     from culex._redis import scripts
+    from culex._redis.connections import hiredis_pack
     from culex._redis.keys import queue_keys
-    from culex._redis.wire import hiredis_pack
 
     keys = queue_keys("culex", "floor")
     sock.sendall(hiredis_pack([("SCRIPT", "LOAD", scripts.ENQUEUE.source)]))

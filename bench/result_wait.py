@@ -20,7 +20,7 @@ from typing import Any
 from server import arguments, private_server
 
 import culex
-from culex._redis.wire import SyncConnection
+from culex._redis.connections import SyncConnection
 
 
 class WaitedJob(culex.QueuedJob):

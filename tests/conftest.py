@@ -28,8 +28,8 @@ import redis
 
 import culex
 from culex import config
-from culex._redis.client import SyncDriver
-from culex._redis.wire import AsyncConnection, SyncConnection
+from culex._redis.connections import AsyncConnection, SyncConnection
+from culex._redis.drivers import SyncDriver
 from culex.embedded import EmbeddedServer, server_binary
 
 T = TypeVar("T")

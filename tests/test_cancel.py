@@ -13,10 +13,10 @@ import redis
 import culex
 from culex import cli, logs
 from culex._redis import operations, scripts
-from culex._redis.client import SyncDriver
+from culex._redis.connections import SyncConnection
+from culex._redis.drivers import SyncDriver
 from culex._redis.keys import queue_keys
 from culex._redis.operations import Call
-from culex._redis.wire import SyncConnection
 from culex.errors import ServerError
 from culex.flow import Flow, run_sync, together
 

@@ -15,7 +15,7 @@ import redis
 import culex
 from culex import dead
 from culex._redis import operations
-from culex._redis.client import SyncDriver
+from culex._redis.drivers import SyncDriver
 from culex._redis.keys import queue_keys
 
 from .conftest import driver_of, running, score, snapshot

@@ -1,4 +1,4 @@
-"""What every driver does (culex._redis.driver), run the same way on each implementation.
+"""What every driver does (culex._redis.drivers), run the same way on each implementation.
 
 A new driver (another client's Sentinel or Cluster connection) is added to DRIVERS and
 must pass these as they are.
@@ -14,9 +14,8 @@ import pytest
 import redis
 
 from culex import ServerError, ServerUnavailable
-from culex._redis import operations
-from culex._redis.client import AsyncDriver, SyncDriver
-from culex._redis.driver import AsyncDriverProtocol, SyncDriverProtocol
+from culex._redis import commands, operations
+from culex._redis.drivers import AsyncDriver, AsyncDriverProtocol, SyncDriver, SyncDriverProtocol
 from culex._redis.keys import queue_keys
 from culex._redis.operations import Call
 
@@ -56,9 +55,9 @@ async def test_a_driver_runs_a_call_a_batch_and_the_refused(
         now, refused, fields, counter = await done(
             driver.run_many(
                 [
-                    operations.server_time(),
+                    commands.server_time(),
                     incr("a-hash"),
-                    operations.read_task(KEYS, "t1"),
+                    commands.read_task(KEYS, "t1"),
                     incr("n"),
                 ]
             )
@@ -101,6 +100,6 @@ async def test_a_driver_loads_scripts_the_server_lost(kind: str, r: redis.Redis,
 async def test_a_driver_says_when_the_server_is_out_of_reach(kind: str) -> None:
     driver = DRIVERS[kind][0]("redis://127.0.0.1:1")  # nothing listens on port 1
     with pytest.raises(ServerUnavailable, match="cannot reach"):
-        await done(driver.run(operations.server_time()))
+        await done(driver.run(commands.server_time()))
     with pytest.raises(ServerUnavailable, match="cannot reach"):
-        await done(driver.run_many([operations.server_time()]))
+        await done(driver.run_many([commands.server_time()]))

@@ -25,7 +25,7 @@ import redis
 import culex
 from culex import config, connection
 from culex._redis import operations
-from culex._redis.client import SyncDriver
+from culex._redis.drivers import SyncDriver
 from culex._redis.keys import QueueKeys, queue_keys
 from culex.inspection import (
     STATES,

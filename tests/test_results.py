@@ -20,9 +20,9 @@ import redis
 import culex
 from culex import task as task_module
 from culex._redis import operations
-from culex._redis.client import SyncDriver
+from culex._redis.connections import SyncConnection
+from culex._redis.drivers import SyncDriver
 from culex._redis.keys import queue_keys
-from culex._redis.wire import SyncConnection
 from culex.errors import ConfigurationError
 
 from .conftest import await_until, count_exchanges, driver_of, running, server_ms, wait_until

@@ -17,7 +17,7 @@ import redis
 
 import culex
 from culex import connection
-from culex._redis.client import AsyncDriver
+from culex._redis.drivers import AsyncDriver
 from culex._redis.keys import queue_keys
 from culex._redis.operations import Call, Claimed, ClaimReply
 
@@ -513,7 +513,7 @@ async def test_a_process_child_is_killed_before_its_task_is_handed_back(
 async def test_thousands_of_concurrent_async_enqueues_share_a_bounded_set_of_connections(
     r: redis.Redis,
 ) -> None:
-    from culex._redis.client import MAX_CONNECTIONS
+    from culex._redis.drivers import MAX_CONNECTIONS
 
     before = len(r.client_list())
     tasks = await asyncio.gather(*(OrderJob(n=n).aenqueue() for n in range(1500)))

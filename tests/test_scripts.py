@@ -9,7 +9,7 @@ from pathlib import Path
 import redis
 
 from culex._redis import assembly, operations, scripts
-from culex._redis.client import SyncDriver
+from culex._redis.drivers import SyncDriver
 from culex._redis.keys import queue_keys
 
 from .conftest import driver_of, field, members, score, snapshot

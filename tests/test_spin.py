@@ -13,8 +13,9 @@ import pytest
 
 import culex
 from culex import config, connection
+from culex._redis.address import Address
+from culex._redis.connections import SyncConnection
 from culex._redis.spin import GROW_START, Spinner, SpinningSelector, loop_factory, receive
-from culex._redis.wire import Address, SyncConnection
 
 
 @pytest.fixture

@@ -217,13 +217,13 @@ def test_nothing_outside_the_redis_layer_builds_a_command() -> None:
 def test_the_command_check_finds_a_command(tmp_path: Path) -> None:
     built = tmp_path / "built.py"
     built.write_text(
-        "from culex._redis import operations\n"
+        "from culex._redis import commands, operations\n"
         "from culex._redis.operations import Call\n"
-        'operations.has_command("WAITAOF")\n'
+        'commands.has_command("WAITAOF")\n'
         'Call((), ("CONFIG", "GET", name), parse)\n'
         'send(("GET", key))\n'
         'LEVELS = ["DEBUG", "INFO"]\n'
-        'operations.config_get("appendonly")\n'
+        'commands.config_get("appendonly")\n'
     )
     assert commands_built(built) == [
         "built.py:3 sends 'WAITAOF'",

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 import culex
-from culex._redis import operations
-from culex._redis.client import AsyncDriver, SyncDriver
-from culex._redis.wire import Address
+from culex._redis import commands
+from culex._redis.address import Address
+from culex._redis.drivers import AsyncDriver, SyncDriver
 
 from .conftest import ServerExited, private_tcp_server
 
@@ -119,14 +119,14 @@ def _ping(url: str) -> int:
     """The server's time through culex's sync driver (its TLS socket), then its async one."""
     driver = SyncDriver(url)
     try:
-        now = driver.run(operations.server_time())
+        now = driver.run(commands.server_time())
     finally:
         driver.close()
 
     async def asynchronously() -> int:
         driver = AsyncDriver(url)
         try:
-            return await driver.run(operations.server_time())
+            return await driver.run(commands.server_time())
         finally:
             await driver.close()
 

@@ -11,10 +11,10 @@ import redis
 
 import culex
 from culex import config, connection
-from culex._redis import operations
+from culex._redis import commands
+from culex._redis.address import Address
 from culex._redis.keys import queue_keys
 from culex._redis.operations import Call
-from culex._redis.wire import Address
 
 from .conftest import private_tcp_server, running
 
@@ -78,7 +78,7 @@ async def test_tcp_with_a_password_and_a_database_number(
         client.close()
     wrong = f"redis://:nope@127.0.0.1:{tcp_server}/3"
     with pytest.raises(culex.ServerUnavailable, match="refused the login"):
-        connection.new_sync_driver(wrong).run(operations.server_time())
+        connection.new_sync_driver(wrong).run(commands.server_time())
     monkeypatch.undo()
     config.reset()
 
@@ -88,11 +88,11 @@ async def test_a_connection_the_server_dropped_is_replaced(r: redis.Redis, url: 
     asynchronous = connection.new_async_driver(url)
     try:
         before = (
-            sync.run(operations.server_time()),
-            await asynchronous.run(operations.server_time()),
+            sync.run(commands.server_time()),
+            await asynchronous.run(commands.server_time()),
         )
         r.client_kill_filter(_type="normal", skipme=True)  # every idle connection of ours
-        after = sync.run(operations.server_time()), await asynchronous.run(operations.server_time())
+        after = sync.run(commands.server_time()), await asynchronous.run(commands.server_time())
         assert after >= before
     finally:
         sync.close()

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from ._redis.connections import SOCKET_TIMEOUT
 from ._redis.keys import check_queue_name
-from ._redis.wire import SOCKET_TIMEOUT
 from .errors import ConfigurationError
 
 

@@ -11,8 +11,8 @@ import weakref
 from collections.abc import AsyncIterator
 
 from . import config
-from ._redis.client import AsyncDriver, SyncDriver
-from ._redis.wire import SOCKET_TIMEOUT
+from ._redis.connections import SOCKET_TIMEOUT
+from ._redis.drivers import AsyncDriver, SyncDriver
 
 _sync: dict[str, SyncDriver] = {}  # (a driver drops its connections in a forked child)
 _async: weakref.WeakKeyDictionary[

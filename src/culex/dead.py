@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from . import config
-from ._redis import operations
+from ._redis import commands, operations
 from ._redis.keys import QueueKeys, check_queue_name, queue_keys
 from ._redis.operations import RetryReply
 from .flow import Flow, run_async, run_sync
@@ -125,7 +125,7 @@ def _retry_oldest(keys: QueueKeys, limit: int | None) -> Flow[RetryReply]:
     if limit is not None and limit <= CHUNK:
         return _merged([(yield operations.retry_oldest_dead(keys, limit))])
     # Never more than dead holds at the start: tasks that die again meanwhile are not chased.
-    left = yield operations.dead_count(keys)
+    left = yield commands.dead_count(keys)
     if limit is not None:
         left = min(left, limit)
     replies: list[RetryReply] = []
@@ -149,10 +149,10 @@ def _list_flow(
 
 
 def _list(keys: QueueKeys, limit: int, offset: int) -> Flow[list[DeadTask]]:
-    listed = yield operations.dead_ids(keys, limit=limit, offset=offset)
+    listed = yield commands.dead_ids(keys, limit=limit, offset=offset)
     if not listed:
         return []
-    fields = yield [operations.read_dead(keys, task_id) for task_id, _ in listed]
+    fields = yield [commands.read_dead(keys, task_id) for task_id, _ in listed]
     tasks: list[DeadTask] = []
     for (task_id, died_ms), found in zip(listed, fields, strict=True):
         if isinstance(found, Exception):

@@ -11,7 +11,7 @@ from datetime import timedelta
 
 import culex
 from culex import config, logs
-from culex._redis.wire import Address
+from culex._redis.address import Address
 from culex.embedded import default_data_dir
 
 logger = logging.getLogger("culex")

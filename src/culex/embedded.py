@@ -23,8 +23,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ._redis import operations
-from ._redis.client import SyncDriver
+from ._redis import commands
+from ._redis.drivers import SyncDriver
 from ._redis.operations import Call
 from .errors import CulexError, ServerError, ServerUnavailable
 
@@ -227,7 +227,7 @@ class EmbeddedServer:
                 return False
             pid = self.pid() if state is _State.UP else self._orphan_pid()
             try:
-                self._ask(operations.shutdown(), timeout)
+                self._ask(commands.shutdown(), timeout)
             except ServerError as exc:
                 # The server closes the connection as it goes: the expected answer.
                 if not isinstance(exc.__cause__, ConnectionError):
@@ -283,7 +283,7 @@ class EmbeddedServer:
         if self._socket_dir is not None and not _ensure_private_dir(self._socket_dir, create=False):
             return _State.DOWN
         try:
-            self._ask(operations.ping(), timeout)
+            self._ask(commands.ping(), timeout)
         except ServerUnavailable as exc:
             cause = exc.__cause__
             if isinstance(cause, OSError) and not isinstance(cause, TimeoutError):
@@ -299,7 +299,7 @@ class EmbeddedServer:
         if self._socket_dir is not None and not _ensure_private_dir(self._socket_dir, create=False):
             return None
         try:
-            return self._ask(operations.server_info(), 2.0)
+            return self._ask(commands.server_info(), 2.0)
         except ServerError:
             return None
 

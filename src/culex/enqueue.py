@@ -11,10 +11,10 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from . import config
-from ._redis import operations
+from ._redis import commands, operations
+from ._redis.address import Address
 from ._redis.keys import queue_keys, queues_key
 from ._redis.operations import Call, Enqueued
-from ._redis.wire import Address
 from .errors import ConfigurationError, ServerError
 from .flow import Flow
 from .task import Task, check_id, new_id
@@ -52,7 +52,7 @@ def enqueue_flow(
         for q in dict.fromkeys(job.queue for job in jobs)
         if (settings.redis_url, settings.prefix, q) not in _registered
     ]
-    first = [operations.register_queue(queues_key(settings.prefix), q) for q in new_queues]
+    first = [commands.register_queue(queues_key(settings.prefix), q) for q in new_queues]
     tasks: list[Task] = []
     confirm = (yield from _confirmation(settings)) if settings.durable_enqueue else None
     if len(calls) == 1 and not first and confirm is None:
@@ -147,8 +147,8 @@ def _confirmation(settings: config.Settings) -> Flow[Confirm | None]:
     if way == "always":
         return None
     if way == "waitaof":
-        return operations.wait_fsync(DURABLE_TIMEOUT_MS), "the server did not fsync the write"
-    return operations.wait_replica(DURABLE_TIMEOUT_MS), "no replica confirmed the write"
+        return commands.wait_fsync(DURABLE_TIMEOUT_MS), "the server did not fsync the write"
+    return commands.wait_replica(DURABLE_TIMEOUT_MS), "no replica confirmed the write"
 
 
 def _durability(settings: config.Settings) -> Flow[str]:
@@ -158,10 +158,10 @@ def _durability(settings: config.Settings) -> Flow[str]:
     Raises ConfigurationError, saying what to change, when it can do none of them: before
     any task is stored."""
     waitaof, appendonly, appendfsync, replicas = yield [
-        operations.has_wait_fsync(),
-        operations.config_get("appendonly"),
-        operations.config_get("appendfsync"),
-        operations.connected_replicas(),
+        commands.has_wait_fsync(),
+        commands.config_get("appendonly"),
+        commands.config_get("appendfsync"),
+        commands.connected_replicas(),
     ]
     readable = not isinstance(appendonly, ServerError)  # CONFIG is often off on managed servers
     waitaof = waitaof is True

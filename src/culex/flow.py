@@ -13,7 +13,7 @@ from collections.abc import Callable, Generator
 from typing import Any, Literal, TypeVar, overload
 
 from . import connection
-from ._redis.driver import AsyncDriverProtocol, SyncDriverProtocol
+from ._redis.drivers import AsyncDriverProtocol, SyncDriverProtocol
 from ._redis.operations import Call
 
 T = TypeVar("T")

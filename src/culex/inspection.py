@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from . import config
-from ._redis import operations
+from ._redis import commands
 from ._redis.keys import queue_keys, queues_key
 from ._redis.operations import Call
 from .flow import Flow, run_async, run_sync
@@ -75,11 +75,9 @@ async def aperiodic_status(
 
 def _counts(settings: config.Settings, queues: list[str] | None) -> Flow[dict[str, dict[str, int]]]:
     names = (
-        queues
-        if queues is not None
-        else (yield operations.known_queues(queues_key(settings.prefix)))
+        queues if queues is not None else (yield commands.known_queues(queues_key(settings.prefix)))
     )
-    calls = [call for q in names for call in operations.count(queue_keys(settings.prefix, q))]
+    calls = [call for q in names for call in commands.count(queue_keys(settings.prefix, q))]
     results = (yield calls) if calls else []
     return {
         q: dict(zip(STATES, results[i * 4 : i * 4 + 4], strict=True)) for i, q in enumerate(names)
@@ -90,7 +88,7 @@ def _records(
     jobs: list[type[PeriodicJob]], settings: config.Settings
 ) -> Flow[dict[str, dict[str, str]]]:
     calls = [
-        operations.read_periodic(queue_keys(settings.prefix, job.queue), job.type_) for job in jobs
+        commands.read_periodic(queue_keys(settings.prefix, job.queue), job.type_) for job in jobs
     ]
     records = yield from _all(calls)
     return {job.type_: record for job, record in zip(jobs, records, strict=True)}
@@ -102,12 +100,12 @@ def _statuses(
     records = yield from _records(jobs, settings)
     # A job that never ran has no last task: its read finds nothing ({}), like an expired one.
     lasts = [
-        operations.read_task(
+        commands.read_task(
             queue_keys(settings.prefix, job.queue), records[job.type_].get("last_task", "")
         )
         for job in jobs
     ]
-    now, *tasks = yield from _all([operations.server_time(), *lasts])
+    now, *tasks = yield from _all([commands.server_time(), *lasts])
     return [
         _status(job, records[job.type_], task, now) for job, task in zip(jobs, tasks, strict=True)
     ]

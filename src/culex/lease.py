@@ -13,7 +13,7 @@ import time
 
 from . import config, connection
 from ._redis import operations
-from ._redis.driver import SyncDriverProtocol
+from ._redis.drivers import SyncDriverProtocol
 from ._redis.keys import queue_keys
 from ._redis.operations import Claimed
 from .errors import ServerError

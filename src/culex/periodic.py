@@ -17,8 +17,8 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from . import config
-from ._redis import operations
-from ._redis.driver import AsyncDriverProtocol
+from ._redis import commands, operations
+from ._redis.drivers import AsyncDriverProtocol
 from ._redis.keys import queue_keys, queues_key
 from ._redis.operations import Call, Scheduled
 from .errors import ConfigurationError, ServerError
@@ -344,7 +344,7 @@ class Scheduler:
 
     async def tick(self) -> float:
         """Enqueue each due slot (once across runners); returns the seconds to the next."""
-        now = await self.driver.run(operations.server_time())
+        now = await self.driver.run(commands.server_time())
         due = [job for job in self.jobs if self._is_due(job, now)]
         slots: list[tuple[type[PeriodicJob], int]] = []
         for job in due:
@@ -354,7 +354,7 @@ class Scheduler:
             else:
                 slots.append((job, current))
         firsts = [
-            operations.register_queue(queues_key(self.settings.prefix), queue)
+            commands.register_queue(queues_key(self.settings.prefix), queue)
             for queue in dict.fromkeys(job.queue for job, _ in slots if job not in self._started)
         ]
         calls = [self._call(job, slot) for job, slot in slots]
@@ -421,7 +421,7 @@ async def atrigger(job: type[PeriodicJob], settings: config.Settings | None = No
 
 
 def _trigger(job: type[PeriodicJob], settings: config.Settings) -> Flow[Task]:
-    yield operations.register_queue(queues_key(settings.prefix), job.queue)
+    yield commands.register_queue(queues_key(settings.prefix), job.queue)
     done: Scheduled = yield operations.schedule(
         queue_keys(settings.prefix, job.queue),
         job.type_,

@@ -25,8 +25,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NoReturn
 
 from . import config, connection, isolation, logs
-from ._redis import operations
-from ._redis.driver import AsyncDriverProtocol
+from ._redis import commands, operations
+from ._redis.drivers import AsyncDriverProtocol
 from ._redis.keys import QueueKeys, queue_keys
 from ._redis.operations import Call, Claimed, ClaimReply
 from ._redis.spin import loop_factory
@@ -191,7 +191,7 @@ class Runner:
         """Refuse a server that may evict keys: eviction silently deletes queue state."""
         assert self._driver is not None
         try:
-            reply = await self._driver.run(operations.config_get("maxmemory-policy"))
+            reply = await self._driver.run(commands.config_get("maxmemory-policy"))
         except ServerUnavailable:
             raise
         except ServerError as exc:  # CONFIG is often disabled on managed servers
@@ -402,7 +402,7 @@ class Runner:
         flight, and only when two are free: a due task may need one meanwhile.
         """
         assert self._driver is not None
-        calls: list[Call[Any]] = [operations.wait_signal(signals, self.settings.idle_wait)]
+        calls: list[Call[Any]] = [commands.wait_signal(signals, self.settings.idle_wait)]
         if self._free() < 2 or first.name in self._unhealthy:
             return asyncio.ensure_future(self._driver.run_many(calls))
         calls.append(self._claim_call(first, 1))

@@ -9,7 +9,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from . import config
-from ._redis import operations
+from ._redis import commands, operations
 from ._redis.keys import QueueKeys, check_queue_name, queue_keys
 from .errors import CulexError, TaskFailed
 from .flow import Flow, one_call, run_async, run_sync
@@ -110,10 +110,10 @@ class Task:
     # Each *_flow checks its arguments when it is called, before any I/O.
 
     def _state_flow(self) -> Flow[TaskState | None]:
-        return one_call(operations.read_task(self._keys(), self.id), _state_of)
+        return one_call(commands.read_task(self._keys(), self.id), _state_of)
 
     def _info_flow(self) -> Flow[dict[str, str]]:
-        return one_call(operations.read_task(self._keys(), self.id))
+        return one_call(commands.read_task(self._keys(), self.id))
 
     def _result_flow(self, timeout: float | None) -> Flow[Any]:
         keys = self._keys()
@@ -131,7 +131,7 @@ class Task:
             left = WAIT_CHUNK if deadline is None else deadline - time.monotonic()
             if left <= 0:
                 raise TimeoutError(f"task {self.queue}<{self.id}> is still {end.state}")
-            block = operations.block_until_done(keys, self.id, min(left, WAIT_CHUNK))
+            block = commands.block_until_done(keys, self.id, min(left, WAIT_CHUNK))
             replies = yield [block, read]
             for reply in replies:
                 if isinstance(reply, Exception):

@@ -7,7 +7,6 @@ it, so no operation is written twice.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, NamedTuple, TypeVar
@@ -275,107 +274,6 @@ def reclaim(
     )
 
 
-# -- plain reads and bookkeeping ------------------------------------------------------
-
-
-def _parse_hash(reply: list[bytes]) -> dict[str, str]:
-    return {text(reply[i]): text(reply[i + 1]) for i in range(0, len(reply), 2)}
-
-
-def read_task(keys: QueueKeys, task_id: str) -> Call[dict[str, str]]:
-    """All fields of a task's hash ({} when it has expired or never existed)."""
-    return Call((), ("HGETALL", keys.task(task_id)), _parse_hash)
-
-
-def count(keys: QueueKeys) -> list[Call[int]]:
-    """The sizes of a queue's four sets (run together with ``run_many``)."""
-    return [
-        Call((), ("ZCARD", key), int)
-        for key in (keys.waiting, keys.pending, keys.scheduled, keys.dead)
-    ]
-
-
-def register_queue(registry_key: str, queue: str) -> Call[int]:
-    return Call((), ("SADD", registry_key, queue), int)
-
-
-def known_queues(registry_key: str) -> Call[list[str]]:
-    return Call((), ("SMEMBERS", registry_key), lambda r: sorted(text(x) for x in r))
-
-
-def wait_signal(signal_keys: Sequence[str], timeout: float) -> Call[bool]:
-    """Block until a queue is signalled (True) or the timeout passes (False)."""
-    wait = round(timeout, 3)
-    return Call((), ("BLPOP", *signal_keys, wait), lambda r: r is not None, blocks=wait)
-
-
-def ping() -> Call[bool]:
-    return Call((), ("PING",), lambda reply: reply == b"PONG")
-
-
-def server_info() -> Call[dict[str, str]]:
-    """The ``field:value`` lines of ``INFO server`` (version, process id, executable...)."""
-
-    def parse(reply: bytes) -> dict[str, str]:
-        fields: dict[str, str] = {}
-        for line in text(reply).splitlines():
-            name, sep, value = line.partition(":")
-            if sep and not line.startswith("#"):
-                fields[name] = value
-        return fields
-
-    return Call((), ("INFO", "server"), parse)
-
-
-def shutdown() -> Call[None]:
-    """Stop the server, flushing its AOF (a server that obeys closes the connection)."""
-    return Call((), ("SHUTDOWN",), lambda reply: None)
-
-
-def config_get(name: str) -> Call[str | None]:
-    """One server setting (CONFIG GET), or None when the server does not have it."""
-
-    def parse(reply: list[bytes]) -> str | None:
-        return text(reply[1]) if len(reply) > 1 else None
-
-    return Call((), ("CONFIG", "GET", name), parse)
-
-
-def has_command(name: str) -> Call[bool]:
-    """Whether the server knows the command (COMMAND INFO; e.g. WAITAOF, since Redis 7.2)."""
-    return Call((), ("COMMAND", "INFO", name), lambda reply: bool(reply) and reply[0] is not None)
-
-
-def has_wait_fsync() -> Call[bool]:
-    """Whether the server can run :func:`wait_fsync` (WAITAOF: Redis 7.2+ and Valkey)."""
-    return has_command("WAITAOF")
-
-
-def connected_replicas() -> Call[int]:
-    """How many replicas are connected to the server now (INFO replication)."""
-
-    def parse(reply: bytes) -> int:
-        for line in text(reply).splitlines():
-            if line.startswith("connected_slaves:"):
-                return number(line.partition(":")[2])
-        return 0
-
-    return Call((), ("INFO", "replication"), parse)
-
-
-def wait_fsync(timeout_ms: int) -> Call[bool]:
-    """WAITAOF 1 0: True once the server has fsynced every write of this connection so far
-    to its append-only file, False when the timeout passed first."""
-    return Call(
-        (), ("WAITAOF", 1, 0, timeout_ms), lambda r: number(r[0]) >= 1, blocks=timeout_ms / 1000
-    )
-
-
-def wait_replica(timeout_ms: int) -> Call[bool]:
-    """WAIT 1: True once a replica has acknowledged every write of this connection so far."""
-    return Call((), ("WAIT", 1, timeout_ms), lambda r: number(r) >= 1, blocks=timeout_ms / 1000)
-
-
 # -- periodic jobs ----------------------------------------------------------------------
 
 
@@ -416,16 +314,6 @@ def schedule(
     )
 
 
-def read_periodic(keys: QueueKeys, job_type: str) -> Call[dict[str, str]]:
-    """A periodic job's record ({} when no runner has scheduled it yet)."""
-    return Call((), ("HGETALL", keys.periodic(job_type)), _parse_hash)
-
-
-def server_time() -> Call[int]:
-    """The server's clock in ms: the one clock periodic slots are computed from."""
-    return Call((), ("TIME",), lambda reply: int(reply[0]) * 1000 + int(reply[1]) // 1000)
-
-
 # -- dead tasks: list them, put them back -------------------------------------------------
 
 
@@ -461,34 +349,6 @@ def retry_oldest_dead(keys: QueueKeys, limit: int) -> Call[RetryReply]:
         _parse_retry,
         scripts.RETRY_DEAD,
     )
-
-
-def dead_ids(keys: QueueKeys, *, limit: int, offset: int = 0) -> Call[list[tuple[str, int]]]:
-    """(id, time of death in ms) of dead tasks, newest first, from ``offset`` on."""
-
-    def parse(reply: list[bytes]) -> list[tuple[str, int]]:
-        return [(text(reply[i]), int(float(reply[i + 1]))) for i in range(0, len(reply), 2)]
-
-    return Call((), ("ZRANGE", keys.dead, offset, offset + limit - 1, "REV", "WITHSCORES"), parse)
-
-
-DEAD_FIELDS = ("type", "last_error", "retry_count", "attempt", "finished_at")
-
-
-def read_dead(keys: QueueKeys, task_id: str) -> Call[dict[str, str]]:
-    """The fields of a dead task that a listing shows ({} when its hash has expired).
-
-    Send one per id with ``run_many``: a page of the dead set in one round trip."""
-
-    def parse(reply: list[bytes | None]) -> dict[str, str]:
-        return {name: text(v) for name, v in zip(DEAD_FIELDS, reply, strict=True) if v is not None}
-
-    return Call((), ("HMGET", keys.task(task_id), *DEAD_FIELDS), parse)
-
-
-def dead_count(keys: QueueKeys) -> Call[int]:
-    """How many ids the dead set holds."""
-    return Call((), ("ZCARD", keys.dead), int)
 
 
 # -- cancel: call off a task that has not started ---------------------------------------------
@@ -545,16 +405,3 @@ def wait(keys: QueueKeys, task_id: str) -> Call[End]:
     """Read a task's end; while it has none, mark the task waited so that its end wakes
     the done list (see ``block_until_done``)."""
     return Call((keys.task(task_id), keys.done(task_id)), (), _parse_end, scripts.WAIT)
-
-
-def block_until_done(keys: QueueKeys, task_id: str, timeout: float) -> Call[Any]:
-    """Block until the script that ends the task pushes to its done list, or ``timeout``
-    (s) passes. The element goes back onto the list, so every waiter wakes."""
-    done = keys.done(task_id)
-    # Whole ms, rounded up: a wait that ended early would cost one more; 0 would be forever.
-    seconds = max(1, math.ceil(timeout * 1000)) / 1000
-    return Call((), ("BLMOVE", done, done, "LEFT", "RIGHT", seconds), _same, blocks=seconds)
-
-
-def _same(reply: Any) -> Any:
-    return reply

@@ -1,7 +1,7 @@
 """The two drivers that send a :class:`~culex._redis.operations.Call`: sync and async.
 
 They differ only in how they wait for the server; what is sent and how the reply is read
-is decided by the call itself. Each keeps its idle connections (culex._redis.wire) and
+is decided by the call itself. Each keeps its idle connections (culex._redis.connections) and
 sends a batch of calls in one write, reading one reply per call.
 """
 
@@ -11,16 +11,14 @@ import asyncio
 import os
 from collections import deque
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 import hiredis
 
 from ..errors import ServerError, ServerUnavailable
+from .address import Address
+from .connections import SOCKET_TIMEOUT, AsyncConnection, ReplyError, SyncConnection
 from .operations import Call
-
-if TYPE_CHECKING:
-    from .driver import AsyncDriverProtocol, SyncDriverProtocol
-from .wire import SOCKET_TIMEOUT, Address, AsyncConnection, ReplyError, SyncConnection
 
 T = TypeVar("T")
 
@@ -32,7 +30,7 @@ _TRANSIENT = ("LOADING", "BUSY", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERD
 
 def server_error(exc: BaseException, where: str) -> ServerError:
     """Say what went wrong with the server in words a user can act on."""
-    if isinstance(exc, TimeoutError):  # (wire.late says how long it waited, and why)
+    if isinstance(exc, TimeoutError):  # (connections.late says how long it waited, and why)
         return ServerUnavailable(f"the Redis server at {where} {exc}; the connection was dropped")
     if isinstance(exc, OSError):  # refused, reset, closed
         return ServerUnavailable(f"cannot reach the Redis server at {where}: {exc}")
@@ -268,6 +266,44 @@ class AsyncDriver:
     async def close(self) -> None:
         while self._idle:
             self._idle.pop().close()
+
+
+@runtime_checkable
+class SyncDriverProtocol(Protocol):
+    """A blocking driver, safe to share between threads."""
+
+    def run(self, call: Call[T]) -> T:
+        """Send one call; its parsed reply. A refused call raises its ServerError, a
+        server out of reach ServerUnavailable; no call waits past ``socket_timeout``
+        (plus what the call ``blocks`` on purpose)."""
+        ...
+
+    def run_many(self, calls: Sequence[Call[Any]]) -> list[Any]:
+        """Send calls in one round trip, run in order; their parsed replies, in order. A
+        refused call's place holds its ServerError (the others still ran); a server out of
+        reach raises ServerUnavailable."""
+        ...
+
+    def close(self) -> None:
+        """Drop the idle connections (the driver may still be used: it opens new ones)."""
+        ...
+
+
+@runtime_checkable
+class AsyncDriverProtocol(Protocol):
+    """An asyncio driver, bound to the event loop it is first used on."""
+
+    async def run(self, call: Call[T]) -> T:
+        """As :meth:`SyncDriverProtocol.run`."""
+        ...
+
+    async def run_many(self, calls: Sequence[Call[Any]]) -> list[Any]:
+        """As :meth:`SyncDriverProtocol.run_many`."""
+        ...
+
+    async def close(self) -> None:
+        """As :meth:`SyncDriverProtocol.close`."""
+        ...
 
 
 if TYPE_CHECKING:  # mypy checks that both drivers implement what culex needs of one

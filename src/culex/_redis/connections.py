@@ -1,4 +1,4 @@
-"""The wire to a Redis-protocol server: addresses, sockets and RESP replies.
+"""Connections to a Redis-protocol server: sockets and RESP replies.
 
 culex sends only a few kinds of commands (its scripts, a blocking wait, some reads), packed
 by the calls themselves, so it needs no general client: a socket, hiredis's reply parser
@@ -6,41 +6,20 @@ and a handshake. Owning this layer is what makes culex fast and small. redis-py'
 layer cost more per call than the server's work for our scripts, and importing it alone
 would add megabytes to every runner (docs/fast.md).
 
-URLs: ``redis://[[user]:password@]host[:port][/db]``, ``rediss://`` for TLS, and
-``unix://[[user]:password@]/path/to/socket[?db=N]``. A ``rediss://`` URL takes redis-py's
-options in its query (``rediss://host:6380/0?ssl_ca_certs=/etc/ca.pem&...``):
-
-- ``ssl_cert_reqs``: ``required`` (the default: the server's certificate must be signed by a
-  trusted CA and name the server), ``optional`` (the same, for a client) or ``none`` (no
-  check at all: encryption without knowing who answers);
-- ``ssl_ca_certs``: a PEM file of the CAs to trust instead of the system's;
-- ``ssl_certfile`` and ``ssl_keyfile``: the client's certificate and its key, for a server
-  that wants one (mutual TLS; ``ssl_keyfile`` may be left out if the certificate file
-  holds the key too);
-- ``ssl_server_hostname``: the name the server's certificate is checked against and that is
-  sent to it (SNI), when it is not the host in the URL (e.g. a URL with an IP address).
-  redis-py has no such option (it always uses the host); the name is Python's
-  ``server_hostname``.
-
-An unknown option, an option that needs ``rediss://``, or a file that does not exist is a
-ConfigurationError.
+Where a server is and how to log in to it: culex._redis.address.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
-import os
 import socket
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, cast
-from urllib.parse import parse_qs, unquote, urlsplit, urlunsplit
 
 import hiredis
 
-from ..errors import ConfigurationError
+from .address import Address
 from .spin import Spinner, receive
 
 # The default of the socket_timeout setting: the longest culex waits for a connection, or
@@ -62,165 +41,6 @@ class ProtocolError(ConnectionError):
 
 
 # The query options of a rediss:// URL (redis-py's names; see the module's docstring).
-TLS_FILES = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
-TLS_OPTIONS = ("ssl_cert_reqs", *TLS_FILES, "ssl_server_hostname")
-CERT_REQS = ("none", "optional", "required")
-
-
-@dataclass(frozen=True)
-class Address:
-    """Where a server is and how to log in to it."""
-
-    url: str
-    path: str | None = None  # a unix socket
-    host: str = "localhost"
-    port: int = 6379
-    db: int = 0
-    username: str | None = None
-    password: str | None = None
-    tls: bool = False
-    # The TLS options of a rediss:// URL, by their query names (TLS_OPTIONS), checked.
-    tls_options: tuple[tuple[str, str], ...] = ()
-
-    @classmethod
-    def parse(cls, url: str) -> Address:
-        parts = urlsplit(url)
-        query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
-        username = unquote(parts.username) if parts.username else None
-        password = unquote(parts.password) if parts.password is not None else None
-        try:
-            if parts.scheme == "unix":
-                if not parts.path:
-                    raise ValueError("no socket path")
-                _check_options(query, tls=False)
-                return cls(
-                    url,
-                    path=unquote(parts.path),
-                    db=int(query.get("db", 0)),
-                    username=username,
-                    password=password,
-                )
-            if parts.scheme in ("redis", "rediss", "valkey", "valkeys"):
-                tls = parts.scheme in ("rediss", "valkeys")
-                _check_options(query, tls=tls)
-                db_text = parts.path.lstrip("/") or query.get("db", "0")
-                return cls(
-                    url,
-                    host=parts.hostname or "localhost",
-                    port=parts.port or 6379,
-                    db=int(db_text),
-                    username=username,
-                    password=password,
-                    tls=tls,
-                    tls_options=tuple((k, v) for k, v in query.items() if k in TLS_OPTIONS),
-                )
-        except ValueError as exc:
-            raise ConfigurationError(f"bad Redis URL {_without_password(url)!r}: {exc}") from None
-        raise ConfigurationError(
-            f"bad Redis URL {_without_password(url)!r}: the scheme must be redis://, rediss:// "
-            "or unix://"
-        )
-
-    @property
-    def shown(self) -> str:
-        """The URL as it may be shown: without its password."""
-        return _without_password(self.url)
-
-    @property
-    def tls_verify(self) -> bool:
-        """Whether the server's certificate is checked (ssl_cert_reqs is not none)."""
-        return dict(self.tls_options).get("ssl_cert_reqs", "required") != "none"
-
-    def handshake(self) -> list[tuple[Any, ...]]:
-        """The commands a new connection sends before any other."""
-        commands: list[tuple[Any, ...]] = []
-        if self.password is not None:
-            login = (self.username, self.password) if self.username else (self.password,)
-            commands.append(("AUTH", *login))
-        if self.db:
-            commands.append(("SELECT", self.db))
-        return commands
-
-    def tls_context(self) -> Any:
-        """The TLS context of a rediss:// URL, made from its options. It checks and sends
-        ``ssl_server_hostname`` if given, whatever name a socket is wrapped with."""
-        import ssl  # only for rediss:// (the module is big)
-
-        options = dict(self.tls_options)
-        context = _named_context()(ssl.PROTOCOL_TLS_CLIENT)
-        context.server_name = options.get("ssl_server_hostname")
-        try:
-            if "ssl_ca_certs" in options:
-                context.load_verify_locations(cafile=options["ssl_ca_certs"])
-            else:
-                context.load_default_certs()
-            if "ssl_certfile" in options:
-                context.load_cert_chain(options["ssl_certfile"], options.get("ssl_keyfile"))
-        except (OSError, ssl.SSLError) as exc:
-            raise ConfigurationError(
-                f"the TLS files of {self.shown} cannot be used (ssl_ca_certs must be a PEM "
-                f"file of CA certificates, ssl_certfile and ssl_keyfile PEM files): {exc}"
-            ) from None
-        if not self.tls_verify:
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
-        elif options.get("ssl_cert_reqs") == "optional":
-            context.verify_mode = ssl.CERT_OPTIONAL
-        return context
-
-
-def _check_options(query: dict[str, str], *, tls: bool) -> None:
-    """Refuse (ValueError) an option culex does not know, a TLS option without TLS, a
-    value it cannot use, a file that is not there."""
-    known = ("db", *TLS_OPTIONS) if tls else ("db",)
-    for name, value in query.items():
-        if name in TLS_OPTIONS and not tls:
-            raise ValueError(f"{name} is a TLS option: it needs a rediss:// URL")
-        if name not in known:
-            raise ValueError(f"unknown option {name!r} (culex knows: {', '.join(known)})")
-        if name in TLS_FILES and not os.path.isfile(value):
-            raise ValueError(f"{name}: no such file {value!r}")
-    if query.get("ssl_cert_reqs", "required") not in CERT_REQS:
-        raise ValueError(
-            f"ssl_cert_reqs must be one of {', '.join(CERT_REQS)}, got {query['ssl_cert_reqs']!r}"
-        )
-    if "ssl_keyfile" in query and "ssl_certfile" not in query:
-        raise ValueError("ssl_keyfile needs ssl_certfile (the certificate it is the key of)")
-    if query.get("ssl_server_hostname") == "":
-        raise ValueError("ssl_server_hostname is empty")
-
-
-def _without_password(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    login, _, place = parts.netloc.rpartition("@")
-    user = login.partition(":")[0]
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{place}"))
-
-
-@functools.cache
-def _named_context() -> Any:
-    """An ssl.SSLContext that puts its ``server_name``, when set, in place of the name a
-    socket is wrapped with (checked against the certificate, and sent as SNI)."""
-    import ssl
-
-    class NamedContext(ssl.SSLContext):
-        server_name: str | None = None
-
-        def wrap_socket(self, sock: Any, *args: Any, **kwargs: Any) -> Any:
-            if self.server_name:
-                kwargs["server_hostname"] = self.server_name
-            return super().wrap_socket(sock, *args, **kwargs)
-
-        def wrap_bio(self, incoming: Any, outgoing: Any, *args: Any, **kwargs: Any) -> Any:
-            if self.server_name:
-                kwargs["server_hostname"] = self.server_name
-            return super().wrap_bio(incoming, outgoing, *args, **kwargs)
-
-    return NamedContext
-
-
 def new_reader() -> hiredis.Reader:
     return hiredis.Reader(replyError=ReplyError, protocolError=ProtocolError)
 
