@@ -11,12 +11,12 @@ import logging
 import threading
 import time
 
-from . import config
-from ._redis import connection, operations
-from ._redis.client import SyncDriver
-from ._redis.keys import queue_keys
-from ._redis.operations import Claimed
-from .errors import ServerError
+from .. import config
+from .._redis import connection, operations
+from .._redis.client import SyncDriver
+from .._redis.keys import queue_keys
+from .._redis.operations import Claimed
+from ..errors import ServerError
 
 logger = logging.getLogger("culex")
 
