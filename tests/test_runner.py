@@ -7,7 +7,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, ClassVar
@@ -334,7 +334,7 @@ async def test_a_stale_completion_changes_nothing(r: redis.Redis) -> None:
 async def test_idle_runner_wakes_on_new_work_without_waiting_idle_wait(r: redis.Redis) -> None:
     culex.configure(idle_wait=30)  # a missed wake-up would make this test time out
     async with running(culex.Runner(run_from=["order"])):
-        await asyncio.sleep(0.2)  # the runner is now blocked waiting for a signal
+        await wait_until(lambda: blocked_clients(r) == 1)  # the runner waits for a signal
         task = await OrderJob(n=7).aenqueue()
         assert await task.aresult(timeout=5) == 7
 
@@ -378,7 +378,7 @@ async def test_a_task_claimed_behind_the_wait_starts_before_the_wait_is_done(
     start = culex.Runner._start
 
     def recording(runner: culex.Runner, claimed: Claimed) -> None:
-        waiter = runner._waiter
+        waiter = runner._claimer.waiter if runner._claimer else None
         starts[claimed.id] = waiter is not None and not waiter.done()
         start(runner, claimed)
 
@@ -386,8 +386,8 @@ async def test_a_task_claimed_behind_the_wait_starts_before_the_wait_is_done(
     culex.configure(idle_wait=30)
     runner = culex.Runner(run_from=["order"])
     async with running(runner):
-        while runner._waiter is None:  # noqa: ASYNC110
-            await asyncio.sleep(0.01)  # (the runner waits once it found the queue empty)
+        # (the runner waits once it found the queue empty)
+        await wait_until(lambda: runner._claimer is not None and runner._claimer.waiter is not None)
         task = await OrderJob(n=9).aenqueue()
         assert await task.aresult(timeout=5) == 9
     assert starts == {task.id: True}
@@ -516,3 +516,16 @@ async def test_thousands_of_concurrent_async_enqueues_share_a_bounded_set_of_con
     assert len({t.id for t in tasks}) == 1500
     assert r.zcard(queue_keys("culex", "order").waiting) == 1500
     assert len(r.client_list()) - before <= MAX_CONNECTIONS
+
+
+async def wait_until(predicate: Callable[[], bool], timeout: float = 10) -> None:
+    """Return once ``predicate()`` holds; fail the test if it does not within ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "the condition did not come true in time"
+        await asyncio.sleep(0.01)
+
+
+def blocked_clients(r: redis.Redis) -> int:
+    """Clients the server holds in a blocking command (the runner's wait for a signal)."""
+    return int(r.info("clients")["blocked_clients"])
