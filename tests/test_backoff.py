@@ -10,4 +10,3 @@ def test_each_failure_doubles_the_pause_up_to_the_bound_and_a_success_starts_ove
     assert [backoff.failed() for _ in range(5)] == [0.05, 0.1, 0.2, 0.3, 0.3]
     backoff.failures = 0  # a success
     assert backoff.failed() == 0.05
-
