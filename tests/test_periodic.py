@@ -41,12 +41,12 @@ from culex.periodic import (
     Interval,
     Monthly,
     PeriodicJob,
-    Scheduler,
     atrigger,
     ms,
     trigger,
     wall_clock,
 )
+from culex.runner.scheduler import Scheduler
 
 from .conftest import await_until, driver_of, field, members, running, wait_until
 

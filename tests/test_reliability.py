@@ -22,7 +22,7 @@ from culex._redis import operations
 from culex._redis.keys import queue_keys
 from culex._redis.operations import Claimed
 from culex.embedded import EmbeddedServer, _binary_version, server_binary
-from culex.lease import LeaseKeeper
+from culex.runner.lease import LeaseKeeper
 
 from .conftest import (
     await_until,

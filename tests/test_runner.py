@@ -335,7 +335,7 @@ async def test_a_stale_completion_changes_nothing(r: redis.Redis) -> None:
 async def test_idle_runner_wakes_on_new_work_without_waiting_idle_wait(r: redis.Redis) -> None:
     culex.configure(idle_wait=30)  # a missed wake-up would make this test time out
     async with running(culex.Runner(run_from=["order"])):
-        await asyncio.sleep(0.2)  # the runner is now blocked waiting for a signal
+        await await_until(lambda: blocked_clients(r) == 1, what="the runner's wait for a signal")
         task = await OrderJob(n=7).aenqueue()
         assert await task.aresult(timeout=5) == 7
 
@@ -380,7 +380,7 @@ async def test_a_task_claimed_behind_the_wait_starts_before_the_wait_is_done(
     start = culex.Runner._start
 
     def recording(runner: culex.Runner, claimed: Claimed) -> None:
-        waiter = runner._waiter
+        waiter = runner._claimer.waiter if runner._claimer else None
         starts[claimed.id] = waiter is not None and not waiter.done()
         start(runner, claimed)
 
@@ -389,7 +389,8 @@ async def test_a_task_claimed_behind_the_wait_starts_before_the_wait_is_done(
     runner = culex.Runner(run_from=["order"])
     async with running(runner):
         await await_until(  # the runner waits once it found the queue empty
-            lambda: runner._waiter is not None, what="the wait for work"
+            lambda: runner._claimer is not None and runner._claimer.waiter is not None,
+            what="the wait for work",
         )
         task = await OrderJob(n=9).aenqueue()
         assert await task.aresult(timeout=5) == 9
@@ -520,3 +521,8 @@ async def test_thousands_of_concurrent_async_enqueues_share_a_bounded_set_of_con
     assert len({t.id for t in tasks}) == 1500
     assert r.zcard(queue_keys("culex", "order").waiting) == 1500
     assert len(r.client_list()) - before <= MAX_CONNECTIONS
+
+
+def blocked_clients(r: redis.Redis) -> int:
+    """Clients the server holds in a blocking command (the runner's wait for a signal)."""
+    return int(r.info("clients")["blocked_clients"])

@@ -8,8 +8,6 @@ scheduler and each slot still runs once. The rules are in docs/periodic.md.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -18,10 +16,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from . import config
 from ._redis import commands, operations
-from ._redis.drivers import AsyncDriverProtocol
 from ._redis.keys import queue_keys, queues_key
-from ._redis.operations import Call, Scheduled
-from .errors import ConfigurationError, ServerError
+from ._redis.operations import Scheduled
+from .errors import ConfigurationError
 from .flow import Flow, run_async, run_sync
 from .job import Job
 from .job_registry import JobRegistry, registry
@@ -36,9 +33,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger("culex")
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-MAX_SLEEP = 60.0  # the scheduler looks at the server's clock again at least this often
-MIN_SLEEP = 0.001
-ERROR_PAUSE = (0.05, 5.0)  # back-off bounds after a server error
 
 
 # -- schedules: when the slots are ------------------------------------------------------
@@ -307,105 +301,6 @@ def format_slot(job: type[PeriodicJob], slot_ms: int) -> str:
 
 
 # -- the scheduler ----------------------------------------------------------------------
-
-
-class Scheduler:
-    """Enqueues the due slots of periodic jobs. Every runner runs one; Redis decides."""
-
-    def __init__(
-        self,
-        jobs: Iterable[type[PeriodicJob]],
-        settings: config.Settings,
-        driver: AsyncDriverProtocol,
-    ) -> None:
-        self.jobs = list(jobs)
-        self.settings = settings
-        self.driver = driver
-        self._next: dict[type[PeriodicJob], int | None] = {}  # when to look again, per job
-        self._started: set[type[PeriodicJob]] = set()  # jobs whose start call went through
-
-    async def run(self, stop: asyncio.Event) -> None:
-        """Until ``stop`` is set: sleep until the earliest next slot, enqueue what is due."""
-        failures = 0
-        while not stop.is_set():
-            try:
-                pause = await self.tick()
-                failures = 0
-            except Exception as exc:
-                failures += 1
-                low, high = ERROR_PAUSE
-                pause = min(high, low * 2 ** (failures - 1))
-                if isinstance(exc, ServerError):
-                    logger.warning("periodic jobs: %s", exc)
-                else:
-                    logger.exception("periodic jobs: the scheduler failed")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), pause)
-
-    async def tick(self) -> float:
-        """Enqueue each due slot (once across runners); returns the seconds to the next."""
-        now = await self.driver.run(commands.server_time())
-        due = [job for job in self.jobs if self._is_due(job, now)]
-        slots: list[tuple[type[PeriodicJob], int]] = []
-        for job in due:
-            current, self._next[job] = job.schedule_.around(now)
-            if current is None:  # a cron expression with no slot in the past 50 years
-                self._started.add(job)
-            else:
-                slots.append((job, current))
-        firsts = [
-            commands.register_queue(queues_key(self.settings.prefix), queue)
-            for queue in dict.fromkeys(job.queue for job, _ in slots if job not in self._started)
-        ]
-        calls = [self._call(job, slot) for job, slot in slots]
-        results = await self.driver.run_many([*firsts, *calls]) if calls else []
-        failed: ServerError | None = None
-        for (job, slot), result in zip(slots, results[len(firsts) :], strict=True):
-            if isinstance(result, ServerError):
-                self._next[job], failed = now, result  # due again after the back-off
-            else:
-                self._started.add(job)
-                _log(job, slot, result)
-        if failed is not None:
-            raise failed
-        pending = [slot for slot in self._next.values() if slot is not None]
-        if not pending:
-            return MAX_SLEEP
-        return min(MAX_SLEEP, max(MIN_SLEEP, (min(pending) - now) / 1000))
-
-    def _is_due(self, job: type[PeriodicJob], now: int) -> bool:
-        if job not in self._started:
-            return True
-        slot = self._next.get(job)
-        return slot is not None and slot <= now
-
-    def _call(self, job: type[PeriodicJob], slot: int) -> Call[Scheduled]:
-        return operations.schedule(
-            queue_keys(self.settings.prefix, job.queue),
-            job.type_,
-            job.slot_id(slot),
-            slot_ms=slot,
-            next_slot_ms=self._next[job],
-            overlap=job.overlap,
-            run_new=job.run_on_start and job not in self._started,
-            max_retries=job.max_retries,
-        )
-
-
-def _log(job: type[PeriodicJob], slot: int, result: Scheduled) -> None:
-    name, when = job.type_, format_slot(job, slot)
-    if result.outcome == "enqueued":
-        logger.info("periodic job %s: slot %s enqueued as task %s", name, when, result.task_id)
-    elif result.outcome == "overlap":
-        logger.warning(
-            "periodic job %s: slot %s skipped, the previous run is unfinished (overlap = False)",
-            name,
-            when,
-        )
-    elif result.outcome == "new":
-        logger.info("periodic job %s is new: it first runs at its next slot", name)
-    else:  # "done" (another runner was first) or "early"
-        logger.debug("periodic job %s: slot %s %s", name, when, result.outcome)
 
 
 def trigger(job: type[PeriodicJob], settings: config.Settings | None = None) -> Task:

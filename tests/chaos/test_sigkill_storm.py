@@ -12,7 +12,7 @@ from collections.abc import Callable
 import pytest
 import redis
 
-from culex.runner import RECLAIM_EVERY
+from culex.runner.reclaimer import RECLAIM_EVERY
 
 from .chaos_jobs import ChaosJob, SyncChaosJob
 from .fleet import Fleet

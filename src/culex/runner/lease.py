@@ -11,12 +11,12 @@ import logging
 import threading
 import time
 
-from . import config, connection
-from ._redis import operations
-from ._redis.drivers import SyncDriverProtocol
-from ._redis.keys import queue_keys
-from ._redis.operations import Claimed
-from .errors import ServerError
+from .. import config, connection
+from .._redis import operations
+from .._redis.drivers import SyncDriverProtocol
+from .._redis.keys import queue_keys
+from .._redis.operations import Claimed
+from ..errors import ServerError
 
 logger = logging.getLogger("culex")
 

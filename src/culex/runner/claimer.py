@@ -1,0 +1,242 @@
+"""The claim loop: claims as many tasks as the runner has free slots, then waits for work.
+
+It wakes on a per-queue signal, not by polling, with a claim pipelined behind the
+blocking wait, so that an idle runner takes a new task in the round trip that wakes it.
+A queue whose keys the server refuses is skipped with a back-off of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable, Sized
+from typing import Any
+
+from .. import config
+from .._redis import commands, operations
+from .._redis.drivers import AsyncDriverProtocol
+from .._redis.keys import QueueKeys, queue_keys
+from .._redis.operations import Call, Claimed, ClaimReply
+from ..errors import ServerError, ServerUnavailable
+from .backoff import SERVER_ERROR, Backoff
+
+logger = logging.getLogger("culex")
+
+PROMOTE_LIMIT = 1000  # due scheduled tasks promoted per claim
+SICK_PAUSE = (0.5, 60.0)  # back-off bounds of a queue whose keys the server refuses
+SHORT_SLEEP = 0.005  # a task due sooner than this is waited for without a blocking call
+# The loop's timers wake up to 1 ms late (epoll takes whole ms): a wait for a due task
+# ends this much early on the loop's timer, and the rest is slept precisely.
+TIMER_GRAIN = 0.001
+# A stopping runner waits this long at most for its blocking wait to end (idle_wait, plus
+# the server's timer grain); past it, the wait is cut, and a task its claim took comes back
+# when the lease ends.
+SETTLE_LIMIT = 1.0
+
+
+class Claimer:
+    """Claims tasks of ``queues`` into the runner's free slots until ``stopping`` is set.
+
+    It is given the runner's ``running`` tasks (to count the free slots), the event set
+    when a slot frees, and ``start``, which starts one claimed task.
+    """
+
+    def __init__(
+        self,
+        settings: config.Settings,
+        driver: AsyncDriverProtocol,
+        queues: Iterable[str],
+        *,
+        start: Callable[[Claimed], None],
+        running: Sized,
+        slot_freed: asyncio.Event,
+        stopping: asyncio.Event,
+    ) -> None:
+        self.settings = settings
+        self.driver = driver
+        self.keys = [queue_keys(settings.prefix, q) for q in queues]
+        self.start = start
+        self.running = running
+        self.slot_freed = slot_freed
+        self.stopping = stopping
+        self.backoff = Backoff(*SERVER_ERROR)
+        self.reserved = 0  # slots held for a claim pipelined behind the blocking wait
+        self.waiter: asyncio.Future[list[Any]] | None = None  # the blocking wait for a signal
+        self._stopped: asyncio.Future[Any] | None = None  # done once a stop is asked
+        # Queues whose keys the server refused (e.g. WRONGTYPE): skipped until this time.
+        self._unhealthy: dict[str, tuple[float, Backoff]] = {}
+
+    async def run(self) -> None:
+        """Claim and wait, in turns, until a stop is asked."""
+        keys = self.keys
+        signals = [k.signal for k in keys]
+        turn = 0
+        while not self.stopping.is_set():
+            free = self.free()
+            if free <= 0:
+                self.slot_freed.clear()
+                await self._until(self.slot_freed.wait())
+                continue
+            # Rotate the first queue asked, so one busy queue cannot starve the others.
+            order = keys[turn:] + keys[:turn]
+            turn = (turn + 1) % len(keys)
+            claimed, due_in = await self._claim(order, free)
+            if claimed:
+                await asyncio.sleep(0)  # the tasks just started run before the next claim
+            # Fewer than asked: every queue was emptied, so claiming again at once would
+            # only cost a round trip. A task enqueued since leaves a wake-up token.
+            if claimed < free and not self.stopping.is_set():
+                await self._wait_for_work(signals, order[0], due_in)
+
+    def free(self) -> int:
+        """Slots for more tasks: neither running nor held for a claim behind the wait."""
+        return self.settings.concurrency - len(self.running) - self.reserved
+
+    async def settle(self) -> None:
+        """On stop, let a wait in flight end (at idle_wait) rather than close its
+        connection: the claim behind it may have taken a task, which then runs or is
+        handed back with the others instead of waiting out its lease."""
+        if self.waiter is not None and not self.waiter.done():
+            await asyncio.wait([self.waiter], timeout=SETTLE_LIMIT)
+
+    async def close(self) -> None:
+        """Cut what still waits: the blocking wait, and the wait for a stop."""
+        for future in (self.waiter, self._stopped):
+            if future is not None:
+                future.cancel()
+                await asyncio.gather(future, return_exceptions=True)
+
+    async def _claim(self, order: list[QueueKeys], free: int) -> tuple[int, float | None]:
+        """Claim up to ``free`` tasks; returns how many, and when the next task is due (s)."""
+        due_in: float | None = None
+        total = 0
+        now = time.monotonic()
+        for keys in order:
+            if keys.name in self._unhealthy and self._unhealthy[keys.name][0] > now:
+                continue
+            try:
+                reply = await self.driver.run(self._claim_call(keys, free - total))
+            except ServerUnavailable as exc:
+                logger.warning("%s", exc)
+                return 0, self.backoff.failed()
+            except ServerError as exc:
+                self._sick(keys.name, exc)
+                continue
+            self.backoff.failures = 0
+            self._unhealthy.pop(keys.name, None)
+            due = reply.next_due_in
+            if due is not None:
+                due_in = due if due_in is None else min(due_in, due)
+            for claimed in reply.tasks:
+                self.start(claimed)
+            total += len(reply.tasks)
+            if total >= free:
+                break
+        return total, due_in
+
+    def _claim_call(self, keys: QueueKeys, limit: int) -> Call[ClaimReply]:
+        return operations.claim(
+            keys,
+            limit=limit,
+            lease_ms=self.settings.lease_ms,
+            promote_limit=PROMOTE_LIMIT,
+            dead_ttl_ms=self.settings.failed_job_ttl_ms,
+        )
+
+    def _sick(self, queue: str, exc: ServerError) -> None:
+        """A queue whose keys the server refuses is skipped with back-off, never deleted."""
+        _, backoff = self._unhealthy.get(queue, (0.0, None))
+        backoff = backoff or Backoff(*SICK_PAUSE)
+        pause = backoff.failed()
+        self._unhealthy[queue] = (time.monotonic() + pause, backoff)
+        logger.error("queue %s is unhealthy (%s); trying it again in %.1f s", queue, exc, pause)
+
+    async def _wait_for_work(
+        self, signals: list[str], first: QueueKeys, due_in: float | None
+    ) -> None:
+        """Block until a queue is signalled, idle_wait passes, or a scheduled task is due.
+
+        The blocking wait stays in flight when a due task wakes the runner first, and the
+        next wait takes it up again: no connection is dropped and made anew for a timer.
+        (The server times blocked clients out only at its hz, every 100 ms at hz 10: too
+        coarse for a task due soon, so that timer is ours.)
+        """
+        deadline = None if due_in is None else time.monotonic() + due_in
+        if due_in is not None and due_in <= SHORT_SLEEP:  # sooner than a round trip is worth
+            await self._until(asyncio.sleep(max(0.0, due_in - TIMER_GRAIN)))
+            _sleep_until(deadline)
+            return
+        if self.waiter is None:
+            self.waiter = self._new_waiter(signals, first)
+        waiter = self.waiter
+        if self._stopped is None:  # one future for the whole run, not one per wait
+            self._stopped = asyncio.ensure_future(self.stopping.wait())
+        timeout = None if due_in is None else due_in - TIMER_GRAIN
+        await asyncio.wait((waiter, self._stopped), timeout=timeout, return_when="FIRST_COMPLETED")
+        if self.stopping.is_set():
+            return
+        if not waiter.done():
+            _sleep_until(deadline)
+            return  # a scheduled task is due; the wait goes on in the background
+        self.waiter = None
+        exc = waiter.exception() or waiter.result()[0]
+        if isinstance(exc, ServerError):
+            logger.warning("waiting for work failed: %s", exc)
+            await asyncio.sleep(self.backoff.failed())
+        elif isinstance(exc, BaseException):
+            raise exc
+
+    def _new_waiter(self, signals: list[str], first: QueueKeys) -> asyncio.Future[list[Any]]:
+        """The blocking wait, with a claim of one task of ``first`` pipelined behind it.
+
+        The server runs the claim the moment the wait ends (a blocked client's next
+        command waits in its buffer), so a task enqueued for an idle runner is claimed
+        without a second round trip. The claim's slot is reserved while the wait is in
+        flight, and only when two are free: a due task may need one meanwhile.
+        """
+        calls: list[Call[Any]] = [commands.wait_signal(signals, self.settings.idle_wait)]
+        if self.free() < 2 or first.name in self._unhealthy:
+            return asyncio.ensure_future(self.driver.run_many(calls))
+        calls.append(self._claim_call(first, 1))
+        self.reserved += 1
+        return asyncio.ensure_future(self._wait_and_claim(calls, first.name))
+
+    async def _wait_and_claim(self, calls: list[Call[Any]], queue: str) -> list[Any]:
+        """Start what the claim behind the wait took as soon as its reply is in: in the
+        step of the loop that reads it, not in a done callback one step later."""
+        try:
+            replies = await self.driver.run_many(calls)
+        finally:
+            self.reserved -= 1
+            self.slot_freed.set()
+        reply = replies[1]
+        if isinstance(reply, ServerUnavailable):
+            logger.warning("%s", reply)
+        elif isinstance(reply, ServerError):
+            self._sick(queue, reply)
+        else:
+            self._unhealthy.pop(queue, None)
+            for claimed in reply.tasks:
+                self.start(claimed)
+        return replies
+
+    async def _until(self, awaitable: Any) -> None:
+        """Await ``awaitable``, but give up on it as soon as a stop is asked."""
+        work = asyncio.ensure_future(awaitable)
+        stop = asyncio.ensure_future(self.stopping.wait())
+        await asyncio.wait((work, stop), return_when=asyncio.FIRST_COMPLETED)
+        for future in (work, stop):
+            if not future.done():
+                future.cancel()
+        await asyncio.gather(work, stop, return_exceptions=True)
+
+
+def _sleep_until(deadline: float | None) -> None:
+    """Block for what is left to ``deadline`` when that is under a millisecond: the only
+    way to be on time to the sub-ms; it holds the loop at most TIMER_GRAIN."""
+    if deadline is None:
+        return
+    rest = deadline - time.monotonic()
+    if 0 < rest <= TIMER_GRAIN:
+        time.sleep(rest)

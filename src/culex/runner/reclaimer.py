@@ -1,0 +1,71 @@
+"""The reclaimer: turns the expired leases of lost runners into failed attempts.
+
+Every runner runs one over its own queues; reclaim.lua decides, with the server's clock,
+which leases have expired, so two runners reclaiming the same queue do no harm.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterable
+
+from .. import config
+from .._redis import operations
+from .._redis.drivers import AsyncDriverProtocol
+from .._redis.keys import queue_keys
+from ..errors import ServerError
+
+logger = logging.getLogger("culex")
+
+RECLAIM_LIMIT = 100  # expired leases reclaimed per queue per pass
+RECLAIM_EVERY = 2.0  # seconds between reclaim passes (at most; less with a short lease)
+
+
+class Reclaimer:
+    """Every RECLAIM_EVERY seconds (or lease/3, if shorter), one reclaim call per queue,
+    all in one round trip. A pass that fails is not repeated: the next one comes anyway."""
+
+    def __init__(
+        self, settings: config.Settings, driver: AsyncDriverProtocol, queues: Iterable[str]
+    ) -> None:
+        self.settings = settings
+        self.driver = driver
+        self.queues = list(queues)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Until ``stop`` is set: wait a pass's interval, then reclaim."""
+        every = min(RECLAIM_EVERY, self.settings.lease / 3)
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), every)
+            if stop.is_set():
+                return
+            await self.reclaim()
+
+    async def reclaim(self) -> None:
+        """One pass over every queue; logs each task whose runner was lost."""
+        calls = [
+            operations.reclaim(
+                queue_keys(self.settings.prefix, q),
+                limit=RECLAIM_LIMIT,
+                dead_ttl_ms=self.settings.failed_job_ttl_ms,
+                dead_max=self.settings.dead_max,
+            )
+            for q in self.queues
+        ]
+        try:
+            results = await self.driver.run_many(calls)
+        except ServerError as exc:
+            logger.warning("reclaiming expired leases failed: %s", exc)
+            return
+        for queue, reclaimed in zip(self.queues, results, strict=True):
+            if isinstance(reclaimed, list):
+                for task_id, state in reclaimed:
+                    logger.warning(
+                        "task %s<%s> lost its runner (lease expired), now %s",
+                        queue,
+                        task_id,
+                        state,
+                    )

@@ -1,0 +1,147 @@
+"""The reporter: sends finished outcomes, fenced by attempt, in one pipelined round trip.
+
+Successes of one queue go in one complete call, each failure in a fail call; a report the
+server refuses (the lease was lost and the task handed out again) is logged and dropped;
+a batch that could not be sent is sent again after a back-off. A hand-back on stop is a
+report too: the task goes back to waiting, fenced the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from .. import config
+from .._redis import operations
+from .._redis.drivers import AsyncDriverProtocol
+from .._redis.keys import queue_keys
+from .._redis.operations import Call, Claimed
+from ..errors import ServerError
+from ..execution import Outcome, task_name
+from .backoff import SERVER_ERROR, Backoff
+from .lease import LeaseKeeper
+
+logger = logging.getLogger("culex")
+
+UNSENT = object()  # the result of a call in a batch that could not be sent
+
+
+class Reporter:
+    """Empties ``outbox`` (filled by the runner, which sets ``ready``) into reports.
+
+    Once a report lands, or a task is handed back, the ``keeper`` stops renewing its lease.
+    """
+
+    def __init__(
+        self,
+        settings: config.Settings,
+        driver: AsyncDriverProtocol,
+        keeper: LeaseKeeper,
+        outbox: list[Outcome],
+        ready: asyncio.Event,
+    ) -> None:
+        self.settings = settings
+        self.driver = driver
+        self.keeper = keeper
+        self.outbox = outbox
+        self.ready = ready
+        self.backoff = Backoff(*SERVER_ERROR)
+        self._closing = False
+
+    async def run(self) -> None:
+        """Report as outcomes come in, until :meth:`close` (the runner then calls
+        :meth:`flush` for what is left after the grace period)."""
+        while not self._closing:
+            await self.ready.wait()
+            self.ready.clear()
+            await self.flush()
+
+    def close(self) -> None:
+        self._closing = True
+        self.ready.set()
+
+    async def flush(self) -> None:
+        """Send every outcome in the outbox; a batch that failed is sent again after a pause."""
+        while self.outbox:
+            batch = self.outbox.copy()
+            self.outbox.clear()
+            calls, owners = self._calls(batch)
+            results = await self.send(calls, "reporting outcomes")
+            for outcomes, result in zip(owners, results, strict=True):
+                if isinstance(result, ServerError) or result is UNSENT:
+                    self.outbox += outcomes  # sent again after the pause
+                    continue
+                refused = set(result) if isinstance(result, list) else set()
+                if result is None:  # a refused fail
+                    refused = {outcomes[0].claimed.id}
+                for outcome in outcomes:
+                    if outcome.claimed.id in refused:
+                        logger.warning(
+                            "report for task %s (attempt %d) refused: its lease was lost and "
+                            "it was handed out again",
+                            task_name(outcome.claimed),
+                            outcome.claimed.attempt,
+                        )
+                    self.keeper.drop(outcome.claimed)
+            if self.outbox:
+                await asyncio.sleep(self.backoff.failed())
+
+    async def hand_back(self, held: list[Claimed]) -> list[Any]:
+        """Put ``held`` back in waiting (each fenced by its attempt); True for each that went
+        back. The caller drops their leases: a task still running keeps its lease until then."""
+        calls = [
+            operations.release(queue_keys(self.settings.prefix, c.queue), c.id, c.attempt)
+            for c in held
+        ]
+        return await self.send(calls, "handing tasks back")
+
+    async def send(self, calls: list[Call[Any]], what: str) -> list[Any]:
+        """Run ``calls`` in one round trip; :data:`UNSENT` for each when that failed."""
+        try:
+            results = await self.driver.run_many(calls)
+        except ServerError as exc:
+            logger.warning("%s failed: %s", what, exc)
+            return [UNSENT] * len(calls)
+        self.backoff.failures = 0
+        return results
+
+    def _calls(self, batch: list[Outcome]) -> tuple[list[Call[Any]], list[list[Outcome]]]:
+        """One complete call per queue for the successes, one fail call per failure."""
+        successes: dict[str, list[Outcome]] = {}
+        calls: list[Call[Any]] = []
+        owners: list[list[Outcome]] = []
+        for outcome in batch:
+            claimed = outcome.claimed
+            if outcome.error is None:
+                successes.setdefault(claimed.queue, []).append(outcome)
+                continue
+            calls.append(
+                operations.fail(
+                    queue_keys(self.settings.prefix, claimed.queue),
+                    claimed.id,
+                    claimed.attempt,
+                    outcome.error,
+                    retry_delay_ms=outcome.retry_delay_ms,
+                    dead_ttl_ms=self.settings.failed_job_ttl_ms,
+                    dead_max=self.settings.dead_max,
+                )
+            )
+            owners.append([outcome])
+        for queue, outcomes in successes.items():
+            done = [
+                (o.claimed.id, o.claimed.attempt, o.result_json, self._kept_ms(o)) for o in outcomes
+            ]
+            calls.append(operations.complete(queue_keys(self.settings.prefix, queue), done))
+            owners.append(outcomes)
+        return calls, owners
+
+    def _kept_ms(self, outcome: Outcome) -> int:
+        """How long a succeeded task's hash is kept: result_ttl (the job's, else the
+        setting) when perform returned a value; successful_job_ttl for None, or when
+        result_ttl is 0."""
+        ttl = outcome.result_ttl
+        seconds = self.settings.result_ttl if ttl is None else config.seconds(ttl, "result_ttl")
+        if outcome.result_json == "null" or seconds == 0:
+            return self.settings.successful_job_ttl_ms
+        return max(1, round(seconds * 1000))

@@ -1,0 +1,353 @@
+"""The runner: takes tasks from queues, runs them, and reports each outcome, fenced.
+
+The Runner holds the life cycle, the slots and the stop; its loops are given the settings
+and a driver, one concern each: the claim loop (culex.runner.claimer), the reporter
+(culex.runner.reporter), the reclaimer (culex.runner.reclaimer) and the periodic
+scheduler (culex.periodic) run on its asyncio loop; a thread renews the leases of every
+held task (culex.runner.lease), so a task that blocks the loop does not lose its lease.
+
+A stop hands back what is still running when the grace period ends. Python cannot end a
+thread, so a sync perform still running then would go on beside the run another runner
+starts: :meth:`Runner.run` (which owns the process) hands its task back and ends the
+process at once; :meth:`Runner.arun` on a loop of the application's own does not hand
+such a task back but waits for it (docs/reliability.md, "Graceful stop").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+from collections import deque
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, NoReturn
+
+from .. import config, connection, isolation, logs
+from .._redis import commands
+from .._redis.drivers import AsyncDriverProtocol
+from .._redis.operations import Claimed
+from .._redis.spin import loop_factory
+from ..errors import ConfigurationError, ServerError, ServerUnavailable
+from ..execution import Outcome, attempt, decode, task_name
+from ..job import Job
+from ..job_registry import JobRegistry, registry
+from ..periodic import periodic_jobs
+from .claimer import Claimer
+from .lease import LeaseKeeper
+from .reclaimer import Reclaimer
+from .reporter import Reporter
+from .scheduler import Scheduler
+
+logger = logging.getLogger("culex")
+
+HELPER_STOP_TIMEOUT = 5.0  # seconds a helper loop may take to stop
+
+
+class Runner:
+    """Runs the tasks of the given queues (default: every registered job's queue)."""
+
+    def __init__(
+        self,
+        run_from: Iterable[str] | None = None,
+        concurrency: int | None = None,
+        *,
+        redis_url: str | None = None,
+        jobs: JobRegistry = registry,
+    ) -> None:
+        flags: dict[str, object] = {}
+        if run_from is not None:
+            flags["run_from"] = list(run_from) if not isinstance(run_from, str) else run_from
+        if concurrency is not None:
+            flags["concurrency"] = concurrency
+        if redis_url is not None:
+            flags["redis_url"] = redis_url
+        self.settings = config.settings(**flags)
+        self.jobs = jobs
+        self.queues = list(self.settings.run_from) or jobs.queues()
+        if not self.queues:
+            raise ConfigurationError(
+                "nothing to run: no job class is registered and run_from names no queue"
+            )
+        self._stopping = asyncio.Event()
+        self._running: dict[asyncio.Task[None], Claimed] = {}  # the slots taken
+        self._slot_freed = asyncio.Event()
+        self._reports: list[Outcome] = []  # the reporter's outbox
+        self._report_ready = asyncio.Event()
+        self._keeper: LeaseKeeper | None = None
+        self._claimer: Claimer | None = None
+        self._pool = _Pool(self.settings.concurrency)
+        self._threaded: set[Claimed] = set()  # running tasks whose perform runs in a thread
+        self._owns_process = False  # run(), not arun() on an application's loop
+        self._signals = 0
+
+    # -- starting and stopping ------------------------------------------------------
+
+    def run(self) -> None:
+        """Run until SIGINT/SIGTERM (or :meth:`stop`), then stop gracefully.
+
+        This owns the process: when a sync perform still runs in a thread once the grace
+        period is over, its task is handed back and the process ends at once (exit code
+        0, the log written out, no exit handlers), so that it never runs beside another
+        runner's run of the task; run() does not return then.
+
+        The loop's selector polls briefly before it sleeps (``busy_poll``,
+        culex._redis.spin), unless an event loop policy of the application's own is set.
+        """
+        self._owns_process = True
+        with asyncio.Runner(loop_factory=loop_factory(self.settings.busy_poll)) as runner:
+            runner.run(self.arun(handle_signals=True))
+        if self._pool.busy:  # e.g. a perform that timed out and runs on in its thread
+            logger.warning(
+                "%d sync perform(s) still run in threads; ending the process rather than "
+                "waiting for them",
+                self._pool.busy,
+            )
+            _exit_now(0)
+
+    def stop(self) -> None:
+        """Ask the runner to stop: no more claims; running tasks finish or go back."""
+        self._stopping.set()
+
+    async def arun(self, *, handle_signals: bool = False) -> None:
+        """Run on the current event loop until :meth:`stop` is called.
+
+        It never ends the process: a task whose sync perform still runs in a thread when
+        the grace period is over is not handed back; arun() waits for it to end."""
+        loop = asyncio.get_running_loop()
+        if handle_signals:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, self._on_signal, sig)
+        url = connection.resolve_url(self.settings.redis_url)
+        driver = await self._connect(url)
+        self._keeper = keeper = LeaseKeeper(self.settings, url)
+        keeper.start()
+        logger.info("culex is buzzing...")
+        logger.info("Queues: %s", ", ".join(self.queues))
+        claimer, reporter, helpers = self._start_loops(driver, keeper)
+        try:
+            await claimer.run()
+            await claimer.settle()
+            await self._finish(reporter)
+        finally:
+            await claimer.close()
+            self._stopping.set()
+            reporter.close()
+            await self._stop_helpers(helpers)
+            keeper.stop()
+            await driver.close()
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            if handle_signals:
+                for sig in (signal.SIGINT, signal.SIGTERM):
+                    loop.remove_signal_handler(sig)
+            logger.info("culex stopped")
+
+    async def _connect(self, url: str) -> AsyncDriverProtocol:
+        driver = connection.new_async_driver(url, socket_timeout=self.settings.socket_timeout)
+        try:
+            await self._check_server(driver)
+        except BaseException:
+            await driver.close()
+            raise
+        return driver
+
+    def _start_loops(
+        self, driver: AsyncDriverProtocol, keeper: LeaseKeeper
+    ) -> tuple[Claimer, Reporter, list[asyncio.Task[Any]]]:
+        """The claim loop (arun runs it), and the helper loops, started as tasks."""
+        self._claimer = Claimer(
+            self.settings,
+            driver,
+            self.queues,
+            start=self._start,
+            running=self._running,
+            slot_freed=self._slot_freed,
+            stopping=self._stopping,
+        )
+        reporter = Reporter(self.settings, driver, keeper, self._reports, self._report_ready)
+        reclaimer = Reclaimer(self.settings, driver, self.queues)
+        helpers = [
+            asyncio.create_task(reporter.run(), name="culex-reporter"),
+            asyncio.create_task(reclaimer.run(self._stopping), name="culex-reclaim"),
+        ]
+        periodic = periodic_jobs(self.jobs, self.queues)
+        if self.settings.run_cron_scheduler and periodic:
+            schedule = Scheduler(periodic, self.settings, driver).run(self._stopping)
+            helpers.append(asyncio.create_task(schedule, name="culex-periodic"))
+        return self._claimer, reporter, helpers
+
+    async def _stop_helpers(self, helpers: list[asyncio.Task[Any]]) -> None:
+        """Stop the helper loops. Each also ends on its own once stopping is set, so a
+        cancellation lost inside a client library cannot keep the runner from exiting."""
+        for helper in helpers:
+            helper.cancel()
+        _, stuck = await asyncio.wait(helpers, timeout=HELPER_STOP_TIMEOUT)
+        for helper in stuck:
+            logger.warning("%s did not stop in time; leaving it", helper.get_name())
+        for helper in helpers:
+            if helper.done() and not helper.cancelled() and helper.exception() is not None:
+                logger.error("%s failed", helper.get_name(), exc_info=helper.exception())
+
+    async def _check_server(self, driver: AsyncDriverProtocol) -> None:
+        """Refuse a server that may evict keys: eviction silently deletes queue state."""
+        try:
+            reply = await driver.run(commands.config_get("maxmemory-policy"))
+        except ServerUnavailable:
+            raise
+        except ServerError as exc:  # CONFIG is often disabled on managed servers
+            logger.warning("cannot read maxmemory-policy (%s); make sure it is noeviction", exc)
+            return
+        if reply in (None, "noeviction"):
+            return
+        message = (
+            f"the server's maxmemory-policy is {reply!r}: it may evict queue keys and lose "
+            "tasks. Set it to noeviction (CONFIG SET maxmemory-policy noeviction)"
+        )
+        if not self.settings.allow_eviction:
+            raise ConfigurationError(f"{message}, or set allow_eviction=True to run anyway")
+        logger.warning("DANGER: %s; running anyway because allow_eviction is set", message)
+
+    def _on_signal(self, sig: int) -> None:
+        self._signals += 1
+        if self._signals == 1:
+            logger.info(
+                "%s: stopping; running tasks have %.0f s to finish (signal again to stop at once)",
+                signal.Signals(sig).name,
+                self.settings.grace_period,
+            )
+            self.stop()
+        else:
+            logger.warning("stopping at once; running tasks come back when their lease ends")
+            isolation.kill()
+            _exit_now(1)
+
+    async def _finish(self, reporter: Reporter) -> None:
+        """Graceful stop: wait up to grace_period, then hand unfinished tasks back.
+
+        No task is handed back while its perform still runs in this process: a child
+        process is killed first; a thread cannot be, so run() ends the process just after
+        the hand-back, and arun() keeps such a task and waits for it instead."""
+        if self._running:
+            _, unfinished = await asyncio.wait(
+                list(self._running), timeout=self.settings.grace_period
+            )
+            held = {task: self._running[task] for task in unfinished}
+            isolation.kill(claimed.id for claimed in held.values())
+            threads = [task for task, claimed in held.items() if claimed in self._threaded]
+            for task in threads if not self._owns_process else ():
+                logger.warning(
+                    "task %s runs on in a thread after the grace period; a thread cannot be "
+                    "stopped, so it is not handed back: waiting for it to end",
+                    task_name(held.pop(task)),
+                )
+            for task in held:
+                task.cancel()
+            if threads and self._owns_process:
+                await reporter.flush()
+                await self._release_and_exit(reporter, list(held.values()))
+            if held:
+                await self._release(reporter, list(held.values()))
+            if threads:
+                await asyncio.wait(threads)
+        await reporter.flush()
+
+    async def _release_and_exit(self, reporter: Reporter, held: list[Claimed]) -> NoReturn:
+        """Hand ``held`` back and end the process at once, with the threads that still run
+        their performs: nothing of this process runs them once another runner can."""
+        logger.warning(
+            "the grace period is over; handing back to waiting %s, and ending the process "
+            "with the threads that still run them",
+            ", ".join(task_name(claimed) for claimed in held),
+        )
+        logs.flush_all()  # before the hand-back: from then on, not a moment is lost
+        results = await reporter.hand_back(held)
+        failed = [claimed for claimed, done in zip(held, results, strict=True) if done is not True]
+        for claimed in failed:
+            logger.warning(
+                "task %s could not be handed back: it comes back when its lease ends",
+                task_name(claimed),
+            )
+        _exit_now(0)
+
+    async def _release(self, reporter: Reporter, held: list[Claimed]) -> None:
+        handed = await reporter.hand_back(held)
+        for claimed, result in zip(held, handed, strict=True):
+            if result is True:
+                logger.info("task %s handed back to waiting", task_name(claimed))
+            self._drop(claimed)
+
+    # -- running ----------------------------------------------------------------------
+
+    def _start(self, claimed: Claimed) -> None:
+        if logger.isEnabledFor(logging.INFO):
+            logs.task_line(logger, "Running task %s from %s", task_name(claimed), claimed.queue)
+        assert self._keeper is not None
+        self._keeper.hold(claimed, self.settings.lease_ms)
+        task = asyncio.create_task(self._execute(claimed))
+        self._running[task] = claimed
+        task.add_done_callback(self._done)
+
+    async def _execute(self, claimed: Claimed) -> None:
+        job = decode(claimed, self.jobs, self.settings.max_payload_bytes)
+        if isinstance(job, Outcome):
+            outcome = job
+        else:
+            lease_ms = self._lease_ms(job)
+            if lease_ms != self.settings.lease_ms:
+                assert self._keeper is not None
+                self._keeper.hold(claimed, lease_ms)
+            if not job.async_perform_ and job.isolation == "thread":
+                self._threaded.add(claimed)
+            outcome = await attempt(job, claimed, self._pool)
+        if self._keeper is not None:
+            self._keeper.finish(claimed)
+        self._reports.append(outcome)
+        self._report_ready.set()
+
+    def _lease_ms(self, job: Job) -> int:
+        if job.lease is None:
+            return self.settings.lease_ms
+        return round(config.seconds(job.lease, "lease") * 1000)
+
+    def _drop(self, claimed: Claimed) -> None:
+        if self._keeper is not None:
+            self._keeper.drop(claimed)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        claimed = self._running.pop(task, None)
+        if claimed is not None:
+            self._threaded.discard(claimed)
+        self._slot_freed.set()
+        if not task.cancelled() and task.exception() is not None:
+            logger.error("a task's execution raised", exc_info=task.exception())
+
+
+class _Pool(ThreadPoolExecutor):
+    """The threads of sync performs, counting the calls they run now."""
+
+    def __init__(self, workers: int) -> None:
+        super().__init__(workers, thread_name_prefix="culex")
+        # One item per call running: a deque's append and pop are atomic, so no lock.
+        self._calls: deque[None] = deque()
+
+    @property
+    def busy(self) -> int:
+        return len(self._calls)
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+        return super().submit(self._counted, fn, *args, **kwargs)
+
+    def _counted(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        self._calls.append(None)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self._calls.pop()
+
+
+def _exit_now(code: int) -> NoReturn:
+    """End the process with its threads, skipping exit handlers (which would wait for
+    them), once the log is written out."""
+    logs.flush_all()
+    os._exit(code)
