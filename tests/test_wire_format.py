@@ -14,8 +14,8 @@ import redis
 
 import culex
 
+from ._redis.test_protocol import contract, shipped
 from .conftest import running
-from .test_protocol import contract, shipped
 
 ROOT = Path(__file__).resolve().parent.parent
 PRODUCER = ROOT / "docs" / "examples" / "foreign_producer.py"

@@ -2,7 +2,7 @@
 -- copy of this file between `-- >>> include/dead.lua` and `-- <<< include/dead.lua`, after
 -- their copy of include/wake.lua, so that every shipped script is complete by itself and
 -- works when sent as it is. Edit this file, then run `python -m culex._redis.assembly` to
--- refresh the copies; tests/test_scripts.py fails while a copy differs from it. Not a
+-- refresh the copies; tests/_redis/test_scripts.py fails while a copy differs from it. Not a
 -- script of its own.
 
 -- The task's hash says dead with its reason, expires after ttl ms, and its id is in the

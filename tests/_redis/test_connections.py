@@ -16,7 +16,7 @@ from culex._redis.address import Address
 from culex._redis.keys import queue_keys
 from culex._redis.operations import Call
 
-from .conftest import private_tcp_server, running
+from ..conftest import private_tcp_server, running
 
 PASSWORD = "s3cret/with:odd@chars"
 

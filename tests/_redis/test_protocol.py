@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 import pytest
 import redis
 
-from .conftest import running, score, snapshot
+from ..conftest import running, score, snapshot
 
 HOUR_MS = 3_600_000
 SETS = ("waiting", "pending", "scheduled", "dead")
@@ -490,7 +490,7 @@ def test_a_number_that_is_not_one_is_refused_before_any_write(
 async def test_culex_and_a_plain_runner_take_each_others_tasks(r: redis.Redis) -> None:
     import culex  # the other side of the wire: only this test uses culex itself
 
-    from .test_wire_format import AddJob  # a culex job: a + b, on the queue "foreign"
+    from ..test_wire_format import AddJob  # a culex job: a + b, on the queue "foreign"
 
     def loaded(*names: str) -> bool:  # by the SHA-1 of the file's own bytes
         return all(r.script_exists(*(sha1(sources[n].encode()).hexdigest() for n in names)))

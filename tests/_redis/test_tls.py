@@ -19,7 +19,7 @@ from culex._redis import commands
 from culex._redis.address import Address
 from culex._redis.drivers import AsyncDriver, SyncDriver
 
-from .conftest import ServerExited, private_tcp_server
+from ..conftest import ServerExited, private_tcp_server
 
 NAME = "culex-test-server"  # the only name in the server's certificate
 

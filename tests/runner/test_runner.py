@@ -21,7 +21,7 @@ from culex._redis.drivers import AsyncDriver
 from culex._redis.keys import queue_keys
 from culex._redis.operations import Call, Claimed, ClaimReply
 
-from .conftest import await_until, running, server_ms
+from ..conftest import await_until, running, server_ms
 
 seen: list[str] = []
 

@@ -12,7 +12,7 @@ from culex._redis import assembly, operations, scripts
 from culex._redis.drivers import SyncDriver
 from culex._redis.keys import queue_keys
 
-from .conftest import driver_of, field, members, score, snapshot
+from ..conftest import driver_of, field, members, score, snapshot
 
 K = queue_keys("culex", "q")
 DAY_MS = 86_400_000
