@@ -18,6 +18,7 @@ from .._redis.keys import queue_keys, queues_key
 from .._redis.operations import Call, Scheduled
 from ..errors import ServerError
 from ..periodic import PeriodicJob, format_slot
+from .backoff import Backoff
 
 logger = logging.getLogger("culex")
 
@@ -43,15 +44,13 @@ class Scheduler:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Until ``stop`` is set: sleep until the earliest next slot, enqueue what is due."""
-        failures = 0
+        backoff = Backoff(*ERROR_PAUSE)
         while not stop.is_set():
             try:
                 pause = await self.tick()
-                failures = 0
+                backoff.failures = 0
             except Exception as exc:
-                failures += 1
-                low, high = ERROR_PAUSE
-                pause = min(high, low * 2 ** (failures - 1))
+                pause = backoff.failed()
                 if isinstance(exc, ServerError):
                     logger.warning("periodic jobs: %s", exc)
                 else:
