@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,8 +14,10 @@ import culex
 from culex import config, connection
 from culex._redis import commands
 from culex._redis.address import Address
+from culex._redis.drivers import SyncDriver
 from culex._redis.keys import queue_keys
 from culex._redis.operations import Call
+from culex.errors import ServerUnavailable
 
 from ..conftest import private_tcp_server, running
 
@@ -118,3 +121,14 @@ def test_a_forked_child_talks_over_a_connection_of_its_own(r: redis.Redis, url: 
     os.close(read)
     assert status == 0 and child not in (0, parent)
     assert driver.run(client_id) == parent  # the parent's connection was left alone
+
+
+def test_an_error_names_the_server_without_its_password() -> None:
+    with socket.socket() as free:  # a port nothing listens on: refused at once
+        free.bind(("127.0.0.1", 0))
+        port = int(free.getsockname()[1])
+    driver = SyncDriver(f"redis://user:s3cret@127.0.0.1:{port}/0")
+    with pytest.raises(ServerUnavailable) as caught:
+        driver.run(commands.ping())
+    assert "s3cret" not in str(caught.value)
+    assert f"127.0.0.1:{port}" in str(caught.value)

@@ -48,7 +48,7 @@ def new_reader() -> hiredis.Reader:
 def _check_handshake(replies: list[Any], address: Address) -> None:
     for reply in replies:
         if isinstance(reply, ReplyError):
-            raise ConnectionError(f"the server at {address.url} refused the login: {reply}")
+            raise ConnectionError(f"the server at {address.shown} refused the login: {reply}")
 
 
 def late(timeout: float, blocks: float = 0.0, what: str = "answer") -> TimeoutError:

@@ -148,7 +148,7 @@ class SyncDriver:
         self.address = Address.parse(url)
         self.busy_poll = busy_poll
         self.socket_timeout = socket_timeout
-        self.where = url
+        self.where = self.address.shown  # (error messages never carry the password)
         self._idle: deque[SyncConnection] = deque()  # append/pop are atomic: no lock needed
         self._pid = os.getpid()
 
@@ -218,7 +218,7 @@ class AsyncDriver:
         socket_timeout: float = SOCKET_TIMEOUT,
     ) -> None:
         self.address = Address.parse(url)
-        self.where = url
+        self.where = self.address.shown  # (error messages never carry the password)
         self.socket_timeout = socket_timeout
         self._idle: deque[AsyncConnection] = deque()
         self._slots = asyncio.Semaphore(max_connections)
