@@ -204,7 +204,9 @@ class _Protocol(asyncio.Protocol):
         if waiter is not None and not waiter.done():
             waiter.set_exception(self.lost)
         if self.transport is not None:
-            self.transport.close()
+            # abort, not close: close would wait to send what is still buffered, to a
+            # server that may never read it (a stopped one), and the socket stays open
+            self.transport.abort()
 
     def watch(self, loop: asyncio.AbstractEventLoop, timeout: float, blocks: float) -> None:
         """Drop the connection if the exchange just sent is not answered in time."""

@@ -202,6 +202,11 @@ class SyncDriver:
         while self._idle:
             self._idle.pop().close()
 
+    def __del__(self) -> None:
+        # A driver dropped with idle connections (a configure() while another thread still
+        # had one out, which it then gave back here) closes them rather than leak them.
+        self.close()
+
 
 class AsyncDriver:
     """Sends calls over asyncio connections of one event loop.
