@@ -48,13 +48,15 @@ for i = 1, #ARGV, 4 do
   local key = KEYS[2] .. id
   -- (pcall: a key of another type is refused like a stale report; an error here would
   -- stop the batch after the writes of the ids before it)
-  local f = redis.pcall('HMGET', key, 'attempt', 'state', 'periodic', 'type')
+  local f = redis.pcall('HMGET', key, 'attempt', 'state', 'periodic', 'type', 'waited')
   if not f['err'] and f[1] == ARGV[i + 1] and f[2] == 'pending' then
     local ttl = tonumber(ARGV[i + 3])
     done[#done + 1] = id
     redis.call('HSET', key, 'state', 'succeeded', 'result', ARGV[i + 2], 'finished_at', now)
     redis.call('PEXPIRE', key, ttl)
-    wake(key, KEYS[4] .. id, ttl)
+    if f[5] then  -- (read above: most tasks have no waiter, and cost no HDEL)
+      wake(key, KEYS[4] .. id, ttl)
+    end
     if f[3] == '1' then
       -- (pcall: a record key holding another type must not stop the tasks' own reports)
       redis.pcall('HSET', KEYS[3] .. f[4], 'last_finished_at', now, 'last_outcome', 'succeeded')
