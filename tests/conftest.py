@@ -32,6 +32,8 @@ from culex._redis.connections import AsyncConnection, SyncConnection
 from culex._redis.drivers import SyncDriver
 from culex.embedded import EmbeddedServer, server_binary
 
+from .topology import Cluster, SentinelSetup
+
 T = TypeVar("T")
 
 
@@ -300,3 +302,53 @@ def count_exchanges(
 
     monkeypatch.setattr(connection, "exchange", counted)
     return counts
+
+
+# -- a Redis Cluster and a Sentinel setup (tests/topology.py) -------------------------------
+#
+# Starting one costs seconds, so the plain fixtures share one per session and empty it for
+# each test. A test that kills, stops or fails over a node takes a private one instead.
+
+
+@pytest.fixture(scope="session")
+def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    with Cluster(tmp_path_factory.mktemp("cluster")) as started:
+        yield started
+
+
+@pytest.fixture
+def cluster(shared_cluster: Cluster) -> Cluster:
+    """The session's cluster (3 masters, 3 replicas), every master emptied for the test."""
+    down = [node for node in shared_cluster.nodes if not node.alive]
+    assert not down, f"a test stopped {down} of the shared cluster (use private_cluster)"
+    shared_cluster.flushall()
+    return shared_cluster
+
+
+@pytest.fixture
+def private_cluster(tmp_path: Path) -> Iterator[Cluster]:
+    """A cluster of the test's own, to kill and restart nodes of."""
+    with Cluster(tmp_path / "cluster") as started:
+        yield started
+
+
+@pytest.fixture(scope="session")
+def shared_sentinel_setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SentinelSetup]:
+    with SentinelSetup(tmp_path_factory.mktemp("sentinel")) as started:
+        yield started
+
+
+@pytest.fixture
+def sentinel_setup(shared_sentinel_setup: SentinelSetup) -> SentinelSetup:
+    """The session's sentinel setup (master, replica, 3 sentinels), emptied for the test."""
+    down = [node for node in shared_sentinel_setup.nodes if not node.alive]
+    assert not down, f"a test stopped {down} of the shared setup (use private_sentinel_setup)"
+    shared_sentinel_setup.master().client().flushall()
+    return shared_sentinel_setup
+
+
+@pytest.fixture
+def private_sentinel_setup(tmp_path: Path) -> Iterator[SentinelSetup]:
+    """A sentinel setup of the test's own, to kill its master."""
+    with SentinelSetup(tmp_path / "sentinel") as started:
+        yield started
