@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import socket
 import time
+from pathlib import Path
 
 import pytest
 import redis
@@ -103,8 +104,28 @@ def test_the_plain_url_reaches_a_master_of_the_cluster(cluster: Cluster) -> None
         client.close()
 
 
-def test_the_fixture_empties_every_master_for_each_test(cluster: Cluster) -> None:
+@pytest.mark.parametrize("turn", [1, 2])
+def test_the_fixture_empties_every_master_for_each_test(cluster: Cluster, turn: int) -> None:
+    # Whichever turn runs second finds the first one's keys unless the fixture flushed them.
     assert [master.client().dbsize() for master in cluster.masters()] == [0, 0, 0]
+    for master in cluster.masters():
+        first, last = cluster.slots_of(master)[0]
+        keys = (f"turn-{turn}-{n}" for n in range(SLOTS * 100))
+        master.client().set(next(k for k in keys if first <= keyslot(k) <= last), turn)
+    assert [master.client().dbsize() for master in cluster.masters()] == [1, 1, 1]
+
+
+class NeverSettling(Cluster):
+    def wait_settled(self, timeout: float = 30.0, what: str = "") -> None:
+        raise AssertionError("timed out (as this test wants)")
+
+
+def test_a_cluster_that_fails_to_start_leaves_nothing_running(tmp_path: Path) -> None:
+    cluster = NeverSettling(tmp_path)
+    with pytest.raises(AssertionError, match="as this test wants"), cluster:
+        pass
+    assert len(cluster.nodes) == 6
+    assert not any(node.alive or listening(node) for node in cluster.nodes)
 
 
 def test_a_killed_masters_replica_takes_over_its_slots(private_cluster: Cluster) -> None:

@@ -15,6 +15,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -180,14 +181,15 @@ class Node:
         return self.client().info("replication").get("master_link_status") == "up"
 
 
-class Topology:
+class Topology(ABC):
     """What a cluster and a sentinel setup share: their nodes, a folder, stop at the end."""
 
     def __init__(self, folder: Path | None, binary: str | None) -> None:
-        self._temporary = (
-            tempfile.TemporaryDirectory(prefix="culex-topology-") if not folder else None
-        )
-        self.folder = Path(self._temporary.name) if self._temporary else cast(Path, folder)
+        self._temporary = None
+        if folder is None:
+            self._temporary = tempfile.TemporaryDirectory(prefix="culex-topology-")
+            folder = Path(self._temporary.name)
+        self.folder = folder
         self.server, self.cli = binaries(binary)
         self.nodes: list[Node] = []
         self.started_in = 0.0  # seconds from start to settled, for the record
@@ -210,8 +212,9 @@ class Topology:
     ) -> None:
         self.stop()
 
+    @abstractmethod
     def start(self) -> None:
-        raise NotImplementedError
+        """Start every process and wait until the topology has settled."""
 
     def stop(self) -> None:
         """Stop every process (a killed one is gone already) and remove a temporary folder."""
@@ -232,8 +235,9 @@ class Topology:
         node.start()
         self.wait_settled(timeout)
 
+    @abstractmethod
     def wait_settled(self, timeout: float = 30.0) -> None:
-        raise NotImplementedError
+        """Wait until every running node agrees on who is master and replicas are in sync."""
 
 
 # -- Redis Cluster ---------------------------------------------------------------------
@@ -384,40 +388,37 @@ class Cluster(Topology):
         """Until every running node says cluster_state:ok, knows every node, sees none of the
         running ones failing and maps every slot to the same running master, and every
         running replica's link to its master is up."""
-        wait_for(what, self._unsettled, timeout)
+        wait_for(what, _answering(self._unsettled), timeout)
 
     def _unsettled(self) -> str | None:
         maps: dict[Node, list[tuple[int, int, int]]] = {}
         running = {node.port for node in self.alive()}
-        try:
-            for node in self.alive():
-                info = cast(str, node.client().execute_command("CLUSTER", "INFO"))
-                fields = dict(line.split(":", 1) for line in info.split() if ":" in line)
-                if fields.get("cluster_state") != "ok":
-                    return f"{node} says cluster_state:{fields.get('cluster_state')}"
-                if fields.get("cluster_known_nodes") != str(len(self.nodes)):
-                    return f"{node} knows {fields.get('cluster_known_nodes')} nodes"
-                view = self.view(node)
-                failing = [e.port for e in view if e.port in running and e.failing]
-                if failing:
-                    return f"{node} sees running nodes {failing} as failing"
-                maps[node] = sorted(
-                    (first, last, e.port) for e in view if "master" in e.flags
-                    for first, last in e.slots
-                )  # fmt: skip
-                if node.role() == "slave" and not node.master_link_up():
-                    return f"{node} is a replica whose link to its master is down"
-            seen = {tuple(slot_map) for slot_map in maps.values()}
-            if len(seen) != 1:
-                return f"the nodes disagree on who serves which slots: {maps}"
-            slot_map = seen.pop()
-            if sum(last - first + 1 for first, last, _ in slot_map) != SLOTS:
-                return f"not every slot is served: {slot_map}"
-            for port in {port for _, _, port in slot_map}:
-                if port not in running or self.node(port).role() != "master":
-                    return f"the slots of {self.node(port)} wait for a running master"
-        except redis.RedisError as error:
-            return f"a running node did not answer: {error!r}"
+        for node in self.alive():
+            info = cast(str, node.client().execute_command("CLUSTER", "INFO"))
+            fields = dict(line.split(":", 1) for line in info.split() if ":" in line)
+            if fields.get("cluster_state") != "ok":
+                return f"{node} says cluster_state:{fields.get('cluster_state')}"
+            if fields.get("cluster_known_nodes") != str(len(self.nodes)):
+                return f"{node} knows {fields.get('cluster_known_nodes')} nodes"
+            view = self.view(node)
+            failing = [e.port for e in view if e.port in running and e.failing]
+            if failing:
+                return f"{node} sees running nodes {failing} as failing"
+            maps[node] = sorted(
+                (first, last, e.port) for e in view if "master" in e.flags
+                for first, last in e.slots
+            )  # fmt: skip
+            if node.role() == "slave" and not node.master_link_up():
+                return f"{node} is a replica whose link to its master is down"
+        seen = {tuple(slot_map) for slot_map in maps.values()}
+        if len(seen) != 1:
+            return f"the nodes disagree on who serves which slots: {maps}"
+        slot_map = seen.pop()
+        if sum(last - first + 1 for first, last, _ in slot_map) != SLOTS:
+            return f"not every slot is served: {slot_map}"
+        for port in {port for _, _, port in slot_map}:
+            if port not in running or self.node(port).role() != "master":
+                return f"the slots of {self.node(port)} wait for a running master"
         return None
 
 
