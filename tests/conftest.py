@@ -29,7 +29,8 @@ import redis
 import culex
 from culex import config
 from culex._redis.connections import AsyncConnection, SyncConnection
-from culex._redis.drivers import SyncDriver
+from culex._redis.drivers import SyncDriver, SyncDriverProtocol
+from culex._redis.redispy import RedisPySyncDriver
 from culex.embedded import EmbeddedServer, server_binary
 
 from .topology import Cluster, SentinelSetup
@@ -63,7 +64,7 @@ def pytest_configure() -> None:
 
 
 def pytest_report_header() -> str:
-    return f"culex test server: {suite_binary()}"
+    return f"culex test server: {suite_binary()}, driver: {_chosen_driver()}"
 
 
 @pytest.fixture(scope="session")
@@ -229,14 +230,20 @@ async def running(runner: culex.Runner) -> AsyncIterator[culex.Runner]:
         await asyncio.wait_for(task, 30)
 
 
-def driver_of(r: redis.Redis) -> SyncDriver:
-    """culex's own blocking driver, on the server ``r`` talks to (one per server)."""
-    return _driver(f"unix://{r.connection_pool.connection_kwargs['path']}")
+def driver_of(r: redis.Redis) -> SyncDriverProtocol:
+    """A blocking driver on the server ``r`` talks to (one per server): culex's own, or
+    redis-py's when the run is made with ``CULEX_DRIVER=redis-py`` (the README's test
+    command runs the script and flow tests both ways)."""
+    return _driver(f"unix://{r.connection_pool.connection_kwargs['path']}", _chosen_driver())
+
+
+def _chosen_driver() -> str:
+    return os.environ.get("CULEX_DRIVER", "culex")
 
 
 @functools.cache
-def _driver(url: str) -> SyncDriver:
-    return SyncDriver(url)
+def _driver(url: str, kind: str) -> SyncDriverProtocol:
+    return RedisPySyncDriver(url) if kind == "redis-py" else SyncDriver(url)
 
 
 # -- reading the server as stored (the test clients' replies are bytes) --------------------
@@ -292,7 +299,10 @@ def writes(r: redis.Redis) -> int:
 def count_exchanges(
     monkeypatch: pytest.MonkeyPatch, connection: type[SyncConnection] | type[AsyncConnection]
 ) -> list[int]:
-    """How many calls each exchange with the server carries, in order."""
+    """How many calls each exchange with the server carries, in order (of culex's own
+    driver: a run with ``CULEX_DRIVER=redis-py`` skips the test)."""
+    if _chosen_driver() == "redis-py":
+        pytest.skip("it counts the round trips of culex's own driver")
     counts: list[int] = []
     exchange: Callable[..., object] = connection.exchange  # (sync or async: passed through)
 

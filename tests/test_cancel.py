@@ -14,7 +14,7 @@ import culex
 from culex import cli, logs
 from culex._redis import operations, scripts
 from culex._redis.connections import SyncConnection
-from culex._redis.drivers import SyncDriver
+from culex._redis.drivers import SyncDriverProtocol
 from culex._redis.keys import queue_keys
 from culex._redis.operations import Call
 from culex.errors import ServerError
@@ -39,7 +39,7 @@ class CalledOffJob(culex.QueuedJob):
 K = queue_keys("culex", CalledOffJob.queue)
 
 
-def put(d: SyncDriver, task_id: str, *, delay_ms: int = 0) -> None:
+def put(d: SyncDriverProtocol, task_id: str, *, delay_ms: int = 0) -> None:
     d.run(
         operations.enqueue(
             K, task_id, "CalledOffJob", "{}", due_ms=None, delay_ms=delay_ms, max_retries=4
@@ -47,13 +47,13 @@ def put(d: SyncDriver, task_id: str, *, delay_ms: int = 0) -> None:
     )
 
 
-def claim(d: SyncDriver) -> list[operations.Claimed]:
+def claim(d: SyncDriverProtocol) -> list[operations.Claimed]:
     return d.run(
         operations.claim(K, limit=10, lease_ms=30_000, promote_limit=100, dead_ttl_ms=DAY_MS)
     ).tasks
 
 
-def cancel(d: SyncDriver, task_id: str, reason: str = "", *, dead_max: int = 100) -> str:
+def cancel(d: SyncDriverProtocol, task_id: str, reason: str = "", *, dead_max: int = 100) -> str:
     return d.run(operations.cancel(K, task_id, reason, dead_ttl_ms=DAY_MS, dead_max=dead_max))
 
 

@@ -15,7 +15,7 @@ import redis
 import culex
 from culex import dead
 from culex._redis import operations
-from culex._redis.drivers import SyncDriver
+from culex._redis.drivers import SyncDriverProtocol
 from culex._redis.keys import queue_keys
 
 from .conftest import driver_of, running, score, snapshot
@@ -35,7 +35,7 @@ class RevivedJob(culex.QueuedJob):
 K = queue_keys("culex", RevivedJob.queue)
 
 
-def put(d: SyncDriver, task_id: str, *, max_retries: int = 4) -> None:
+def put(d: SyncDriverProtocol, task_id: str, *, max_retries: int = 4) -> None:
     d.run(
         operations.enqueue(
             K, task_id, "RevivedJob", "{}", due_ms=None, delay_ms=0, max_retries=max_retries
@@ -43,13 +43,13 @@ def put(d: SyncDriver, task_id: str, *, max_retries: int = 4) -> None:
     )
 
 
-def claim(d: SyncDriver, limit: int = 10) -> list[operations.Claimed]:
+def claim(d: SyncDriverProtocol, limit: int = 10) -> list[operations.Claimed]:
     return d.run(
         operations.claim(K, limit=limit, lease_ms=30_000, promote_limit=100, dead_ttl_ms=DAY_MS)
     ).tasks
 
 
-def kill(d: SyncDriver, *ids: str, error: str = "boom") -> None:
+def kill(d: SyncDriverProtocol, *ids: str, error: str = "boom") -> None:
     """Enqueue these tasks, run one attempt of each and let it fail without a retry."""
     for task_id in ids:
         put(d, task_id)

@@ -25,7 +25,7 @@ import redis
 import culex
 from culex import config, connection
 from culex._redis import operations
-from culex._redis.drivers import SyncDriver
+from culex._redis.drivers import SyncDriverProtocol
 from culex._redis.keys import QueueKeys, queue_keys
 from culex.inspection import (
     STATES,
@@ -242,7 +242,7 @@ def slot_call(
     )
 
 
-def outcome(d: SyncDriver, slot: int | None, **options: Any) -> str:
+def outcome(d: SyncDriverProtocol, slot: int | None, **options: Any) -> str:
     return d.run(slot_call(slot, **options)).outcome
 
 
@@ -351,7 +351,7 @@ def test_a_record_key_of_another_type_never_stops_a_task_s_report(r: redis.Redis
     assert r.get(Q.periodic("TickJob")) == b"not a record"
 
 
-def _claim(d: SyncDriver, keys: QueueKeys) -> operations.Claimed:
+def _claim(d: SyncDriverProtocol, keys: QueueKeys) -> operations.Claimed:
     reply = d.run(
         operations.claim(keys, limit=1, lease_ms=60_000, promote_limit=10, dead_ttl_ms=HOUR)
     )
@@ -364,7 +364,7 @@ def _claim(d: SyncDriver, keys: QueueKeys) -> operations.Claimed:
 async def _tick_together(job: type[PeriodicJob], schedulers: int = 3) -> None:
     """Several runners' schedulers, each with its own connection, look at once."""
     url = connection.resolve_url(config.settings().redis_url)
-    drivers = [connection.new_async_driver(url) for _ in range(schedulers)]
+    drivers = [await connection.new_async_driver(url) for _ in range(schedulers)]
     try:
         await asyncio.gather(
             *(Scheduler([job], config.settings(), driver).tick() for driver in drivers)

@@ -21,7 +21,7 @@ import culex
 from culex import task as task_module
 from culex._redis import operations
 from culex._redis.connections import SyncConnection
-from culex._redis.drivers import SyncDriver
+from culex._redis.drivers import SyncDriverProtocol
 from culex._redis.keys import queue_keys
 from culex.errors import ConfigurationError
 
@@ -168,7 +168,7 @@ def long_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(task_module, "WAIT_CHUNK", 60.0)
 
 
-def put(d: SyncDriver, task_id: str, *, max_retries: int = 4) -> culex.Task:
+def put(d: SyncDriverProtocol, task_id: str, *, max_retries: int = 4) -> culex.Task:
     d.run(
         operations.enqueue(
             W, task_id, "WaitedJob", "{}", due_ms=None, delay_ms=0, max_retries=max_retries
@@ -177,7 +177,7 @@ def put(d: SyncDriver, task_id: str, *, max_retries: int = 4) -> culex.Task:
     return culex.Task(task_id, W.name)
 
 
-def claim(d: SyncDriver, lease_ms: int = 30_000) -> list[operations.Claimed]:
+def claim(d: SyncDriverProtocol, lease_ms: int = 30_000) -> list[operations.Claimed]:
     call = operations.claim(W, limit=10, lease_ms=lease_ms, promote_limit=10, dead_ttl_ms=DAY_MS)
     return d.run(call).tasks
 
@@ -390,7 +390,7 @@ async def test_a_retry_is_not_an_end_and_the_waiters_wait_on(
     assert await outcomes() == [2, 2, 2]
 
 
-async def _dead_by_fail(r: redis.Redis, d: SyncDriver) -> str:
+async def _dead_by_fail(r: redis.Redis, d: SyncDriverProtocol) -> str:
     [held] = claim(d)
     call = operations.fail(
         W, "t", held.attempt, "boom", retry_delay_ms=None, dead_ttl_ms=DAY_MS, dead_max=10
@@ -399,7 +399,7 @@ async def _dead_by_fail(r: redis.Redis, d: SyncDriver) -> str:
     return "boom"
 
 
-async def _dead_by_reclaim(r: redis.Redis, d: SyncDriver) -> str:
+async def _dead_by_reclaim(r: redis.Redis, d: SyncDriverProtocol) -> str:
     claim(d)
     r.zadd(W.pending, {"t": 1})  # its lease ran out long ago
     assert d.run(operations.reclaim(W, limit=10, dead_ttl_ms=DAY_MS, dead_max=10)) == [
@@ -408,13 +408,13 @@ async def _dead_by_reclaim(r: redis.Redis, d: SyncDriver) -> str:
     return "lease expired (runner lost)"
 
 
-async def _dead_by_cancel(r: redis.Redis, d: SyncDriver) -> str:
+async def _dead_by_cancel(r: redis.Redis, d: SyncDriverProtocol) -> str:
     call = operations.cancel(W, "t", "no longer", dead_ttl_ms=DAY_MS, dead_max=10)
     assert d.run(call) == "cancelled"
     return "cancelled: no longer"
 
 
-async def _dead_by_bury(r: redis.Redis, d: SyncDriver) -> str:
+async def _dead_by_bury(r: redis.Redis, d: SyncDriverProtocol) -> str:
     r.hset(W.task("t"), "attempt", "many")  # a broken task: claim buries it
     assert claim(d) == []
     return "broken task: attempt is not a whole number"
@@ -428,7 +428,7 @@ async def _dead_by_bury(r: redis.Redis, d: SyncDriver) -> str:
 async def test_every_way_into_dead_wakes_every_waiter(
     r: redis.Redis,
     long_chunks: None,
-    end: Callable[[redis.Redis, SyncDriver], Awaitable[str]],
+    end: Callable[[redis.Redis, SyncDriverProtocol], Awaitable[str]],
 ) -> None:
     d = driver_of(r)
     task = put(d, "t", max_retries=0)

@@ -42,6 +42,9 @@ class Settings:
     allow_eviction: bool = False  # run even if maxmemory-policy may evict queue keys
     busy_poll: float = 0.0002  # the longest a wait for a reply polls before it sleeps
     socket_timeout: float = SOCKET_TIMEOUT  # the longest a connection or a reply may take
+    # which client speaks to a single server: culex's own ("culex") or redis-py's
+    # ("redis-py", e.g. for its credential providers); Sentinel and Cluster use redis-py
+    driver: str = "culex"
 
     @property
     def successful_job_ttl_ms(self) -> int:
@@ -92,13 +95,28 @@ def _flag(value: object, name: str) -> bool:
 def _url(value: object, name: str) -> str | None:
     if value is None:
         return None
+    schemes = ("redis", "rediss", "valkey", "valkeys")
     if not isinstance(value, str) or not value.startswith(
-        ("redis://", "rediss://", "unix://", "valkey://", "valkeys://")
+        (
+            "unix://",
+            *(f"{s}://" for s in schemes),
+            *(f"{s}+{kind}://" for s in schemes for kind in ("sentinel", "cluster")),
+        )
     ):
         raise ConfigurationError(
-            f"{name} must be a URL like redis://host:6379/0, rediss://... or unix:///path, "
-            f"got {value!r}"
+            f"{name} must be a URL like redis://host:6379/0, rediss://..., unix:///path, "
+            f"redis+sentinel://host:26379/SERVICE or redis+cluster://host:7000, got {value!r}"
         )
+    return value
+
+
+DRIVERS = ("culex", "redis-py")
+
+
+def _driver(value: object, name: str) -> str:
+    if value not in DRIVERS:
+        raise ConfigurationError(f"{name} must be one of {', '.join(DRIVERS)}, got {value!r}")
+    assert isinstance(value, str)
     return value
 
 
@@ -137,6 +155,7 @@ _CHECKS: dict[str, Callable[[object, str], Any]] = {
     "allow_eviction": _flag,
     "busy_poll": lambda v, n: _at_most(seconds(v, n), 0.01, n),
     "socket_timeout": lambda v, n: seconds(v, n, minimum=0.001),
+    "driver": _driver,
 }
 
 

@@ -1,23 +1,42 @@
 """The connection to the configured server: which server (the ``redis_url`` setting, or the
 embedded default, DESIGN.md §7) and its drivers, made once per process (and per loop).
 
+Which driver: culex's own for ``redis://``, ``rediss://`` and ``unix://`` (the ``driver``
+setting may choose redis-py's instead); redis-py's for ``redis+sentinel://`` and
+``redis+cluster://``. A ``redis://`` URL that reaches a node of a cluster (``cluster_enabled:1``)
+is used as a cluster, with a log line saying so: asked once per process and URL (not of a
+``unix://`` socket: a cluster's nodes send their clients to each other by TCP address).
+
 It sits above ``culex._redis``, which is given a URL and options and knows no settings.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import weakref
 from collections.abc import AsyncIterator
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from . import config
+from ._redis import commands
+from ._redis.address import Address
 from ._redis.connections import SOCKET_TIMEOUT
-from ._redis.drivers import AsyncDriver, SyncDriver
+from ._redis.drivers import AsyncDriver, AsyncDriverProtocol, SyncDriver, SyncDriverProtocol
+from ._redis.redispy import RedisPyAsyncDriver, RedisPySyncDriver
+from .errors import ServerError
 
-_sync: dict[str, SyncDriver] = {}  # (a driver drops its connections in a forked child)
-_async: weakref.WeakKeyDictionary[
-    asyncio.AbstractEventLoop, dict[tuple[str, float], tuple[AsyncDriver, AsyncIterator[None]]]
-] = weakref.WeakKeyDictionary()
+logger = logging.getLogger("culex")
+
+_sync: dict[str, SyncDriverProtocol] = {}  # (a driver drops its connections in a forked child)
+# Per loop, by (url, socket_timeout): a driver and what closes it with its loop (a future
+# while it is being made).
+_async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, float], Any]] = (
+    weakref.WeakKeyDictionary()
+)
+# Whether the server of a redis:// URL is a cluster node: its cluster URL, or "" (asked once).
+_cluster_of: dict[str, str] = {}
 
 
 def resolve_url(url: str | None) -> str:
@@ -29,35 +48,56 @@ def resolve_url(url: str | None) -> str:
     return ensure_default_server()
 
 
-def sync_driver(url: str | None = None) -> SyncDriver:
+def sync_driver(url: str | None = None) -> SyncDriverProtocol:
     """A blocking driver for ``url`` (default: the configured server)."""
     settings = config.settings()
     named = url if url is not None else settings.redis_url
     key = named or ""
     driver = _sync.get(key)
     if driver is None:
-        driver = _sync[key] = SyncDriver(
-            resolve_url(named), settings.busy_poll, settings.socket_timeout
+        driver = _sync[key] = new_sync_driver(
+            resolve_url(named), settings.socket_timeout, busy_poll=settings.busy_poll
         )
     return driver
 
 
-async def async_driver(url: str | None = None) -> AsyncDriver:
+async def async_driver(url: str | None = None) -> AsyncDriverProtocol:
     """An asyncio driver for ``url`` on the running loop (clients are bound to a loop)."""
     settings = config.settings()
     named = url if url is not None else settings.redis_url
     per_loop = _async.setdefault(asyncio.get_running_loop(), {})
     key = (named or "", settings.socket_timeout)  # (a configure() may change the timeout)
     entry = per_loop.get(key)
-    if entry is None:
-        driver = AsyncDriver(resolve_url(named), socket_timeout=settings.socket_timeout)
-        closer = _close_with_loop(driver)
-        await closer.__anext__()
-        entry = per_loop[key] = (driver, closer)
-    return entry[0]
+    if type(entry) is tuple:  # the common case: made before
+        driver: AsyncDriverProtocol = entry[0]
+        return driver
+    if entry is None:  # the first caller makes it; callers meanwhile wait for the same one
+        entry = per_loop[key] = asyncio.ensure_future(_made(named, settings.socket_timeout))
+        entry.add_done_callback(lambda made: _keep(per_loop, key, made))
+    assert isinstance(entry, asyncio.Future)
+    made: tuple[AsyncDriverProtocol, AsyncIterator[None]] = await asyncio.shield(entry)
+    return made[0]
 
 
-async def _close_with_loop(driver: AsyncDriver) -> AsyncIterator[None]:
+async def _made(
+    named: str | None, socket_timeout: float
+) -> tuple[AsyncDriverProtocol, AsyncIterator[None]]:
+    driver = await new_async_driver(resolve_url(named), socket_timeout)
+    closer = _close_with_loop(driver)
+    await closer.__anext__()
+    return driver, closer
+
+
+def _keep(per_loop: dict[Any, Any], key: tuple[str, float], made: asyncio.Future[Any]) -> None:
+    """Keep a made driver for the next calls; forget one that failed (the next call tries
+    again)."""
+    if made.cancelled() or made.exception() is not None:
+        per_loop.pop(key, None)
+    else:
+        per_loop[key] = made.result()
+
+
+async def _close_with_loop(driver: AsyncDriverProtocol) -> AsyncIterator[None]:
     """Closes the driver when its loop shuts down (``asyncio.run`` closes async generators)."""
     try:
         yield
@@ -65,21 +105,78 @@ async def _close_with_loop(driver: AsyncDriver) -> AsyncIterator[None]:
         await driver.close()
 
 
-def new_sync_driver(url: str, socket_timeout: float = SOCKET_TIMEOUT) -> SyncDriver:
+def new_sync_driver(
+    url: str, socket_timeout: float = SOCKET_TIMEOUT, *, busy_poll: float = 0.0
+) -> SyncDriverProtocol:
     """A blocking driver of its own (a runner's heartbeat thread: it never spins, since a
     spinning thread would hold the GIL that the runner's loop needs)."""
-    return SyncDriver(url, socket_timeout=socket_timeout)
+    if _through_redis_py(url):
+        return RedisPySyncDriver(url, socket_timeout)
+    driver = SyncDriver(url, busy_poll, socket_timeout)
+    cluster_url = _known_cluster(url)
+    if cluster_url is None:
+        cluster_url = _cluster_of[url] = _as_cluster(url, _cluster_enabled(driver.run))
+    if cluster_url:
+        driver.close()
+        return RedisPySyncDriver(cluster_url, socket_timeout)
+    return driver
 
 
-def new_async_driver(url: str, socket_timeout: float = SOCKET_TIMEOUT) -> AsyncDriver:
+async def new_async_driver(url: str, socket_timeout: float = SOCKET_TIMEOUT) -> AsyncDriverProtocol:
     """A driver of its own (a runner's: its blocking waits must not hold a shared pool)."""
-    return AsyncDriver(url, socket_timeout=socket_timeout)
+    if _through_redis_py(url):
+        return RedisPyAsyncDriver(url, socket_timeout)
+    driver = AsyncDriver(url, socket_timeout=socket_timeout)
+    cluster_url = _known_cluster(url)
+    if cluster_url is None:
+        try:
+            enabled = await driver.run(commands.cluster_enabled())
+        except ServerError:
+            enabled = False  # (unreachable now: the first real call says so)
+        cluster_url = _cluster_of[url] = _as_cluster(url, enabled)
+    if cluster_url:
+        await driver.close()
+        return RedisPyAsyncDriver(cluster_url, socket_timeout)
+    return driver
+
+
+def _through_redis_py(url: str) -> bool:
+    return Address.parse(url).kind != "server" or config.settings().driver == "redis-py"
+
+
+def _known_cluster(url: str) -> str | None:
+    """The cluster URL of a server's URL, "" if it is no cluster node, None if not yet
+    known (a unix socket is never asked: see the module's docstring)."""
+    return "" if Address.parse(url).path is not None else _cluster_of.get(url)
+
+
+def _cluster_enabled(run: Any) -> bool:
+    try:
+        return bool(run(commands.cluster_enabled()))
+    except ServerError:
+        return False  # (unreachable now: the first real call says so)
+
+
+def _as_cluster(url: str, enabled: bool) -> str:
+    """The cluster URL of a redis:// URL whose server is a cluster node ("" if it is not)."""
+    if not enabled:
+        return ""
+    parts = urlsplit(url)
+    cluster_url = urlunsplit((f"{parts.scheme}+cluster", parts.netloc, "", parts.query, ""))
+    logger.info(
+        "the server at %s is a node of a cluster (cluster_enabled:1): culex uses it as a "
+        "cluster, as %s would",
+        Address.parse(url).shown,
+        Address.parse(cluster_url).shown,
+    )
+    return cluster_url
 
 
 def _forget() -> None:
     for driver in _sync.values():
         driver.close()
     _sync.clear()
+    _cluster_of.clear()
 
 
 config.on_change(_forget)

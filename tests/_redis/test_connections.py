@@ -88,7 +88,7 @@ async def test_tcp_with_a_password_and_a_database_number(
 
 async def test_a_connection_the_server_dropped_is_replaced(r: redis.Redis, url: str) -> None:
     sync = connection.new_sync_driver(url)
-    asynchronous = connection.new_async_driver(url)
+    asynchronous = await connection.new_async_driver(url)
     try:
         before = (
             sync.run(commands.server_time()),

@@ -1,7 +1,8 @@
 """What every driver does (culex._redis.drivers), run the same way on each implementation.
 
-A new driver (another client's Sentinel or Cluster connection) is added to DRIVERS and
-must pass these as they are.
+A new driver is added to DRIVERS and must pass these as they are. The redis-py drivers run
+here on one server; tests/test_cluster.py and tests/test_sentinel.py run them on a cluster
+and through sentinels.
 """
 
 from __future__ import annotations
@@ -18,11 +19,15 @@ from culex._redis import commands, operations
 from culex._redis.drivers import AsyncDriver, AsyncDriverProtocol, SyncDriver, SyncDriverProtocol
 from culex._redis.keys import queue_keys
 from culex._redis.operations import Call
+from culex._redis.redispy import RedisPyAsyncDriver, RedisPySyncDriver
 
 KEYS = queue_keys("culex", "drivers")
 DRIVERS: dict[str, tuple[Callable[[str], Any], Any]] = {
     "sync": (SyncDriver, SyncDriverProtocol),
     "async": (AsyncDriver, AsyncDriverProtocol),
+    # (a short socket_timeout: these try a server they cannot reach again until it passes)
+    "redis-py sync": (lambda url: RedisPySyncDriver(url, 1.0), SyncDriverProtocol),
+    "redis-py async": (lambda url: RedisPyAsyncDriver(url, 1.0), AsyncDriverProtocol),
 }
 
 

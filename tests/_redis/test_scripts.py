@@ -9,7 +9,7 @@ from pathlib import Path
 import redis
 
 from culex._redis import assembly, operations, scripts
-from culex._redis.drivers import SyncDriver
+from culex._redis.drivers import SyncDriverProtocol
 from culex._redis.keys import queue_keys
 
 from ..conftest import driver_of, field, members, score, snapshot
@@ -18,11 +18,11 @@ K = queue_keys("culex", "q")
 DAY_MS = 86_400_000
 
 
-def drive(r: redis.Redis) -> SyncDriver:
+def drive(r: redis.Redis) -> SyncDriverProtocol:
     return driver_of(r)
 
 
-def put(d: SyncDriver, task_id: str, *, delay_ms: int = 0, max_retries: int = 4) -> None:
+def put(d: SyncDriverProtocol, task_id: str, *, delay_ms: int = 0, max_retries: int = 4) -> None:
     d.run(
         operations.enqueue(
             K, task_id, "NoopJob", "{}", due_ms=None, delay_ms=delay_ms, max_retries=max_retries
@@ -30,13 +30,13 @@ def put(d: SyncDriver, task_id: str, *, delay_ms: int = 0, max_retries: int = 4)
     )
 
 
-def claim(d: SyncDriver, limit: int = 10, lease_ms: int = 30_000) -> operations.ClaimReply:
+def claim(d: SyncDriverProtocol, limit: int = 10, lease_ms: int = 30_000) -> operations.ClaimReply:
     return d.run(
         operations.claim(K, limit=limit, lease_ms=lease_ms, promote_limit=100, dead_ttl_ms=DAY_MS)
     )
 
 
-def reclaim(d: SyncDriver) -> dict[str, str]:
+def reclaim(d: SyncDriverProtocol) -> dict[str, str]:
     """Reclaim every lost lease: each task's id, and the state it went to."""
     moved = d.run(operations.reclaim(K, limit=10, dead_ttl_ms=DAY_MS, dead_max=10))
     return dict(moved)

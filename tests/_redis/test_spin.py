@@ -15,6 +15,7 @@ import culex
 from culex import config, connection
 from culex._redis.address import Address
 from culex._redis.connections import SyncConnection
+from culex._redis.drivers import SyncDriver
 from culex._redis.spin import GROW_START, Spinner, SpinningSelector, loop_factory, receive
 
 
@@ -137,10 +138,14 @@ def test_culex_run_polls_on_its_own_loop_only_where_it_may() -> None:
 def test_busy_poll_is_a_checked_setting_that_reaches_the_driver(url: str) -> None:
     try:
         culex.configure(busy_poll=0.0002, redis_url=url)
-        assert connection.sync_driver().busy_poll == 0.0002  # what enqueue() sends with
+        driver = connection.sync_driver()
+        assert isinstance(driver, SyncDriver)
+        assert driver.busy_poll == 0.0002  # what enqueue() sends with
         culex.configure(busy_poll=0)
         assert config.settings().busy_poll == 0
-        assert connection.sync_driver().busy_poll == 0
+        driver = connection.sync_driver()
+        assert isinstance(driver, SyncDriver)
+        assert driver.busy_poll == 0
         for bad in (-1, 1, "fast"):
             with pytest.raises(culex.ConfigurationError, match="busy_poll"):
                 culex.configure(busy_poll=bad)

@@ -355,7 +355,10 @@ async def test_an_idle_runner_claims_in_the_same_round_trip_as_its_wake_up(
             replies += await super().run_many(calls)
             return replies
 
-    monkeypatch.setattr(connection, "new_async_driver", Recording)
+    async def recording(url: str, socket_timeout: float) -> Recording:
+        return Recording(url, socket_timeout=socket_timeout)
+
+    monkeypatch.setattr(connection, "new_async_driver", recording)
     culex.configure(idle_wait=30)
     async with running(culex.Runner(run_from=["order"])):
         await await_until(  # the runner waits once it found the queue empty
@@ -380,8 +383,8 @@ async def test_a_task_claimed_behind_the_wait_starts_before_the_wait_is_done(
     start = culex.Runner._start
 
     def recording(runner: culex.Runner, claimed: Claimed) -> None:
-        waiter = runner._claimer.waiter if runner._claimer else None
-        starts[claimed.id] = waiter is not None and not waiter.done()
+        waiters = runner._claimer.waiters.values() if runner._claimer else []
+        starts[claimed.id] = any(not waiter.done() for waiter in waiters)
         start(runner, claimed)
 
     monkeypatch.setattr(culex.Runner, "_start", recording)
@@ -389,7 +392,7 @@ async def test_a_task_claimed_behind_the_wait_starts_before_the_wait_is_done(
     runner = culex.Runner(run_from=["order"])
     async with running(runner):
         await await_until(  # the runner waits once it found the queue empty
-            lambda: runner._claimer is not None and runner._claimer.waiter is not None,
+            lambda: runner._claimer is not None and bool(runner._claimer.waiters),
             what="the wait for work",
         )
         task = await OrderJob(n=9).aenqueue()

@@ -1,7 +1,11 @@
 """Where a server is and how to log in to it: the URL, the login and the TLS context.
 
 URLs: ``redis://[[user]:password@]host[:port][/db]``, ``rediss://`` for TLS, and
-``unix://[[user]:password@]/path/to/socket[?db=N]``. A ``rediss://`` URL takes redis-py's
+``unix://[[user]:password@]/path/to/socket[?db=N]``; through sentinels
+``redis+sentinel://[[user]:password@]host:port[,host:port...]/SERVICE[/db]`` (the login is
+the master's; ``?sentinel_username=...&sentinel_password=...`` log in to sentinels that have
+one of their own), and a cluster ``redis+cluster://[[user]:password@]host:port[,host:port...]``
+(``rediss+...`` for TLS; ``valkey...`` spellings are the same). A ``rediss://`` URL takes redis-py's
 options in its query (``rediss://host:6380/0?ssl_ca_certs=/etc/ca.pem&...``):
 
 - ``ssl_cert_reqs``: ``required`` (the default: the server's certificate must be signed by a
@@ -26,7 +30,7 @@ import functools
 import os
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit, urlunsplit
+from urllib.parse import parse_qs, unquote, urlencode, urlsplit, urlunsplit
 
 from ..errors import ConfigurationError
 
@@ -49,6 +53,10 @@ class Address:
     tls: bool = False
     # The TLS options of a rediss:// URL, by their query names (TLS_OPTIONS), checked.
     tls_options: tuple[tuple[str, str], ...] = ()
+    kind: str = "server"  # "server", "sentinel" or "cluster"
+    nodes: tuple[tuple[str, int], ...] = ()  # the sentinels, or the cluster's startup nodes
+    service: str = ""  # the master's name at the sentinels
+    sentinel_options: tuple[tuple[str, str], ...] = ()  # sentinel_username, sentinel_password
 
     @classmethod
     def parse(cls, url: str) -> Address:
@@ -82,12 +90,53 @@ class Address:
                     tls=tls,
                     tls_options=tuple((k, v) for k, v in query.items() if k in TLS_OPTIONS),
                 )
+            kind = _KINDS.get(parts.scheme)
+            if kind is not None:
+                return cls._parse_many(url, kind, parts, query)
         except ValueError as exc:
             raise ConfigurationError(f"bad Redis URL {_without_password(url)!r}: {exc}") from None
         raise ConfigurationError(
-            f"bad Redis URL {_without_password(url)!r}: the scheme must be redis://, rediss:// "
-            "or unix://"
+            f"bad Redis URL {_without_password(url)!r}: the scheme must be redis://, rediss://, "
+            "unix://, redis+sentinel://, redis+cluster:// (or rediss+..., valkey...)"
         )
+
+    @classmethod
+    def _parse_many(cls, url: str, kind: str, parts: Any, query: dict[str, str]) -> Address:
+        """A sentinel or cluster URL: several ``host:port``, then a path (ValueError if bad)."""
+        tls = parts.scheme.startswith(("rediss", "valkeys"))
+        login, _, places = parts.netloc.rpartition("@")
+        nodes = tuple(_host_port(place) for place in places.split(","))
+        path = [unquote(part) for part in parts.path.split("/") if part]
+        extra = ("sentinel_username", "sentinel_password") if kind == "sentinel" else ()
+        _check_options({k: v for k, v in query.items() if k not in extra}, tls=tls)
+        if kind == "sentinel":
+            if not path or len(path) > 2:
+                raise ValueError("a sentinel URL names its service: .../SERVICE or .../SERVICE/db")
+            service, db = path[0], int(path[1]) if len(path) > 1 else 0
+        else:
+            if path and path != ["0"]:
+                raise ValueError("a cluster has only database 0; its URL has no path")
+            service, db = "", 0
+        user, colon, password = login.partition(":")
+        return cls(
+            url,
+            host=nodes[0][0],
+            port=nodes[0][1],
+            db=db,
+            username=unquote(user) if user else None,
+            password=unquote(password) if colon else None,
+            tls=tls,
+            tls_options=tuple((k, v) for k, v in query.items() if k in TLS_OPTIONS),
+            kind=kind,
+            nodes=nodes,
+            service=service,
+            sentinel_options=tuple((k, v) for k, v in query.items() if k in extra),
+        )
+
+    @property
+    def sentinel_login(self) -> dict[str, str]:
+        """redis-py's login options for the sentinels themselves ({}: none)."""
+        return {k.removeprefix("sentinel_"): v for k, v in self.sentinel_options}
 
     @property
     def shown(self) -> str:
@@ -137,6 +186,22 @@ class Address:
         return context
 
 
+_KINDS = {
+    f"{name}{tls}+{kind}": kind
+    for name in ("redis", "valkey")
+    for tls in ("", "s")
+    for kind in ("sentinel", "cluster")
+}
+
+
+def _host_port(place: str) -> tuple[str, int]:
+    """``host:port`` (or ``[v6]:port``) of a sentinel or cluster URL; the port is required."""
+    host, colon, port = place.rpartition(":")
+    if not colon or not host or not port.isdigit():
+        raise ValueError(f"{place!r} is not host:port")
+    return host.strip("[]"), int(port)
+
+
 def _check_options(query: dict[str, str], *, tls: bool) -> None:
     """Refuse (ValueError) an option culex does not know, a TLS option without TLS, a
     value it cannot use, a file that is not there."""
@@ -160,11 +225,15 @@ def _check_options(query: dict[str, str], *, tls: bool) -> None:
 
 def _without_password(url: str) -> str:
     parts = urlsplit(url)
-    if parts.password is None:
-        return url
     login, _, place = parts.netloc.rpartition("@")
-    user = login.partition(":")[0]
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{place}"))
+    user, colon, _password = login.partition(":")
+    query = parse_qs(parts.query, keep_blank_values=True)
+    if "sentinel_password" in query:
+        query["sentinel_password"] = ["***"]
+        parts = parts._replace(query=urlencode(query, doseq=True, safe="*"))
+    if colon:
+        parts = parts._replace(netloc=f"{user}:***@{place}")
+    return urlunsplit(parts) if (colon or "sentinel_password" in query) else url
 
 
 @functools.cache

@@ -161,3 +161,12 @@ def block_until_done(keys: QueueKeys, task_id: str, timeout: float) -> Call[Any]
 
 def _same(reply: Any) -> Any:
     return reply
+
+
+def cluster_enabled() -> Call[bool]:
+    """Whether the server is a node of a cluster (INFO cluster: ``cluster_enabled:1``)."""
+
+    def parse(reply: bytes) -> bool:
+        return "cluster_enabled:1" in text(reply)
+
+    return Call((), ("INFO", "cluster"), parse)

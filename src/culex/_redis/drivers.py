@@ -142,6 +142,8 @@ class SyncDriver:
     command's own wait); then the connection is dropped and ServerUnavailable raised.
     """
 
+    cluster = False
+
     def __init__(
         self, url: str, busy_poll: float = 0.0, socket_timeout: float = SOCKET_TIMEOUT
     ) -> None:
@@ -216,6 +218,8 @@ class AsyncDriver:
     ``socket_timeout`` as for :class:`SyncDriver`.
     """
 
+    cluster = False
+
     def __init__(
         self,
         url: str,
@@ -275,7 +279,12 @@ class AsyncDriver:
 
 @runtime_checkable
 class SyncDriverProtocol(Protocol):
-    """A blocking driver, safe to share between threads."""
+    """A blocking driver, safe to share between threads.
+
+    ``cluster``: its keys are spread over the slots of a cluster, so no call may name keys
+    of two queues (a wait over several queues is one wait per queue)."""
+
+    cluster: bool
 
     def run(self, call: Call[T]) -> T:
         """Send one call; its parsed reply. A refused call raises its ServerError, a
@@ -296,7 +305,10 @@ class SyncDriverProtocol(Protocol):
 
 @runtime_checkable
 class AsyncDriverProtocol(Protocol):
-    """An asyncio driver, bound to the event loop it is first used on."""
+    """An asyncio driver, bound to the event loop it is first used on; ``cluster`` as for
+    :class:`SyncDriverProtocol`."""
+
+    cluster: bool
 
     async def run(self, call: Call[T]) -> T:
         """As :meth:`SyncDriverProtocol.run`."""
@@ -311,7 +323,7 @@ class AsyncDriverProtocol(Protocol):
         ...
 
 
-if TYPE_CHECKING:  # mypy checks that both drivers implement what culex needs of one
+if TYPE_CHECKING:  # mypy checks that the drivers implement what culex needs of one
 
     def _conforms(
         sync: SyncDriver, asynchronous: AsyncDriver

@@ -2,7 +2,10 @@
 
 It wakes on a per-queue signal, not by polling, with a claim pipelined behind the
 blocking wait, so that an idle runner takes a new task in the round trip that wakes it.
-A queue whose keys the server refuses is skipped with a back-off of its own.
+On one server a single wait covers every queue; on a cluster, where one command may only
+name keys of one slot, there is one wait per queue, all in flight at once (each holds a
+connection to its queue's node). A queue whose keys the server refuses is skipped with a
+back-off of its own.
 """
 
 from __future__ import annotations
@@ -62,7 +65,8 @@ class Claimer:
         self.stopping = stopping
         self.backoff = Backoff(*SERVER_ERROR)
         self.reserved = 0  # slots held for a claim pipelined behind the blocking wait
-        self.waiter: asyncio.Future[list[Any]] | None = None  # the blocking wait for a signal
+        # The blocking waits for a signal in flight, by the signal keys each waits on.
+        self.waiters: dict[tuple[str, ...], asyncio.Future[list[Any]]] = {}
         self._stopped: asyncio.Future[Any] | None = None  # done once a stop is asked
         # Queues whose keys the server refused (e.g. WRONGTYPE): skipped until this time.
         self._unhealthy: dict[str, tuple[float, Backoff]] = {}
@@ -71,6 +75,10 @@ class Claimer:
         """Claim and wait, in turns, until a stop is asked."""
         keys = self.keys
         signals = [k.signal for k in keys]
+        # One wait over every queue, or one per queue where keys are spread over slots.
+        groups: list[tuple[str, ...]] = (
+            [(s,) for s in signals] if self.driver.cluster else [tuple(signals)]
+        )
         turn = 0
         while not self.stopping.is_set():
             free = self.free()
@@ -87,7 +95,7 @@ class Claimer:
             # Fewer than asked: every queue was emptied, so claiming again at once would
             # only cost a round trip. A task enqueued since leaves a wake-up token.
             if claimed < free and not self.stopping.is_set():
-                await self._wait_for_work(signals, order[0], due_in)
+                await self._wait_for_work(groups, order[0], due_in)
 
     def free(self) -> int:
         """Slots for more tasks: neither running nor held for a claim behind the wait."""
@@ -97,12 +105,13 @@ class Claimer:
         """On stop, let a wait in flight end (at idle_wait) rather than close its
         connection: the claim behind it may have taken a task, which then runs or is
         handed back with the others instead of waiting out its lease."""
-        if self.waiter is not None and not self.waiter.done():
-            await asyncio.wait([self.waiter], timeout=SETTLE_LIMIT)
+        waiting = [waiter for waiter in self.waiters.values() if not waiter.done()]
+        if waiting:
+            await asyncio.wait(waiting, timeout=SETTLE_LIMIT)
 
     async def close(self) -> None:
-        """Cut what still waits: the blocking wait, and the wait for a stop."""
-        for future in (self.waiter, self._stopped):
+        """Cut what still waits: the blocking waits, and the wait for a stop."""
+        for future in (*self.waiters.values(), self._stopped):
             if future is not None:
                 future.cancel()
                 await asyncio.gather(future, return_exceptions=True)
@@ -153,12 +162,13 @@ class Claimer:
         logger.error("queue %s is unhealthy (%s); trying it again in %.1f s", queue, exc, pause)
 
     async def _wait_for_work(
-        self, signals: list[str], first: QueueKeys, due_in: float | None
+        self, groups: list[tuple[str, ...]], first: QueueKeys, due_in: float | None
     ) -> None:
         """Block until a queue is signalled, idle_wait passes, or a scheduled task is due.
 
-        The blocking wait stays in flight when a due task wakes the runner first, and the
-        next wait takes it up again: no connection is dropped and made anew for a timer.
+        A blocking wait stays in flight when a due task (or another queue's wait) wakes the
+        runner first, and the next wait takes it up again: no connection is dropped and
+        made anew for a timer.
         (The server times blocked clients out only at its hz, every 100 ms at hz 10: too
         coarse for a task due soon, so that timer is ours.)
         """
@@ -167,36 +177,44 @@ class Claimer:
             await self._until(asyncio.sleep(max(0.0, due_in - TIMER_GRAIN)))
             _sleep_until(deadline)
             return
-        if self.waiter is None:
-            self.waiter = self._new_waiter(signals, first)
-        waiter = self.waiter
+        for group in groups:
+            if group not in self.waiters:
+                self.waiters[group] = self._new_waiter(group, first)
         if self._stopped is None:  # one future for the whole run, not one per wait
             self._stopped = asyncio.ensure_future(self.stopping.wait())
         timeout = None if due_in is None else due_in - TIMER_GRAIN
-        await asyncio.wait((waiter, self._stopped), timeout=timeout, return_when="FIRST_COMPLETED")
+        await asyncio.wait(
+            (*self.waiters.values(), self._stopped), timeout=timeout, return_when="FIRST_COMPLETED"
+        )
         if self.stopping.is_set():
             return
-        if not waiter.done():
+        ended = [group for group, waiter in self.waiters.items() if waiter.done()]
+        if not ended:
             _sleep_until(deadline)
-            return  # a scheduled task is due; the wait goes on in the background
-        self.waiter = None
-        exc = waiter.exception() or waiter.result()[0]
-        if isinstance(exc, ServerError):
-            logger.warning("waiting for work failed: %s", exc)
+            return  # a scheduled task is due; the waits go on in the background
+        failed: ServerError | None = None
+        for group in ended:
+            waiter = self.waiters.pop(group)
+            exc = waiter.exception() or waiter.result()[0]
+            if isinstance(exc, ServerError):
+                failed = exc
+            elif isinstance(exc, BaseException):
+                raise exc
+        if failed is not None:
+            logger.warning("waiting for work failed: %s", failed)
             await asyncio.sleep(self.backoff.failed())
-        elif isinstance(exc, BaseException):
-            raise exc
 
-    def _new_waiter(self, signals: list[str], first: QueueKeys) -> asyncio.Future[list[Any]]:
+    def _new_waiter(self, signals: tuple[str, ...], first: QueueKeys) -> asyncio.Future[list[Any]]:
         """The blocking wait, with a claim of one task of ``first`` pipelined behind it.
 
         The server runs the claim the moment the wait ends (a blocked client's next
         command waits in its buffer), so a task enqueued for an idle runner is claimed
         without a second round trip. The claim's slot is reserved while the wait is in
-        flight, and only when two are free: a due task may need one meanwhile.
+        flight, and only when two are free: a due task may need one meanwhile. (On a
+        cluster, only the wait on ``first``'s own signal carries it: one slot.)
         """
         calls: list[Call[Any]] = [commands.wait_signal(signals, self.settings.idle_wait)]
-        if self.free() < 2 or first.name in self._unhealthy:
+        if self.free() < 2 or first.name in self._unhealthy or first.signal not in signals:
             return asyncio.ensure_future(self.driver.run_many(calls))
         calls.append(self._claim_call(first, 1))
         self.reserved += 1

@@ -144,7 +144,7 @@ class Runner:
             logger.info("culex stopped")
 
     async def _connect(self, url: str) -> AsyncDriverProtocol:
-        driver = connection.new_async_driver(url, socket_timeout=self.settings.socket_timeout)
+        driver = await connection.new_async_driver(url, self.settings.socket_timeout)
         try:
             await self._check_server(driver)
         except BaseException:
