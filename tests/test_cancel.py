@@ -22,6 +22,8 @@ from culex.flow import Flow, run_sync, together
 
 from .conftest import count_exchanges, driver_of, running, snapshot, writes
 
+pytestmark = pytest.mark.flows  # also run through redis-py (README's test command)
+
 DAY_MS = 86_400_000
 
 

@@ -20,6 +20,8 @@ from culex._redis.keys import queue_keys
 
 from .conftest import driver_of, running, score, snapshot
 
+pytestmark = pytest.mark.flows  # also run through redis-py (README's test command)
+
 DAY_MS = 86_400_000
 
 

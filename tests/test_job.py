@@ -16,6 +16,8 @@ from culex._redis.keys import queue_keys
 from culex.job import snake_case
 from culex.task import new_id
 
+pytestmark = pytest.mark.flows  # also run through redis-py (README's test command)
+
 
 class SendWelcomeEmailJob(culex.QueuedJob):
     to: str

@@ -50,6 +50,8 @@ from culex.runner.scheduler import Scheduler
 
 from .conftest import await_until, driver_of, field, members, running, wait_until
 
+pytestmark = pytest.mark.flows  # also run through redis-py (README's test command)
+
 BERLIN = ZoneInfo("Europe/Berlin")
 HOUR = 3_600_000
 

@@ -27,6 +27,8 @@ from culex.errors import ConfigurationError
 
 from .conftest import await_until, count_exchanges, driver_of, running, server_ms, wait_until
 
+pytestmark = pytest.mark.flows  # also run through redis-py (README's test command)
+
 DAY_MS = 86_400_000
 
 

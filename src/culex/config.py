@@ -45,6 +45,9 @@ class Settings:
     # which client speaks to a single server: culex's own ("culex") or redis-py's
     # ("redis-py", e.g. for its credential providers); Sentinel and Cluster use redis-py
     driver: str = "culex"
+    # more keyword arguments for redis-py's client, e.g. {"credential_provider": ...}
+    # (code only: not from the environment or a flag)
+    redis_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def successful_job_ttl_ms(self) -> int:
@@ -111,6 +114,15 @@ def _url(value: object, name: str) -> str | None:
 
 
 DRIVERS = ("culex", "redis-py")
+CODE_ONLY = frozenset({"redis_options"})  # objects, not text: configure() only
+
+
+def _options(value: object, name: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        raise ConfigurationError(
+            f"{name} must be a dict of redis-py client keyword arguments, got {value!r}"
+        )
+    return dict(value)
 
 
 def _driver(value: object, name: str) -> str:
@@ -156,6 +168,7 @@ _CHECKS: dict[str, Callable[[object, str], Any]] = {
     "busy_poll": lambda v, n: _at_most(seconds(v, n), 0.01, n),
     "socket_timeout": lambda v, n: seconds(v, n, minimum=0.001),
     "driver": _driver,
+    "redis_options": _options,
 }
 
 
@@ -166,7 +179,9 @@ def kinds() -> dict[str, str]:
     """Every setting, in table order, with what its text (environment, flag) is read as:
     "flag" (true/false), "seconds", "count" (a whole number) or "text"."""
     types = {field.name: str(field.type).removesuffix(" | None") for field in _FIELDS}
-    return {name: _KINDS.get(types.get(name, ""), "text") for name in _CHECKS}
+    return {
+        name: _KINDS.get(types.get(name, ""), "text") for name in _CHECKS if name not in CODE_ONLY
+    }
 
 
 def _from_text(name: str, raw: str) -> object:
@@ -235,7 +250,7 @@ def environment() -> dict[str, Any]:
     found = {
         name: _from_text(name, os.environ[f"CULEX_{name.upper()}"])
         for name in _CHECKS
-        if f"CULEX_{name.upper()}" in os.environ
+        if f"CULEX_{name.upper()}" in os.environ and name not in CODE_ONLY
     }
     return check(found, "environment:")
 

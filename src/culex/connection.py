@@ -25,7 +25,7 @@ from ._redis.address import Address
 from ._redis.connections import SOCKET_TIMEOUT
 from ._redis.drivers import AsyncDriver, AsyncDriverProtocol, SyncDriver, SyncDriverProtocol
 from ._redis.redispy import RedisPyAsyncDriver, RedisPySyncDriver
-from .errors import ServerError
+from .errors import ConfigurationError, ServerError
 
 logger = logging.getLogger("culex")
 
@@ -111,21 +111,21 @@ def new_sync_driver(
     """A blocking driver of its own (a runner's heartbeat thread: it never spins, since a
     spinning thread would hold the GIL that the runner's loop needs)."""
     if _through_redis_py(url):
-        return RedisPySyncDriver(url, socket_timeout)
+        return RedisPySyncDriver(url, socket_timeout, config.settings().redis_options)
     driver = SyncDriver(url, busy_poll, socket_timeout)
     cluster_url = _known_cluster(url)
     if cluster_url is None:
         cluster_url = _cluster_of[url] = _as_cluster(url, _cluster_enabled(driver.run))
     if cluster_url:
         driver.close()
-        return RedisPySyncDriver(cluster_url, socket_timeout)
+        return RedisPySyncDriver(cluster_url, socket_timeout, config.settings().redis_options)
     return driver
 
 
 async def new_async_driver(url: str, socket_timeout: float = SOCKET_TIMEOUT) -> AsyncDriverProtocol:
     """A driver of its own (a runner's: its blocking waits must not hold a shared pool)."""
     if _through_redis_py(url):
-        return RedisPyAsyncDriver(url, socket_timeout)
+        return RedisPyAsyncDriver(url, socket_timeout, config.settings().redis_options)
     driver = AsyncDriver(url, socket_timeout=socket_timeout)
     cluster_url = _known_cluster(url)
     if cluster_url is None:
@@ -136,12 +136,20 @@ async def new_async_driver(url: str, socket_timeout: float = SOCKET_TIMEOUT) -> 
         cluster_url = _cluster_of[url] = _as_cluster(url, enabled)
     if cluster_url:
         await driver.close()
-        return RedisPyAsyncDriver(cluster_url, socket_timeout)
+        return RedisPyAsyncDriver(cluster_url, socket_timeout, config.settings().redis_options)
     return driver
 
 
 def _through_redis_py(url: str) -> bool:
-    return Address.parse(url).kind != "server" or config.settings().driver == "redis-py"
+    settings = config.settings()
+    if Address.parse(url).kind != "server" or settings.driver == "redis-py":
+        return True
+    if settings.redis_options:
+        raise ConfigurationError(
+            "redis_options are keyword arguments of redis-py's client, which culex uses for "
+            "redis+sentinel:// and redis+cluster:// URLs, or with driver='redis-py'"
+        )
+    return False
 
 
 def _known_cluster(url: str) -> str | None:

@@ -6,6 +6,7 @@ import re
 import shutil
 from pathlib import Path
 
+import pytest
 import redis
 
 from culex._redis import assembly, operations, scripts
@@ -13,6 +14,8 @@ from culex._redis.drivers import SyncDriverProtocol
 from culex._redis.keys import queue_keys
 
 from ..conftest import driver_of, field, members, score, snapshot
+
+pytestmark = pytest.mark.flows  # also run through redis-py (README's test command)
 
 K = queue_keys("culex", "q")
 DAY_MS = 86_400_000

@@ -23,6 +23,8 @@ from culex._redis.operations import Call, Claimed, ClaimReply
 
 from ..conftest import await_until, running, server_ms
 
+pytestmark = pytest.mark.flows  # also run through redis-py (README's test command)
+
 seen: list[str] = []
 
 

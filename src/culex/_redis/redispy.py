@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -264,9 +264,16 @@ class _Client:
     """redis-py's client for an address, and what both drivers ask of it: which node
     serves a key."""
 
-    def __init__(self, address: Address, socket_timeout: float, *, asynchronous: bool) -> None:
+    def __init__(
+        self,
+        address: Address,
+        socket_timeout: float,
+        extra: Mapping[str, Any],
+        *,
+        asynchronous: bool,
+    ) -> None:
         redis = _redis()
-        options = client_options(address, socket_timeout)
+        options = {**client_options(address, socket_timeout), **extra}
         module = redis.asyncio if asynchronous else redis
         self.cluster = address.kind == "cluster"
         if address.kind == "cluster":
@@ -307,13 +314,21 @@ class _Client:
 
 
 class RedisPySyncDriver:
-    """A blocking driver through redis-py (Sentinel, Cluster, or one server)."""
+    """A blocking driver through redis-py (Sentinel, Cluster, or one server).
 
-    def __init__(self, url: str, socket_timeout: float = SOCKET_TIMEOUT) -> None:
+    ``options``: more keyword arguments for redis-py's client (a ``credential_provider``,
+    say); they win over those culex derives from the URL."""
+
+    def __init__(
+        self,
+        url: str,
+        socket_timeout: float = SOCKET_TIMEOUT,
+        options: Mapping[str, Any] | None = None,
+    ) -> None:
         self.address = Address.parse(url)
         self.where = self.address.shown
         self.socket_timeout = socket_timeout
-        self._client = _Client(self.address, socket_timeout, asynchronous=False)
+        self._client = _Client(self.address, socket_timeout, options or {}, asynchronous=False)
         self.cluster = self._client.cluster
 
     def run(self, call: Call[T]) -> T:
@@ -381,11 +396,16 @@ class RedisPySyncDriver:
 class RedisPyAsyncDriver:
     """An asyncio driver through redis-py (Sentinel, Cluster, or one server)."""
 
-    def __init__(self, url: str, socket_timeout: float = SOCKET_TIMEOUT) -> None:
+    def __init__(
+        self,
+        url: str,
+        socket_timeout: float = SOCKET_TIMEOUT,
+        options: Mapping[str, Any] | None = None,
+    ) -> None:
         self.address = Address.parse(url)
         self.where = self.address.shown
         self.socket_timeout = socket_timeout
-        self._client = _Client(self.address, socket_timeout, asynchronous=True)
+        self._client = _Client(self.address, socket_timeout, options or {}, asynchronous=True)
         self.cluster = self._client.cluster
         self._ready = False  # a cluster client reads its slot map first
         self._slots = asyncio.Semaphore(MAX_CONNECTIONS)  # batches in flight (as AsyncDriver)
