@@ -17,7 +17,8 @@ import redis
 
 import culex
 from culex._redis.keys import queue_keys
-from culex.cli import main
+from culex.cli import _parser, main
+from culex.supervisor import runner_command
 
 from .conftest import wait_until
 from .test_cli import Stderr, _enqueue_as, culex_command
@@ -289,3 +290,15 @@ def test_a_module_that_cannot_be_imported_ends_the_command_before_any_runner(
     assert done.returncode == 1
     assert "ImportError: no libfoo" in done.stderr
     assert "started" not in done.stderr
+
+
+def test_a_runner_is_given_the_settings_flags_the_supervisor_was_given() -> None:
+    flags = {"concurrency": "5", "run_from": "a,b", "durable_enqueue": False, "lease": "-1"}
+    command = runner_command("app.jobs", flags, "WARNING")
+    assert command[1:] == [
+        "-m", "culex", "--log-level", "WARNING", "run", "app.jobs",
+        "--concurrency=5", "--run-from=a,b", "--no-durable-enqueue", "--lease=-1",
+    ]  # fmt: skip
+    args = _parser().parse_args(command[3:])  # read back as the runner reads it
+    assert {name: getattr(args, name) for name in flags} == flags
+    assert args.processes == 1 and args.log_level == "WARNING"
