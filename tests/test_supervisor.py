@@ -150,7 +150,7 @@ def test_each_runner_is_a_child_process_that_takes_tasks(
     # Each task holds its runner's only slot until 3 runners have one: all 3 must take one.
     tasks = [enqueue(r, f"meet-{n}", meet=3) for n in range(3)]
     assert {task.result(timeout=30) for task in tasks} == pids
-    assert f"[supervisor {one.proc.pid}] - starting 3 runner processes" in one.log.lines[0]
+    one.log.wait_for(f"[supervisor {one.proc.pid}] - starting 3 runner processes")
     for pid in pids:  # each runner's lines carry its pid
         one.log.wait_for(f"[runner {pid}] - Running task supervised_job<meet-")
 
