@@ -345,7 +345,7 @@ def test_culex_cancel_sends_every_id_in_one_round_trip(
         put(d, task_id)
     r.script_load(scripts.CANCEL.source)  # (a server that lost it costs one more trip)
     exchanges = count_exchanges(monkeypatch, SyncConnection)
-    monkeypatch.setattr(logs, "configure", lambda level, stream: None)  # the test's logging
+    monkeypatch.setattr(logs, "configure", lambda *args: None)  # the test's logging
     assert cli.main(["cancel", K.name, *ids, "ghost", "--redis-url", url]) == 1
     lines = capsys.readouterr().out.splitlines()
     assert lines == [f"{i}: cancelled" for i in ids] + ["ghost: not cancelled, not found"]
@@ -362,7 +362,7 @@ def test_culex_cancel_goes_on_past_an_id_the_server_refuses(
     # "odd" is a periodic job's task whose record key holds a string: its HSET fails
     r.hset(K.task("odd"), mapping={"periodic": "1", "type": "OddJob"})
     r.set(K.periodic("OddJob"), "not a record")
-    monkeypatch.setattr(logs, "configure", lambda level, stream: None)
+    monkeypatch.setattr(logs, "configure", lambda *args: None)
     assert cli.main(["cancel", K.name, "before", "odd", "after", "--redis-url", url]) == 1
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "before: cancelled" and lines[2] == "after: cancelled"

@@ -7,6 +7,7 @@ import argparse
 import gc
 import importlib
 import importlib.util
+import os
 import sys
 from collections.abc import Sequence
 from datetime import datetime
@@ -24,7 +25,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``culex`` and ``python -m culex``; returns the exit code."""
     parser = _parser()
     args = parser.parse_args(argv)
-    logs.configure(args.log_level, sys.stderr)
+    logs.configure(args.log_level, sys.stderr, _log_label(args))
     try:
         return int(args.command(args))
     except CulexError as exc:
@@ -55,6 +56,16 @@ def _parser() -> argparse.ArgumentParser:
 
     run = command("run", help="run the jobs that MODULE registers")
     run.add_argument("module", help="a module name (app.jobs) or a file (app/jobs.py)")
+    run.add_argument(
+        "--processes",
+        type=_processes,
+        default=1,
+        metavar="N",
+        help="run N runner processes under a supervisor that restarts one that dies and "
+        "passes SIGTERM/SIGINT on to all (default 1: this process is the runner)",
+    )
+    # Given by the supervisor to each runner it starts: a pipe that ends when it does.
+    run.add_argument("--supervisor-pipe", type=int, help=argparse.SUPPRESS)
     _setting_flags(run)
     run.set_defaults(command=_run)
 
@@ -120,6 +131,26 @@ def _setting_flags(run: argparse.ArgumentParser) -> None:
             group.add_argument(*flags, dest=name, metavar=_METAVARS[kind], help=env)
 
 
+def _processes(text: str) -> int:
+    """--processes: a whole number, 1 or more."""
+    try:
+        count = int(text)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number, 1 or more (not {text!r})")
+    return count
+
+
+def _log_label(args: argparse.Namespace) -> str:
+    """What tells one process's log lines from another's when a supervisor runs several."""
+    if getattr(args, "supervisor_pipe", None) is not None:
+        return f"runner {os.getpid()}"
+    if getattr(args, "processes", 1) > 1:
+        return f"supervisor {os.getpid()}"
+    return ""
+
+
 def load_module(name: str) -> None:
     """Import the user's module (by dotted name, or by file path) so its jobs register."""
     path = Path(name)
@@ -148,9 +179,18 @@ def _run(args: argparse.Namespace) -> int:
 
     given = {name: getattr(args, name) for name in config.kinds()}
     # For the whole process: an enqueue inside a perform sees them too.
-    config.set_flags({name: value for name, value in given.items() if value is not None})
+    flags = {name: value for name, value in given.items() if value is not None}
+    config.set_flags(flags)
+    if args.supervisor_pipe is not None:
+        from .supervisor import follow
+
+        follow(args.supervisor_pipe)
     load_module(args.module)
-    runner = Runner()
+    runner = Runner()  # (a supervisor too: a check that fails, fails here, once)
+    if args.processes > 1:
+        from .supervisor import supervise
+
+        return supervise(args.module, flags, args.log_level, args.processes)
     # What is loaded by now (modules, classes, functions) lives as long as the process:
     # freeze it, so that the full collections of a busy runner skip it and stall far less
     # (docs/fast.md; bench/collector.py measures it).

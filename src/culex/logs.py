@@ -23,10 +23,12 @@ BATCH = 256  # lines written in one go at most
 
 
 class LineFormatter(logging.Formatter):
-    """The seed's format; the timestamp text is made once per second, not per line."""
+    """The seed's format; the timestamp text is made once per second, not per line.
+    ``label`` follows the timestamp on every line (one process among several: its pid)."""
 
-    def __init__(self) -> None:
+    def __init__(self, label: str = "") -> None:
         super().__init__(FORMAT, DATE_FORMAT)
+        self._label = f" [{label}]" if label else ""
         self._second = -1
         self._text = ""
 
@@ -37,6 +39,7 @@ class LineFormatter(logging.Formatter):
         second = int(created)
         if second != self._second:
             self._text = time.strftime(datefmt or DATE_FORMAT, self.converter(created))
+            self._text += self._label
             self._second = second
         return self._text
 
@@ -132,10 +135,11 @@ def _sole_handler(logger: logging.Logger) -> tuple[BatchingHandler, LineFormatte
     return handler, formatter
 
 
-def configure(level: str, stream: TextIO) -> None:
-    """The ``culex`` command's logging: the root logger writes to ``stream``."""
+def configure(level: str, stream: TextIO, label: str = "") -> None:
+    """The ``culex`` command's logging: the root logger writes to ``stream``; ``label``
+    (if any) goes after the timestamp of every line."""
     handler = BatchingHandler(stream)
-    handler.setFormatter(LineFormatter())
+    handler.setFormatter(LineFormatter(label))
     logging.basicConfig(level=getattr(logging, level), handlers=[handler])
 
 

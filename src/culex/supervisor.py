@@ -1,0 +1,242 @@
+"""The supervisor: ``culex run MODULE --processes N`` keeps N runner processes going.
+
+One runner is one process, and a Python process runs Python on one core at a time; N
+runners use N cores. The supervisor does no queue work: it starts the runners, restarts
+one that dies, and stops them all on SIGTERM/SIGINT.
+
+**How a runner starts.** Each is a new interpreter, ``python -m culex run MODULE`` with the
+supervisor's settings flags (rebuilt from the parsed flags, not from argv text), not a fork
+of the supervisor. A fork copies a process that already runs threads (the log's flusher,
+and whatever the user's module started while it was imported) with their locks in any
+state; an exec starts clean, costs one interpreter start per runner, and gives each child
+exactly what a plain ``culex run`` gives its process (the freeze of its start-up objects
+too). The supervisor imports MODULE once itself before starting any: a module that cannot
+be imported, or registers no job, ends the command at once with that error, rather than
+in N children restarted forever.
+
+**Signals.** The runners run in a process group of their own, so that a Ctrl-C in a
+terminal (sent to the whole foreground group) reaches the supervisor only: a runner that
+got the terminal's signal and the supervisor's would take the second as "stop at once".
+The first SIGTERM/SIGINT to the supervisor passes one SIGTERM to every runner (a graceful
+stop: running tasks have the grace period, then are handed back), waits ``STOP_MARGIN``
+longer than the grace period, and SIGKILLs what is left. A second signal passes a second
+SIGTERM on (each runner's own "stop at once", which also kills its task processes) and
+SIGKILLs what is left after ``HURRY``. The exit code is 0 when every runner stopped
+cleanly, else 1. Each runner holds the read end of a pipe whose only writer is the
+supervisor: when the supervisor ends, even by SIGKILL, the pipe does, and the runner sends
+itself one SIGTERM, so no runner is left behind. (Not the kernel's ``PR_SET_PDEATHSIG``:
+Linux only, and it fires when the *thread* that started the child ends, once for each
+thread the child is handed to as the process dies: two signals are a stop at once.)
+
+**Restarts.** A runner that exits when no stop was asked for is started again: at once
+if it ran ``STEADY`` seconds or more, else after a pause that doubles with each such early
+exit in a row (``RESTART_DELAY``), so that a runner that dies at start (say, a server it
+cannot use) does not spin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Mapping, Sequence
+
+from . import config, connection
+from .runner.backoff import Backoff
+
+logger = logging.getLogger("culex.supervisor")
+
+STOP_MARGIN = 10.0  # seconds past the grace period before a stopping runner is killed
+HURRY = 2.0  # seconds after a second signal before a runner is killed
+STEADY = 10.0  # a runner that ran this long was healthy: it is restarted at once
+RESTART_DELAY = (0.5, 30.0)  # the pauses before restarting a runner that exits early
+
+
+class Supervisor:
+    """Runs ``command`` (a runner) in ``processes`` child processes until SIGTERM/SIGINT."""
+
+    def __init__(self, command: Sequence[str], processes: int, grace_period: float) -> None:
+        self.command = list(command)
+        self.processes = processes
+        self.grace_period = grace_period
+        self.children: dict[int, asyncio.subprocess.Process] = {}  # the running ones, by pid
+        self._stopping = asyncio.Event()
+        self._signals = 0
+        self._clean = True  # no runner has been killed or failed to stop
+        self._kill_timer: asyncio.TimerHandle | None = None
+        self._lifeline = -1  # the read end of the pipe each runner holds
+
+    def run(self) -> int:
+        """Run until stopped; the exit code: 0 if every runner stopped cleanly, else 1."""
+        return asyncio.run(self._run())
+
+    async def _run(self) -> int:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self._on_signal, sig)
+        logger.info("starting %d runner processes", self.processes)
+        self._lifeline, writer = os.pipe()  # (the writer is not inherited: close-on-exec)
+        try:
+            await asyncio.gather(*(self._keep(slot) for slot in range(1, self.processes + 1)))
+        finally:
+            os.close(self._lifeline)
+            os.close(writer)
+            if self._kill_timer is not None:
+                self._kill_timer.cancel()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+        if self._clean:
+            logger.info("every runner stopped")
+        else:
+            logger.warning("the runners have stopped, not all of them cleanly")
+        return 0 if self._clean else 1
+
+    async def _keep(self, slot: int) -> None:
+        """Keep one runner going in ``slot`` until the stop."""
+        loop = asyncio.get_running_loop()
+        backoff = Backoff(*RESTART_DELAY)
+        while not self._stopping.is_set():
+            started = loop.time()
+            child = await self._start(slot)
+            if child is not None:
+                code = await child.wait()
+                del self.children[child.pid]
+                if self._stopping.is_set():
+                    self._stopped(child.pid, code)
+                    return
+            lived = loop.time() - started
+            if lived >= STEADY:
+                backoff.failures = 0
+            delay = backoff.failed() if lived < STEADY else 0.0
+            if child is not None:
+                logger.warning(
+                    "runner %d (%d of %d) %s after %.1f s; starting another in %.1f s",
+                    *(child.pid, slot, self.processes, _ending(code), lived, delay),
+                )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), delay)
+
+    async def _start(self, slot: int) -> asyncio.subprocess.Process | None:
+        """A new runner in ``slot`` (None if the system refused a process: it is logged)."""
+        try:
+            child = await asyncio.create_subprocess_exec(
+                *self.command,
+                f"--supervisor-pipe={self._lifeline}",
+                stdin=subprocess.DEVNULL,
+                process_group=0,
+                pass_fds=(self._lifeline,),
+            )
+        except OSError as exc:  # e.g. EAGAIN: too many processes
+            logger.error("cannot start runner %d of %d: %s", slot, self.processes, exc)
+            return None
+        self.children[child.pid] = child
+        if self._stopping.is_set():  # (the stop came while it was being started)
+            _send(child, signal.SIGTERM)
+        logger.info("runner %d started (%d of %d)", child.pid, slot, self.processes)
+        return child
+
+    def _stopped(self, pid: int, code: int) -> None:
+        # A runner killed by the SIGTERM before it set its handlers had taken no task.
+        if code in (0, -signal.SIGTERM):
+            logger.info("runner %d stopped", pid)
+        else:
+            self._clean = False
+            logger.warning("runner %d %s while stopping", pid, _ending(code))
+
+    def _on_signal(self, sig: int) -> None:
+        self._signals += 1
+        name = signal.Signals(sig).name
+        if self._signals == 1:
+            logger.info(
+                "%s: stopping the runners (%s); running tasks have %.0f s to finish "
+                "(signal again to stop at once)",
+                name,
+                ", ".join(map(str, self.children)) or "none running",
+                self.grace_period,
+            )
+            self._stopping.set()
+            self._kill_later(self.grace_period + STOP_MARGIN)
+        else:
+            logger.warning(
+                "%s again: stopping the runners at once; their running tasks come back "
+                "when their leases end",
+                name,
+            )
+            self._clean = False
+            self._kill_later(HURRY)
+        for child in list(self.children.values()):
+            _send(child, signal.SIGTERM)
+
+    def _kill_later(self, delay: float) -> None:
+        if self._kill_timer is not None:
+            self._kill_timer.cancel()
+        self._kill_timer = asyncio.get_running_loop().call_later(delay, self._kill, delay)
+
+    def _kill(self, waited: float) -> None:
+        if not self.children:
+            return
+        logger.warning(
+            "runner(s) %s still running %.0f s after the signal: killing them (SIGKILL)",
+            ", ".join(map(str, self.children)),
+            waited,
+        )
+        self._clean = False
+        for child in list(self.children.values()):
+            _send(child, signal.SIGKILL)
+
+
+def _send(child: asyncio.subprocess.Process, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):  # (it has just ended)
+        child.send_signal(sig)
+
+
+def _ending(code: int) -> str:
+    """How a process ended, from its return code, in words."""
+    if code < 0:
+        return f"was killed by {signal.Signals(-code).name}"
+    return f"exited with code {code}"
+
+
+def runner_command(module: str, flags: Mapping[str, object], log_level: str) -> list[str]:
+    """The command of one runner: ``culex run MODULE`` with the given settings ``flags``
+    (as parsed: text, or True/False for an on/off setting), run by this interpreter."""
+    kinds = config.kinds()
+    command = [sys.executable, "-m", "culex", "--log-level", log_level, "run", module]
+    for name, value in flags.items():
+        flag = name.replace("_", "-")
+        if kinds[name] == "flag":
+            command.append(f"--{flag}" if value else f"--no-{flag}")
+        else:
+            command.append(f"--{flag}={value}")
+    return command
+
+
+def supervise(module: str, flags: Mapping[str, object], log_level: str, processes: int) -> int:
+    """Run ``processes`` runners of ``module`` (already imported here, so known to load)
+    with the settings ``flags``; the exit code."""
+    settings = config.settings()
+    flags = dict(flags)
+    if not settings.redis_url:
+        # The embedded server, started here once (or found) rather than by N runners at
+        # once; its URL (a unix socket, no password) is given to each.
+        flags["redis_url"] = connection.resolve_url(None)
+    command = runner_command(module, flags, log_level)
+    return Supervisor(command, processes, settings.grace_period).run()
+
+
+def follow(lifeline: int) -> None:
+    """In a runner the supervisor started: stop (one SIGTERM, a graceful stop) when the
+    supervisor ends, which ends the pipe ``lifeline`` reads from."""
+
+    def watch() -> None:
+        while os.read(lifeline, 1):
+            pass
+        logger.warning("the supervisor has ended: stopping")
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="culex-supervisor", daemon=True).start()
