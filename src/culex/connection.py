@@ -30,11 +30,13 @@ from .errors import ConfigurationError, ServerError
 logger = logging.getLogger("culex")
 
 _sync: dict[str, SyncDriverProtocol] = {}  # (a driver drops its connections in a forked child)
-# Per loop, by (url, socket_timeout): a driver and what closes it with its loop (a future
-# while it is being made).
-_async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, float], Any]] = (
+# Per loop, by (url, generation of the settings): a driver and what closes it with its loop
+# (a future while it is being made). A configure() starts a new generation: the drivers of
+# the old one are closed with their loops.
+_async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, int], Any]] = (
     weakref.WeakKeyDictionary()
 )
+_generation = [0]
 # Whether the server of a redis:// URL is a cluster node: its cluster URL, or "" (asked once).
 _cluster_of: dict[str, str] = {}
 
@@ -66,7 +68,7 @@ async def async_driver(url: str | None = None) -> AsyncDriverProtocol:
     settings = config.settings()
     named = url if url is not None else settings.redis_url
     per_loop = _async.setdefault(asyncio.get_running_loop(), {})
-    key = (named or "", settings.socket_timeout)  # (a configure() may change the timeout)
+    key = (named or "", _generation[0])  # (a configure() may change how to connect)
     entry = per_loop.get(key)
     if type(entry) is tuple:  # the common case: made before
         driver: AsyncDriverProtocol = entry[0]
@@ -88,7 +90,7 @@ async def _made(
     return driver, closer
 
 
-def _keep(per_loop: dict[Any, Any], key: tuple[str, float], made: asyncio.Future[Any]) -> None:
+def _keep(per_loop: dict[Any, Any], key: tuple[str, int], made: asyncio.Future[Any]) -> None:
     """Keep a made driver for the next calls; forget one that failed (the next call tries
     again)."""
     if made.cancelled() or made.exception() is not None:
@@ -185,6 +187,7 @@ def _forget() -> None:
         driver.close()
     _sync.clear()
     _cluster_of.clear()
+    _generation[0] += 1
 
 
 config.on_change(_forget)

@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..errors import ConfigurationError, ServerUnavailable
+from ..errors import ConfigurationError, ServerError, ServerUnavailable
 from .address import Address
 from .connections import SOCKET_TIMEOUT, ReplyError
 from .drivers import (
@@ -83,6 +83,7 @@ def client_options(address: Address, socket_timeout: float) -> dict[str, Any]:
         "socket_timeout": socket_timeout,
         "socket_connect_timeout": socket_timeout,
         "decode_responses": False,
+        "encoding_errors": "surrogateescape",  # (an id read back from bad bytes: those bytes)
         "protocol": 2,  # the replies culex's parsers read (redis-py 8 speaks RESP3 by default)
     }
     if address.tls:
@@ -128,10 +129,6 @@ def _reply_error(exc: Exception) -> ReplyError:
     """redis-py's exception for an error reply, back as the reply it was (code first)."""
     code = getattr(exc, "status_code", None)
     return ReplyError(f"{code} {exc}" if code else str(exc))
-
-
-def _not_run(reply: Any) -> bool:
-    return isinstance(reply, ReplyError) and reply.code in _NOT_RUN
 
 
 @dataclass
@@ -366,6 +363,7 @@ class RedisPySyncDriver:
             conn = pool.get_connection()
             conn.connect()
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+            _refused_login(exc, self.where)
             batch.unreached(send, exc)
             return
         replies: list[Any] = []
@@ -465,6 +463,7 @@ class RedisPyAsyncDriver:
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
             if conn is not None:
                 await self._release(send, pool, conn)
+            _refused_login(exc, self.where)
             batch.unreached(send, exc)
             return
         replies: list[Any] = []
@@ -500,6 +499,12 @@ class RedisPyAsyncDriver:
 
     async def close(self) -> None:
         await self._client.client.aclose()
+
+
+def _refused_login(exc: Exception, where: str) -> None:
+    """A login the server refused is not a node out of reach: say so at once."""
+    if isinstance(exc, _redis().exceptions.AuthenticationError):
+        raise ServerError(f"the Redis server at {where} refused the login: {exc}") from exc
 
 
 def _lost(exc: Exception, where: str) -> Exception:
