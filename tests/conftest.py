@@ -322,7 +322,7 @@ def count_exchanges(
 
 @pytest.fixture(scope="session")
 def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    with Cluster(tmp_path_factory.mktemp("cluster")) as started:
+    with Cluster(tmp_path_factory.mktemp("cluster"), binary=suite_binary()) as started:
         yield started
 
 
@@ -338,13 +338,13 @@ def cluster(shared_cluster: Cluster) -> Cluster:
 @pytest.fixture
 def private_cluster(tmp_path: Path) -> Iterator[Cluster]:
     """A cluster of the test's own, to kill and restart nodes of."""
-    with Cluster(tmp_path / "cluster") as started:
+    with Cluster(tmp_path / "cluster", binary=suite_binary()) as started:
         yield started
 
 
 @pytest.fixture(scope="session")
 def shared_sentinel_setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SentinelSetup]:
-    with SentinelSetup(tmp_path_factory.mktemp("sentinel")) as started:
+    with SentinelSetup(tmp_path_factory.mktemp("sentinel"), binary=suite_binary()) as started:
         yield started
 
 
@@ -360,5 +360,5 @@ def sentinel_setup(shared_sentinel_setup: SentinelSetup) -> SentinelSetup:
 @pytest.fixture
 def private_sentinel_setup(tmp_path: Path) -> Iterator[SentinelSetup]:
     """A sentinel setup of the test's own, to kill its master."""
-    with SentinelSetup(tmp_path / "sentinel") as started:
+    with SentinelSetup(tmp_path / "sentinel", binary=suite_binary()) as started:
         yield started

