@@ -1,0 +1,115 @@
+"""A queue's slot moved to another master while producers enqueue and a runner runs: the
+clients get ASK and TRYAGAIN replies while the keys move, then MOVED, and nothing is lost
+or run twice (docs/production.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+import culex
+from culex import config
+from culex._redis import redispy
+from culex._redis.connections import ReplyError
+
+from .conftest import await_until, running
+from .topology import Cluster, Node, keyslot
+
+QUEUE = "moving"
+done_ids: list[str] = []  # the n of every task run, in the order they ran
+
+
+class MovingJob(culex.QueuedJob):
+    queue = QUEUE
+    n: int
+
+    async def perform(self) -> None:
+        await asyncio.sleep(0.01)  # (tasks wait in the queue while its keys move)
+        done_ids.append(str(self.n))
+
+
+def node_id(cluster: Cluster, node: Node) -> str:
+    return str(node.client().execute_command("CLUSTER", "MYID"))
+
+
+def move_slot(cluster: Cluster, slot: int, source: Node, target: Node, batch: int = 5) -> int:
+    """Move ``slot`` from ``source`` to ``target`` a few keys at a time, as a resharding
+    tool does (CLUSTER SETSLOT IMPORTING / MIGRATING, MIGRATE, SETSLOT NODE); the number of
+    keys moved."""
+    source_id, target_id = node_id(cluster, source), node_id(cluster, target)
+    src, dst = source.client(), target.client()
+    dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
+    src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
+    moved = 0
+    while True:
+        keys = src.execute_command("CLUSTER", "GETKEYSINSLOT", slot, batch)
+        if not keys:
+            break
+        src.execute_command("MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", *keys)
+        moved += len(keys)
+        time.sleep(0.02)  # the clients meanwhile find some keys here and some there
+    for node in cluster.masters():
+        node.client().execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
+    return moved
+
+
+@pytest.fixture
+def queue_slot(private_cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> int:
+    monkeypatch.setenv("CULEX_REDIS_URL", private_cluster.url)
+    config.reset()
+    done_ids.clear()
+    return keyslot(f"culex:{{{QUEUE}}}:waiting")
+
+
+async def test_a_queue_moved_to_another_master_under_load_loses_nothing(
+    private_cluster: Cluster, queue_slot: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    refusals: list[str] = []  # the codes of the replies that sent a call elsewhere, or again
+    settle = redispy._Batch.settle
+
+    def noting(batch: redispy._Batch) -> bool:
+        refusals.extend(
+            r.code for r in (batch.replies[i] for i in batch.todo) if isinstance(r, ReplyError)
+        )
+        return settle(batch)
+
+    monkeypatch.setattr(redispy._Batch, "settle", noting)
+    source = private_cluster.master_of_slot(queue_slot)
+    target = next(node for node in private_cluster.masters() if node is not source)
+    total = 600
+    enqueued: list[str] = []
+    errors: list[BaseException] = []
+
+    def produce() -> None:
+        for n in range(total):
+            while True:
+                try:  # a producer retries what could not be sent, with the same task id
+                    MovingJob(n=n).enqueue(id=f"t{n}")
+                    break
+                except culex.ServerUnavailable as exc:
+                    errors.append(exc)
+                    time.sleep(0.05)
+            enqueued.append(str(n))
+            if n % 20 == 0:
+                time.sleep(0.01)
+
+    culex.configure(concurrency=20)
+    async with running(culex.Runner(run_from=[QUEUE])):
+        producer = threading.Thread(target=produce)
+        producer.start()
+        await await_until(lambda: len(done_ids) >= 50, what="the first tasks to run")
+        moved = await asyncio.to_thread(move_slot, private_cluster, queue_slot, source, target)
+        await asyncio.to_thread(producer.join, 60)
+        await await_until(lambda: len(set(done_ids)) >= total, timeout=60, what="every task")
+        assert moved > 0  # the slot held keys while it moved
+    assert private_cluster.master_of_slot(queue_slot) is target
+    assert sorted(set(done_ids), key=int) == enqueued  # every task ran
+    dead = target.client().zcard(f"culex:{{{QUEUE}}}:dead")
+    pending = target.client().zcard(f"culex:{{{QUEUE}}}:pending")
+    assert (dead, pending) == (0, 0)
+    assert "ASK" in refusals  # the clients were sent along to the keys that had moved
+    seen = {code: refusals.count(code) for code in sorted(set(refusals))}
+    print(f"\nmoved {moved} keys; sent along: {seen}; producer retries: {len(errors)}")
