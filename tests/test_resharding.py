@@ -107,6 +107,7 @@ async def test_a_queue_moved_to_another_master_under_load_loses_nothing(
         assert moved > 0  # the slot held keys while it moved
     assert private_cluster.master_of_slot(queue_slot) is target
     assert sorted(set(done_ids), key=int) == enqueued  # every task ran
+    assert len(done_ids) == total  # once: nothing that had run was sent again
     dead = target.client().zcard(f"culex:{{{QUEUE}}}:dead")
     pending = target.client().zcard(f"culex:{{{QUEUE}}}:pending")
     assert (dead, pending) == (0, 0)
