@@ -289,8 +289,12 @@ class AsyncConnection:
         return self._protocol.lost is None
 
     def close(self) -> None:
+        # abort, not close: a TLS transport's close first waits for the server's answer to
+        # its close_notify, and a loop that ends meanwhile (asyncio.run, right after a
+        # driver's close) leaves the socket open for the collector to warn about. Nothing
+        # is in flight on a connection being closed, so nothing is lost.
         if self._protocol.transport is not None:
-            self._protocol.transport.close()
+            self._protocol.transport.abort()
         self._protocol.lost = self._protocol.lost or ConnectionError("closed")
 
 
