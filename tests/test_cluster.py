@@ -95,7 +95,7 @@ ran: list[tuple[str, int]] = []  # (queue, n) of every perform, in order
 started_at: dict[int, float] = {}  # n -> time.perf_counter() when perform began
 
 
-class EchoJob(culex.QueuedJob):
+class ShardEchoJob(culex.QueuedJob):
     queue = QUEUES[0]
     n: int
 
@@ -105,28 +105,28 @@ class EchoJob(culex.QueuedJob):
         return self.n
 
 
-class ReportsEchoJob(EchoJob):
+class ReportsEchoJob(ShardEchoJob):
     queue = QUEUES[1]
 
 
-class ImagesEchoJob(EchoJob):
+class ImagesEchoJob(ShardEchoJob):
     queue = QUEUES[2]
 
 
-class SearchEchoJob(EchoJob):
+class SearchEchoJob(ShardEchoJob):
     queue = QUEUES[3]
 
 
-class BillingEchoJob(EchoJob):
+class BillingEchoJob(ShardEchoJob):
     queue = QUEUES[4]
 
 
-class ExportsEchoJob(EchoJob):
+class ExportsEchoJob(ShardEchoJob):
     queue = QUEUES[5]
 
 
-ECHO_JOBS: tuple[type[EchoJob], ...] = (
-    EchoJob,
+ECHO_JOBS: tuple[type[ShardEchoJob], ...] = (
+    ShardEchoJob,
     ReportsEchoJob,
     ImagesEchoJob,
     SearchEchoJob,
@@ -135,7 +135,7 @@ ECHO_JOBS: tuple[type[EchoJob], ...] = (
 )
 
 
-class FailingJob(culex.QueuedJob):
+class ShardFailingJob(culex.QueuedJob):
     """Raises on every attempt: retried twice, then dead."""
 
     queue = QUEUES[2]
@@ -146,44 +146,28 @@ class FailingJob(culex.QueuedJob):
         return timedelta(milliseconds=20)
 
     async def perform(self) -> None:
-        FailingJob.attempts.append((self.queue, self.attempt))
+        ShardFailingJob.attempts.append((self.queue, self.attempt))
         raise RuntimeError(f"attempt {self.attempt} broke")
 
 
-class BillingFailingJob(FailingJob):
+class BillingFailingJob(ShardFailingJob):
     queue = QUEUES[4]
 
 
-class FlakyJob(culex.QueuedJob):
-    """Fails until ``FlakyJob.healed``: dead first, then retried from dead and succeeds."""
+class HealingJob(culex.QueuedJob):
+    """Fails until ``HealingJob.healed``: dead first, then retried from dead and succeeds."""
 
     queue = QUEUES[5]
     max_retries = 0
     healed: ClassVar[bool] = False
 
     async def perform(self) -> str:
-        if not FlakyJob.healed:
+        if not HealingJob.healed:
             raise RuntimeError("not yet")
         return "healed"
 
 
 slots_run: list[tuple[str, int]] = []  # (job, slot) of every periodic perform
-
-
-class TickJob(culex.PeriodicJob):
-    queue = PERIODIC_QUEUES[0]
-    run_every = timedelta(seconds=1)
-
-    async def perform(self) -> None:
-        slots_run.append(("TickJob", int(self.task_id.rsplit(":", 1)[1])))
-
-
-class DigestTickJob(culex.PeriodicJob):
-    queue = PERIODIC_QUEUES[1]
-    run_every = timedelta(seconds=1)
-
-    async def perform(self) -> None:
-        slots_run.append(("DigestTickJob", int(self.task_id.rsplit(":", 1)[1])))
 
 
 def runner(queues: tuple[str, ...] = QUEUES, concurrency: int = 8) -> culex.Runner:
@@ -243,17 +227,17 @@ async def test_a_runner_over_six_queues_on_three_shards_runs_them_all_without_cr
 
 
 async def test_retries_then_dead_then_retried_from_dead_on_two_shards(on_cluster: Cluster) -> None:
-    FailingJob.attempts = []
-    failing = [await FailingJob().aenqueue(), await BillingFailingJob().aenqueue()]
-    FlakyJob.healed = False
-    flaky = await FlakyJob().aenqueue()
+    ShardFailingJob.attempts = []
+    failing = [await ShardFailingJob().aenqueue(), await BillingFailingJob().aenqueue()]
+    HealingJob.healed = False
+    flaky = await HealingJob().aenqueue()
     async with running(runner()):
         for task in failing:
             with pytest.raises(culex.TaskFailed, match="attempt 3 broke"):
                 await task.aresult(timeout=20)
         with pytest.raises(culex.TaskFailed, match="not yet"):
             await flaky.aresult(timeout=20)
-        assert sorted(FailingJob.attempts) == [
+        assert sorted(ShardFailingJob.attempts) == [
             (q, a) for q in sorted((QUEUES[2], QUEUES[4])) for a in (1, 2, 3)
         ]
         for task in [*failing, flaky]:
@@ -263,14 +247,14 @@ async def test_retries_then_dead_then_retried_from_dead_on_two_shards(on_cluster
         assert [(d.id, d.type, d.attempt) for d in listed] == [
             (failing[1].id, "BillingFailingJob", 3)
         ]
-        FlakyJob.healed = True
+        HealingJob.healed = True
         assert await culex.aretry_dead(QUEUES[5]) == [flaky.id]
         assert await flaky.aresult(timeout=20) == "healed"
-        FailingJob.attempts = []
+        ShardFailingJob.attempts = []
         assert await failing[0].aretry() is True  # task.retry(): max_retries again
         with pytest.raises(culex.TaskFailed, match="attempt 6 broke"):
             await failing[0].aresult(timeout=20)
-    assert FailingJob.attempts == [(QUEUES[2], a) for a in (4, 5, 6)]
+    assert ShardFailingJob.attempts == [(QUEUES[2], a) for a in (4, 5, 6)]
 
 
 async def test_cancel_sends_a_waiting_or_scheduled_task_to_dead_on_each_shard(
@@ -411,16 +395,30 @@ def test_durable_enqueue_fails_while_the_replica_of_its_shard_does_not_confirm(
 
 
 async def test_periodic_jobs_run_once_per_slot_with_two_runners(on_cluster: Cluster) -> None:
+    class ShardTickJob(culex.PeriodicJob):
+        queue = PERIODIC_QUEUES[0]
+        run_every = timedelta(seconds=1)
+
+        async def perform(self) -> None:
+            slots_run.append((self.type_, int(self.task_id.rsplit(":", 1)[1])))
+
+    class DigestShardTickJob(ShardTickJob):
+        queue = PERIODIC_QUEUES[1]
+
     slots_run.clear()
-    first, second = runner(PERIODIC_QUEUES), runner(PERIODIC_QUEUES)
-    async with running(first), running(second):
+    try:
+        first, second = runner(PERIODIC_QUEUES), runner(PERIODIC_QUEUES)
+        async with running(first), running(second):
 
-        def counted() -> bool:
-            done = collections.Counter(job for job, _ in slots_run)
-            return min(done["TickJob"], done["DigestTickJob"]) >= 3
+            def counted() -> bool:
+                done = collections.Counter(job for job, _ in slots_run)
+                return min(done["ShardTickJob"], done["DigestShardTickJob"]) >= 3
 
-        await await_until(counted, timeout=20, what="three slots of each periodic job")
-    for job in ("TickJob", "DigestTickJob"):
+            await await_until(counted, timeout=20, what="three slots of each periodic job")
+    finally:  # (no other test's runner may schedule them)
+        culex.registry.remove(ShardTickJob)
+        culex.registry.remove(DigestShardTickJob)
+    for job in ("ShardTickJob", "DigestShardTickJob"):
         slots = [slot for name, slot in slots_run if name == job]
         assert len(slots) == len(set(slots)), f"{job} ran a slot twice: {sorted(slots)}"
         ordered = sorted(slots)
