@@ -153,8 +153,10 @@ def _confirmation(settings: config.Settings) -> Flow[Confirm | None]:
 
 def _durability(settings: config.Settings) -> Flow[str]:
     """Ask the server, in one round trip, how it can confirm that a write is safe:
-    "always" (appendonly with appendfsync always: it replies only after the fsync),
-    "waitaof" (WAITAOF, Redis 7.2+ and Valkey, with appendonly on) or "replica" (WAIT 1).
+    "replica" (WAIT 1) when a replica is connected, as a replica may take over from it (a
+    cluster's masters, a sentinel's master) and a write only the old master had, even on
+    its disk, is then lost; else "always" (appendonly with appendfsync always: it replies
+    only after the fsync) or "waitaof" (WAITAOF, Redis 7.2+ and Valkey, with appendonly on).
     Raises ConfigurationError, saying what to change, when it can do none of them: before
     any task is stored."""
     waitaof, appendonly, appendfsync, replicas = yield [
@@ -166,12 +168,12 @@ def _durability(settings: config.Settings) -> Flow[str]:
     readable = not isinstance(appendonly, ServerError)  # CONFIG is often off on managed servers
     waitaof = waitaof is True
     replicas = replicas if isinstance(replicas, int) else 0
+    if replicas >= 1:
+        return "replica"
     if appendonly == "yes" and appendfsync == "always":
         return "always"
     if waitaof and (appendonly == "yes" or not readable):
         return "waitaof"
-    if replicas >= 1:
-        return "replica"
     if not readable:
         found = "CONFIG GET is refused, so its appendfsync cannot be read"
     else:

@@ -84,6 +84,12 @@ class OtherChaosJob(ChaosJob):
     queue = "chaos_other"
 
 
+class ThirdChaosJob(ChaosJob):
+    """The same work in a third queue (on a cluster, the three are on three masters)."""
+
+    queue = "chaos_third"
+
+
 class SyncChaosJob(culex.QueuedJob):
     """The same work in a plain ``def perform`` (runs in the runner's thread pool)."""
 
@@ -145,6 +151,7 @@ if threading.current_thread() is threading.main_thread():
 JOBS: tuple[type[culex.QueuedJob], ...] = (
     ChaosJob,
     OtherChaosJob,
+    ThirdChaosJob,
     SyncChaosJob,
     PoisonRaiseJob,
     PoisonExitJob,

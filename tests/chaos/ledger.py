@@ -30,8 +30,12 @@ from pathlib import Path
 from typing import Any
 
 import redis
+from redis.cluster import RedisCluster
 
 from culex._redis.keys import queue_keys
+
+# A client of one server, or of a cluster (its pipelines split the reads by node).
+Client = redis.Redis | RedisCluster
 
 # What a task must end as.
 SUCCEEDED = "succeeded"
@@ -257,7 +261,7 @@ class Ledger:
 
     # -- the check -----------------------------------------------------------------------------
 
-    def check(self, r: redis.Redis, prefix: str = "culex") -> Verdict:
+    def check(self, r: Client, prefix: str = "culex") -> Verdict:
         """Compare the history with the final state in Redis (call after a drain)."""
         executions = self.executions()
         by_id: dict[str, list[Execution]] = {}
@@ -358,7 +362,7 @@ def _wrong_result(fields: dict[str, str]) -> str | None:
 
 
 def read_tasks(
-    r: redis.Redis, prefix: str, queues: dict[str, str], chunk: int = 1000
+    r: Client, prefix: str, queues: dict[str, str], chunk: int = 1000
 ) -> dict[str, dict[str, str]]:
     """The hash of every task (by id; {} when missing), read in pipelined chunks."""
     ids = list(queues)
@@ -373,7 +377,7 @@ def read_tasks(
     return found
 
 
-def stuck_ids(r: redis.Redis, prefix: str, queues: Iterable[str]) -> list[str]:
+def stuck_ids(r: Client, prefix: str, queues: Iterable[str]) -> list[str]:
     """Ids still waiting, pending or scheduled in ``queues``."""
     stuck: list[str] = []
     for queue in sorted(queues):

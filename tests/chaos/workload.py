@@ -9,12 +9,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import redis
-
 import culex
 from culex._redis.keys import queue_keys
 
-from .ledger import Ledger, key_bytes
+from .ledger import Client, Ledger, key_bytes
 
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results" / "chaos"
 GIVE_UP_AFTER = 60.0  # seconds one enqueue may keep failing before the producer gives up
@@ -83,7 +81,7 @@ class Producer(threading.Thread):
 
 
 def drain(
-    r: redis.Redis,
+    r: Client,
     ledger: Ledger,
     timeout: float,
     tick: Callable[[], object] = lambda: None,
