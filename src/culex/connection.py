@@ -124,10 +124,15 @@ def new_sync_driver(
     return driver
 
 
-async def new_async_driver(url: str, socket_timeout: float = SOCKET_TIMEOUT) -> AsyncDriverProtocol:
-    """A driver of its own (a runner's: its blocking waits must not hold a shared pool)."""
+async def new_async_driver(
+    url: str, socket_timeout: float = SOCKET_TIMEOUT, *, retry_for: float | None = None
+) -> AsyncDriverProtocol:
+    """A driver of its own (a runner's: its blocking waits must not hold a shared pool).
+    ``retry_for``: see RedisPyAsyncDriver (a runner's loops pause and try again by
+    themselves, so one node out of reach must not hold up the other nodes' queues)."""
+    options = config.settings().redis_options
     if _through_redis_py(url):
-        return RedisPyAsyncDriver(url, socket_timeout, config.settings().redis_options)
+        return RedisPyAsyncDriver(url, socket_timeout, options, retry_for)
     driver = AsyncDriver(url, socket_timeout=socket_timeout)
     cluster_url = _known_cluster(url)
     if cluster_url is None:
@@ -138,7 +143,7 @@ async def new_async_driver(url: str, socket_timeout: float = SOCKET_TIMEOUT) -> 
         cluster_url = _cluster_of[url] = _as_cluster(url, enabled)
     if cluster_url:
         await driver.close()
-        return RedisPyAsyncDriver(cluster_url, socket_timeout, config.settings().redis_options)
+        return RedisPyAsyncDriver(cluster_url, socket_timeout, options, retry_for)
     return driver
 
 

@@ -5,8 +5,8 @@ built with it (Debian's redis-server; ``.ci/run`` installs it), found on its own
 from __future__ import annotations
 
 import asyncio
-import gc
 import contextlib
+import gc
 import os
 import shutil
 import subprocess

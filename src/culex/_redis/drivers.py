@@ -25,7 +25,18 @@ T = TypeVar("T")
 MAX_CONNECTIONS = 256  # calls in flight at once per async driver
 
 # Error replies that say the whole server is unable to serve for now.
-_TRANSIENT = ("LOADING", "BUSY", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN")
+# (MOVED and ASK too: a cluster whose slots are in transit, as culex's cluster driver gets
+# them when the slots have not settled in time.)
+_TRANSIENT = (
+    "LOADING",
+    "BUSY",
+    "READONLY",
+    "MASTERDOWN",
+    "TRYAGAIN",
+    "CLUSTERDOWN",
+    "MOVED",
+    "ASK",
+)
 
 
 def server_error(exc: BaseException, where: str) -> ServerError:
@@ -295,7 +306,8 @@ class SyncDriverProtocol(Protocol):
     def run_many(self, calls: Sequence[Call[Any]]) -> list[Any]:
         """Send calls in one round trip, run in order; their parsed replies, in order. A
         refused call's place holds its ServerError (the others still ran); a server out of
-        reach raises ServerUnavailable."""
+        reach raises ServerUnavailable (on a cluster, one node out of reach leaves
+        ServerUnavailable in the places of its calls)."""
         ...
 
     def close(self) -> None:

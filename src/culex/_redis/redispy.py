@@ -17,7 +17,8 @@ What these drivers add to redis-py's clients, and why:
   running (MOVED, ASK, TRYAGAIN, CLUSTERDOWN, MASTERDOWN, LOADING, READONLY: a demoted
   master, which redis-py's sentinel connection reports as "now a slave"), or a connection
   that could not be opened, is retried after the slot map is read again, for up to
-  ``socket_timeout``; then the caller gets ServerUnavailable. A connection lost after a batch
+  ``socket_timeout``; then the caller gets ServerUnavailable (in a batch, in the places of
+  those calls only: the others' replies are kept). A connection lost after a batch
   was written is never resent (the server may have run it): ServerUnavailable at once.
 - **NOSCRIPT** (a failed-over replica has an empty script cache): the call is sent again as
   EVAL with its source, which also loads it.
@@ -35,7 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..errors import ConfigurationError, ServerError, ServerUnavailable
+from ..errors import ConfigurationError, ServerError
 from .address import Address
 from .connections import SOCKET_TIMEOUT, ReplyError
 from .drivers import (
@@ -131,6 +132,15 @@ def _reply_error(exc: Exception) -> ReplyError:
     return ReplyError(f"{code} {exc}" if code else str(exc))
 
 
+class _Unreached(ReplyError, OSError):
+    """In the place of a call that was never sent: its node could not be reached. Tried
+    again like a refusal (TRYAGAIN); if time runs out first, it reads as "cannot reach"."""
+
+    @property
+    def code(self) -> str:
+        return "TRYAGAIN"
+
+
 @dataclass
 class _Send:
     """One exchange: calls (by index in the batch) for one node, on one connection."""
@@ -145,9 +155,8 @@ class _Batch:
     """The state of one batch across tries: what each call replied, what is left, how to
     send it. Shared by the sync and async drivers, which only do the exchanges."""
 
-    def __init__(self, calls: Sequence[Call[Any]], deadline: float, where: str) -> None:
+    def __init__(self, calls: Sequence[Call[Any]], deadline: float) -> None:
         self.calls = calls
-        self.where = where
         self.replies: list[Any] = [None] * len(calls)
         self.todo = list(range(len(calls)))
         self.deadline = deadline
@@ -155,8 +164,8 @@ class _Batch:
         self.asking: dict[int, tuple[str, int]] = {}  # calls to send to an ASK target
         self.pause = _FIRST_PAUSE
         self.stale = False  # the slot map may be out of date: read it before the next try
-        self.refused: ReplyError | None = None  # the last refusal of this try, for the error
-        self.unreached_by: BaseException | None = None  # why a node could not be reached
+        self.refused = False  # a call of this try was refused (or not sent): pause first
+        self.tries = 0
 
     def sends(self, node_of: Any, node_at: Any) -> list[_Send]:
         """Group what is left by node. ``node_of(key)``: the node of a key (None for a
@@ -200,16 +209,19 @@ class _Batch:
 
     def unreached(self, send: _Send, exc: BaseException) -> None:
         """Nothing was sent to ``send``'s node: its calls are tried again."""
-        self.unreached_by = exc
         for i in send.indices:
             if i >= 0:
-                self.replies[i] = ReplyError(f"TRYAGAIN {exc}")
+                self.replies[i] = _Unreached(str(exc))
 
     def settle(self) -> bool:
-        """Look at the replies: True when nothing is left to send again."""
+        """Look at the replies: True when nothing is left to send again, or when time is up
+        (after one try again at least: a stale slot map is read again first). Then a call
+        that was never answered keeps its refusal, which its caller gets as a ServerError
+        (ServerUnavailable) in its place: the other calls' replies are kept."""
         again: list[int] = []
         self.asking.clear()
-        self.refused = None
+        self.refused = False
+        self.tries += 1
         for i in self.todo:
             reply = self.replies[i]
             if not isinstance(reply, ReplyError):
@@ -218,12 +230,14 @@ class _Batch:
                 self.as_source.add(i)
                 again.append(i)
             elif reply.code in _NOT_RUN:
-                self.refused = reply
+                self.refused = True
                 if reply.code == "ASK":
                     self.asking[i] = _ask_target(reply)
                 else:
                     self.stale = True
                 again.append(i)
+        if again and self.tries > 1 and time.monotonic() >= self.deadline:
+            return True  # time is up
         if again:  # a write sent again is confirmed again
             confirms = [i for i in self.todo if _command(self.calls[i]) in _CONFIRMS]
             again = sorted({*again, *(i for i in confirms if i > again[0])})
@@ -231,15 +245,9 @@ class _Batch:
         return not again
 
     def wait(self) -> float:
-        """How long to pause before the next try; raises when time is up."""
+        """How long to pause before the next try."""
         if not self.refused or self.asking:  # NOSCRIPT, ASK: at once
             return 0.0
-        if time.monotonic() >= self.deadline:
-            if self.unreached_by is not None and str(self.unreached_by) in str(self.refused):
-                raise server_error(OSError(str(self.unreached_by)), self.where)
-            raise ServerUnavailable(
-                f"the Redis server at {self.where} cannot serve now: {self.refused}"
-            )
         pause, self.pause = self.pause, min(self.pause * 2, _LONGEST_PAUSE)
         return pause
 
@@ -314,17 +322,21 @@ class RedisPySyncDriver:
     """A blocking driver through redis-py (Sentinel, Cluster, or one server).
 
     ``options``: more keyword arguments for redis-py's client (a ``credential_provider``,
-    say); they win over those culex derives from the URL."""
+    say); they win over those culex derives from the URL. ``retry_for``: how long calls
+    that did not run are tried again (default: ``socket_timeout``; a runner, whose loops
+    pause and try again by themselves, takes 0: one try again after the slot map is read)."""
 
     def __init__(
         self,
         url: str,
         socket_timeout: float = SOCKET_TIMEOUT,
         options: Mapping[str, Any] | None = None,
+        retry_for: float | None = None,
     ) -> None:
         self.address = Address.parse(url)
         self.where = self.address.shown
         self.socket_timeout = socket_timeout
+        self.retry_for = socket_timeout if retry_for is None else retry_for
         self._client = _Client(self.address, socket_timeout, options or {}, asynchronous=False)
         self.cluster = self._client.cluster
 
@@ -332,10 +344,10 @@ class RedisPySyncDriver:
         return parsed(call, self._replies([call])[0], self.where)
 
     def run_many(self, calls: Sequence[Call[Any]]) -> list[Any]:
-        return settled(calls, self._replies(calls), self.where)
+        return settled(calls, _reached(self._replies(calls), self.where), self.where)
 
     def _replies(self, calls: Sequence[Call[Any]]) -> list[Any]:
-        batch = _Batch(calls, time.monotonic() + self.socket_timeout, self.where)
+        batch = _Batch(calls, time.monotonic() + self.retry_for)
         redis = _redis()
         while True:
             if batch.stale:
@@ -399,10 +411,12 @@ class RedisPyAsyncDriver:
         url: str,
         socket_timeout: float = SOCKET_TIMEOUT,
         options: Mapping[str, Any] | None = None,
+        retry_for: float | None = None,
     ) -> None:
         self.address = Address.parse(url)
         self.where = self.address.shown
         self.socket_timeout = socket_timeout
+        self.retry_for = socket_timeout if retry_for is None else retry_for
         self._client = _Client(self.address, socket_timeout, options or {}, asynchronous=True)
         self.cluster = self._client.cluster
         self._ready = False  # a cluster client reads its slot map first
@@ -414,10 +428,10 @@ class RedisPyAsyncDriver:
 
     async def run_many(self, calls: Sequence[Call[Any]]) -> list[Any]:
         async with self._slots:
-            return settled(calls, await self._replies(calls), self.where)
+            return settled(calls, _reached(await self._replies(calls), self.where), self.where)
 
     async def _replies(self, calls: Sequence[Call[Any]]) -> list[Any]:
-        batch = _Batch(calls, time.monotonic() + self.socket_timeout, self.where)
+        batch = _Batch(calls, time.monotonic() + self.retry_for)
         redis = _redis()
         while True:
             if self.cluster and (batch.stale or not self._ready):
@@ -499,6 +513,14 @@ class RedisPyAsyncDriver:
 
     async def close(self) -> None:
         await self._client.client.aclose()
+
+
+def _reached(replies: list[Any], where: str) -> list[Any]:
+    """``replies``, unless no call reached a node: then the deployment is out of reach, and
+    that raises (a single node out of reach leaves ServerUnavailable in its calls' places)."""
+    if replies and all(isinstance(reply, _Unreached) for reply in replies):
+        raise server_error(replies[0], where)
+    return replies
 
 
 def _refused_login(exc: Exception, where: str) -> None:

@@ -28,6 +28,7 @@ logger = logging.getLogger("culex")
 
 PROMOTE_LIMIT = 1000  # due scheduled tasks promoted per claim
 SICK_PAUSE = (0.5, 60.0)  # back-off bounds of a queue whose keys the server refuses
+
 SHORT_SLEEP = 0.005  # a task due sooner than this is waited for without a blocking call
 # The loop's timers wake up to 1 ms late (epoll takes whole ms): a wait for a due task
 # ends this much early on the loop's timer, and the rest is slept precisely.
@@ -59,6 +60,7 @@ class Claimer:
         self.settings = settings
         self.driver = driver
         self.keys = [queue_keys(settings.prefix, q) for q in queues]
+        self.queue_of = {keys.signal: keys.name for keys in self.keys}  # by signal key
         self.start = start
         self.running = running
         self.slot_freed = slot_freed
@@ -127,6 +129,9 @@ class Claimer:
             try:
                 reply = await self.driver.run(self._claim_call(keys, free - total))
             except ServerUnavailable as exc:
+                if self.driver.cluster:  # one node out of reach: the others' queues go on
+                    self._sick(keys.name, exc)
+                    continue
                 logger.warning("%s", exc)
                 return 0, self.backoff.failed()
             except ServerError as exc:
@@ -154,12 +159,14 @@ class Claimer:
         )
 
     def _sick(self, queue: str, exc: ServerError) -> None:
-        """A queue whose keys the server refuses is skipped with back-off, never deleted."""
+        """A queue whose keys the server refuses (or, on a cluster, whose node is out of
+        reach) is skipped with back-off, never deleted."""
         _, backoff = self._unhealthy.get(queue, (0.0, None))
-        backoff = backoff or Backoff(*SICK_PAUSE)
+        backoff = backoff or Backoff(*(SERVER_ERROR if _unreached(exc) else SICK_PAUSE))
         pause = backoff.failed()
         self._unhealthy[queue] = (time.monotonic() + pause, backoff)
-        logger.error("queue %s is unhealthy (%s); trying it again in %.1f s", queue, exc, pause)
+        log = logger.warning if _unreached(exc) else logger.error
+        log("queue %s is unhealthy (%s); trying it again in %.1f s", queue, exc, pause)
 
     async def _wait_for_work(
         self, groups: list[tuple[str, ...]], first: QueueKeys, due_in: float | None
@@ -177,12 +184,16 @@ class Claimer:
             await self._until(asyncio.sleep(max(0.0, due_in - TIMER_GRAIN)))
             _sleep_until(deadline)
             return
+        now = time.monotonic()
         for group in groups:
-            if group not in self.waiters:
+            if group not in self.waiters and not self._out_of_reach(group, now):
                 self.waiters[group] = self._new_waiter(group, first)
         if self._stopped is None:  # one future for the whole run, not one per wait
             self._stopped = asyncio.ensure_future(self.stopping.wait())
         timeout = None if due_in is None else due_in - TIMER_GRAIN
+        if self.driver.cluster and self._unhealthy:  # look again when a node may be back
+            back = max(0.0, min(until for until, _ in self._unhealthy.values()) - now)
+            timeout = back if timeout is None else min(timeout, back)
         await asyncio.wait(
             (*self.waiters.values(), self._stopped), timeout=timeout, return_when="FIRST_COMPLETED"
         )
@@ -196,13 +207,23 @@ class Claimer:
         for group in ended:
             waiter = self.waiters.pop(group)
             exc = waiter.exception() or waiter.result()[0]
-            if isinstance(exc, ServerError):
+            if self.driver.cluster and isinstance(exc, ServerUnavailable):
+                for signal in group:  # its node is out of reach: the other queues go on
+                    self._sick(self.queue_of[signal], exc)
+            elif isinstance(exc, ServerError):
                 failed = exc
             elif isinstance(exc, BaseException):
                 raise exc
         if failed is not None:
             logger.warning("waiting for work failed: %s", failed)
             await asyncio.sleep(self.backoff.failed())
+
+    def _out_of_reach(self, signals: tuple[str, ...], now: float) -> bool:
+        """On a cluster, whether every queue of a wait is skipped for now (its node was out
+        of reach): no wait is started for it until then."""
+        return self.driver.cluster and all(
+            self._unhealthy.get(self.queue_of[signal], (0.0, None))[0] > now for signal in signals
+        )
 
     def _new_waiter(self, signals: tuple[str, ...], first: QueueKeys) -> asyncio.Future[list[Any]]:
         """The blocking wait, with a claim of one task of ``first`` pipelined behind it.
@@ -248,6 +269,10 @@ class Claimer:
             if not future.done():
                 future.cancel()
         await asyncio.gather(work, stop, return_exceptions=True)
+
+
+def _unreached(exc: ServerError) -> bool:
+    return isinstance(exc, ServerUnavailable)
 
 
 def _sleep_until(deadline: float | None) -> None:

@@ -144,7 +144,7 @@ class Runner:
             logger.info("culex stopped")
 
     async def _connect(self, url: str) -> AsyncDriverProtocol:
-        driver = await connection.new_async_driver(url, self.settings.socket_timeout)
+        driver = await connection.new_async_driver(url, self.settings.socket_timeout, retry_for=0)
         try:
             await self._check_server(driver)
         except BaseException:
