@@ -78,7 +78,10 @@ def _redis() -> Any:
 
 def client_options(address: Address, socket_timeout: float) -> dict[str, Any]:
     """redis-py's keyword arguments for a data node of ``address`` (login, TLS, timeouts)."""
+    retry = _redis().retry.Retry(_redis().backoff.NoBackoff(), 0)
     options: dict[str, Any] = {
+        # culex decides what is tried again, and for how long (see the module's docstring)
+        "retry": retry,
         "username": address.username,
         "password": address.password,
         "socket_timeout": socket_timeout,
