@@ -155,14 +155,20 @@ def _durability(settings: config.Settings) -> Flow[str]:
     """Ask the server, in one round trip, how it can confirm that a write is safe:
     "always" (appendonly with appendfsync always: it replies only after the fsync),
     "waitaof" (WAITAOF, Redis 7.2+ and Valkey, with appendonly on) or "replica" (WAIT 1).
+    Behind sentinels or in a cluster it is always "replica": a failover promotes a
+    replica, and a write that is only on the dead master's disk is not on it.
     Raises ConfigurationError, saying what to change, when it can do none of them: before
     any task is stored."""
-    waitaof, appendonly, appendfsync, replicas = yield [
+    waitaof, appendonly, appendfsync, replicas, cluster = yield [
         commands.has_wait_fsync(),
         commands.config_get("appendonly"),
         commands.config_get("appendfsync"),
         commands.connected_replicas(),
+        commands.cluster_enabled(),
     ]
+    kind = Address.parse(settings.redis_url).kind if settings.redis_url else "server"
+    if kind != "server" or cluster is True:
+        return "replica"
     readable = not isinstance(appendonly, ServerError)  # CONFIG is often off on managed servers
     waitaof = waitaof is True
     replicas = replicas if isinstance(replicas, int) else 0
