@@ -96,8 +96,12 @@ class Load:
         with self._lock:
             return len(self.acked)
 
-    def stop(self) -> None:
+    def halt(self) -> None:
+        """Ask the threads to stop after the enqueue each is sending."""
         self._stop.set()
+
+    def stop(self) -> None:
+        self.halt()
         for thread in self._threads:
             thread.join(timeout=30)
         assert not any(t.is_alive() for t in self._threads), "an enqueue thread hung"
@@ -128,14 +132,15 @@ def kill_under_load(topology: Topology, url: str, durable: bool, name: str) -> T
             if isinstance(topology, Cluster):
                 old = topology.master_of_key(TASK_KEY)
                 topology.kill(old)
-                load.stop()
+                load.halt()
                 new = topology.wait_failover(old)
             else:
                 assert isinstance(topology, SentinelSetup)
                 old = topology.kill_master()
-                load.stop()
+                load.halt()
                 new = topology.wait_failover(old)
             outcome.failover_s = round(time.monotonic() - began, 3)
+            load.stop()
         outcome.acked = len(load.acked)
         outcome.errors = load.errors
         outcome.lost = missing(new, load.acked)
