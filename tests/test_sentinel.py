@@ -54,11 +54,20 @@ class DoomedJob(culex.QueuedJob):
         raise RuntimeError("doomed")
 
 
-@pytest.fixture
-def through(sentinel_setup: SentinelSetup) -> Iterator[SentinelSetup]:
-    """culex pointed at the shared sentinel setup for the test."""
+def point_at(monkeypatch: pytest.MonkeyPatch, setup: SentinelSetup, durable: bool) -> None:
+    """This process's culex settings: the sentinels' URL (in the environment, which beats
+    configure() and holds the test session's server), ``durable_enqueue``."""
+    monkeypatch.setenv("CULEX_REDIS_URL", setup.url)
     config.reset()
-    culex.configure(redis_url=sentinel_setup.url)
+    culex.configure(durable_enqueue=durable)
+
+
+@pytest.fixture
+def through(
+    sentinel_setup: SentinelSetup, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[SentinelSetup]:
+    """culex pointed at the shared sentinel setup for the test."""
+    point_at(monkeypatch, sentinel_setup, durable=False)
     try:
         yield sentinel_setup
     finally:
@@ -131,8 +140,7 @@ def test_a_durable_enqueue_is_confirmed_only_by_the_replica(
     promotes, lacks the task. It must wait for the replica (WAIT 1)."""
     setup = private_sentinel_setup
     monkeypatch.setattr(enqueue, "DURABLE_TIMEOUT_MS", 300)
-    config.reset()
-    culex.configure(redis_url=setup.url, durable_enqueue=True)
+    point_at(monkeypatch, setup, durable=True)
     replica = setup.replica()
     assert replica.process is not None
     try:
@@ -182,14 +190,14 @@ def test_a_failover_under_load_loses_no_durable_enqueue(
     private_sentinel_setup: SentinelSetup,
     ledger: Ledger,
     tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Durable producers and runner processes through the sentinels; the master is
     SIGKILLed. After the failover nothing acknowledged is lost, no attempt ran twice, and
     every runner runs tasks again. Then the killed master comes back (as a master, until a
     sentinel demotes it): no task is lost or dead because of it."""
     setup = private_sentinel_setup
-    config.reset()
-    culex.configure(redis_url=setup.url, durable_enqueue=True)
+    point_at(monkeypatch, setup, durable=True)
     fleet = Fleet(ledger, setup.url, tmp_path / "fleet", concurrency=4, log_level="WARNING")
     work = [
         (f"failover-{n:05d}", (SyncChaosJob if n % 3 == 0 else ChaosJob)(ms=100 + n % 150))

@@ -115,10 +115,19 @@ def missing(master: Node, ids: list[str]) -> list[str]:
     return [task_id for task_id, found in zip(ids, pipe.execute(), strict=True) if not found]
 
 
-def kill_under_load(topology: Topology, url: str, durable: bool, name: str) -> Try:
-    """Load ``topology`` (started), SIGKILL the master of the queue, wait for the failover."""
+def point_at(monkeypatch: pytest.MonkeyPatch, url: str, durable: bool) -> None:
+    """This process's culex settings: ``url`` (in the environment, which beats configure()
+    and holds the test session's server), ``durable_enqueue``."""
+    monkeypatch.setenv("CULEX_REDIS_URL", url)
     config.reset()
-    culex.configure(redis_url=url, durable_enqueue=durable)
+    culex.configure(durable_enqueue=durable)
+
+
+def kill_under_load(
+    topology: Topology, url: str, durable: bool, name: str, monkeypatch: pytest.MonkeyPatch
+) -> Try:
+    """Load ``topology`` (started), SIGKILL the master of the queue, wait for the failover."""
+    point_at(monkeypatch, url, durable)
     outcome = Try()
     try:
         with Load(name) as load:
@@ -174,12 +183,15 @@ def report(kind: str, durable: bool, tries: list[Try]) -> None:
     publish(f"loss-window-{kind}-{mode}" + ("-long" if len(tries) > 1 else ""), figures)
 
 
-def measure(kind: str, durable: bool, folder: Path, tries: int) -> list[Try]:
+def measure(
+    kind: str, durable: bool, folder: Path, tries: int, monkeypatch: pytest.MonkeyPatch
+) -> list[Try]:
     done: list[Try] = []
     for n in range(tries):
         topology, url = started(kind, folder / f"try-{n}")
         try:
-            done.append(kill_under_load(topology, url, durable, f"{kind}-{durable}-{n}"))
+            name = f"{kind}-{durable}-{n}"
+            done.append(kill_under_load(topology, url, durable, name, monkeypatch))
         finally:
             topology.stop()
     report(kind, durable, done)
@@ -194,9 +206,9 @@ def measure(kind: str, durable: bool, folder: Path, tries: int) -> list[Try]:
 @pytest.mark.parametrize("durable", [False, True], ids=["not-durable", "durable"])
 @pytest.mark.parametrize("kind", ["sentinel", "cluster"])
 def test_the_loss_window_of_a_master_killed_under_load(
-    kind: str, durable: bool, tmp_path: Path
+    kind: str, durable: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    measure(kind, durable, tmp_path, tries=1)
+    measure(kind, durable, tmp_path, 1, monkeypatch)
 
 
 @pytest.mark.long
@@ -204,9 +216,9 @@ def test_the_loss_window_of_a_master_killed_under_load(
 @pytest.mark.parametrize("durable", [False, True], ids=["not-durable", "durable"])
 @pytest.mark.parametrize("kind", ["sentinel", "cluster"])
 def test_the_loss_window_of_a_master_killed_under_load_long(
-    kind: str, durable: bool, tmp_path: Path
+    kind: str, durable: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    measure(kind, durable, tmp_path, tries=10)
+    measure(kind, durable, tmp_path, 10, monkeypatch)
 
 
 def on_replica(replica: Node, key: str) -> bool:
@@ -224,8 +236,7 @@ def durable_cluster(
     """durable_enqueue on a private cluster, through its redis+cluster:// URL or through the
     redis:// URL of one node (a cluster culex finds out about)."""
     monkeypatch.setattr(enqueue, "DURABLE_TIMEOUT_MS", 300)
-    config.reset()
-    culex.configure(redis_url=getattr(private_cluster, request.param), durable_enqueue=True)
+    point_at(monkeypatch, getattr(private_cluster, request.param), durable=True)
     try:
         yield private_cluster
     finally:
