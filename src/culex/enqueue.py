@@ -153,27 +153,31 @@ def _confirmation(settings: config.Settings) -> Flow[Confirm | None]:
 
 def _durability(settings: config.Settings) -> Flow[str]:
     """Ask the server, in one round trip, how it can confirm that a write is safe:
-    "replica" (WAIT 1) when a replica is connected, as a replica may take over from it (a
-    cluster's masters, a sentinel's master) and a write only the old master had, even on
-    its disk, is then lost; else "always" (appendonly with appendfsync always: it replies
-    only after the fsync) or "waitaof" (WAITAOF, Redis 7.2+ and Valkey, with appendonly on).
+    "always" (appendonly with appendfsync always: it replies only after the fsync),
+    "waitaof" (WAITAOF, Redis 7.2+ and Valkey, with appendonly on) or "replica" (WAIT 1).
+    Behind sentinels or in a cluster it is always "replica": a failover promotes a
+    replica, and a write that is only on the dead master's disk is not on it.
     Raises ConfigurationError, saying what to change, when it can do none of them: before
     any task is stored."""
-    waitaof, appendonly, appendfsync, replicas = yield [
+    waitaof, appendonly, appendfsync, replicas, cluster = yield [
         commands.has_wait_fsync(),
         commands.config_get("appendonly"),
         commands.config_get("appendfsync"),
         commands.connected_replicas(),
+        commands.cluster_enabled(),
     ]
+    kind = Address.parse(settings.redis_url).kind if settings.redis_url else "server"
+    if kind != "server" or cluster is True:
+        return "replica"
     readable = not isinstance(appendonly, ServerError)  # CONFIG is often off on managed servers
     waitaof = waitaof is True
     replicas = replicas if isinstance(replicas, int) else 0
-    if replicas >= 1:
-        return "replica"
     if appendonly == "yes" and appendfsync == "always":
         return "always"
     if waitaof and (appendonly == "yes" or not readable):
         return "waitaof"
+    if replicas >= 1:
+        return "replica"
     if not readable:
         found = "CONFIG GET is refused, so its appendfsync cannot be read"
     else:

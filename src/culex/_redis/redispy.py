@@ -284,6 +284,7 @@ class _Client:
         options = {**client_options(address, socket_timeout), **extra}
         module = redis.asyncio if asynchronous else redis
         self.cluster = address.kind == "cluster"
+        self.sentinels: list[Any] = []  # clients of the sentinels: closed with the driver
         if address.kind == "cluster":
             cluster = module.cluster
             nodes = [cluster.ClusterNode(host, port) for host, port in address.nodes]
@@ -298,6 +299,7 @@ class _Client:
                 list(address.nodes), sentinel_kwargs=sentinel_options, **options
             )
             self.client = sentinels.master_for(address.service, db=address.db)
+            self.sentinels = list(sentinels.sentinels)
         elif address.path is not None:
             self.client = module.Redis(unix_socket_path=address.path, db=address.db, **options)
         else:
@@ -404,6 +406,8 @@ class RedisPySyncDriver:
 
     def close(self) -> None:
         self._client.client.close()
+        for sentinel in self._client.sentinels:
+            sentinel.close()
 
 
 class RedisPyAsyncDriver:
@@ -516,6 +520,8 @@ class RedisPyAsyncDriver:
 
     async def close(self) -> None:
         await self._client.client.aclose()
+        for sentinel in self._client.sentinels:
+            await sentinel.aclose()
 
 
 def _reached(replies: list[Any], where: str) -> list[Any]:
