@@ -416,9 +416,13 @@ class Cluster(Topology):
         slot_map = seen.pop()
         if sum(last - first + 1 for first, last, _ in slot_map) != SLOTS:
             return f"not every slot is served: {slot_map}"
-        for port in {port for _, _, port in slot_map}:
+        serving = {port for _, _, port in slot_map}
+        for port in serving:
             if port not in running or self.node(port).role() != "master":
                 return f"the slots of {self.node(port)} wait for a running master"
+        for node in self.alive():  # (a killed master, restarted, is a master of no slots
+            if node.port not in serving and node.role() != "slave":  # until it learns)
+                return f"{node} serves no slots and is no replica yet"
         return None
 
 
