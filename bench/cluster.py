@@ -38,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -202,16 +203,32 @@ def snapshot(client: redis.Redis) -> dict[str, Any]:
     }
 
 
+def snapshots(deployment: Deployment) -> list[dict[str, Any]]:
+    return [snapshot(client) for client in deployment.masters]
+
+
+def waiting(deployment: Deployment) -> dict[str, int]:
+    """The tasks waiting in each queue, as its master counts them."""
+    return {
+        queue: int(deployment.masters[m].zcard(queue_keys("culex", queue).waiting))
+        for m in range(len(deployment.masters))
+        for queue in deployment.queues_of(m)
+    }
+
+
 def shard_figures(
-    deployment: Deployment, before: list[dict[str, Any]], polls: list[int], tasks: int
+    deployment: Deployment,
+    before: list[dict[str, Any]],
+    after: list[dict[str, Any]],
+    polls: list[int],
+    tasks: dict[str, int],
 ) -> list[dict[str, Any]]:
-    """Per master, from the snapshots before and now: the tasks of its queues, server CPU
-    and calls per task (without the harness's own), and the redirections it answered."""
-    after = [snapshot(client) for client in deployment.masters]
-    per_queue = tasks // len(deployment.queues)
+    """Per master, from the snapshots before and after: the tasks of its queues (``tasks``
+    by queue, as counted in them), server CPU and calls per task (without the harness's
+    own), and the redirections it answered."""
     shards = []
     for index, (old, new) in enumerate(zip(before, after, strict=True)):
-        own = per_queue * len(deployment.queues_of(index))
+        own = sum(tasks[q] for q in deployment.queues_of(index))
         calls = {k: v - old["calls"].get(k, 0) for k, v in new["calls"].items()}
         calls["zcard"] = calls.get("zcard", 0) - polls[index]  # the harness's looks
         calls = {k: v for k, v in calls.items() if v and k != "info"}
@@ -264,7 +281,7 @@ def culex_env(deployment: Deployment) -> dict[str, str]:
 
 def enqueue(deployment: Deployment, folder: Path, how: str, tasks: int) -> dict[str, Any]:
     """A (``one``) or A2 (``many``): ``tasks`` round-robin over the queues, in a child."""
-    before = [snapshot(client) for client in deployment.masters]
+    before = snapshots(deployment)
     out = subprocess.run(
         [sys.executable, str(Path(__file__).resolve()), "produce", how, str(tasks)],
         cwd=folder,
@@ -276,8 +293,11 @@ def enqueue(deployment: Deployment, folder: Path, how: str, tasks: int) -> dict[
     )
     if out.returncode != 0:
         raise RuntimeError(f"{deployment.name}: produce {how} failed: {out.stderr[-2000:]}")
+    after = snapshots(deployment)
     result = dict(json.loads(out.stdout.strip().splitlines()[-1]))
-    result["shards"] = shard_figures(deployment, before, [0] * len(before), tasks)
+    result["shards"] = shard_figures(
+        deployment, before, after, [0] * len(before), waiting(deployment)
+    )
     return result
 
 
@@ -304,6 +324,16 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def check_succeeded(deployment: Deployment) -> None:
+    """Every task left its queue as a success: none dead, none scheduled for a retry."""
+    for master, client in enumerate(deployment.masters):
+        for queue in deployment.queues_of(master):
+            keys = queue_keys("culex", queue)
+            failed = client.zcard(keys.dead) + client.zcard(keys.scheduled)
+            if failed:
+                raise RuntimeError(f"{deployment.name}: {failed} tasks of {queue} failed")
+
+
 def drain(
     deployment: Deployment, folder: Path, groups: list[list[str]], tasks: int, concurrency: int
 ) -> dict[str, Any]:
@@ -326,7 +356,10 @@ def drain(
         polls[master] += len(counts)
         return sum(counts[::2]), sum(counts)
 
-    before = [snapshot(client) for client in deployment.masters]
+    counted = waiting(deployment)
+    if sum(counted.values()) != tasks:
+        raise RuntimeError(f"{deployment.name}: {sum(counted.values())} tasks wait, not {tasks}")
+    before = snapshots(deployment)
     start = time.perf_counter()
     runners = []
     with open(log, "ab") as out:
@@ -358,24 +391,24 @@ def drain(
     done: list[float | None] = [None] * len(pipes)
     try:
         while None in done:
-            waiting = 0
+            unclaimed = 0
             for master in range(len(pipes)):
                 if done[master] is None:
                     still, busy = left(master)
-                    waiting += still
+                    unclaimed += still
                     if not busy:
                         done[master] = time.perf_counter() - start
-            if first is None and waiting < tasks:
+            if first is None and unclaimed < tasks:
                 first = time.perf_counter() - start
             if any(r.poll() is not None for r in runners):
-                raise RuntimeError(f"a runner exited; see {log}")
+                raise RuntimeError(f"a runner exited: {log.read_text()[-2000:]}")
             if time.perf_counter() - start > 120 + tasks / 100:
-                raise TimeoutError(f"{deployment.name}: the drain did not end; see {log}")
+                raise TimeoutError(f"{deployment.name}: no end: {log.read_text()[-2000:]}")
             time.sleep(POLL)
         elapsed = time.perf_counter() - start
-        shards = shard_figures(deployment, before, polls, tasks)
-        per_queue = tasks // len(deployment.queues)
+        shards = shard_figures(deployment, before, snapshots(deployment), polls, counted)
         cpu = [cpu_seconds(r.pid) for r in runners]
+        check_succeeded(deployment)
     finally:
         for runner in runners:
             with contextlib.suppress(ProcessLookupError):
@@ -395,7 +428,8 @@ def drain(
             {
                 "queues": group,
                 "cpu_s": used,
-                "cpu_us_per_task": used * 1e6 / (per_queue * len(group)),
+                "tasks": sum(counted[q] for q in group),
+                "cpu_us_per_task": used * 1e6 / sum(counted[q] for q in group),
             }
             for group, used in zip(groups, cpu, strict=True)
         ],
@@ -406,16 +440,19 @@ def measure(deployment: Deployment, tasks: int, concurrency: int) -> dict[str, A
     """A, B (a runner per shard), A2, B1 (one runner), each on emptied masters."""
     folder = jobs_folder(deployment.queues)
     results: dict[str, Any] = {}
-    for client in deployment.masters:
-        client.flushall()
-    results["A"] = enqueue(deployment, folder, "one", tasks)
-    results["B"] = drain(deployment, folder, deployment.groups, tasks, concurrency)
-    for client in deployment.masters:
-        client.flushall()
-    results["A2"] = enqueue(deployment, folder, "many", tasks)
-    results["B1"] = drain(deployment, folder, [deployment.queues], tasks, concurrency)
-    for client in deployment.masters:
-        client.flushall()
+    try:
+        for client in deployment.masters:
+            client.flushall()
+        results["A"] = enqueue(deployment, folder, "one", tasks)
+        results["B"] = drain(deployment, folder, deployment.groups, tasks, concurrency)
+        for client in deployment.masters:
+            client.flushall()
+        results["A2"] = enqueue(deployment, folder, "many", tasks)
+        results["B1"] = drain(deployment, folder, [deployment.queues], tasks, concurrency)
+        for client in deployment.masters:
+            client.flushall()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
     return results
 
 
