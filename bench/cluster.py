@@ -1,9 +1,8 @@
 """culex on a Redis Cluster: enqueue and drain rates with one runner per shard, beside one
 shard and a standalone server, and what each shard's master spends and is sent per task.
 
-    python bench/cluster.py                        # 30,000 tasks over 6 queues, 1 run
-    python bench/cluster.py --tasks 6000 --runs 2  # smaller, medians of 2 runs
-    python bench/cluster.py --replicas 1           # each master with a replica
+    python bench/cluster.py                        # 60,000 tasks over 6 queues, 3 runs
+    python bench/cluster.py --tasks 6000 --runs 1  # smaller, one run
     python bench/cluster.py --only standalone,3-shards
 
 Deployments, each started privately on free ports of 127.0.0.1 from the same server binary
@@ -13,7 +12,8 @@ Deployments, each started privately on free ports of 127.0.0.1 from the same ser
 - ``standalone-redispy``: the same, through redis-py (``driver="redis-py"``), the client
   culex uses on a cluster, so the price of the client is told apart from the cluster's;
 - ``1-shard``: a cluster of one master serving all 16,384 slots (``redis+cluster://``);
-- ``3-shards``: a cluster of 3 masters, each serving a third of the slots.
+- ``3-shards``: a cluster of 3 masters, each serving a third of the slots;
+- ``3-shards-replicas``: the same with a replica for each master (6 servers).
 
 The queues (``--queues-per-shard`` for each of 3 slot ranges, named so that their hash tags
 fall in them) and the tasks (round-robin over the queues) are the same everywhere. A task
@@ -21,9 +21,11 @@ does nothing (no I/O: the runner's own cost); the runners log at WARNING. For ea
 deployment: A, one ``enqueue()`` per task in one producer process; B, the tasks A left
 drained by one runner per shard (each given ``--run-from`` its shard's queues, also on one
 server, so the runners are the same everywhere); A2, ``culex.enqueue_many``; B1, the tasks
-A2 left drained by ONE runner given every queue. The drain's clock starts before the
-runners are spawned and stops when no task of any queue is waiting or pending (the harness
-looks every POLL seconds with ZCARD, on each master its own queues).
+A2 left drained by ONE runner given every queue; and on 3 masters A again with every task
+in the first master's queues (A-one-master: one server, the same client). The drain's
+clock starts before the runners are spawned and stops when no task of any queue is
+waiting or pending (the harness looks every POLL seconds with ZCARD, on each master its
+own queues); "after start-up" counts from the first claim.
 
 Around each phase, each master's INFO cpu (used_cpu_user + used_cpu_sys), commandstats and
 errorstats: the server CPU and the calls per task of that shard's queues (the harness's
@@ -64,7 +66,7 @@ from tests.topology import HOST, SLOTS, Cluster, Node, free_ports, keyslot
 SHARDS = 3  # slot ranges the queues are chosen from, whatever the deployment
 POLL = 0.01  # seconds between two looks at the queues during a drain
 MODULE = "cluster_jobs"
-DEPLOYMENTS = ("standalone", "standalone-redispy", "1-shard", "3-shards")
+DEPLOYMENTS = ("standalone", "standalone-redispy", "1-shard", "3-shards", "3-shards-replicas")
 REDIRECTS = ("MOVED", "ASK", "TRYAGAIN", "CROSSSLOT", "CLUSTERDOWN")
 # What a client sends once per connection or process, not per task.
 SETUP = ("command", "config|get", "cluster|slots", "cluster|shards", "cluster|nodes",
@@ -160,9 +162,7 @@ class Deployment:
 
 
 @contextlib.contextmanager
-def deployed(
-    name: str, binary: str, groups: list[list[str]], replicas: int
-) -> Iterator[Deployment]:
+def deployed(name: str, binary: str, groups: list[list[str]]) -> Iterator[Deployment]:
     if name.startswith("standalone"):
         with private_server(binary) as server:
             client = redis.Redis.from_url(server.url)
@@ -171,6 +171,7 @@ def deployed(
             client.close()
         return
     masters = 1 if name == "1-shard" else SHARDS
+    replicas = 1 if name.endswith("-replicas") else 0
     with (
         tempfile.TemporaryDirectory(prefix="culex-bench-cluster-") as folder,
         BenchCluster(Path(folder), masters, replicas, binary) as cluster,
@@ -449,6 +450,14 @@ def measure(deployment: Deployment, tasks: int, concurrency: int) -> dict[str, A
             client.flushall()
         results["A2"] = enqueue(deployment, folder, "many", tasks)
         results["B1"] = drain(deployment, folder, [deployment.queues], tasks, concurrency)
+        if len(deployment.masters) > 1:
+            for client in deployment.masters:
+                client.flushall()
+            first = jobs_folder(deployment.queues_of(0))
+            try:
+                results["A-one-master"] = enqueue(deployment, first, "one", tasks)
+            finally:
+                shutil.rmtree(first, ignore_errors=True)
         for client in deployment.masters:
             client.flushall()
     finally:
@@ -471,16 +480,19 @@ def render(medians: dict[str, Any], tasks: int, per_shard: int) -> str:
         f"{tasks:,} no-op tasks over {per_shard * SHARDS} queues ({per_shard} per slot range)",
         "",
         "| deployment | A enqueue, 1 call/task (/s) | A2 bulk enqueue (/s) | B drain, a runner per "
-        "shard (/s) | B1 drain, 1 runner (/s) | server CPU in B per master (µs/task) | "
-        "server CPU in A per master (µs/task) | producer CPU in A (µs/task) | runners' CPU in "
-        "B (µs/task) |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "shard (/s) | B after start-up (/s) | B1 drain, 1 runner (/s) | server CPU in B per "
+        "master (µs/task) | server CPU in A per master (µs/task) | producer CPU in A (µs/task) "
+        "| runners' CPU in B (µs/task) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, got in medians.items():
         rates = []
-        for phase in ("A", "A2", "B", "B1"):
-            rate = got[phase]["rate"]
-            ratio = f" ({rate / base[phase]['rate']:.2f}x)" if base and name != "standalone" else ""
+        for phase, field_name in (("A", "rate"), ("A2", "rate"), ("B", "rate"),
+                                  ("B", "rate_after_first"), ("B1", "rate")):  # fmt: skip
+            rate = got[phase][field_name]
+            ratio = (
+                f" ({rate / base[phase][field_name]:.2f}x)" if base and name != "standalone" else ""
+            )
             rates.append(f"{rate:,.0f}{ratio}")
         cpu_b = shard_cells(got["B"], "server_cpu_us_per_task")
         cpu_a = shard_cells(got["A"], "server_cpu_us_per_task")
@@ -525,7 +537,24 @@ def per_master(name: str, got: dict[str, Any]) -> list[str]:
         once = ", ".join(f"{k} {v:g}" for k, v in shard["calls"].items() if k in SETUP)
         setup.append(f"master {index}: {once or 'none'}")
     lines += ["", "Calls in B that are not per task (connecting): " + "; ".join(setup) + "."]
+    alone = got.get("A-one-master")
+    if alone:
+        lines += [
+            "",
+            f"A with every task in master 0's queues: {alone['rate']:,.0f}/s "
+            f"(round-robin over the masters: {got['A']['rate']:,.0f}/s); server CPU "
+            f"{report.number(alone['shards'][0]['server_cpu_us_per_task'])} µs/task on master 0 "
+            f"(round-robin: {report.number(total_cpu(got['A']))} µs/task over all masters); "
+            f"producer CPU {report.number(alone['producer_cpu_us_per_task'])} µs/task "
+            f"(round-robin: {report.number(got['A']['producer_cpu_us_per_task'])}).",
+        ]
     return lines
+
+
+def total_cpu(phase: dict[str, Any]) -> float:
+    """Server CPU of every master per task of the phase."""
+    shards = phase["shards"]
+    return sum(s["server_cpu_s"] for s in shards) * 1e6 / sum(s["tasks"] for s in shards)
 
 
 def scripts(shard: dict[str, Any]) -> float:
@@ -544,11 +573,10 @@ def main() -> None:
         produce(sys.argv[2], int(sys.argv[3]))
         return
     parser = arguments(__doc__)
-    parser.add_argument("--tasks", type=int, default=30_000)
+    parser.add_argument("--tasks", type=int, default=60_000)
     parser.add_argument("--queues-per-shard", type=int, default=2)
     parser.add_argument("--concurrency", type=int, default=100)
-    parser.add_argument("--replicas", type=int, default=0, help="per cluster master")
-    parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--only", help=f"comma-separated, among: {','.join(DEPLOYMENTS)}")
     args = parser.parse_args()
     names = args.only.split(",") if args.only else list(DEPLOYMENTS)
@@ -565,7 +593,7 @@ def main() -> None:
         results: dict[str, Any] = {}
         for name in names:
             print(f"run {run + 1}/{args.runs}: {name}", flush=True)
-            with deployed(name, binary, groups, args.replicas) as deployment:
+            with deployed(name, binary, groups) as deployment:
                 results[name] = {
                     "url": deployment.url,
                     **measure(deployment, tasks, args.concurrency),
@@ -588,7 +616,6 @@ def main() -> None:
             "tasks": tasks,
             "queues": groups,
             "concurrency": args.concurrency,
-            "replicas_per_master": args.replicas,
             "runs": args.runs,
             "runner_log_level": "WARNING",
             "poll_s": POLL,
