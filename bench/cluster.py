@@ -474,8 +474,27 @@ def shard_cells(phase: dict[str, Any], what: str) -> str:
     return f"{text} (spread {spread(values):.0%})" if len(values) > 1 else text
 
 
-def render(medians: dict[str, Any], tasks: int, per_shard: int) -> str:
-    base = medians.get("standalone")
+RATES = (("A", "rate"), ("A2", "rate"), ("B", "rate"), ("B", "rate_after_first"), ("B1", "rate"))
+
+
+def run_ratios(runs: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Each rate of each deployment as a ratio to standalone's in the same run, the median
+    over the runs: the machine drifts between runs more than within one."""
+    ratios: dict[str, dict[str, float]] = {}
+    for name in runs[0]:
+        ratios[name] = {
+            f"{phase}.{what}": statistics.median(
+                run[name][phase][what] / run["standalone"][phase][what] for run in runs
+            )
+            for phase, what in RATES
+            if "standalone" in runs[0]
+        }
+    return ratios
+
+
+def render(
+    medians: dict[str, Any], ratios: dict[str, dict[str, float]], tasks: int, per_shard: int
+) -> str:
     lines = [
         f"{tasks:,} no-op tasks over {per_shard * SHARDS} queues ({per_shard} per slot range)",
         "",
@@ -487,13 +506,11 @@ def render(medians: dict[str, Any], tasks: int, per_shard: int) -> str:
     ]
     for name, got in medians.items():
         rates = []
-        for phase, field_name in (("A", "rate"), ("A2", "rate"), ("B", "rate"),
-                                  ("B", "rate_after_first"), ("B1", "rate")):  # fmt: skip
-            rate = got[phase][field_name]
-            ratio = (
-                f" ({rate / base[phase][field_name]:.2f}x)" if base and name != "standalone" else ""
-            )
-            rates.append(f"{rate:,.0f}{ratio}")
+        for phase, what in RATES:
+            rate = got[phase][what]
+            ratio = ratios[name].get(f"{phase}.{what}")
+            shown = f" ({ratio:.2f}x)" if ratio is not None and name != "standalone" else ""
+            rates.append(f"{rate:,.0f}{shown}")
         cpu_b = shard_cells(got["B"], "server_cpu_us_per_task")
         cpu_a = shard_cells(got["A"], "server_cpu_us_per_task")
         producer = report.number(got["A"]["producer_cpu_us_per_task"])
@@ -503,7 +520,10 @@ def render(medians: dict[str, Any], tasks: int, per_shard: int) -> str:
             f"{report.number(runners)} |"
         )
     lines.append("")
-    lines.append("Ratios: to standalone (culex's own client) in the same run.")
+    lines.append(
+        "Rates: medians of the runs. Ratios: to standalone (culex's own client) in the same "
+        "run, the median over the runs."
+    )
     for name, got in medians.items():
         if len(got["B"]["shards"]) > 1:
             lines += ["", *per_master(name, got)]
@@ -591,20 +611,23 @@ def main() -> None:
     runs: list[dict[str, Any]] = []
     for run in range(args.runs):
         results: dict[str, Any] = {}
-        for name in names:
+        # Each run starts one deployment later, so the machine's drift falls on each in turn.
+        shift = run % len(names)
+        for name in names[shift:] + names[:shift]:
             print(f"run {run + 1}/{args.runs}: {name}", flush=True)
             with deployed(name, binary, groups) as deployment:
                 results[name] = {
                     "url": deployment.url,
                     **measure(deployment, tasks, args.concurrency),
                 }
-        runs.append(results)
+        runs.append({name: results[name] for name in names})
     info["load_average_at_end"] = os.getloadavg()
     info["culex_source_at_end"] = source_digest()
     if info["culex_source_at_end"] != info["culex_source_at_start"]:
         info["culex_checkout"] += ", CHANGED during the run"
     medians = {name: report.median_tree([r[name] for r in runs]) for name in names}
-    text = render(medians, tasks, args.queues_per_shard)
+    ratios = run_ratios(runs)
+    text = render(medians, ratios, tasks, args.queues_per_shard)
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / f"{started}-{(info['culex_commit'] or 'unknown')[:7]}-cluster.json"
     record = {
@@ -622,6 +645,7 @@ def main() -> None:
         },
         "runs": runs,
         "medians": medians,
+        "ratios_to_standalone": ratios,
         "table": text,
     }
     out.write_text(json.dumps(record, indent=1, default=list))
