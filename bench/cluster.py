@@ -57,7 +57,7 @@ import redis
 import report
 from child import HERE, answer
 from compare import RESULTS, machine, source_digest
-from server import arguments, find_binary, private_server
+from server import arguments, find_binary, private_server, server_cpu
 
 sys.path.insert(0, str(HERE.parent))  # the repository root: its tests/ package starts clusters
 from culex._redis.keys import queue_keys
@@ -149,6 +149,7 @@ class Deployment:
     masters: list[redis.Redis]  # a client of each master, in slot order
     groups: list[list[str]]  # the queues, by the shard (slot range) they were chosen for
     env: dict[str, str] = field(default_factory=dict)  # more settings for culex processes
+    replicas: list[list[redis.Redis]] = field(default_factory=list)  # each master's replicas
 
     def master_of(self, queue: str) -> int:
         return shard_of_slot(keyslot(queue), len(self.masters))
@@ -179,8 +180,12 @@ def deployed(name: str, binary: str, groups: list[list[str]]) -> Iterator[Deploy
         nodes = cluster.masters()
         url = "redis+cluster://" + ",".join(node.address for node in nodes)
         clients = [redis.Redis(host=HOST, port=node.port) for node in nodes]
-        yield Deployment(name, url, clients, groups)
-        for client in clients:
+        followers = [
+            [redis.Redis(host=HOST, port=node.port) for node in cluster.replicas_of(master)]
+            for master in nodes
+        ]
+        yield Deployment(name, url, clients, groups, replicas=followers)
+        for client in [*clients, *(c for group in followers for c in group)]:
             client.close()
 
 
@@ -205,7 +210,11 @@ def snapshot(client: redis.Redis) -> dict[str, Any]:
 
 
 def snapshots(deployment: Deployment) -> list[dict[str, Any]]:
-    return [snapshot(client) for client in deployment.masters]
+    """Each master's snapshot, with the CPU its replicas have used (``replica_cpu``)."""
+    taken = [snapshot(client) for client in deployment.masters]
+    for index, replicas in enumerate(deployment.replicas):
+        taken[index]["replica_cpu"] = sum(server_cpu(replica) for replica in replicas)
+    return taken
 
 
 def waiting(deployment: Deployment) -> dict[str, int]:
@@ -240,6 +249,11 @@ def shard_figures(
                 "tasks": own,
                 "server_cpu_s": new["cpu"] - old["cpu"],
                 "server_cpu_us_per_task": (new["cpu"] - old["cpu"]) * 1e6 / own if own else None,
+                "replica_cpu_us_per_task": (
+                    (new["replica_cpu"] - old["replica_cpu"]) * 1e6 / own
+                    if own and "replica_cpu" in new
+                    else None
+                ),
                 "calls": calls,
                 "calls_per_task": {k: v / own for k, v in calls.items()} if own else None,
                 "redirections": sum(errors.get(k, 0) for k in REDIRECTS),
@@ -557,6 +571,15 @@ def per_master(name: str, got: dict[str, Any]) -> list[str]:
         once = ", ".join(f"{k} {v:g}" for k, v in shard["calls"].items() if k in SETUP)
         setup.append(f"master {index}: {once or 'none'}")
     lines += ["", "Calls in B that are not per task (connecting): " + "; ".join(setup) + "."]
+    if got["B"]["shards"][0].get("replica_cpu_us_per_task") is not None:
+        lines += [
+            "",
+            "The replicas' own CPU per task of their master's queues: in B "
+            + shard_cells(got["B"], "replica_cpu_us_per_task")
+            + " µs; in A "
+            + shard_cells(got["A"], "replica_cpu_us_per_task")
+            + " µs.",
+        ]
     alone = got.get("A-one-master")
     if alone:
         lines += [
