@@ -213,7 +213,8 @@ def snapshots(deployment: Deployment) -> list[dict[str, Any]]:
     """Each master's snapshot, with the CPU its replicas have used (``replica_cpu``)."""
     taken = [snapshot(client) for client in deployment.masters]
     for index, replicas in enumerate(deployment.replicas):
-        taken[index]["replica_cpu"] = sum(server_cpu(replica) for replica in replicas)
+        if replicas:
+            taken[index]["replica_cpu"] = sum(server_cpu(replica) for replica in replicas)
     return taken
 
 
@@ -265,7 +266,8 @@ def shard_figures(
 
 def spread(values: list[float]) -> float:
     """(largest - smallest) / mean: 0 for an even split."""
-    return (max(values) - min(values)) / statistics.mean(values) if values else 0.0
+    mean = statistics.mean(values) if values else 0.0
+    return (max(values) - min(values)) / mean if mean else 0.0
 
 
 # -- the phases ---------------------------------------------------------------------------
@@ -650,7 +652,6 @@ def main() -> None:
         info["culex_checkout"] += ", CHANGED during the run"
     medians = {name: report.median_tree([r[name] for r in runs]) for name in names}
     ratios = run_ratios(runs)
-    text = render(medians, ratios, tasks, args.queues_per_shard)
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / f"{started}-{(info['culex_commit'] or 'unknown')[:7]}-cluster.json"
     record = {
@@ -669,8 +670,9 @@ def main() -> None:
         "runs": runs,
         "medians": medians,
         "ratios_to_standalone": ratios,
-        "table": text,
     }
+    out.write_text(json.dumps(record, indent=1, default=list))  # first: a table may fail
+    record["table"] = text = render(medians, ratios, tasks, args.queues_per_shard)
     out.write_text(json.dumps(record, indent=1, default=list))
     print()
     print(text)
