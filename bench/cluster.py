@@ -4,6 +4,7 @@ shard and a standalone server, and what each shard's master spends and is sent p
     python bench/cluster.py                        # 60,000 tasks over 6 queues, 3 runs
     python bench/cluster.py --tasks 6000 --runs 1  # smaller, one run
     python bench/cluster.py --only standalone,3-shards
+    python bench/cluster.py table bench/results/FILE-cluster.json   # its tables again
 
 Deployments, each started privately on free ports of 127.0.0.1 from the same server binary
 (``--server``, as every bench script), without persistence, and stopped at the end:
@@ -490,6 +491,18 @@ def shard_cells(phase: dict[str, Any], what: str) -> str:
     return f"{text} (spread {spread(values):.0%})" if len(values) > 1 else text
 
 
+def median_of(runs: list[Any]) -> Any:
+    """report.median_tree, with lists (the masters, the runners) taken item by item."""
+    present = [r for r in runs if r is not None]
+    if present and all(isinstance(r, dict) for r in present):
+        keys = dict.fromkeys(k for r in present for k in r)
+        return {k: median_of([r.get(k) for r in present]) for k in keys}
+    lists = all(isinstance(r, list) for r in present)
+    if present and lists and len({len(r) for r in present}) == 1:
+        return [median_of(list(items)) for items in zip(*present, strict=True)]
+    return report.median_tree(present)
+
+
 RATES = (("A", "rate"), ("A2", "rate"), ("B", "rate"), ("B", "rate_after_first"), ("B1", "rate"))
 
 
@@ -613,9 +626,26 @@ def per_task(shard: dict[str, Any]) -> float:
     return sum(v for k, v in shard["calls"].items() if k not in SETUP) / shard["tasks"]
 
 
+def retable(path: Path) -> None:
+    """``cluster.py table RECORD``: the medians and tables of a record again, from its runs."""
+    record = json.loads(path.read_text())
+    runs = record["runs"]
+    record["medians"] = {name: median_of([r[name] for r in runs]) for name in runs[0]}
+    record["ratios_to_standalone"] = run_ratios(runs)
+    per_shard = len(record["settings"]["queues"][0])
+    record["table"] = text = render(
+        record["medians"], record["ratios_to_standalone"], record["settings"]["tasks"], per_shard
+    )
+    path.write_text(json.dumps(record, indent=1, default=list))
+    print(text)
+
+
 def main() -> None:
     if sys.argv[1:2] == ["produce"]:
         produce(sys.argv[2], int(sys.argv[3]))
+        return
+    if sys.argv[1:2] == ["table"]:
+        retable(Path(sys.argv[2]))
         return
     parser = arguments(__doc__)
     parser.add_argument("--tasks", type=int, default=60_000)
@@ -650,7 +680,7 @@ def main() -> None:
     info["culex_source_at_end"] = source_digest()
     if info["culex_source_at_end"] != info["culex_source_at_start"]:
         info["culex_checkout"] += ", CHANGED during the run"
-    medians = {name: report.median_tree([r[name] for r in runs]) for name in names}
+    medians = {name: median_of([r[name] for r in runs]) for name in names}
     ratios = run_ratios(runs)
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / f"{started}-{(info['culex_commit'] or 'unknown')[:7]}-cluster.json"
