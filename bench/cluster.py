@@ -612,18 +612,18 @@ def per_master(name: str, got: dict[str, Any]) -> list[str]:
 def total_cpu(phase: dict[str, Any]) -> float:
     """Server CPU of every master per task of the phase."""
     shards = phase["shards"]
-    return sum(s["server_cpu_s"] for s in shards) * 1e6 / sum(s["tasks"] for s in shards)
+    return float(sum(s["server_cpu_s"] for s in shards) * 1e6 / sum(s["tasks"] for s in shards))
 
 
 def scripts(shard: dict[str, Any]) -> float:
     """Script calls (EVALSHA, EVAL) per task of the shard's own queues."""
     calls = shard["calls"]
-    return float(calls.get("evalsha", 0) + calls.get("eval", 0)) / shard["tasks"]
+    return float(calls.get("evalsha", 0) + calls.get("eval", 0)) / float(shard["tasks"])
 
 
 def per_task(shard: dict[str, Any]) -> float:
     """Every command the master ran per task (inside scripts too), connecting left out."""
-    return sum(v for k, v in shard["calls"].items() if k not in SETUP) / shard["tasks"]
+    return float(sum(v for k, v in shard["calls"].items() if k not in SETUP) / shard["tasks"])
 
 
 def retable(path: Path) -> None:
