@@ -364,13 +364,29 @@ class RedisPySyncDriver:
                 sends = batch.sends(self._client.node_of, self._client.node_at)
             except redis.exceptions.RedisError as exc:  # no node serves a slot (yet)
                 raise server_error(ConnectionError(str(exc)), self.where) from exc
-            for send in sends:
-                self._exchange(send, batch)
+            self._exchanges(sends, batch)
             if batch.settle():
                 return batch.replies
             time.sleep(batch.wait())
 
-    def _exchange(self, send: _Send, batch: _Batch) -> None:
+    def _exchanges(self, sends: list[_Send], batch: _Batch) -> None:
+        """Write every node's part of the batch, then read each: the nodes work at once."""
+        written: list[tuple[_Send, Any, Any]] = []
+        try:
+            for send in sends:
+                opened = self._write(send, batch)
+                if opened is not None:
+                    written.append((send, *opened))
+            while written:
+                send, pool, conn = written.pop(0)
+                self._read(send, batch, pool, conn)  # (gives the connection back, whatever)
+        finally:
+            for _, pool, conn in written:  # left unread by an error: out of step, dropped
+                conn.disconnect()
+                pool.release(conn)
+
+    def _write(self, send: _Send, batch: _Batch) -> tuple[Any, Any] | None:
+        """Send one node's calls; its pool and connection (None: the node was not reached)."""
         redis = _redis()
         client = self._client.client
         if send.node is not None:
@@ -382,10 +398,20 @@ class RedisPySyncDriver:
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
             _refused_login(exc, self.where)
             batch.unreached(send, exc)
-            return
-        replies: list[Any] = []
+            return None
         try:
             conn.send_packed_command(conn.pack_commands(send.words))
+        except redis.exceptions.RedisError as exc:
+            conn.disconnect()
+            pool.release(conn)
+            raise _lost(exc, self.where) from exc
+        return pool, conn
+
+    def _read(self, send: _Send, batch: _Batch, pool: Any, conn: Any) -> None:
+        """Read one node's replies (its connection goes back to its pool)."""
+        redis = _redis()
+        replies: list[Any] = []
+        try:
             timeout = self.socket_timeout + send.blocks
             for _ in send.words:
                 try:
