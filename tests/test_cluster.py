@@ -499,3 +499,25 @@ async def test_pickup_latency_on_a_cluster_and_on_one_server(
             f"p25 {quartiles[0]:.2f}, p75 {quartiles[2]:.2f}, max {max(found):.2f}"
         )
     assert len(on_cluster_ms) == len(on_one_ms) == 60
+
+
+@pytest.mark.parametrize("kind", ["redis-py sync", "redis-py async"])
+async def test_the_drivers_conform_on_a_cluster(kind: str, cluster: Cluster) -> None:
+    """The conformance tests of tests/_redis/test_drivers.py on the cluster: their batches
+    name keys of several slots, so each is split by node and its replies put back in order
+    (a refused call among them, scripts lost on every master)."""
+    from ._redis import test_drivers
+
+    nodes = [redis.cluster.ClusterNode("127.0.0.1", node.port) for node in cluster.masters()]
+    r = redis.cluster.RedisCluster(startup_nodes=nodes, protocol=2)
+    try:
+        assert len({r.keyslot(k) for k in ("a-hash", "n", test_drivers.KEYS.waiting)}) == 3
+        await test_drivers.test_a_driver_runs_a_call_a_batch_and_the_refused(
+            kind, cast(redis.Redis, r), cluster.url
+        )
+        cluster.flushall()
+        await test_drivers.test_a_driver_loads_scripts_the_server_lost(
+            kind, cast(redis.Redis, r), cluster.url
+        )
+    finally:
+        r.close()

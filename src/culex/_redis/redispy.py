@@ -546,6 +546,7 @@ class RedisPyAsyncDriver:
 
     async def close(self) -> None:
         await self._client.client.aclose()
+        self._ready = False  # (a cluster client closed must be initialized again to be used)
         for sentinel in self._client.sentinels:
             await sentinel.aclose()
 
