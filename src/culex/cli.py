@@ -9,6 +9,7 @@ import importlib
 import importlib.util
 import os
 import sys
+import time
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
@@ -77,6 +78,9 @@ def _parser() -> argparse.ArgumentParser:
     queues = command("queues", help="every known queue and its task counts")
     queues.add_argument("--redis-url", help="redis://... (default: the embedded server)")
     queues.set_defaults(command=_queues)
+    runners = command("runners", help="the runners at work now, and what each runs")
+    runners.add_argument("--redis-url", help="redis://... (default: the embedded server)")
+    runners.set_defaults(command=_runners)
 
     periodic = command(
         "periodic",
@@ -223,6 +227,29 @@ def _queues(args: argparse.Namespace) -> int:
     print(f"{'queue':<30}" + "".join(f"{s:>10}" for s in states))
     for queue, row in counts.items():
         print(f"{queue:<30}" + "".join(f"{row[s]:>10}" for s in states))
+    return 0
+
+
+def _runners(args: argparse.Namespace) -> int:
+    from .inspection import runners
+
+    settings = config.settings(**({"redis_url": args.redis_url} if args.redis_url else {}))
+    found = runners(settings)
+    now_ms = time.time() * 1000
+    print(f"{len(found)} runner(s)")
+    for runner in found:
+        busy = len(runner["tasks"])
+        print(
+            f"{runner['id']}  pid {runner['pid']}  queues {','.join(runner['queues'])}  "
+            f"busy {busy}/{runner['concurrency']}  up {(now_ms - runner['started']) / 1000:.0f} s"
+            f"  last beat {(now_ms - runner['beat']) / 1000:.1f} s ago  culex {runner['version']}"
+        )
+        for task in runner["tasks"]:
+            running_s = (now_ms - task.get("started", now_ms)) / 1000
+            print(
+                f"    {task.get('queue')}<{task.get('id')}> {task.get('job')} "
+                f"(attempt {task.get('attempt')}) for {running_s:.1f} s"
+            )
     return 0
 
 

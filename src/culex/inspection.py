@@ -4,13 +4,14 @@ Each is a flow, with a blocking function and its ``a*`` async twin."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from . import config
 from ._redis import commands
 from ._redis.keys import queue_keys, queues_key
-from ._redis.operations import Call
+from ._redis.operations import Call, number
 from .flow import Flow, run_async, run_sync
 
 if TYPE_CHECKING:
@@ -71,6 +72,47 @@ async def aperiodic_status(
     """The async twin of :func:`periodic_status`."""
     settings = settings or config.settings()
     return await run_async(_statuses(list(jobs), settings), settings.redis_url)
+
+
+def runners(settings: config.Settings | None = None) -> list[dict[str, Any]]:
+    """The runners that beat within their lease, oldest first: ``id``, ``host``, ``pid``,
+    ``queues`` (a list), ``concurrency``, ``version``, ``started`` and ``beat`` (ms since the
+    epoch), and ``tasks``: what each runs now, as of its last beat (``queue``, ``id``,
+    ``job``, ``attempt``, ``started``)."""
+    settings = settings or config.settings()
+    return run_sync(_runners(settings), settings.redis_url)
+
+
+async def arunners(settings: config.Settings | None = None) -> list[dict[str, Any]]:
+    """The async twin of :func:`runners`."""
+    settings = settings or config.settings()
+    return await run_async(_runners(settings), settings.redis_url)
+
+
+def _runners(settings: config.Settings) -> Flow[list[dict[str, Any]]]:
+    ids = yield commands.runner_ids(settings.prefix)
+    if not ids:
+        return []
+    records: list[dict[str, str]] = yield [commands.read_runner(settings.prefix, i) for i in ids]
+    found = [_runner(record) for record in records if isinstance(record, dict) and record]
+    return sorted(found, key=lambda runner: runner["started"])
+
+
+def _runner(record: dict[str, str]) -> dict[str, Any]:
+    """A runner's record as stored (strings), read back as values."""
+    try:
+        tasks = json.loads(record.get("tasks", "[]"))
+    except ValueError:
+        tasks = []
+    return {
+        **record,
+        "queues": [q for q in record.get("queues", "").split(",") if q],
+        "pid": number(record.get("pid")),
+        "concurrency": number(record.get("concurrency")),
+        "started": number(record.get("started")),
+        "beat": number(record.get("beat")),
+        "tasks": tasks if isinstance(tasks, list) else [],
+    }
 
 
 def _counts(settings: config.Settings, queues: list[str] | None) -> Flow[dict[str, dict[str, int]]]:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from culex import ServerError
 from culex._redis import assembly, operations, scripts
 from culex._redis.drivers import SyncDriverProtocol
 from culex._redis.keys import queue_keys
@@ -406,3 +407,25 @@ def test_reclaim_buries_a_task_key_of_another_type_and_reclaims_the_rest(
     dead = r.hgetall(K.task("odd"))
     assert dead[b"state"] == b"dead" and b"held a list" in dead[b"last_error"]
     assert r.zscore(K.dead, "odd") is not None and r.zcard(K.pending) == 0
+
+
+def test_beat_records_a_runner_until_its_record_expires_and_removes_it(r: redis.Redis) -> None:
+    d = drive(r)
+    zset, hash_key = "culex:{runners}", "culex:{runners}:runner:r1"
+    now = d.run(operations.beat("culex", "r1", 60_000, {"host": "h", "tasks": "[]"}))
+    assert r.hgetall(hash_key) == {b"host": b"h", b"tasks": b"[]", b"beat": str(now).encode()}
+    assert 59_000 < r.pttl(hash_key) <= 60_000
+    assert score(r, zset, "r1") == now + 60_000
+    r.zadd(zset, {"gone": now - 1})  # a runner whose record expired: dropped by the next beat
+    d.run(operations.beat("culex", "r1", 60_000, {"tasks": '[{"id": "t"}]'}))
+    assert members(r, zset) == ["r1"] and r.hget(hash_key, "host") == b"h"
+    d.run(operations.beat("culex", "r1", 0, {}))  # the runner stops
+    assert not r.exists(zset, hash_key)
+
+
+def test_beat_refuses_keys_of_another_type_before_any_write(r: redis.Redis) -> None:
+    r.set("culex:{runners}", "x")
+    before = snapshot(r)
+    with pytest.raises(ServerError, match="WRONGTYPE"):
+        drive(r).run(operations.beat("culex", "r1", 60_000, {"host": "h"}))
+    assert snapshot(r) == before

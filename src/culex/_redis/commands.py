@@ -10,7 +10,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from .keys import QueueKeys
+from .keys import QueueKeys, runner_key, runners_key
 from .operations import Call, number, text
 
 # What a listing of dead tasks reads of each.
@@ -170,3 +170,21 @@ def cluster_enabled() -> Call[bool]:
         return "cluster_enabled:1" in text(reply)
 
     return Call((), ("INFO", "cluster"), parse)
+
+
+MAX_RUNNERS = 1000  # the most runners a listing reads
+
+
+def runner_ids(prefix: str) -> Call[list[str]]:
+    """The ids in the runner registry (a record that expired since may still be listed:
+    read each with :func:`read_runner`, which finds it gone)."""
+    return Call(
+        (),
+        ("ZRANGE", runners_key(prefix), 0, MAX_RUNNERS - 1),
+        lambda reply: [text(x) for x in reply],
+    )
+
+
+def read_runner(prefix: str, runner_id: str) -> Call[dict[str, str]]:
+    """One runner's record ({} when it stopped beating and its record expired)."""
+    return Call((), ("HGETALL", runner_key(prefix, runner_id)), _parse_hash)

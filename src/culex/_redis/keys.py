@@ -75,3 +75,14 @@ def queue_keys(prefix: str, queue: str) -> QueueKeys:
 def queues_key(prefix: str) -> str:
     """A set of every queue name producers have used (for the CLI and dashboards)."""
     return f"{prefix}:queues"
+
+
+def runners_key(prefix: str) -> str:
+    """The runner registry: a sorted set of runner ids, scored by when each record expires.
+    Its hash tag keeps it in one slot with the runners' own hashes (beat.lua)."""
+    return f"{prefix}:{{runners}}"
+
+
+def runner_key(prefix: str, runner_id: str) -> str:
+    """One runner's record (host, pid, queues, the tasks it runs now, ...)."""
+    return f"{prefix}:{{runners}}:runner:{runner_id}"

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, NamedTuple, TypeVar
 
 from . import scripts
-from .keys import QueueKeys
+from .keys import QueueKeys, runner_key, runners_key
 from .scripts import Script
 
 T = TypeVar("T")
@@ -247,6 +247,17 @@ def heartbeat(keys: QueueKeys, lease_ms: int, held: Sequence[tuple[str, int]]) -
     for task_id, attempt in held:
         args += (task_id, attempt)
     return Call((keys.pending, keys.task_prefix), tuple(args), _parse_ids, scripts.HEARTBEAT)
+
+
+def beat(prefix: str, runner_id: str, ttl_ms: int, fields: dict[str, str]) -> Call[int]:
+    """Record a runner in the registry for ``ttl_ms`` (0: remove it); the reply is the
+    server's time in ms."""
+    args: list[Arg] = [runner_id, ttl_ms]
+    for name, value in fields.items():
+        args += (name, value)
+    return Call(
+        (runners_key(prefix), runner_key(prefix, runner_id)), tuple(args), int, scripts.BEAT
+    )
 
 
 def _parse_pairs(reply: list[bytes]) -> list[tuple[str, str]]:

@@ -44,6 +44,7 @@ SCHEDULE = Script.load("schedule")
 RETRY_DEAD = Script.load("retry_dead")
 CANCEL = Script.load("cancel")
 WAIT = Script.load("wait")
+BEAT = Script.load("beat")
 
 ALL = (
     ENQUEUE,
@@ -57,4 +58,5 @@ ALL = (
     RETRY_DEAD,
     CANCEL,
     WAIT,
+    BEAT,
 )

@@ -3,10 +3,15 @@
 The heartbeat runs in a thread of its own with its own connection, so a task that blocks
 the event loop (a busy loop in an ``async def perform``) or holds the GIL in a C call does
 not stop the renewals: such a task is not handed out twice while its runner lives.
+
+The same beat, in the same round trip, keeps the runner's record in the runner registry
+(beat.lua): who it is and the tasks it runs now. The record expires a lease after the last
+beat, and is removed when the runner stops.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -15,7 +20,7 @@ from .. import config, connection
 from .._redis import operations
 from .._redis.drivers import SyncDriverProtocol
 from .._redis.keys import queue_keys
-from .._redis.operations import Claimed
+from .._redis.operations import Call, Claimed
 from ..errors import ServerError
 
 logger = logging.getLogger("culex")
@@ -27,12 +32,13 @@ LOST_AFTER = 0.8
 class Held:
     """A task this runner holds: its lease and when that lease was last renewed."""
 
-    __slots__ = ("claimed", "finished", "lease_ms", "lost", "renewed")
+    __slots__ = ("claimed", "finished", "lease_ms", "lost", "renewed", "started")
 
     def __init__(self, claimed: Claimed, lease_ms: int) -> None:
         self.claimed = claimed
         self.lease_ms = lease_ms
         self.renewed = time.monotonic()
+        self.started = round(time.time() * 1000)  # (shown in the registry)
         self.lost = False
         # The attempt has ended and its report may be on its way: a refused renewal then
         # means the report landed first, not a lost lease.
@@ -40,11 +46,15 @@ class Held:
 
 
 class LeaseKeeper:
-    """Renews the leases of every held task in one call per queue, every lease/3."""
+    """Renews the leases of every held task in one call per queue, every lease/3, and
+    records the runner (``identity``: its fields in the registry; None: not recorded)."""
 
-    def __init__(self, settings: config.Settings, url: str) -> None:
+    def __init__(
+        self, settings: config.Settings, url: str, identity: dict[str, str] | None = None
+    ) -> None:
         self.settings = settings
         self.url = url
+        self.identity = identity
         self._held: dict[tuple[str, str], Held] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -81,15 +91,35 @@ class LeaseKeeper:
 
     def _run(self) -> None:
         driver = connection.new_sync_driver(self.url, socket_timeout=self.settings.socket_timeout)
+        self._renew(driver, [])  # (the runner is in the registry from its start)
         while not self._stopped.is_set():
             with self._lock:
                 held = list(self._held.values())
             shortest = min((h.lease_ms for h in held), default=self.settings.lease_ms)
             self._wake.wait(shortest / 3000)
             self._wake.clear()
-            if held and not self._stopped.is_set():
+            if not self._stopped.is_set() and (held or self.identity is not None):
+                with self._lock:  # (the tasks held now, for the registry)
+                    held = list(self._held.values())
                 self._renew(driver, held)
+        if self.identity is not None:
+            try:
+                driver.run(self._record(0, []))
+            except ServerError as exc:  # (it expires a lease from now anyway)
+                logger.warning("could not leave the runner registry: %s", exc)
         driver.close()
+
+    def _record(self, ttl_ms: int, held: list[Held]) -> Call[int]:
+        """The runner's beat in the registry: who it is, and the tasks it runs now."""
+        assert self.identity is not None
+        tasks = [
+            {"queue": h.claimed.queue, "id": h.claimed.id, "job": h.claimed.type,
+             "attempt": h.claimed.attempt, "started": h.started}
+            for h in held
+            if not h.finished
+        ]  # fmt: skip
+        fields = {**self.identity, "tasks": json.dumps(tasks)}
+        return operations.beat(self.settings.prefix, self.identity["id"], ttl_ms, fields)
 
     def _renew(self, driver: SyncDriverProtocol, held: list[Held]) -> None:
         groups: dict[tuple[str, int], list[Held]] = {}
@@ -103,13 +133,16 @@ class LeaseKeeper:
             )
             for (queue, lease_ms), group in groups.items()
         ]
+        beats = [] if self.identity is None else [self._record(self.settings.lease_ms, held)]
         try:
-            replies = driver.run_many(calls)
+            replies = driver.run_many([*calls, *beats])
         except ServerError as exc:  # (the next beat tries again)
             logger.warning("could not renew the leases of %d tasks: %s", len(held), exc)
-            replies = [exc] * len(calls)
+            replies = [exc] * (len(calls) + len(beats))
+        if beats and isinstance(replies[-1], ServerError):
+            logger.warning("could not beat in the runner registry: %s", replies[-1])
         now = time.monotonic()
-        for group, reply in zip(groups.values(), replies, strict=True):
+        for group, reply in zip(groups.values(), replies[: len(calls)], strict=True):
             lost = set(reply) if isinstance(reply, list) else set()
             for h in group:
                 if isinstance(reply, list) and h.claimed.id not in lost:

@@ -16,9 +16,12 @@ such a task back but waits for it (docs/reliability.md, "Graceful stop").
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import logging
 import os
 import signal
+import socket
+import time
 from collections import deque
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -70,6 +73,8 @@ class Runner:
             raise ConfigurationError(
                 "nothing to run: no job class is registered and run_from names no queue"
             )
+        # Its name in the runner registry: host, pid and a random part (a pid is reused).
+        self.id = f"{socket.gethostname()}:{os.getpid()}:{os.urandom(4).hex()}"
         self._stopping = asyncio.Event()
         self._running: dict[asyncio.Task[None], Claimed] = {}  # the slots taken
         self._slot_freed = asyncio.Event()
@@ -106,6 +111,18 @@ class Runner:
             )
             _exit_now(0)
 
+    def _identity(self) -> dict[str, str]:
+        """What the runner registry says of this runner (``culex runners``)."""
+        return {
+            "id": self.id,
+            "host": socket.gethostname(),
+            "pid": str(os.getpid()),
+            "queues": ",".join(self.queues),
+            "concurrency": str(self.settings.concurrency),
+            "version": culex_version(),
+            "started": str(round(time.time() * 1000)),
+        }
+
     def stop(self) -> None:
         """Ask the runner to stop: no more claims; running tasks finish or go back."""
         self._stopping.set()
@@ -121,7 +138,7 @@ class Runner:
                 loop.add_signal_handler(sig, self._on_signal, sig)
         url = connection.resolve_url(self.settings.redis_url)
         driver = await self._connect(url)
-        self._keeper = keeper = LeaseKeeper(self.settings, url)
+        self._keeper = keeper = LeaseKeeper(self.settings, url, self._identity())
         keeper.start()
         logger.info("culex is buzzing...")
         logger.info("Queues: %s", ", ".join(self.queues))
@@ -344,6 +361,14 @@ class _Pool(ThreadPoolExecutor):
             return fn(*args, **kwargs)
         finally:
             self._calls.pop()
+
+
+def culex_version() -> str:
+    """culex's version as installed ("" when it is not installed, e.g. run from a tree)."""
+    try:
+        return importlib.metadata.version("culex")
+    except importlib.metadata.PackageNotFoundError:
+        return ""
 
 
 def _exit_now(code: int) -> NoReturn:
