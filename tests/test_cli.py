@@ -10,12 +10,14 @@ import sys
 import textwrap
 import threading
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 import redis
 
 import culex
+from culex import cli, logs
 from culex._redis.keys import queue_keys
 
 from .conftest import wait_until
@@ -429,5 +431,31 @@ def test_queues_lists_counts(r: redis.Redis) -> None:
     done = subprocess.run(culex_command("queues"), capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     row = next(line for line in done.stdout.splitlines() if line.startswith("listed_job"))
-    assert row.split()[1:] == ["1", "0", "1", "0"]
+    assert row.split()[1:5] == ["1", "0", "1", "0"] and row.split()[5].endswith("s")
     culex.registry.remove(ListedJob)
+
+
+def test_culex_task_shows_the_whole_record_readably(
+    r: redis.Redis, url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    class ShownJob(culex.QueuedJob):
+        queue = "shown"
+        to: str
+
+        def perform(self) -> None: ...
+
+    monkeypatch.setattr(logs, "configure", lambda *args, **kwargs: None)
+    task = ShownJob(to="ann").enqueue()
+    assert cli.main(["task", "shown", task.id, "--redis-url", url]) == 0
+    out = capsys.readouterr().out
+    stored = int(r.hget(f"culex:{{shown}}:task:{task.id}", "enqueue_time") or 0)
+    moment = datetime.fromtimestamp(stored / 1000, tz=UTC).isoformat(timespec="milliseconds")
+    assert f"enqueue_time  {moment} ({stored})" in out
+    assert (
+        '"to": "ann"' in out
+        and "state         waiting" in out
+        and f"id            {task.id}" in out
+    )
+    assert cli.main(["task", "shown", "nope", "--redis-url", url]) == 1
+    assert "shown<nope>: no such task" in capsys.readouterr().out
+    culex.registry.remove(ShownJob)

@@ -4,14 +4,16 @@ periodic jobs and dead tasks (and retry them), cancel tasks, demo."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import importlib
 import importlib.util
+import json
 import os
 import sys
 import time
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -78,6 +80,11 @@ def _parser() -> argparse.ArgumentParser:
     queues = command("queues", help="every known queue and its task counts")
     queues.add_argument("--redis-url", help="redis://... (default: the embedded server)")
     queues.set_defaults(command=_queues)
+    task = command("task", help="one task's whole record, readable")
+    task.add_argument("queue")
+    task.add_argument("id")
+    task.add_argument("--redis-url", help="redis://... (default: the embedded server)")
+    task.set_defaults(command=_task)
     runners = command("runners", help="the runners at work now, and what each runs")
     runners.add_argument("--redis-url", help="redis://... (default: the embedded server)")
     runners.set_defaults(command=_runners)
@@ -219,14 +226,46 @@ def _server(args: argparse.Namespace) -> int:
 
 
 def _queues(args: argparse.Namespace) -> int:
-    from .inspection import queue_counts
+    from .inspection import queue_counts, queue_latency
 
     settings = config.settings(**({"redis_url": args.redis_url} if args.redis_url else {}))
     counts = queue_counts(settings)
+    latency = queue_latency(settings, list(counts))
     states = ("waiting", "pending", "scheduled", "dead")
-    print(f"{'queue':<30}" + "".join(f"{s:>10}" for s in states))
+    print(f"{'queue':<30}" + "".join(f"{s:>10}" for s in states) + f"{'latency':>10}")
     for queue, row in counts.items():
-        print(f"{queue:<30}" + "".join(f"{row[s]:>10}" for s in states))
+        print(
+            f"{queue:<30}"
+            + "".join(f"{row[s]:>10}" for s in states)
+            + f"{latency.get(queue, 0.0):>9.1f}s"
+        )
+    return 0
+
+
+# The fields of a task hash that hold a time (ms since the epoch), and those that hold JSON.
+_TIMES = ("enqueue_time", "due_at", "started_at", "failed_at", "finished_at", "retried_at", "slot")
+_JSON = ("params", "result")
+
+
+def _task(args: argparse.Namespace) -> int:
+    from .task import Task
+
+    settings = config.settings(**({"redis_url": args.redis_url} if args.redis_url else {}))
+    record = Task(args.id, args.queue, url=settings.redis_url).info()
+    if not record:
+        print(f"{args.queue}<{args.id}>: no such task (never enqueued, or expired)")
+        return 1
+    width = max(len(name) for name in record)
+    for name, value in record.items():
+        shown = value
+        if name in _TIMES and value.isdigit():
+            moment = datetime.fromtimestamp(int(value) / 1000, tz=UTC)
+            shown = f"{moment.isoformat(timespec='milliseconds')} ({value})"
+        elif name in _JSON:
+            with contextlib.suppress(ValueError):  # (else shown as stored)
+                shown = json.dumps(json.loads(value), indent=2, ensure_ascii=False)
+            shown = shown.replace("\n", "\n" + " " * (width + 2))
+        print(f"{name:<{width}}  {shown}")
     return 0
 
 

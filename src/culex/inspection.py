@@ -74,6 +74,40 @@ async def aperiodic_status(
     return await run_async(_statuses(list(jobs), settings), settings.redis_url)
 
 
+def queue_latency(
+    settings: config.Settings | None = None, queues: list[str] | None = None
+) -> dict[str, float]:
+    """How long the oldest ready task of each queue has waited, in seconds (0 when none
+    waits), by the server's clock: how far behind its runners are."""
+    settings = settings or config.settings()
+    return run_sync(_latency(settings, queues), settings.redis_url)
+
+
+async def aqueue_latency(
+    settings: config.Settings | None = None, queues: list[str] | None = None
+) -> dict[str, float]:
+    """The async twin of :func:`queue_latency`."""
+    settings = settings or config.settings()
+    return await run_async(_latency(settings, queues), settings.redis_url)
+
+
+def _latency(settings: config.Settings, queues: list[str] | None) -> Flow[dict[str, float]]:
+    names = (
+        queues if queues is not None else (yield commands.known_queues(queues_key(settings.prefix)))
+    )
+    if not names:
+        return {}
+    replies = yield [
+        commands.server_time(),
+        *(commands.oldest_waiting(queue_keys(settings.prefix, q)) for q in names),
+    ]
+    now, oldest = replies[0], replies[1:]
+    return {
+        q: 0.0 if not isinstance(ready, int) else max(0.0, (now - ready) / 1000)
+        for q, ready in zip(names, oldest, strict=True)
+    }
+
+
 def runners(settings: config.Settings | None = None) -> list[dict[str, Any]]:
     """The runners that beat within their lease, oldest first: ``id``, ``host``, ``pid``,
     ``queues`` (a list), ``concurrency``, ``version``, ``started`` and ``beat`` (ms since the

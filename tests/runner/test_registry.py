@@ -83,3 +83,13 @@ def test_culex_runners_shows_each_runner_and_its_tasks(
     out = capsys.readouterr().out
     assert "1 runner(s)" in out and "h:1:ab  pid 1  queues a,b  busy 1/4" in out
     assert "a<t1> J (attempt 2)" in out
+
+
+async def test_queue_latency_is_the_age_of_the_oldest_ready_task(r: redis.Redis) -> None:
+    task = await SlowJob().aenqueue()
+    SlowJob().enqueue(delay=3600)  # scheduled: not ready, so not late
+    seconds, micros = r.time()
+    r.zadd("culex:{registry}:waiting", {task.id: seconds * 1000 + micros // 1000 - 5000})
+    lag = await inspection.aqueue_latency(queues=["registry", "empty"])
+    assert 5.0 <= lag["registry"] < 60 and lag["empty"] == 0.0
+    assert inspection.queue_latency(queues=["registry"])["registry"] >= 5.0

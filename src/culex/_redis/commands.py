@@ -34,6 +34,15 @@ def count(keys: QueueKeys) -> list[Call[int]]:
     ]
 
 
+def oldest_waiting(keys: QueueKeys) -> Call[int | None]:
+    """When the oldest task in ``waiting`` became ready (ms; None: waiting is empty)."""
+
+    def parse(reply: list[bytes]) -> int | None:
+        return int(float(reply[1])) if reply else None
+
+    return Call((), ("ZRANGE", keys.waiting, 0, 0, "WITHSCORES"), parse)
+
+
 def register_queue(registry_key: str, queue: str) -> Call[int]:
     return Call((), ("SADD", registry_key, queue), int)
 
