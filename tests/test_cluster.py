@@ -30,7 +30,7 @@ import pytest
 import redis
 
 import culex
-from culex import config
+from culex import config, inspection
 from culex._redis import commands
 from culex._redis.keys import queue_keys
 from culex._redis.redispy import RedisPyAsyncDriver, RedisPySyncDriver
@@ -521,3 +521,17 @@ async def test_the_drivers_conform_on_a_cluster(kind: str, cluster: Cluster) -> 
         )
     finally:
         r.close()
+
+
+async def test_the_runner_registry_and_queue_latency_on_a_cluster(on_cluster: Cluster) -> None:
+    """The registry's keys share one slot, and a beat rides with the leases of queues on
+    every shard; latency reads every shard's waiting set."""
+    assert keyslot("culex:{runners}") == keyslot("culex:{runners}:runner:any")
+    culex.configure(lease=0.3)  # a beat every 0.1 s
+    async with running(runner()) as r:
+        await await_until(lambda: inspection.runners() != [], what="the runner's first beat")
+        (listed,) = await inspection.arunners()
+        assert listed["id"] == r.id and listed["queues"] == list(QUEUES)
+    assert await inspection.arunners() == []
+    lag = await inspection.aqueue_latency(queues=list(QUEUES))
+    assert set(lag) == set(QUEUES) and all(value == 0.0 for value in lag.values())
