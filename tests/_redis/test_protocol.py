@@ -173,6 +173,14 @@ class PlainRunner:
             for task_id in self.send("heartbeat", [self.pending, self.task_prefix], args)
         ]
 
+    def beat(self, runner_id: str, ttl_ms: Number, **fields: str) -> int:
+        """Record this runner in the runner registry (its keys are not the queue's)."""
+        keys = ["culex:{runners}", f"culex:{{runners}}:runner:{runner_id}"]
+        args: list[Number] = [runner_id, ttl_ms]
+        for name, value in fields.items():
+            args += [name, value]
+        return int(self.send("beat", keys, args))
+
     def release(self, held: Held) -> bool:
         keys = [self.task(held.id), self.pending, self.waiting, self.signal]
         return bool(self.send("release", keys, [held.id, held.attempt]) == 1)
@@ -284,6 +292,8 @@ def test_a_plain_runner_runs_every_state_change_through_the_shipped_files(r: red
     deadline = score(r, q.pending, "done")
     assert q.heartbeat([held], lease_ms=2 * q.LEASE_MS) == []
     assert score(r, q.pending, "done") > deadline
+    now = q.beat("plain-1", q.LEASE_MS, host="elsewhere", tasks='[{"id": "done"}]')
+    assert score(r, "culex:{runners}", "plain-1") == now + q.LEASE_MS  # in the registry
     assert q.complete([(held, "5")]) == []
     assert r.hget(q.task("done"), "result") == b"5"
     assert q.end("done", block=10) == ("succeeded", "5")  # complete woke the waiter
@@ -425,6 +435,11 @@ def _heartbeat(q: PlainRunner) -> Callable[[], object]:
     return lambda: q.heartbeat([held])
 
 
+def _beat(q: PlainRunner) -> Callable[[], object]:
+    q.beat("r1", 60_000, host="h")
+    return lambda: q.beat("r1", 60_000, host="other")
+
+
 def _reclaim(q: PlainRunner) -> Callable[[], object]:
     q.enqueue("t", "AddJob", max_retries=0)
     q.claim(lease_ms=0)
@@ -452,6 +467,7 @@ NUMBERS = [  # (script, ARGV index of a number it reads, a state it acts on and 
     ("complete", 4, _complete),
     ("fail", 4, _retry), ("fail", 5, _bury), ("fail", 6, _bury),
     ("heartbeat", 1, _heartbeat),
+    ("beat", 2, _beat),
     ("reclaim", 1, _reclaim), ("reclaim", 2, _reclaim), ("reclaim", 3, _reclaim),
     ("retry_dead", 1, _retry_dead),
     ("schedule", 4, _schedule),

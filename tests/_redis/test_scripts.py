@@ -416,6 +416,7 @@ def test_beat_records_a_runner_until_its_record_expires_and_removes_it(r: redis.
     assert r.hgetall(hash_key) == {b"host": b"h", b"tasks": b"[]", b"beat": str(now).encode()}
     assert 59_000 < r.pttl(hash_key) <= 60_000
     assert score(r, zset, "r1") == now + 60_000
+    assert r.pexpiretime(zset) == now + 60_000  # the registry ends with its last record
     r.zadd(zset, {"gone": now - 1})  # a runner whose record expired: dropped by the next beat
     d.run(operations.beat("culex", "r1", 60_000, {"tasks": '[{"id": "t"}]'}))
     assert members(r, zset) == ["r1"] and r.hget(hash_key, "host") == b"h"
