@@ -31,14 +31,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..errors import ConfigurationError, ServerError
+from ..errors import ConfigurationError, ServerUnavailable
 from .address import Address
-from .connections import SOCKET_TIMEOUT, ReplyError
+from .connections import SOCKET_TIMEOUT, ReplyError, late
 from .drivers import (
     MAX_CONNECTIONS,
     AsyncDriverProtocol,
@@ -395,16 +396,19 @@ class RedisPySyncDriver:
         try:  # (a pool may connect here: a sentinel's asks for the master first)
             conn = pool.get_connection()
             conn.connect()
-        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+        except redis.exceptions.TimeoutError as exc:  # (a hung node: as culex's own driver)
+            raise server_error(late(self.socket_timeout), self.where) from exc
+        except redis.exceptions.ConnectionError as exc:
             _refused_login(exc, self.where)
             batch.unreached(send, exc)
             return None
         try:
             conn.send_packed_command(conn.pack_commands(send.words))
-        except redis.exceptions.RedisError as exc:
+        except redis.exceptions.ConnectionError as exc:  # (an idle one the server dropped)
             conn.disconnect()
             pool.release(conn)
-            raise _lost(exc, self.where) from exc
+            batch.unreached(send, exc)  # the write failed: sent again on a new connection
+            return None
         return pool, conn
 
     def _read(self, send: _Send, batch: _Batch, pool: Any, conn: Any) -> None:
@@ -425,7 +429,7 @@ class RedisPySyncDriver:
             if _DEMOTED in str(exc):
                 batch.unreached(send, exc)
                 return
-            raise _lost(exc, self.where) from exc
+            raise _lost(exc, self.where, self.socket_timeout, send.blocks) from exc
         finally:
             pool.release(conn)
         batch.keep(send, replies)
@@ -510,26 +514,39 @@ class RedisPyAsyncDriver:
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
             if conn is not None:
                 await self._release(send, pool, conn)
+            if isinstance(exc, redis.exceptions.TimeoutError):  # (a hung node)
+                raise server_error(late(self.socket_timeout), self.where) from exc
             _refused_login(exc, self.where)
             batch.unreached(send, exc)
             return
-        replies: list[Any] = []
         try:
             await conn.send_packed_command(conn.pack_commands(send.words))
-            timeout = self.socket_timeout + send.blocks
-            for _ in send.words:
-                try:
-                    replies.append(await conn.read_response(timeout=timeout))
-                except redis.exceptions.ConnectionError:
-                    raise
-                except redis.exceptions.ResponseError as exc:
-                    replies.append(_reply_error(exc))
+        except redis.exceptions.ConnectionError as exc:  # (an idle one the server dropped)
+            await conn.disconnect()
+            await self._release(send, pool, conn)
+            batch.unreached(send, exc)  # the write failed: sent again on a new connection
+            return
+        replies: list[Any] = []
+        try:
+            # One deadline for the replies, ours: redis-py's asyncio read given a timeout
+            # answers None when it passes, as if that were a reply.
+            async with asyncio.timeout(self.socket_timeout + send.blocks):
+                for _ in send.words:
+                    try:
+                        replies.append(await conn.read_response(timeout=math.inf))
+                    except redis.exceptions.ConnectionError:
+                        raise
+                    except redis.exceptions.ResponseError as exc:
+                        replies.append(_reply_error(exc))
         except redis.exceptions.RedisError as exc:
             await conn.disconnect()
             if _DEMOTED in str(exc):
                 batch.unreached(send, exc)
                 return
-            raise _lost(exc, self.where) from exc
+            raise _lost(exc, self.where, self.socket_timeout, send.blocks) from exc
+        except TimeoutError as exc:
+            await conn.disconnect()
+            raise _lost(exc, self.where, self.socket_timeout, send.blocks) from exc
         except BaseException:  # cancelled mid-exchange: the connection is out of step
             await asyncio.shield(conn.disconnect())
             raise
@@ -562,13 +579,14 @@ def _reached(replies: list[Any], where: str) -> list[Any]:
 def _refused_login(exc: Exception, where: str) -> None:
     """A login the server refused is not a node out of reach: say so at once."""
     if isinstance(exc, _redis().exceptions.AuthenticationError):
-        raise ServerError(f"the Redis server at {where} refused the login: {exc}") from exc
+        raise ServerUnavailable(f"the Redis server at {where} refused the login: {exc}") from exc
 
 
-def _lost(exc: Exception, where: str) -> Exception:
-    """A connection lost (or too slow) after a batch was written: never sent again."""
-    if isinstance(exc, _redis().exceptions.TimeoutError):
-        return server_error(TimeoutError(str(exc)), where)
+def _lost(exc: Exception, where: str, timeout: float, blocks: float) -> Exception:
+    """A connection lost (or too slow: past ``timeout`` plus what the calls ``blocks``)
+    after a batch was written: never sent again."""
+    if isinstance(exc, TimeoutError | _redis().exceptions.TimeoutError):
+        return server_error(late(timeout, blocks), where)
     return server_error(ConnectionError(str(exc)), where)
 
 
