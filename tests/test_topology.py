@@ -230,7 +230,13 @@ def test_master_for_finds_the_new_master_after_a_failover(
         began = time.monotonic()
         setup.restart(old)
         print(f"the killed master rejoined as a replica in {time.monotonic() - began:.2f} s")
-        assert old.role() == "slave" and setup.replica() is old
+        # (Seen once on Redis 7.0: the restarted master answered "master" again right after
+        # the setup had settled with it as a replica; the sentinels settle it in the end.)
+        wait_until(
+            lambda: old.role() == "slave" and setup.replica() is old,
+            timeout=30,
+            what="the old master to stay a replica",
+        )
         replicated(new)
         assert old.client().get("after") == "written"
         wait_until(
