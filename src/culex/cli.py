@@ -1,5 +1,5 @@
 """The ``culex`` command: run a runner, manage the embedded server, look at queues,
-periodic jobs and dead tasks (and retry them), cancel tasks, demo."""
+periodic jobs and dead tasks (and retry them), cancel tasks, serve the dashboard, demo."""
 
 from __future__ import annotations
 
@@ -121,6 +121,16 @@ def _parser() -> argparse.ArgumentParser:
     cancel.add_argument("--reason", default="", help='stored as last_error "cancelled: TEXT"')
     cancel.add_argument("--redis-url", help="redis://... (default: the embedded server)")
     cancel.set_defaults(command=_cancel)
+
+    dashboard = command("dashboard", help="serve the web dashboard (needs culex[dashboard])")
+    dashboard.add_argument("--host", default="127.0.0.1", help="default 127.0.0.1")
+    dashboard.add_argument("--port", type=int, default=8000, help="default 8000")
+    dashboard.add_argument("--redis-url", help="redis://... (default: the embedded server)")
+    dashboard.add_argument("--read-only", action="store_true", help="no actions; POSTs get 403")
+    dashboard.add_argument(
+        "--basic-auth", metavar="USER:PASSWORD", help="ask every request for these credentials"
+    )
+    dashboard.set_defaults(command=_dashboard)
 
     demo = command("demo", help="enqueue example jobs and run them, then exit")
     demo.set_defaults(command=_demo)
@@ -397,6 +407,29 @@ def _cancel(args: argparse.Namespace) -> int:
         else:
             print(f"{task_id}: not cancelled, {f'it is {outcome}' if outcome else 'not found'}")
     return 1 if refused else 0
+
+
+def _dashboard(args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+
+        from .dashboard import app
+    except ImportError as exc:
+        raise CulexError(
+            f"the dashboard needs its extra: pip install 'culex[dashboard]' ({exc})"
+        ) from None
+    credentials = None
+    if args.basic_auth is not None:
+        user, colon, password = args.basic_auth.partition(":")
+        if not colon or not user or not password:
+            raise CulexError("--basic-auth takes USER:PASSWORD, both non-empty")
+        credentials = (user, password)
+    if not 0 < args.port < 65536:
+        raise CulexError(f"--port must be 1 to 65535, not {args.port}")
+    settings = config.settings(**({"redis_url": args.redis_url} if args.redis_url else {}))
+    dashboard = app(settings, read_only=args.read_only, basic_auth=credentials)
+    uvicorn.run(dashboard, host=args.host, port=args.port, log_level=args.log_level.lower())
+    return 0
 
 
 def _demo(args: argparse.Namespace) -> int:

@@ -1,0 +1,88 @@
+"""The actions (POST): each checks read-only mode and its CSRF token first, acts through
+culex's public flows, and sends the browser back (303) with what it did."""
+
+from __future__ import annotations
+
+from starlette.datastructures import FormData
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+
+from .. import dead, inspection
+from ..task import Task
+from . import security
+from .listing import MAX_LIMIT, Query
+from .pages import ACTIONS, queue_name, task_address
+
+CANCEL_REASON = "from the dashboard"
+
+
+async def task_action(request: Request) -> Response:
+    form = await request.form()
+    refused = security.refusal(request, form.get(security.CSRF_FIELD))
+    if refused is not None:
+        return refused
+    name, task_id = task_address(request)
+    action = request.path_params["action"]
+    task = Task(task_id, name, url=request.app.state.settings.redis_url)
+    if action == "retry":
+        done = await task.aretry()
+    elif action == "cancel":
+        done = await task.acancel(CANCEL_REASON)
+    else:
+        raise HTTPException(404, f"no such action: {action}")
+    url = request.url_for("task", queue=name, task_id=task_id).include_query_params(
+        done=action if done else "refused"
+    )
+    return RedirectResponse(str(url), status_code=303)
+
+
+async def bulk(request: Request) -> Response:
+    """An action on the ticked tasks, or on every task the page's filter matches."""
+    form = await request.form()
+    refused = security.refusal(request, form.get(security.CSRF_FIELD))
+    if refused is not None:
+        return refused
+    name = queue_name(request)
+    query = Query.parse({k: v for k, v in form.items() if isinstance(v, str)})
+    action = form.get("action")
+    if action not in ACTIONS.get(query.state, ()):
+        raise HTTPException(400, f"{action!r} cannot be done to {query.state} tasks")
+    ids = _ids(form)
+    everything = form.get("scope") == "filter"
+    if not ids and not everything:
+        raise HTTPException(400, "tick some tasks first, or choose every matching task")
+    count = await _apply(request, name, str(action), None if everything else ids)
+    url = request.url_for("queue", queue=name).include_query_params(
+        **query.params(cursor=None), done=str(action), count=str(count)
+    )
+    return RedirectResponse(str(url), status_code=303)
+
+
+async def _apply(request: Request, queue: str, action: str, ids: list[str] | None) -> int:
+    settings = request.app.state.settings
+    if action == "retry":
+        if ids is None:  # every task in dead now (not those that die again meanwhile)
+            left = (await inspection.aqueue_counts(settings, [queue]))[queue]["dead"]
+            total = 0
+            while left > 0:
+                retried = await dead.aretry_dead(
+                    queue, None, min(left, dead.CHUNK), settings=settings
+                )
+                if not retried:
+                    break
+                total += len(retried)
+                left -= len(retried)
+            return total
+        return len(await dead.aretry_dead(queue, ids, settings=settings))
+    if ids is None:
+        raise HTTPException(400, "cancel works on ticked tasks")
+    cancelled = [await Task(i, queue, url=settings.redis_url).acancel(CANCEL_REASON) for i in ids]
+    return sum(cancelled)
+
+
+def _ids(form: FormData) -> list[str]:
+    ids = [value for value in form.getlist("id") if isinstance(value, str)]
+    if len(ids) > MAX_LIMIT:
+        raise HTTPException(400, f"at most {MAX_LIMIT} tasks at a time")
+    return ids

@@ -1,0 +1,63 @@
+"""The dashboard's ASGI app: its routes, templates and state (on the app, nothing global)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from .. import config
+from . import actions, pages, security, templating
+
+HERE = Path(__file__).resolve().parent
+
+
+def app(
+    settings: config.Settings | None = None,
+    *,
+    read_only: bool = False,
+    basic_auth: tuple[str, str] | None = None,
+    secret: str | None = None,
+) -> Starlette:
+    """The culex dashboard, an ASGI app to serve (``culex dashboard``) or to mount in your
+    own (``app.mount("/culex", culex.dashboard.app())``) behind your own auth.
+
+    ``settings``: the server to look at (default: culex's configured settings, read now).
+    ``read_only``: no actions; every POST is refused with 403. ``basic_auth``: (user,
+    password) that every request must give. ``secret``: the key of the CSRF tokens (at
+    least 16 characters; default: random per app, so tokens end when the process does)."""
+    if settings is not None and not isinstance(settings, config.Settings):
+        raise TypeError(f"settings must be a culex.config.Settings, got {type(settings).__name__}")
+    if not isinstance(read_only, bool):
+        raise TypeError(f"read_only must be a bool, got {type(read_only).__name__}")
+    credentials = security.check_credentials(basic_auth)
+    key = security.check_secret(secret)
+    routes = [
+        Route("/", pages.overview, name="overview"),
+        Route("/runners", pages.runners, name="runners"),
+        Route("/dead", pages.dead, name="dead"),
+        Route("/queues/{queue}", pages.queue, name="queue"),
+        Route("/queues/{queue}/bulk", actions.bulk, methods=["POST"], name="bulk"),
+        Route("/queues/{queue}/tasks/{task_id}", pages.task, name="task"),
+        Route("/queues/{queue}/tasks/{task_id}/text/{field}", pages.task_text, name="task_text"),
+        Route(
+            "/queues/{queue}/tasks/{task_id}/{action}",
+            actions.task_action,
+            methods=["POST"],
+            name="task_action",
+        ),
+        Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+    ]
+    dashboard = Starlette(
+        routes=routes,
+        middleware=[Middleware(security.Guard, credentials=credentials)],
+        exception_handlers={404: pages.not_found},
+    )
+    dashboard.state.settings = settings or config.settings()
+    dashboard.state.read_only = read_only
+    dashboard.state.secret = key
+    dashboard.state.templates = templating.templates()
+    return dashboard

@@ -1,0 +1,141 @@
+"""The pages (GET): each reads through culex's public flows, never Redis itself."""
+
+from __future__ import annotations
+
+import time
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, RedirectResponse, Response
+
+from .. import inspection
+from .._redis.keys import check_queue_name
+from ..task import Task, check_id
+from . import listing
+from .templating import render
+
+# Which actions each state allows.
+ACTIONS = {"dead": ("retry",), "waiting": ("cancel",), "scheduled": ("cancel",)}
+
+# The fields of a task's record that hold a time (ms since the epoch), in the order shown.
+TIMES = ("enqueue_time", "due_at", "started_at", "failed_at", "finished_at", "retried_at", "slot")
+# The fields shown whole as text by the "show all" links (never as HTML).
+TEXT_FIELDS = ("params", "result", "last_error")
+
+
+async def overview(request: Request) -> Response:
+    settings = request.app.state.settings
+    counts = await inspection.aqueue_counts(settings)
+    latency = await inspection.aqueue_latency(settings, list(counts)) if counts else {}
+    totals = {state: sum(row[state] for row in counts.values()) for state in inspection.STATES}
+    queues = [
+        {"name": name, **row, "latency": latency.get(name, 0.0)}
+        for name, row in sorted(counts.items())
+    ]
+    return render(
+        request, "overview.html", {"queues": queues, "totals": totals, "page": "overview"}
+    )
+
+
+async def runners(request: Request) -> Response:
+    found = await inspection.arunners(request.app.state.settings)
+    now_ms = time.time() * 1000
+    for runner in found:
+        for task in runner["tasks"]:
+            task["running_s"] = max(0.0, (now_ms - (task.get("started") or now_ms)) / 1000)
+    return render(request, "runners.html", {"runners": found, "page": "runners"})
+
+
+async def queue(request: Request) -> Response:
+    name = queue_name(request)
+    query = listing.Query.parse(request.query_params)
+    if query.search:
+        return await _search_id(request, name, query)
+    settings = request.app.state.settings
+    # The dead tab offers every queue in a selector: it reads them all.
+    everyone = await inspection.aqueue_counts(settings, None if query.state == "dead" else [name])
+    counts = everyone.get(name) or (await inspection.aqueue_counts(settings, [name]))[name]
+    return render(
+        request,
+        "queue.html",
+        {
+            "queue": name,
+            "counts": counts,
+            "all_counts": everyone if query.state == "dead" else {},
+            "query": query,
+            "listing": await listing.page(name, query, settings),
+            "actions": ACTIONS,
+            "filter_by_job": listing.FILTER_BY_JOB,
+            "page": "dead" if request.query_params.get("from_dead") else "queues",
+        },
+    )
+
+
+async def dead(request: Request) -> Response:
+    """Every queue's dead tasks: the dead tab of the chosen queue (the first with any)."""
+    counts = await inspection.aqueue_counts(request.app.state.settings)
+    chosen = request.query_params.get("queue")
+    if chosen not in counts:
+        with_dead = [q for q, row in sorted(counts.items()) if row["dead"]]
+        chosen = with_dead[0] if with_dead else None
+    if chosen is None:
+        return render(request, "dead.html", {"counts": counts, "page": "dead"})
+    url = request.url_for("queue", queue=chosen).include_query_params(state="dead", from_dead=1)
+    return RedirectResponse(str(url), status_code=303)
+
+
+async def task(request: Request) -> Response:
+    name, task_id = task_address(request)
+    record = await Task(task_id, name, url=request.app.state.settings.redis_url).ainfo()
+    if not record:
+        raise HTTPException(404, f"{name}<{task_id}>: no such task (never enqueued, or expired)")
+    times = [(field, record[field]) for field in TIMES if record.get(field, "").isdigit()]
+    return render(
+        request,
+        "task.html",
+        {"queue": name, "task_id": task_id, "record": record, "times": times, "page": "queues"},
+    )
+
+
+async def task_text(request: Request) -> Response:
+    """One long field of a task, whole, as plain text (the "show all" of params, errors)."""
+    name, task_id = task_address(request)
+    field = request.path_params["field"]
+    if field not in TEXT_FIELDS:
+        raise HTTPException(404, f"no such field: {field}")
+    record = await Task(task_id, name, url=request.app.state.settings.redis_url).ainfo()
+    if not record:
+        raise HTTPException(404, f"{name}<{task_id}>: no such task (never enqueued, or expired)")
+    return PlainTextResponse(record.get(field, ""), headers={"cache-control": "no-store"})
+
+
+async def not_found(request: Request, exc: Exception) -> Response:
+    detail = exc.detail if isinstance(exc, HTTPException) else "not found"
+    return render(request, "missing.html", {"detail": detail, "page": ""}, status=404)
+
+
+async def _search_id(request: Request, name: str, query: listing.Query) -> Response:
+    """A search by id opens the task's page when the queue holds it."""
+    try:
+        task_id = check_id(query.search)
+    except ValueError as exc:
+        raise HTTPException(404, str(exc)) from None
+    record = await Task(task_id, name, url=request.app.state.settings.redis_url).ainfo()
+    if not record:
+        raise HTTPException(404, f"no task {task_id!r} in {name} (never enqueued, or expired)")
+    return RedirectResponse(str(request.url_for("task", queue=name, task_id=task_id)), 303)
+
+
+def queue_name(request: Request) -> str:
+    try:
+        return check_queue_name(request.path_params["queue"])
+    except ValueError as exc:
+        raise HTTPException(404, str(exc)) from None
+
+
+def task_address(request: Request) -> tuple[str, str]:
+    name = queue_name(request)
+    try:
+        return name, check_id(request.path_params["task_id"])
+    except ValueError as exc:
+        raise HTTPException(404, str(exc)) from None

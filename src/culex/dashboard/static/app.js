@@ -1,0 +1,159 @@
+// The culex dashboard's only script: live refresh, confirmations, "tick all", "show all"
+// and the throughput chart. Nothing from a task is ever inserted as HTML: refreshed parts
+// come from the server's own (escaped) page, and long text is set with textContent.
+(function () {
+  "use strict";
+  const INTERVAL_MS = 3000;
+  let timer = null;
+  let chart = null;
+  let charting = false;
+
+  function liveOn() {
+    const button = document.getElementById("live-toggle");
+    return button !== null && button.dataset.state === "on";
+  }
+
+  function anyTicked(element) {
+    return element.querySelector("input[type=checkbox]:checked") !== null;
+  }
+
+  async function refresh() {
+    const response = await fetch(window.location.href, {
+      credentials: "same-origin",
+      headers: { "X-Culex-Live": "1" },
+    });
+    if (!response.ok || !liveOn()) return;
+    const fresh = new DOMParser().parseFromString(await response.text(), "text/html");
+    document.querySelectorAll("[data-live][id]").forEach(function (old) {
+      // Keep a list whose tasks the user is ticking.
+      if (old.hasAttribute("data-keep-when-selected") && anyTicked(old)) return;
+      const replacement = fresh.getElementById(old.id);
+      if (replacement !== null) old.replaceWith(document.adoptNode(replacement));
+    });
+    if (charting) await loadChart();
+    document.body.dataset.refreshed = String(Date.now());
+  }
+
+  function schedule() {
+    stop();
+    if (liveOn() && document.visibilityState === "visible") {
+      timer = window.setInterval(function () { refresh().catch(function () {}); }, INTERVAL_MS);
+    }
+  }
+
+  function stop() {
+    if (timer !== null) window.clearInterval(timer);
+    timer = null;
+  }
+
+  function setupLive() {
+    const button = document.getElementById("live-toggle");
+    if (button === null) return;
+    button.addEventListener("click", function () {
+      const on = button.dataset.state !== "on";
+      button.dataset.state = on ? "on" : "off";
+      button.setAttribute("aria-pressed", on ? "true" : "false");
+      button.textContent = on ? "Live" : "Paused";
+      schedule();
+    });
+    document.addEventListener("visibilitychange", schedule);
+    schedule();
+  }
+
+  // Forms and buttons with data-confirm ask first (bulk actions, retry, cancel).
+  function setupConfirm() {
+    document.addEventListener("submit", function (event) {
+      const form = event.target;
+      const submitter = event.submitter;
+      const question = (submitter && submitter.dataset.confirm) || form.dataset.confirm;
+      if (question && !window.confirm(question)) event.preventDefault();
+    });
+  }
+
+  function setupClicks() {
+    document.addEventListener("click", function (event) {
+      const target = event.target;
+      if (target.matches("[data-select-all]")) {
+        const form = target.closest("form");
+        form.querySelectorAll("input[name=id]").forEach(function (box) {
+          box.checked = target.checked;
+        });
+      }
+      if (target.matches("[data-text-url]")) showAll(target);
+    });
+    document.addEventListener("change", function (event) {
+      if (event.target.matches("[data-autosubmit]")) event.target.form.submit();
+    });
+  }
+
+  async function showAll(button) {
+    const response = await fetch(button.dataset.textUrl, { credentials: "same-origin" });
+    if (!response.ok) return;
+    const pre = button.parentElement.querySelector("pre");
+    pre.textContent = await response.text(); // text, never HTML
+    pre.classList.remove("cut");
+    button.remove();
+  }
+
+  const COLORS = { processed: "#2f6fde", failed: "#e0a100", dead: "#d23f3f" };
+
+  async function loadChart() {
+    const box = document.getElementById("chart");
+    const picked = document.querySelector("#chart-range [aria-pressed=true]");
+    const range = picked ? picked.dataset.range : "hour";
+    const response = await fetch(box.dataset.seriesUrl + "?range=" + range, {
+      credentials: "same-origin",
+    });
+    if (!response.ok) return;
+    const series = await response.json();
+    const data = [series.t, series.processed, series.failed, series.dead];
+    if (chart !== null && chart.__range === range) {
+      chart.setData(data);
+      return;
+    }
+    if (chart !== null) chart.destroy();
+    chart = new window.uPlot(
+      {
+        width: Math.max(box.clientWidth, 300),
+        height: 240,
+        series: [
+          {},
+          { label: "processed", stroke: COLORS.processed, width: 2 },
+          { label: "failed", stroke: COLORS.failed, width: 2 },
+          { label: "dead", stroke: COLORS.dead, width: 2 },
+        ],
+        axes: [{}, { size: 50 }],
+        scales: { x: { time: true } },
+      },
+      data,
+      box,
+    );
+    chart.__range = range;
+    box.dataset.points = String(series.t.length);
+  }
+
+  function setupChart() {
+    const box = document.getElementById("chart");
+    if (box === null || typeof window.uPlot === "undefined") return;
+    charting = true;
+    document.querySelectorAll("#chart-range button").forEach(function (button) {
+      button.addEventListener("click", function () {
+        document.querySelectorAll("#chart-range button").forEach(function (other) {
+          other.setAttribute("aria-pressed", other === button ? "true" : "false");
+        });
+        loadChart();
+      });
+    });
+    loadChart().then(function () {}, function () {});
+    window.addEventListener("resize", function () {
+      if (chart !== null) chart.setSize({ width: Math.max(box.clientWidth, 300), height: 240 });
+    });
+  }
+
+  document.addEventListener("DOMContentLoaded", function () {
+    setupLive();
+    setupConfirm();
+    setupClicks();
+    setupChart();
+  });
+})();

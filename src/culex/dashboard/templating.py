@@ -1,0 +1,51 @@
+"""Pages from templates: one Jinja environment per app, autoescaped everywhere."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.templating import Jinja2Templates
+
+from . import formatting, security
+
+HERE = Path(__file__).resolve().parent
+
+
+def templates() -> Jinja2Templates:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(HERE / "templates"),
+        autoescape=True,  # every page, every value: nothing a task carries is marked safe
+        undefined=jinja2.StrictUndefined,
+    )
+    env.filters.update(
+        date=formatting.date,
+        ago=formatting.ago,
+        span=formatting.span,
+        cut=formatting.cut,
+        first_line=formatting.first_line,
+        pretty_json=formatting.pretty_json,
+    )
+    return Jinja2Templates(env=env)
+
+
+def render(request: Request, name: str, context: dict[str, Any], status: int = 200) -> Response:
+    """A page from its template, with what every page needs (the CSRF token, read-only)."""
+    templates: Jinja2Templates = request.app.state.templates
+    response = templates.TemplateResponse(
+        request,
+        name,
+        {
+            **context,
+            "csrf": security.csrf_token(request),
+            "csrf_field": security.CSRF_FIELD,
+            "read_only": request.app.state.read_only,
+        },
+        status_code=status,
+    )
+    security.set_cookie(request, response)
+    response.headers["cache-control"] = "no-store"
+    return response

@@ -1,0 +1,314 @@
+"""The dashboard in a real browser: every page, the counts, actions, search, live refresh,
+read-only mode, CSRF, escaping, basic auth and a mount under a prefix."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import threading
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+import culex
+from culex import config, inspection
+from culex.task import Task, TaskState
+
+from ..conftest import wait_until
+from .conftest import missing, serve
+
+reason = missing()
+if reason is not None:
+    pytest.skip(reason, allow_module_level=True)
+
+from playwright.sync_api import Browser, Page, expect  # noqa: E402
+
+from culex.dashboard import app  # noqa: E402
+
+SCRIPT = "<script>window.__pwned=1</script>"
+IMAGE = "<img src=x onerror=window.__pwned=2>"
+
+
+class DashboardMailJob(culex.QueuedJob):
+    queue = "dash_mail"
+    to: str
+
+    def perform(self) -> None:
+        pass
+
+
+class DashboardReportJob(culex.QueuedJob):
+    queue = "dash_mail"
+    name: str
+
+    def perform(self) -> None:
+        pass
+
+
+def dead_tasks(count: int, reason: str = "gave up") -> list[Task]:
+    """``count`` tasks in dead (cancelled while waiting: culex's way to make one)."""
+    tasks = [DashboardMailJob(to=f"user{i}@example.com").enqueue() for i in range(count)]
+    for task in tasks:
+        assert task.cancel(reason)
+    return tasks
+
+
+def accept_dialogs(page: Page) -> None:
+    page.on("dialog", lambda dialog: dialog.accept())
+
+
+def count_cell(page: Page, queue: str, state: str) -> str:
+    return page.locator(f'tr[data-queue="{queue}"] [data-count="{state}"]').inner_text()
+
+
+def test_every_page_loads(dashboard: str, page: Page) -> None:
+    (task,) = dead_tasks(1)
+    page.goto(dashboard)
+    expect(page).to_have_title("Overview · culex")
+    page.get_by_role("link", name="dash_mail", exact=True).click()
+    expect(page.get_by_role("heading", name="Queue dash_mail")).to_be_visible()
+    for state in ("scheduled", "pending", "dead", "waiting"):
+        page.locator(f'[data-tab="{state}"]').click()
+        expect(page.locator(f'[data-tab="{state}"]')).to_have_attribute("aria-current", "page")
+    page.get_by_role("link", name="Runners").click()
+    expect(page.get_by_role("heading", name="Runners")).to_be_visible()
+    page.get_by_role("link", name="Dead").click()
+    expect(page.get_by_role("row").filter(has_text=task.id)).to_be_visible()
+    page.get_by_role("link", name=task.id).click()
+    expect(page.locator("#task-state")).to_have_text("dead")
+    page.goto(f"{dashboard}/queues/dash_mail/tasks/no-such-id")
+    expect(page.locator("#missing")).to_contain_text("no such task")
+
+
+def test_the_counts_are_what_was_enqueued(dashboard: str, page: Page) -> None:
+    for i in range(3):
+        DashboardMailJob(to=f"{i}@example.com").enqueue()
+    for i in range(2):
+        DashboardMailJob(to=f"{i}@example.com").enqueue(delay=3600)
+    dead_tasks(4)
+    page.goto(dashboard)
+    counts = {s: count_cell(page, "dash_mail", s) for s in ("waiting", "scheduled", "dead")}
+    assert counts == {"waiting": "3", "scheduled": "2", "dead": "4"}
+    expect(page.locator('[data-total="pending"]')).to_have_text("0")
+    page.goto(f"{dashboard}/queues/dash_mail?state=dead")
+    expect(page.locator("table.tasks tbody tr")).to_have_count(4)
+    expect(page.locator('[data-tab="scheduled"] [data-count]')).to_have_text("2")
+
+
+def test_retry_on_a_dead_task_takes_it_out_of_dead(dashboard: str, page: Page) -> None:
+    (task,) = dead_tasks(1)
+    accept_dialogs(page)
+    page.goto(f"{dashboard}/queues/dash_mail/tasks/{task.id}")
+    page.get_by_role("button", name="Retry").click()
+    expect(page.locator("#task-state")).to_have_text("waiting")
+    expect(page.locator("#notice")).to_contain_text("back in waiting")
+    assert task.state() == TaskState.WAITING
+    expect(page.get_by_role("button", name="Retry")).to_have_count(0)
+
+
+def test_cancel_on_a_waiting_task_sends_it_to_dead(dashboard: str, page: Page) -> None:
+    task = DashboardMailJob(to="a@example.com").enqueue(delay=3600)
+    accept_dialogs(page)
+    page.goto(f"{dashboard}/queues/dash_mail/tasks/{task.id}")
+    page.get_by_role("button", name="Cancel").click()
+    expect(page.locator("#task-state")).to_have_text("dead")
+    assert task.state() == TaskState.DEAD
+
+
+def test_bulk_retry_of_the_ticked_tasks(dashboard: str, page: Page) -> None:
+    first, second, third = dead_tasks(3)
+    accept_dialogs(page)
+    page.goto(f"{dashboard}/queues/dash_mail?state=dead")
+    page.get_by_label(f"tick {first.id}").check()
+    page.get_by_label(f"tick {third.id}").check()
+    page.get_by_role("button", name="on ticked").click()
+    expect(page.locator("#notice")).to_contain_text("Put 2 task(s) back in waiting")
+    assert [t.state() for t in (first, second, third)] == ["waiting", "dead", "waiting"]
+
+
+def test_bulk_retry_of_every_task_the_filter_matches(dashboard: str, page: Page) -> None:
+    tasks = dead_tasks(120)  # more than one page holds
+    accept_dialogs(page)
+    page.goto(f"{dashboard}/queues/dash_mail?state=dead&limit=25")
+    expect(page.locator("table.tasks tbody tr")).to_have_count(25)
+    page.get_by_role("button", name="on every matching task").click()
+    expect(page.locator("#notice")).to_contain_text("Put 120 task(s) back in waiting")
+    expect(page.locator('[data-tab="dead"] [data-count]')).to_have_text("0")
+    assert {t.state() for t in tasks} == {TaskState.WAITING}
+
+
+def test_a_bulk_action_asks_first(dashboard: str, page: Page) -> None:
+    (task,) = dead_tasks(1)
+    page.on("dialog", lambda dialog: dialog.dismiss())
+    page.goto(f"{dashboard}/queues/dash_mail?state=dead")
+    page.get_by_role("button", name="on every matching task").click()
+    page.goto(f"{dashboard}/queues/dash_mail?state=dead")  # (nothing was sent)
+    assert task.state() == TaskState.DEAD
+
+
+def test_search_by_id_opens_the_task(dashboard: str, page: Page) -> None:
+    task = DashboardMailJob(to="found@example.com").enqueue()
+    page.goto(f"{dashboard}/queues/dash_mail")
+    page.get_by_label("find a task by id").fill(task.id)
+    page.get_by_role("button", name="Search").click()
+    expect(page).to_have_url(re.compile(f"/tasks/{task.id}$"))
+    expect(page.locator("#params")).to_contain_text("found@example.com")
+    page.goto(f"{dashboard}/queues/dash_mail")
+    page.get_by_label("find a task by id").fill("not-a-task")
+    page.get_by_role("button", name="Search").click()
+    expect(page.locator("#missing")).to_contain_text("no task 'not-a-task' in dash_mail")
+
+
+def test_live_refresh_updates_a_count_and_stops_when_paused(dashboard: str, page: Page) -> None:
+    DashboardMailJob(to="first@example.com").enqueue()
+    live = [0]
+    page.on("request", lambda request: _count_live(request.headers, live))
+    page.clock.install()  # the page's timers run when the test says so
+    page.goto(dashboard)
+    assert count_cell(page, "dash_mail", "waiting") == "1"
+    DashboardMailJob(to="second@example.com").enqueue()
+    page.clock.run_for(4000)
+    expect(page.locator('tr[data-queue="dash_mail"] [data-count="waiting"]')).to_have_text("2")
+    page.get_by_role("button", name="Live").click()
+    expect(page.locator("#live-toggle")).to_have_text("Paused")
+    refreshes = live[0]
+    DashboardMailJob(to="third@example.com").enqueue()
+    page.clock.run_for(60_000)
+    page.evaluate("() => new Promise(resolve => setTimeout(resolve, 0))")  # let fetches start
+    assert live[0] == refreshes
+    assert count_cell(page, "dash_mail", "waiting") == "2"
+    page.get_by_role("button", name="Paused").click()
+    page.clock.run_for(4000)
+    expect(page.locator('tr[data-queue="dash_mail"] [data-count="waiting"]')).to_have_text("3")
+
+
+def _count_live(headers: dict[str, str], live: list[int]) -> None:
+    if headers.get("x-culex-live"):
+        live[0] += 1
+
+
+def test_task_data_is_shown_as_text_and_never_runs(dashboard: str, page: Page) -> None:
+    task = DashboardMailJob(to=SCRIPT + IMAGE + "x" * 3000).enqueue()
+    assert task.cancel(IMAGE + SCRIPT)
+    page.goto(f"{dashboard}/queues/dash_mail?state=dead")
+    expect(page.locator("td.reason")).to_contain_text(IMAGE)
+    page.goto(f"{dashboard}/queues/dash_mail/tasks/{task.id}")
+    expect(page.locator("#last-error pre")).to_contain_text(f"cancelled: {IMAGE}{SCRIPT}")
+    expect(page.locator("#params pre")).to_contain_text(SCRIPT + IMAGE)
+    page.get_by_role("button", name=re.compile("show all")).click()
+    expect(page.locator("#params pre")).to_contain_text("x" * 3000)
+    page.clock.install()
+    page.clock.run_for(4000)  # a live refresh puts the same text in again
+    assert page.evaluate("() => window.__pwned") is None
+    assert page.locator("#params img, #last-error img, #params script").count() == 0
+
+
+def test_a_post_without_its_csrf_token_gets_403(dashboard: str, page: Page) -> None:
+    (task,) = dead_tasks(1)
+    page.goto(f"{dashboard}/queues/dash_mail/tasks/{task.id}")
+    retry = f"{dashboard}/queues/dash_mail/tasks/{task.id}/retry"
+    assert page.request.post(retry).status == 403
+    assert page.request.post(retry, form={"csrf": "0" * 64}).status == 403
+    bulk = f"{dashboard}/queues/dash_mail/bulk"
+    refused = page.request.post(bulk, form={"state": "dead", "action": "retry", "scope": "filter"})
+    assert refused.status == 403
+    assert task.state() == TaskState.DEAD
+    token = page.locator('input[name="csrf"]').first.get_attribute("value")
+    assert token is not None
+    assert page.request.post(retry, form={"csrf": token}).ok  # the page's own token works
+    assert task.state() == TaskState.WAITING
+
+
+def test_read_only_mode_shows_no_action_and_refuses_posts(r: redis.Redis, page: Page) -> None:
+    (task,) = dead_tasks(1)
+    with serve(app(config.settings(), read_only=True)) as url:
+        page.goto(f"{url}/queues/dash_mail/tasks/{task.id}")
+        expect(page.locator("#read-only")).to_be_visible()
+        expect(page.locator("#task-state")).to_have_text("dead")
+        expect(page.locator("form[method=post]")).to_have_count(0)
+        page.goto(f"{url}/queues/dash_mail?state=dead")
+        expect(page.get_by_role("row").filter(has_text=task.id)).to_be_visible()
+        expect(page.locator("form[method=post], input[type=checkbox]")).to_have_count(0)
+        refused = page.request.post(f"{url}/queues/dash_mail/tasks/{task.id}/retry")
+        assert refused.status == 403 and "read-only" in refused.text()
+    assert task.state() == TaskState.DEAD
+
+
+def test_basic_auth(r: redis.Redis, browser: Browser) -> None:
+    with serve(app(config.settings(), basic_auth=("ops", "s3cret"))) as url:
+        for credentials in (None, {"username": "ops", "password": "wrong"}):
+            context = browser.new_context(http_credentials=credentials)  # type: ignore[arg-type]
+            assert context.request.get(url).status == 401
+            context.close()
+        context = browser.new_context(http_credentials={"username": "ops", "password": "s3cret"})
+        tab = context.new_page()
+        tab.goto(url)
+        expect(tab).to_have_title("Overview · culex")
+        context.close()
+
+
+def test_mounted_under_a_prefix(r: redis.Redis, page: Page) -> None:
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+
+    (task,) = dead_tasks(1)
+    outer = Starlette(routes=[Mount("/ops/culex", app=app(config.settings()))])
+    accept_dialogs(page)
+    with serve(outer) as url:
+        page.goto(f"{url}/ops/culex/")
+        page.get_by_role("link", name="dash_mail", exact=True).click()
+        expect(page).to_have_url(re.compile("/ops/culex/queues/dash_mail$"))
+        page.get_by_role("link", name="Dead", exact=True).click()
+        page.get_by_role("link", name=task.id).click()
+        expect(page).to_have_url(re.compile(f"/ops/culex/queues/dash_mail/tasks/{task.id}$"))
+        page.get_by_role("button", name="Retry").click()
+        expect(page.locator("#task-state")).to_have_text("waiting")
+        page.get_by_role("link", name="Runners").click()
+        expect(page).to_have_url(re.compile("/ops/culex/runners$"))
+    assert task.state() == TaskState.WAITING
+
+
+class DashboardSlowJob(culex.QueuedJob):
+    queue = "dash_slow"
+
+    def perform(self) -> None:
+        release.wait(30)
+
+
+release = threading.Event()
+
+
+@pytest.fixture
+def runner(r: redis.Redis) -> Iterator[culex.Runner]:
+    """A runner on its own loop in a thread, stopped after the test."""
+    release.clear()
+    culex.configure(lease=0.6, concurrency=2)
+    worker = culex.Runner(run_from=["dash_slow"])
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_until_complete, args=(worker.arun(),))
+    thread.start()
+    try:
+        yield worker
+    finally:
+        release.set()
+        loop.call_soon_threadsafe(worker.stop)
+        thread.join(30)
+        loop.close()
+
+
+def test_the_runners_page_shows_each_runner_and_what_it_runs(
+    runner: culex.Runner, page: Page
+) -> None:
+    task = DashboardSlowJob().enqueue()
+    wait_until(
+        lambda: [t["id"] for r in inspection.runners() for t in r["tasks"]] == [task.id],
+        what="the runner's beat naming its task",
+    )
+    with serve(app(config.settings())) as url:
+        page.goto(f"{url}/runners")
+        card = page.locator(f'[data-runner="{runner.id}"]')
+        expect(card.get_by_role("link", name=task.id)).to_be_visible()
+        expect(card.locator("[data-busy]")).to_have_text("1 / 2")
+        expect(card).to_contain_text("dash_slow")
+        expect(card).to_contain_text(runner.id)
