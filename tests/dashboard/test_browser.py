@@ -77,7 +77,7 @@ def test_every_page_loads(dashboard: str, page: Page) -> None:
     expect(page.get_by_role("row").filter(has_text=task.id)).to_be_visible()
     page.get_by_role("link", name=task.id).click()
     expect(page.locator("#task-state")).to_have_text("dead")
-    page.goto(f"{dashboard}/queues/dash_mail/tasks/no-such-id")
+    page.goto(f"{dashboard}/task?queue=dash_mail&id=no-such-id")
     expect(page.locator("#missing")).to_contain_text("no such task")
 
 
@@ -91,7 +91,7 @@ def test_the_counts_are_what_was_enqueued(dashboard: str, page: Page) -> None:
     counts = {s: count_cell(page, "dash_mail", s) for s in ("waiting", "scheduled", "dead")}
     assert counts == {"waiting": "3", "scheduled": "2", "dead": "4"}
     expect(page.locator('[data-total="pending"]')).to_have_text("0")
-    page.goto(f"{dashboard}/queues/dash_mail?state=dead")
+    page.goto(f"{dashboard}/queue?queue=dash_mail&state=dead")
     expect(page.locator("table.tasks tbody tr")).to_have_count(4)
     expect(page.locator('[data-tab="scheduled"] [data-count]')).to_have_text("2")
 
@@ -99,7 +99,7 @@ def test_the_counts_are_what_was_enqueued(dashboard: str, page: Page) -> None:
 def test_retry_on_a_dead_task_takes_it_out_of_dead(dashboard: str, page: Page) -> None:
     (task,) = dead_tasks(1)
     accept_dialogs(page)
-    page.goto(f"{dashboard}/queues/dash_mail/tasks/{task.id}")
+    page.goto(f"{dashboard}/task?queue=dash_mail&id={task.id}")
     page.get_by_role("button", name="Retry").click()
     expect(page.locator("#task-state")).to_have_text("waiting")
     expect(page.locator("#notice")).to_contain_text("back in waiting")
@@ -110,7 +110,7 @@ def test_retry_on_a_dead_task_takes_it_out_of_dead(dashboard: str, page: Page) -
 def test_cancel_on_a_waiting_task_sends_it_to_dead(dashboard: str, page: Page) -> None:
     task = DashboardMailJob(to="a@example.com").enqueue(delay=3600)
     accept_dialogs(page)
-    page.goto(f"{dashboard}/queues/dash_mail/tasks/{task.id}")
+    page.goto(f"{dashboard}/task?queue=dash_mail&id={task.id}")
     page.get_by_role("button", name="Cancel").click()
     expect(page.locator("#task-state")).to_have_text("dead")
     assert task.state() == TaskState.DEAD
@@ -119,7 +119,7 @@ def test_cancel_on_a_waiting_task_sends_it_to_dead(dashboard: str, page: Page) -
 def test_bulk_retry_of_the_ticked_tasks(dashboard: str, page: Page) -> None:
     first, second, third = dead_tasks(3)
     accept_dialogs(page)
-    page.goto(f"{dashboard}/queues/dash_mail?state=dead")
+    page.goto(f"{dashboard}/queue?queue=dash_mail&state=dead")
     page.get_by_label(f"tick {first.id}").check()
     page.get_by_label(f"tick {third.id}").check()
     page.get_by_role("button", name="on ticked").click()
@@ -130,7 +130,7 @@ def test_bulk_retry_of_the_ticked_tasks(dashboard: str, page: Page) -> None:
 def test_bulk_retry_of_every_task_the_filter_matches(dashboard: str, page: Page) -> None:
     tasks = dead_tasks(120)  # more than one page holds
     accept_dialogs(page)
-    page.goto(f"{dashboard}/queues/dash_mail?state=dead&limit=25")
+    page.goto(f"{dashboard}/queue?queue=dash_mail&state=dead&limit=25")
     expect(page.locator("table.tasks tbody tr")).to_have_count(25)
     page.get_by_role("button", name="on every matching task").click()
     expect(page.locator("#notice")).to_contain_text("Put 120 task(s) back in waiting")
@@ -141,20 +141,20 @@ def test_bulk_retry_of_every_task_the_filter_matches(dashboard: str, page: Page)
 def test_a_bulk_action_asks_first(dashboard: str, page: Page) -> None:
     (task,) = dead_tasks(1)
     page.on("dialog", lambda dialog: dialog.dismiss())
-    page.goto(f"{dashboard}/queues/dash_mail?state=dead")
+    page.goto(f"{dashboard}/queue?queue=dash_mail&state=dead")
     page.get_by_role("button", name="on every matching task").click()
-    page.goto(f"{dashboard}/queues/dash_mail?state=dead")  # (nothing was sent)
+    page.goto(f"{dashboard}/queue?queue=dash_mail&state=dead")  # (nothing was sent)
     assert task.state() == TaskState.DEAD
 
 
 def test_search_by_id_opens_the_task(dashboard: str, page: Page) -> None:
     task = DashboardMailJob(to="found@example.com").enqueue()
-    page.goto(f"{dashboard}/queues/dash_mail")
+    page.goto(f"{dashboard}/queue?queue=dash_mail")
     page.get_by_label("find a task by id").fill(task.id)
     page.get_by_role("button", name="Search").click()
-    expect(page).to_have_url(re.compile(f"/tasks/{task.id}$"))
+    expect(page).to_have_url(re.compile(f"/task\\?queue=dash_mail&id={task.id}$"))
     expect(page.locator("#params")).to_contain_text("found@example.com")
-    page.goto(f"{dashboard}/queues/dash_mail")
+    page.goto(f"{dashboard}/queue?queue=dash_mail")
     page.get_by_label("find a task by id").fill("not-a-task")
     page.get_by_role("button", name="Search").click()
     expect(page.locator("#missing")).to_contain_text("no task 'not-a-task' in dash_mail")
@@ -191,9 +191,9 @@ def _count_live(headers: dict[str, str], live: list[int]) -> None:
 def test_task_data_is_shown_as_text_and_never_runs(dashboard: str, page: Page) -> None:
     task = DashboardMailJob(to=SCRIPT + IMAGE + "x" * 3000).enqueue()
     assert task.cancel(IMAGE + SCRIPT)
-    page.goto(f"{dashboard}/queues/dash_mail?state=dead")
+    page.goto(f"{dashboard}/queue?queue=dash_mail&state=dead")
     expect(page.locator("td.reason")).to_contain_text(IMAGE)
-    page.goto(f"{dashboard}/queues/dash_mail/tasks/{task.id}")
+    page.goto(f"{dashboard}/task?queue=dash_mail&id={task.id}")
     expect(page.locator("#last-error pre")).to_contain_text(f"cancelled: {IMAGE}{SCRIPT}")
     expect(page.locator("#params pre")).to_contain_text(SCRIPT + IMAGE)
     page.get_by_role("button", name=re.compile("show all")).click()
@@ -206,12 +206,14 @@ def test_task_data_is_shown_as_text_and_never_runs(dashboard: str, page: Page) -
 
 def test_a_post_without_its_csrf_token_gets_403(dashboard: str, page: Page) -> None:
     (task,) = dead_tasks(1)
-    page.goto(f"{dashboard}/queues/dash_mail/tasks/{task.id}")
-    retry = f"{dashboard}/queues/dash_mail/tasks/{task.id}/retry"
+    page.goto(f"{dashboard}/task?queue=dash_mail&id={task.id}")
+    retry = f"{dashboard}/task/retry?queue=dash_mail&id={task.id}"
     assert page.request.post(retry).status == 403
     assert page.request.post(retry, form={"csrf": "0" * 64}).status == 403
-    bulk = f"{dashboard}/queues/dash_mail/bulk"
-    refused = page.request.post(bulk, form={"state": "dead", "action": "retry", "scope": "filter"})
+    bulk = f"{dashboard}/queue/bulk"
+    refused = page.request.post(
+        bulk, form={"queue": "dash_mail", "state": "dead", "action": "retry", "scope": "filter"}
+    )
     assert refused.status == 403
     assert task.state() == TaskState.DEAD
     token = page.locator('input[name="csrf"]').first.get_attribute("value")
@@ -223,14 +225,14 @@ def test_a_post_without_its_csrf_token_gets_403(dashboard: str, page: Page) -> N
 def test_read_only_mode_shows_no_action_and_refuses_posts(r: redis.Redis, page: Page) -> None:
     (task,) = dead_tasks(1)
     with serve(app(config.settings(), read_only=True)) as url:
-        page.goto(f"{url}/queues/dash_mail/tasks/{task.id}")
+        page.goto(f"{url}/task?queue=dash_mail&id={task.id}")
         expect(page.locator("#read-only")).to_be_visible()
         expect(page.locator("#task-state")).to_have_text("dead")
         expect(page.locator("form[method=post]")).to_have_count(0)
-        page.goto(f"{url}/queues/dash_mail?state=dead")
+        page.goto(f"{url}/queue?queue=dash_mail&state=dead")
         expect(page.get_by_role("row").filter(has_text=task.id)).to_be_visible()
         expect(page.locator("form[method=post], input[type=checkbox]")).to_have_count(0)
-        refused = page.request.post(f"{url}/queues/dash_mail/tasks/{task.id}/retry")
+        refused = page.request.post(f"{url}/task/retry?queue=dash_mail&id={task.id}")
         assert refused.status == 403 and "read-only" in refused.text()
     assert task.state() == TaskState.DEAD
 
@@ -258,10 +260,10 @@ def test_mounted_under_a_prefix(r: redis.Redis, page: Page) -> None:
     with serve(outer) as url:
         page.goto(f"{url}/ops/culex/")
         page.get_by_role("link", name="dash_mail", exact=True).click()
-        expect(page).to_have_url(re.compile("/ops/culex/queues/dash_mail$"))
+        expect(page).to_have_url(re.compile("/ops/culex/queue\\?queue=dash_mail$"))
         page.get_by_role("link", name="Dead", exact=True).click()
         page.get_by_role("link", name=task.id).click()
-        expect(page).to_have_url(re.compile(f"/ops/culex/queues/dash_mail/tasks/{task.id}$"))
+        expect(page).to_have_url(re.compile(f"/ops/culex/task\\?queue=dash_mail&id={task.id}$"))
         page.get_by_role("button", name="Retry").click()
         expect(page.locator("#task-state")).to_have_text("waiting")
         page.get_by_role("link", name="Runners").click()
@@ -312,3 +314,15 @@ def test_the_runners_page_shows_each_runner_and_what_it_runs(
         expect(card.locator("[data-busy]")).to_have_text("1 / 2")
         expect(card).to_contain_text("dash_slow")
         expect(card).to_contain_text(runner.id)
+
+
+def test_a_task_id_that_holds_url_characters(dashboard: str, page: Page) -> None:
+    task = DashboardMailJob(to="a@example.com").enqueue(id="order/42?x=1#y%20")
+    assert task.cancel("no stock")
+    accept_dialogs(page)
+    page.goto(f"{dashboard}/queue?queue=dash_mail&state=dead")
+    page.get_by_role("link", name=task.id).click()
+    expect(page.locator("h1")).to_have_text(f"Task {task.id}")
+    page.get_by_role("button", name="Retry").click()
+    expect(page.locator("#task-state")).to_have_text("waiting")
+    assert task.state() == TaskState.WAITING

@@ -9,10 +9,12 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from .. import dead, inspection
+from .._redis.keys import check_queue_name
 from ..task import Task
 from . import security
 from .listing import MAX_LIMIT, Query
-from .pages import ACTIONS, queue_name, task_address
+from .pages import ACTIONS, task_address
+from .templating import path_for
 
 CANCEL_REASON = "from the dashboard"
 
@@ -31,8 +33,8 @@ async def task_action(request: Request) -> Response:
         done = await task.acancel(CANCEL_REASON)
     else:
         raise HTTPException(404, f"no such action: {action}")
-    url = request.url_for("task", queue=name, task_id=task_id).include_query_params(
-        done=action if done else "refused"
+    url = path_for(request, "task").include_query_params(
+        queue=name, id=task_id, done=action if done else "refused"
     )
     return RedirectResponse(str(url), status_code=303)
 
@@ -43,7 +45,7 @@ async def bulk(request: Request) -> Response:
     refused = security.refusal(request, form.get(security.CSRF_FIELD))
     if refused is not None:
         return refused
-    name = queue_name(request)
+    name = _form_queue(form)
     query = Query.parse({k: v for k, v in form.items() if isinstance(v, str)})
     action = form.get("action")
     if action not in ACTIONS.get(query.state, ()):
@@ -53,8 +55,8 @@ async def bulk(request: Request) -> Response:
     if not ids and not everything:
         raise HTTPException(400, "tick some tasks first, or choose every matching task")
     count = await _apply(request, name, str(action), None if everything else ids)
-    url = request.url_for("queue", queue=name).include_query_params(
-        **query.params(cursor=None), done=str(action), count=str(count)
+    url = path_for(request, "queue").include_query_params(
+        queue=name, **query.params(cursor=None), done=str(action), count=str(count)
     )
     return RedirectResponse(str(url), status_code=303)
 
@@ -86,3 +88,10 @@ def _ids(form: FormData) -> list[str]:
     if len(ids) > MAX_LIMIT:
         raise HTTPException(400, f"at most {MAX_LIMIT} tasks at a time")
     return ids
+
+
+def _form_queue(form: FormData) -> str:
+    try:
+        return check_queue_name(form.get("queue", ""))
+    except (TypeError, ValueError) as exc:
+        raise HTTPException(404, str(exc)) from None

@@ -39,16 +39,12 @@ def app(
         Route("/", pages.overview, name="overview"),
         Route("/runners", pages.runners, name="runners"),
         Route("/dead", pages.dead, name="dead"),
-        Route("/queues/{queue}", pages.queue, name="queue"),
-        Route("/queues/{queue}/bulk", actions.bulk, methods=["POST"], name="bulk"),
-        Route("/queues/{queue}/tasks/{task_id}", pages.task, name="task"),
-        Route("/queues/{queue}/tasks/{task_id}/text/{field}", pages.task_text, name="task_text"),
-        Route(
-            "/queues/{queue}/tasks/{task_id}/{action}",
-            actions.task_action,
-            methods=["POST"],
-            name="task_action",
-        ),
+        # Queue names and task ids go in the query: either may hold "/", "?" or "#".
+        Route("/queue", pages.queue, name="queue"),
+        Route("/queue/bulk", actions.bulk, methods=["POST"], name="bulk"),
+        Route("/task", pages.task, name="task"),
+        Route("/task/text", pages.task_text, name="task_text"),
+        Route("/task/{action}", actions.task_action, methods=["POST"], name="task_action"),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
     dashboard = Starlette(

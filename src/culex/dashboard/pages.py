@@ -12,7 +12,7 @@ from .. import inspection
 from .._redis.keys import check_queue_name
 from ..task import Task, check_id
 from . import listing
-from .templating import render
+from .templating import path_for, render
 
 # Which actions each state allows.
 ACTIONS = {"dead": ("retry",), "waiting": ("cancel",), "scheduled": ("cancel",)}
@@ -80,7 +80,7 @@ async def dead(request: Request) -> Response:
         chosen = with_dead[0] if with_dead else None
     if chosen is None:
         return render(request, "dead.html", {"counts": counts, "page": "dead"})
-    url = request.url_for("queue", queue=chosen).include_query_params(state="dead", from_dead=1)
+    url = path_for(request, "queue").include_query_params(queue=chosen, state="dead", from_dead=1)
     return RedirectResponse(str(url), status_code=303)
 
 
@@ -100,7 +100,7 @@ async def task(request: Request) -> Response:
 async def task_text(request: Request) -> Response:
     """One long field of a task, whole, as plain text (the "show all" of params, errors)."""
     name, task_id = task_address(request)
-    field = request.path_params["field"]
+    field = request.query_params.get("field", "")
     if field not in TEXT_FIELDS:
         raise HTTPException(404, f"no such field: {field}")
     record = await Task(task_id, name, url=request.app.state.settings.redis_url).ainfo()
@@ -123,19 +123,22 @@ async def _search_id(request: Request, name: str, query: listing.Query) -> Respo
     record = await Task(task_id, name, url=request.app.state.settings.redis_url).ainfo()
     if not record:
         raise HTTPException(404, f"no task {task_id!r} in {name} (never enqueued, or expired)")
-    return RedirectResponse(str(request.url_for("task", queue=name, task_id=task_id)), 303)
+    url = path_for(request, "task").include_query_params(queue=name, id=task_id)
+    return RedirectResponse(str(url), 303)
 
 
 def queue_name(request: Request) -> str:
+    """The queue a page or an action is about (``?queue=``), checked."""
     try:
-        return check_queue_name(request.path_params["queue"])
+        return check_queue_name(request.query_params.get("queue", ""))
     except ValueError as exc:
         raise HTTPException(404, str(exc)) from None
 
 
 def task_address(request: Request) -> tuple[str, str]:
+    """The queue and id of the task a page or an action is about (``?queue=&id=``)."""
     name = queue_name(request)
     try:
-        return name, check_id(request.path_params["task_id"])
+        return name, check_id(request.query_params.get("id", ""))
     except ValueError as exc:
         raise HTTPException(404, str(exc)) from None

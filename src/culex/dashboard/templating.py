@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+from starlette.datastructures import URL
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.templating import Jinja2Templates
@@ -29,7 +30,19 @@ def templates() -> Jinja2Templates:
         first_line=formatting.first_line,
         pretty_json=formatting.pretty_json,
     )
+    env.globals["url_for"] = _url_for
     return Jinja2Templates(env=env)
+
+
+def path_for(request: Request, name: str, **params: str) -> URL:
+    """The URL of a route of the dashboard as a path (with any mount prefix): no scheme
+    or host, so links work behind a proxy whatever Host it sends."""
+    return URL(request.url_for(name, **params).path)
+
+
+@jinja2.pass_context
+def _url_for(context: dict[str, Any], name: str, /, **params: str) -> URL:
+    return path_for(context["request"], name, **params)
 
 
 def render(request: Request, name: str, context: dict[str, Any], status: int = 200) -> Response:
