@@ -1,0 +1,105 @@
+"""culex.dashboard.app() and culex dashboard refuse bad input with a clear error."""
+
+from __future__ import annotations
+
+import base64
+import os
+import socket
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+import culex
+from culex import cli, config, logs
+
+from ..conftest import wait_until
+
+pytest.importorskip("starlette", reason="the dashboard needs its extra: pip install -e '.[test]'")
+
+from culex.dashboard import app
+
+
+def test_app_keeps_its_state_on_itself() -> None:
+    first = app(config.Settings(prefix="one"), read_only=True)
+    second = app(config.Settings(prefix="two"))
+    assert (first.state.settings.prefix, first.state.read_only) == ("one", True)
+    assert (second.state.settings.prefix, second.state.read_only) == ("two", False)
+    assert first.state.secret != second.state.secret  # random per app when not given
+    assert app(secret="s" * 16).state.secret == b"s" * 16
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"settings": {"redis_url": "x"}}, TypeError, "settings must be a culex.config.Settings"),
+        ({"read_only": "yes"}, TypeError, "read_only must be a bool"),
+        ({"basic_auth": ("ops",)}, ValueError, "basic_auth must be a (user, password)"),
+        ({"basic_auth": ("ops", "")}, ValueError, "basic_auth must be a (user, password)"),
+        ({"basic_auth": "ops:pw"}, ValueError, "basic_auth must be a (user, password)"),
+        ({"basic_auth": ("o:ps", "pw")}, ValueError, "cannot hold ':'"),
+        ({"secret": "short"}, ValueError, "at least 16 characters"),
+        ({"secret": b"x" * 20}, ValueError, "secret must be a str"),
+    ],
+)
+def test_app_refuses_bad_input(kwargs: dict[str, object], error: type, message: str) -> None:
+    with pytest.raises(error) as refused:
+        app(**kwargs)  # type: ignore[arg-type]
+    assert message in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--basic-auth", "ops"], "--basic-auth takes USER:PASSWORD"),
+        (["--basic-auth", ":pw"], "--basic-auth takes USER:PASSWORD"),
+        (["--port", "70000"], "--port must be 1 to 65535"),
+    ],
+)
+def test_culex_dashboard_refuses_bad_flags(
+    flags: list[str],
+    message: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setattr(logs, "configure", lambda *args, **kwargs: None)
+    assert cli.main(["dashboard", *flags]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_culex_dashboard_serves_the_app(url: str, tmp_path: Path) -> None:
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    command = [sys.executable, "-m", "culex", "dashboard", "--port", str(port)]
+    flags = ["--redis-url", url, "--read-only", "--basic-auth", "ops:s3cret"]
+    env = {**os.environ, "PYTHONPATH": str(Path(culex.__file__).parent.parent)}
+    with open(tmp_path / "log", "wb") as log:
+        served = subprocess.Popen([*command, *flags], stdout=log, stderr=log, env=env)
+    home = f"http://127.0.0.1:{port}/"
+    try:
+        refused = wait_until(lambda: _status(home, None), timeout=30, what="the dashboard")
+        assert refused == 401
+        login = "Basic " + base64.b64encode(b"ops:s3cret").decode()
+        with urllib.request.urlopen(
+            urllib.request.Request(home, headers={"Authorization": login})
+        ) as page:
+            body = page.read().decode()
+        assert "<title>Overview · culex</title>" in body and 'id="read-only"' in body
+    finally:
+        served.terminate()
+        served.wait(30)
+
+
+def _status(address: str, authorization: str | None) -> int | None:
+    headers = {"Authorization": authorization} if authorization else {}
+    try:
+        with urllib.request.urlopen(urllib.request.Request(address, headers=headers)) as page:
+            return int(page.status)
+    except urllib.error.HTTPError as answer:
+        return answer.code
+    except OSError:
+        return None  # not listening yet
