@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+from starlette.applications import Starlette
 from starlette.datastructures import URL
 from starlette.requests import Request
 from starlette.responses import Response
@@ -35,9 +36,13 @@ def templates() -> Jinja2Templates:
 
 
 def path_for(request: Request, name: str, **params: str) -> URL:
-    """The URL of a route of the dashboard as a path (with any mount prefix): no scheme
-    or host, so links work behind a proxy whatever Host it sends."""
-    return URL(request.url_for(name, **params).path)
+    """The URL of a route of this dashboard as a path under its mount's prefix, with no
+    scheme or host (right behind a proxy whatever Host it sends). Looked up in the
+    dashboard's own routes: ``request.url_for`` would search the outermost app's, where
+    another mount may hold a route of the same name."""
+    dashboard: Starlette = request.scope["app"]
+    inner = dashboard.router.url_path_for(name, **params)
+    return URL(request.scope.get("root_path", "").rstrip("/") + str(inner))
 
 
 @jinja2.pass_context

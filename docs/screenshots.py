@@ -1,0 +1,157 @@
+"""Take the dashboard's screenshots in docs/images/ (docs/dashboard.md shows them).
+
+    python docs/screenshots.py
+
+It starts a private server in a temporary folder, fills it with a small shop's queues (a
+runner at work, tasks waiting and scheduled, a few dead with their tracebacks), serves the
+dashboard and photographs its pages in Debian's Chromium (/usr/bin/chromium) through
+Playwright. Nothing outside the temporary folder is touched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import socket
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import uvicorn
+from playwright.sync_api import Page, sync_playwright
+
+import culex
+from culex import config, inspection
+from culex.dashboard import app
+from culex.embedded import EmbeddedServer
+
+IMAGES = Path(__file__).resolve().parent / "images"
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
+busy = threading.Event()
+
+
+class SendEmailJob(culex.QueuedJob):
+    to: str
+    template: str = "welcome"
+
+    def perform(self) -> None:
+        busy.wait(600)
+
+
+class ResizeImageJob(culex.QueuedJob):
+    path: str
+    width: int
+
+    def perform(self) -> None:
+        busy.wait(600)
+
+
+class ChargeCardJob(culex.QueuedJob):
+    order: int
+    cents: int
+    max_retries = 0
+
+    def perform(self) -> None:
+        raise ConnectionError(f"payment gateway timed out for order {self.order}")
+
+
+def fill() -> None:
+    """The shop's day: waiting and scheduled tasks, and charges that died."""
+    rng = random.Random(7)
+    culex.enqueue_many(SendEmailJob(to=f"user{i}@example.com") for i in range(140))
+    culex.enqueue_many(
+        (SendEmailJob(to=f"user{i}@example.com", template="reminder") for i in range(36)),
+        delay=3600,
+    )
+    culex.enqueue_many(
+        ResizeImageJob(path=f"uploads/{i:05d}.jpg", width=rng.choice([320, 640, 1280]))
+        for i in range(57)
+    )
+    culex.enqueue_many(ChargeCardJob(order=1000 + i, cents=rng.randint(500, 9000)) for i in range(9))
+
+
+@contextmanager
+def runners() -> Iterator[None]:
+    """Two runners at work, each on a thread of its own: one on mail and images (its
+    tasks take a while), one on charges (they fail)."""
+    workers = [
+        culex.Runner(run_from=["send_email_job", "resize_image_job"], concurrency=4),
+        culex.Runner(run_from=["charge_card_job"], concurrency=2),
+    ]
+    loops = [asyncio.new_event_loop() for _ in workers]
+    threads = [
+        threading.Thread(target=loop.run_until_complete, args=(worker.arun(),))
+        for loop, worker in zip(loops, workers, strict=True)
+    ]
+    for thread in threads:
+        thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            counts = inspection.queue_counts()
+            running = [t for r in inspection.runners() for t in r["tasks"]]
+            if counts.get("charge_card_job", {}).get("dead") == 9 and len(running) >= 4:
+                break
+            time.sleep(0.2)
+        yield
+    finally:
+        busy.set()
+        for loop, worker in zip(loops, workers, strict=True):
+            loop.call_soon_threadsafe(worker.stop)
+        for thread in threads:
+            thread.join(60)
+
+
+@contextmanager
+def served() -> Iterator[str]:
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app(), port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run)
+    thread.start()
+    while not server.started:
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join()
+
+
+def shoot(page: Page, url: str, name: str) -> None:
+    page.goto(url)
+    page.wait_for_load_state("networkidle")
+    page.screenshot(path=IMAGES / name, full_page=True)
+    print(f"docs/images/{name}")
+
+
+def main() -> int:
+    IMAGES.mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="culex-shots-") as folder:
+        server = EmbeddedServer(Path(folder))
+        culex.configure(redis_url=server.ensure_running(), lease=2)
+        try:
+            fill()
+            with runners(), served() as base, sync_playwright() as playwright:
+                browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+                page = browser.new_page(viewport={"width": 1200, "height": 760})
+                dead = culex.dead_tasks("charge_card_job", 1)[0]
+                shoot(page, base, "overview.png")
+                shoot(page, f"{base}/queue?queue=charge_card_job&state=dead", "queue.png")
+                shoot(page, f"{base}/task?queue=charge_card_job&id={dead.id}", "task.png")
+                shoot(page, f"{base}/runners", "runners.png")
+                browser.close()
+        finally:
+            server.stop()
+            config.reset()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
