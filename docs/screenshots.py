@@ -72,7 +72,9 @@ def fill() -> None:
         ResizeImageJob(path=f"uploads/{i:05d}.jpg", width=rng.choice([320, 640, 1280]))
         for i in range(57)
     )
-    culex.enqueue_many(ChargeCardJob(order=1000 + i, cents=rng.randint(500, 9000)) for i in range(9))
+    culex.enqueue_many(
+        ChargeCardJob(order=1000 + i, cents=rng.randint(500, 9000)) for i in range(9)
+    )
 
 
 @contextmanager
