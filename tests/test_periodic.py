@@ -67,6 +67,7 @@ from .conftest import (
     snapshot,
     wait_until,
 )
+from .topology import Cluster
 
 pytestmark = pytest.mark.flows  # also run through redis-py (README's test command)
 
@@ -691,7 +692,7 @@ async def test_a_runner_schedules_only_with_run_cron_scheduler(
         assert "culex-periodic" not in await helper_names()
 
 
-def test_the_docs_examples_run(capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_docs_examples_run(r: redis.Redis, capsys: pytest.CaptureFixture[str]) -> None:
     page = Path(__file__).resolve().parent.parent / "docs" / "periodic.md"
     blocks = re.findall(r"^```python\n(.*?)^```", page.read_text(), flags=re.S | re.M)
     module = types.ModuleType("culex_periodic_docs")
@@ -708,6 +709,9 @@ def test_the_docs_examples_run(capsys: pytest.CaptureFixture[str]) -> None:
     assert str(module.NightlyReportJob.schedule_) == "cron 30 2 * * * (Europe/Berlin)"
     assert module.InvoiceJob.schedule_ == Monthly(1, ZoneInfo("America/New_York"))
     assert module.CleanupJob.schedule_ == Interval(300_000)
+    record = queue_keys("culex", "cleanup_job").periodic("CleanupJob")  # the test's run
+    assert field(r, record, "last_task").startswith(b"CleanupJob:trigger:")
+    assert field(r, record, "last_outcome") == b"succeeded"
 
 
 # -- periodic jobs known without their classes: records, the registry, trigger by name ------
@@ -965,3 +969,30 @@ async def test_culex_periodic_without_a_module_lists_and_triggers_from_redis_alo
         assert await asyncio.to_thread(cli.main, argv) == 2
     errors = capsys.readouterr().err
     assert "no single periodic job named 'NoSuchJob'" in errors and "usage:" in errors
+
+
+async def test_the_listing_and_trigger_by_name_on_a_cluster(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch, defined: list[type[culex.Job]]
+) -> None:
+    """The registry, the records and the tasks live in several slots: no CROSSSLOT."""
+    monkeypatch.setenv("CULEX_REDIS_URL", cluster.url)
+    config.reset()
+
+    class ShardListedJob(culex.PeriodicJob):
+        run_every = timedelta(hours=1)
+
+    class OtherShardListedJob(culex.PeriodicJob):
+        cron = "0 3 * * *"
+        queue = "other_shard"
+
+    defined += [ShardListedJob, OtherShardListedJob]
+    try:
+        await _schedule_once(ShardListedJob, OtherShardListedJob)
+        task = await atrigger("OtherShardListedJob", "other_shard")
+        rows = {row.job: row for row in await aperiodic_jobs()}
+        assert rows["OtherShardListedJob"].last_task == task.id
+        assert rows["OtherShardListedJob"].last_outcome == "waiting"
+        assert rows["ShardListedJob"].schedule == "every 1:00:00"
+    finally:
+        monkeypatch.undo()
+        config.reset()
