@@ -928,6 +928,8 @@ async def test_trigger_refuses_bad_input_before_any_write(
         await atrigger("RefusedJob", "a queue")
     with pytest.raises(ValueError, match="runs on queue 'refused_job', not 'elsewhere'"):
         await atrigger(RefusedJob, "elsewhere")
+    with pytest.raises(TypeError, match="settings go by keyword"):
+        await atrigger(RefusedJob, config.settings())  # type: ignore[arg-type]
     assert snapshot(r) == before
     await _schedule_once(RefusedJob)
     with pytest.raises(UnknownPeriodicJob):

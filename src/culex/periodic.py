@@ -408,6 +408,8 @@ def _target(
     job: str | type[PeriodicJob], queue: str | None
 ) -> tuple[str, str, type[PeriodicJob] | None]:
     """(job type, queue, class or None) of a trigger's arguments, checked before any I/O."""
+    if queue is not None and not isinstance(queue, str):
+        raise TypeError(f"a queue name must be a str, got {queue!r} (settings go by keyword)")
     if isinstance(job, type) and issubclass(job, PeriodicJob):
         if queue is not None and queue != job.queue:
             raise ValueError(f"{job.__name__} runs on queue {job.queue!r}, not {queue!r}")
