@@ -4,6 +4,7 @@ read-only mode, CSRF, escaping, basic auth and a mount under a prefix."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import threading
 from collections.abc import Iterator
@@ -281,12 +282,12 @@ class DashboardSlowJob(culex.QueuedJob):
 release = threading.Event()
 
 
-@pytest.fixture
-def runner(r: redis.Redis) -> Iterator[culex.Runner]:
-    """A runner on its own loop in a thread, stopped after the test."""
+@contextlib.contextmanager
+def running(*queues: str) -> Iterator[culex.Runner]:
+    """A runner on its own loop in a thread, for the block."""
     release.clear()
     culex.configure(lease=0.6, concurrency=2)
-    worker = culex.Runner(run_from=["dash_slow"])
+    worker = culex.Runner(run_from=list(queues))
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_until_complete, args=(worker.arun(),))
     thread.start()
@@ -297,6 +298,12 @@ def runner(r: redis.Redis) -> Iterator[culex.Runner]:
         loop.call_soon_threadsafe(worker.stop)
         thread.join(30)
         loop.close()
+
+
+@pytest.fixture
+def runner(r: redis.Redis) -> Iterator[culex.Runner]:
+    with running("dash_slow") as worker:
+        yield worker
 
 
 def test_the_runners_page_shows_each_runner_and_what_it_runs(
@@ -326,3 +333,32 @@ def test_a_task_id_that_holds_url_characters(dashboard: str, page: Page) -> None
     page.get_by_role("button", name="Retry").click()
     expect(page.locator("#task-state")).to_have_text("waiting")
     assert task.state() == TaskState.WAITING
+
+
+def test_periodic_jobs_show_their_schedule_and_trigger_now(r: redis.Redis, page: Page) -> None:
+    class DashboardTickJob(culex.PeriodicJob):
+        queue = "dash_periodic"
+        run_every = 3600
+
+        def perform(self) -> None:
+            pass
+
+    accept_dialogs(page)
+    try:
+        with running("dash_periodic"):  # its scheduler records the job
+            wait_until(inspection.periodic_jobs, what="the periodic job's record")
+        with serve(app(config.settings())) as url:
+            page.goto(f"{url}/periodic")
+            row = page.locator('tr[data-job="DashboardTickJob"]')
+            expect(row).to_contain_text("dash_periodic")
+            expect(row).to_contain_text(str(DashboardTickJob.schedule_))
+            expect(row.locator("time").first).to_contain_text("in ")  # the next run
+            row.get_by_role("button", name="Trigger now").click()
+            expect(page.locator("#notice")).to_contain_text("Enqueued a run now")
+            page.locator("#notice a").click()
+            expect(page.locator("#task-state")).to_have_text("waiting")
+            assert (
+                inspection.queue_counts(queues=["dash_periodic"])["dash_periodic"]["waiting"] == 1
+            )
+    finally:
+        culex.registry.remove(DashboardTickJob)

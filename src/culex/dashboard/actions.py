@@ -8,7 +8,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from .. import dead, inspection
+from .. import dead, inspection, periodic
 from .._redis.keys import check_queue_name
 from ..task import Task
 from . import security
@@ -88,6 +88,25 @@ def _ids(form: FormData) -> list[str]:
     if len(ids) > MAX_LIMIT:
         raise HTTPException(400, f"at most {MAX_LIMIT} tasks at a time")
     return ids
+
+
+async def trigger(request: Request) -> Response:
+    """Enqueue a run of a periodic job now (its slots are left alone)."""
+    form = await request.form()
+    refused = security.refusal(request, form.get(security.CSRF_FIELD))
+    if refused is not None:
+        return refused
+    name, job = _form_queue(form), form.get("job")
+    if not isinstance(job, str):
+        raise HTTPException(400, "which job? (a job field)")
+    try:
+        task = await periodic.atrigger(job, name, settings=request.app.state.settings)
+    except (TypeError, ValueError, periodic.UnknownPeriodicJob) as exc:
+        raise HTTPException(404, str(exc)) from None
+    url = path_for(request, "periodic").include_query_params(
+        done="trigger", queue=task.queue, id=task.id
+    )
+    return RedirectResponse(str(url), status_code=303)
 
 
 def _form_queue(form: FormData) -> str:

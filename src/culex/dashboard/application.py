@@ -39,6 +39,8 @@ def app(
         Route("/", pages.overview, name="overview"),
         Route("/runners", pages.runners, name="runners"),
         Route("/dead", pages.dead, name="dead"),
+        Route("/periodic", pages.periodic, name="periodic"),
+        Route("/periodic/trigger", actions.trigger, methods=["POST"], name="trigger"),
         # Queue names and task ids go in the query: either may hold "/", "?" or "#".
         Route("/queue", pages.queue, name="queue"),
         Route("/queue/bulk", actions.bulk, methods=["POST"], name="bulk"),

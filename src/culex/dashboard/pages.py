@@ -71,6 +71,12 @@ async def queue(request: Request) -> Response:
     )
 
 
+async def periodic(request: Request) -> Response:
+    """Every periodic job a runner's scheduler has recorded: schedule, next and last run."""
+    rows = await inspection.aperiodic_jobs(request.app.state.settings)
+    return render(request, "periodic.html", {"jobs": rows, "page": "periodic"})
+
+
 async def dead(request: Request) -> Response:
     """Every queue's dead tasks: the dead tab of the chosen queue (the first with any)."""
     counts = await inspection.aqueue_counts(request.app.state.settings)
