@@ -184,6 +184,32 @@ def test_live_refresh_updates_a_count_and_stops_when_paused(dashboard: str, page
     expect(page.locator('tr[data-queue="dash_mail"] [data-count="waiting"]')).to_have_text("3")
 
 
+def test_live_refresh_waits_while_the_tab_is_hidden(dashboard: str, page: Page) -> None:
+    live = [0]
+    page.on("request", lambda request: _count_live(request.headers, live))
+    page.clock.install()
+    page.goto(dashboard)
+    page.evaluate(
+        """() => {
+            Object.defineProperty(document, "visibilityState", {get: () => window.__seen});
+            window.__seen = "hidden";
+            document.dispatchEvent(new Event("visibilitychange"));
+        }"""
+    )
+    page.clock.run_for(60_000)
+    page.evaluate("() => new Promise(resolve => setTimeout(resolve, 0))")
+    assert live[0] == 0
+    page.evaluate(
+        """() => {
+            window.__seen = "visible";
+            document.dispatchEvent(new Event("visibilitychange"));
+        }"""
+    )
+    page.clock.run_for(4000)
+    page.wait_for_function("() => document.body.dataset.refreshed !== undefined")
+    assert live[0] >= 1
+
+
 def _count_live(headers: dict[str, str], live: list[int]) -> None:
     if headers.get("x-culex-live"):
         live[0] += 1
