@@ -128,7 +128,14 @@ def set_cookie(request: Request, response: Response) -> None:
     value = request.state.__dict__.get("new_csrf")
     if value:
         path = request.scope.get("root_path") or "/"
-        response.set_cookie(CSRF_COOKIE, value, path=path, httponly=True, samesite="strict")
+        response.set_cookie(
+            CSRF_COOKIE,
+            value,
+            path=path,
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+        )
 
 
 def refusal(request: Request, token: object) -> Response | None:
