@@ -229,6 +229,23 @@ class PlainRunner:
             self.ids.append(task_id)
         return text(outcome)
 
+    def browse(
+        self, state: str, limit: Number, after: tuple[str, str] | None = None, job: str = ""
+    ) -> tuple[int, tuple[str, str] | None, list[list[str]]]:
+        """A page of ``state``, newest first: (total, the next page's cursor, rows)."""
+        score, last = after or ("", "")
+        args = ["desc", score, last, limit, 2000, job, 500]
+        total, score, last, *rows = self.send(
+            "browse", [getattr(self, state), self.task_prefix], args
+        )
+        cursor = (text(score), text(last)) if last else None
+        return int(total), cursor, [[text(v) for v in row] for row in rows]
+
+    def delete(self, ids: Sequence[str]) -> tuple[list[str], list[str]]:
+        keys = [self.waiting, self.scheduled, self.dead, self.task_prefix, self.done_prefix]
+        deleted, skipped = self.send("delete", keys, list(ids))
+        return [text(i) for i in deleted], [text(i) for i in skipped]
+
 
 def where(q: PlainRunner, task_id: str) -> tuple[list[str], str]:
     """The sets that hold ``task_id``, and the state its hash says ("" for no hash)."""
@@ -355,6 +372,18 @@ def test_a_plain_runner_runs_every_state_change_through_the_shipped_files(r: red
     assert tick.id == f"TickJob:{slot}"
     assert q.complete([(tick, "null")]) == []
     assert r.hget(q.periodic_prefix + "TickJob", "last_outcome") == b"succeeded"
+
+    # browse a state's tasks page by page; delete tasks that are not running
+    dead = {"doomed", "unwanted", "someday", "orphan-for-good"}
+    total, cursor, rows = q.browse("dead", limit=3)
+    assert (total, len(rows)) == (4, 3) and cursor is not None
+    _, end, more = q.browse("dead", limit=3, after=cursor)
+    assert end is None and {row[0] for row in rows + more} == dead
+    assert [row[0] for row in q.browse("dead", 9, job="Nobody")[2]] == []
+    q.enqueue("scrap", "AddJob", delay_ms=HOUR_MS)
+    assert q.delete(["scrap", "done"]) == (["scrap"], ["done"])
+    assert where(q, "scrap") == ([], "")
+    q.ids.remove("scrap")
 
     # tasks still under way when the run ends
     q.enqueue("later", "AddJob", delay_ms=HOUR_MS)

@@ -45,6 +45,8 @@ RETRY_DEAD = Script.load("retry_dead")
 CANCEL = Script.load("cancel")
 WAIT = Script.load("wait")
 BEAT = Script.load("beat")
+BROWSE = Script.load("browse")
+DELETE = Script.load("delete")
 
 ALL = (
     ENQUEUE,
@@ -59,4 +61,6 @@ ALL = (
     CANCEL,
     WAIT,
     BEAT,
+    BROWSE,
+    DELETE,
 )
