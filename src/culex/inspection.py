@@ -165,11 +165,13 @@ def browse_call(
     after: tuple[str, str] | None,
     limit: int,
     job: str | None,
+    examine: int = EXAMINE,
 ) -> Call[operations.BrowseReply]:
-    """The call that reads one page (its arguments already checked)."""
+    """The call that reads one page (its arguments already checked): ``limit`` rows at
+    most, looking at ``examine`` ids at most (never fewer than ``limit``)."""
     return operations.browse(
         keys, state_set(keys, state), ascending=ascending, after=after, limit=limit,
-        examine=max(limit, EXAMINE), job=job or "", cut=CUT * 4,  # (bytes: 4 per character)
+        examine=max(limit, examine), job=job or "", cut=CUT * 4,  # (bytes: 4 per character)
     )  # fmt: skip
 
 

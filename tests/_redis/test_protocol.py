@@ -235,7 +235,7 @@ class PlainRunner:
         """A page of ``state``, newest first: (total, the next page's cursor, rows)."""
         score, last = after or ("", "")
         args = ["desc", score, last, limit, 2000, job, 500]
-        total, score, last, *rows = self.send(
+        total, _, score, last, *rows = self.send(
             "browse", [getattr(self, state), self.task_prefix], args
         )
         cursor = (text(score), text(last)) if last else None

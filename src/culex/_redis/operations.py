@@ -434,17 +434,19 @@ class BrowsedRow(NamedTuple):
 
 
 class BrowseReply(NamedTuple):
-    """One page: the set's size, the cursor (score, id) to go on from, or None, the rows."""
+    """One page: the set's size, how many ids it looked at, the cursor (score, id) to go on
+    from (None: the set holds no more), the rows."""
 
     total: int
+    looked: int
     cursor: tuple[str, str] | None
     rows: list[BrowsedRow]
 
 
 def _parse_browse(reply: list[Any]) -> BrowseReply:
-    score, last = text(reply[1]), text(reply[2])
-    rows = [BrowsedRow(*(text(v) for v in row)) for row in reply[3:]]
-    return BrowseReply(int(reply[0]), (score, last) if last else None, rows)
+    score, last = text(reply[2]), text(reply[3])
+    rows = [BrowsedRow(*(text(v) for v in row)) for row in reply[4:]]
+    return BrowseReply(int(reply[0]), int(reply[1]), (score, last) if last else None, rows)
 
 
 def browse(

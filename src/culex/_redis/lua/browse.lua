@@ -15,8 +15,8 @@
 -- ARGV[5] examine           ids looked at at most (>= limit)
 -- ARGV[6] job               a job type: only its tasks are rows; "" for every task
 -- ARGV[7] cut               bytes kept of last_error and of params (> 0)
--- Returns: {total, next_score, next_id, row, row, ...}: total = ZCARD of the zset;
---          next_score and next_id: the cursor of the next page (the last id looked at),
+-- Returns: {total, looked, next_score, next_id, row, row, ...}: total = ZCARD of the zset;
+--          looked = how many ids the page looked at; next_score and next_id: the cursor of the next page (the last id looked at),
 --          both "" when the set holds no more ids in this order; each row
 --          {id, score, type, enqueue_time, retry_count, last_error, params}, missing fields
 --          as "". An id whose hash is gone (or is not a hash) is never a row.
@@ -80,7 +80,7 @@ local function row(id, score)
     string.sub(f[5] or '', 1, cut)}
 end
 
-local reply = {total, '', ''}
+local reply = {total, 0, '', ''}
 local rows, looked, last_score, last_id = 0, 0, nil, nil
 local chunk = job == '' and limit or 500
 while rows < limit and looked < examine and pos >= 0 and pos < total do
@@ -102,7 +102,8 @@ while rows < limit and looked < examine and pos >= 0 and pos < total do
     end
   end
 end
+reply[2] = looked
 if last_id and pos >= 0 and pos < total then
-  reply[2], reply[3] = last_score, last_id
+  reply[3], reply[4] = last_score, last_id
 end
 return reply
