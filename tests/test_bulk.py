@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import redis
@@ -37,7 +37,7 @@ def put(r: redis.Redis, state: str, ids: Iterable[str], job: str = "J", at: int 
 
 
 def states(r: redis.Redis, *ids: str) -> list[str]:
-    return [bytes(r.hget(K.task(i), "state") or b"").decode() for i in ids]
+    return [cast(bytes, r.hget(K.task(i), "state") or b"").decode() for i in ids]
 
 
 def test_retry_by_ids_in_chunks_with_progress(r: redis.Redis) -> None:
