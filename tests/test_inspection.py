@@ -3,6 +3,8 @@ order, cursors that hold while tasks come and go, the job filter and its bound, 
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterable
 from typing import Any
 
@@ -176,3 +178,27 @@ async def test_find_task_finds_a_task_in_any_state(r: redis.Redis) -> None:
     )  # fmt: skip
     with pytest.raises(ValueError, match="a task id"):
         inspection.find_task(Q, "a b")
+
+
+def test_culex_tasks_shows_a_page_and_the_next_cursor(r: redis.Redis, url: str) -> None:
+    put(r, "dead", [("a", T0, "J"), ("b", T0 + 1, "K"), ("c", T0 + 2, "J")], last_error="boom")
+    first = culex("tasks", Q, "--state", "dead", "--limit", "1", "--job", "J", "--redis-url", url)
+    assert first.returncode == 0, first.stderr
+    header, row, summary, following = first.stdout.splitlines()
+    assert header.split() == ["id", "job", "died", "enqueued", "retries", "params", "last", "error"]
+    assert row.split()[:2] == ["c", "J"] and row.split()[-1] == "boom"
+    assert summary == "1 task(s) of job J shown, newest first; dead holds 3"
+    cursor = following.removeprefix("next page: --after ")
+    rest = culex("tasks", Q, "--state", "dead", "--job", "J", "--after", cursor)
+    assert [line.split()[0] for line in rest.stdout.splitlines()[1:-1]] == ["a"]
+    assert "next page" not in rest.stdout
+    oldest = culex("tasks", Q, "--state", "dead", "--oldest", "--limit", "2")
+    assert [line.split()[0] for line in oldest.stdout.splitlines()[1:3]] == ["a", "b"]
+    bad = culex("tasks", Q, "--limit", "0")
+    assert bad.returncode == 2 and "limit must be 1 to 500" in bad.stderr
+
+
+def culex(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "culex", *args], capture_output=True, text=True, timeout=60
+    )
