@@ -3,14 +3,18 @@ order, cursors that hold while tasks come and go, the job filter and its bound, 
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+import types
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 
+import culex
 from culex import inspection
 from culex._redis.keys import queue_keys
 from culex.inspection import TaskPage, TaskRow
@@ -182,23 +186,56 @@ async def test_find_task_finds_a_task_in_any_state(r: redis.Redis) -> None:
 
 def test_culex_tasks_shows_a_page_and_the_next_cursor(r: redis.Redis, url: str) -> None:
     put(r, "dead", [("a", T0, "J"), ("b", T0 + 1, "K"), ("c", T0 + 2, "J")], last_error="boom")
-    first = culex("tasks", Q, "--state", "dead", "--limit", "1", "--job", "J", "--redis-url", url)
+    first = culex_command(
+        "tasks", Q, "--state", "dead", "--limit", "1", "--job", "J", "--redis-url", url
+    )
     assert first.returncode == 0, first.stderr
     header, row, summary, following = first.stdout.splitlines()
     assert header.split() == ["id", "job", "died", "enqueued", "retries", "params", "last", "error"]
     assert row.split()[:2] == ["c", "J"] and row.split()[-1] == "boom"
     assert summary == "1 task(s) of job J shown, newest first; dead holds 3"
     cursor = following.removeprefix("next page: --after ")
-    rest = culex("tasks", Q, "--state", "dead", "--job", "J", "--after", cursor)
+    rest = culex_command("tasks", Q, "--state", "dead", "--job", "J", "--after", cursor)
     assert [line.split()[0] for line in rest.stdout.splitlines()[1:-1]] == ["a"]
     assert "next page" not in rest.stdout
-    oldest = culex("tasks", Q, "--state", "dead", "--oldest", "--limit", "2")
+    oldest = culex_command("tasks", Q, "--state", "dead", "--oldest", "--limit", "2")
     assert [line.split()[0] for line in oldest.stdout.splitlines()[1:3]] == ["a", "b"]
-    bad = culex("tasks", Q, "--limit", "0")
+    bad = culex_command("tasks", Q, "--limit", "0")
     assert bad.returncode == 2 and "limit must be 1 to 500" in bad.stderr
 
 
-def culex(*args: str) -> subprocess.CompletedProcess[str]:
+def culex_command(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "culex", *args], capture_output=True, text=True, timeout=60
     )
+
+
+def test_the_operations_page_examples_run(
+    r: redis.Redis, capsys: pytest.CaptureFixture[str]
+) -> None:
+    page = Path(__file__).resolve().parent.parent / "docs" / "operations.md"
+    blocks = re.findall(r"^```python\n(.*?)^```", page.read_text(), flags=re.S | re.M)
+    assert len(blocks) >= 5
+    module = types.ModuleType("culex_operations_example")
+    sys.modules[module.__name__] = module  # job classes resolve their annotations here
+    try:
+        for block in blocks:
+            exec(compile(block, "operations.md", "exec"), module.__dict__)
+    finally:
+        del sys.modules[module.__name__]
+        for job in list(culex.registry):
+            if job.__module__ == module.__name__:
+                culex.registry.remove(job)
+    assert capsys.readouterr().out.splitlines() == [
+        "50 123",
+        'ChargeJob waiting {"cents":2}',
+        "123 123",
+        """['{"cents":2}', '{"cents":1}', '{"cents":0}']""",
+        "waiting",
+        "None",
+        "123/123",
+        "3",
+        "1",
+        "2",
+        "{'waiting': 121, 'pending': 0, 'scheduled': 0, 'dead': 0}",
+    ]
