@@ -390,11 +390,12 @@ def _retry_all(queue: str, job: str | None, settings: config.Settings) -> int:
 
 def _purge(queue: str, job: str | None, yes: bool, settings: config.Settings) -> int:
     """Delete every dead task of ``queue`` (of ``job``), once confirmed, with a progress bar."""
+    from ._redis.keys import check_queue_name
     from .bulk import apply
-    from .inspection import tasks
+    from .inspection import queue_counts
     from .progress import ProgressBar
 
-    held = tasks(queue, "dead", settings, limit=1, job=job).total
+    held = queue_counts(settings, [check_queue_name(queue)])[queue]["dead"]
     which = f"the dead tasks of job {job}" if job else "every dead task"
     if not yes:
         if not sys.stdin.isatty():

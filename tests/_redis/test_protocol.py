@@ -489,6 +489,11 @@ def _cancel(q: PlainRunner) -> Callable[[], object]:
     return lambda: q.cancel("t")
 
 
+def _browse(q: PlainRunner) -> Callable[[], object]:
+    q.enqueue("t", "AddJob")
+    return lambda: q.browse("waiting", 10)
+
+
 NUMBERS = [  # (script, ARGV index of a number it reads, a state it acts on and the call)
     ("enqueue", 5, _enqueue), ("enqueue", 6, _enqueue),
     ("claim", 1, _claim), ("claim", 2, _claim), ("claim", 3, _claim_a_due_retry),
@@ -501,6 +506,7 @@ NUMBERS = [  # (script, ARGV index of a number it reads, a state it acts on and 
     ("retry_dead", 1, _retry_dead),
     ("schedule", 4, _schedule),
     ("cancel", 3, _cancel), ("cancel", 4, _cancel),
+    ("browse", 4, _browse), ("browse", 5, _browse), ("browse", 7, _browse),
 ]  # fmt: skip
 
 
