@@ -9,12 +9,13 @@ from typing import Any, cast
 import pytest
 import redis
 
-from culex import bulk
+from culex import bulk, config, connection, inspection
 from culex._redis import operations
 from culex._redis.keys import queue_keys
 from culex.inspection import state_set
 
 from .conftest import driver_of, members
+from .topology import Cluster
 
 pytestmark = pytest.mark.flows  # also run through redis-py (README's test command)
 
@@ -140,6 +141,27 @@ def test_bad_input_is_refused_before_anything_changes(
     with pytest.raises(error, match=message):
         bulk.apply(action, **given)  # type: ignore[arg-type]
     assert states(r, "a") == ["dead"]
+
+
+def test_pages_and_bulk_actions_on_a_cluster(cluster: Cluster) -> None:
+    """Six queues over three masters: every call stays in its queue's slot (no CROSSSLOT)."""
+    settings = config.settings(redis_url=cluster.url)
+    driver = connection.sync_driver(cluster.url)
+    queues = ("emails", "reports", "images", "search", "billing", "exports")
+    for queue in queues:
+        keys = queue_keys("culex", queue)
+        for n in range(3):
+            driver.run(operations.enqueue(keys, f"{queue}-{n}", "J", "{}", due_ms=None,
+                                          delay_ms=0, max_retries=4))  # fmt: skip
+    for queue in queues:
+        page = inspection.tasks(queue, "waiting", settings, job="J", limit=2)
+        assert len(page.rows) == 2 and page.total == 3 and page.next_cursor is not None
+        found = inspection.find_task(queue, f"{queue}-1", settings)
+        assert found is not None and found.state == "waiting"
+        assert bulk.apply("cancel", queue, settings, state="waiting") == 3
+        assert bulk.apply("retry", queue, settings, job="J") == 3
+        assert bulk.apply("delete", queue, settings, ids=[f"{queue}-0", f"{queue}-9"]) == 1
+        assert inspection.tasks(queue, "waiting", settings).total == 2
 
 
 def _to(seen: list[tuple[int, int]]) -> bulk.Progress:
