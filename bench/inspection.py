@@ -22,7 +22,7 @@ from typing import Any
 import redis
 from server import arguments, private_server
 
-from culex import bulk, config, inspection
+from culex import browsing, bulk, config, inspection
 from culex._redis.keys import queue_keys
 
 Q = "bench"
@@ -67,7 +67,7 @@ def fill(client: redis.Redis, state: str, count: int, jobs: tuple[int, int, str,
     ``a`` or ``b`` in turns."""
     script = client.register_script(FILL)
     for first in range(0, count, 20_000):
-        keys = [inspection.state_set(K, state), K.task_prefix]
+        keys = [browsing.state_set(K, state), K.task_prefix]
         script(keys=keys, args=[state, first, min(20_000, count - first), *jobs, T0, Q])
 
 
@@ -126,7 +126,7 @@ def report(client: redis.Redis, settings: config.Settings, args: Any) -> None:
     )
     middle = client.zrange(K.waiting, args.waiting // 2, args.waiting // 2, withscores=True)
     (member, score) = middle[0]
-    cursor = inspection.encode_cursor((str(int(score)), member.decode()))
+    cursor = browsing.encode_cursor((str(int(score)), member.decode()))
     measure(
         "a page half-way down, through a cursor",
         lambda: inspection.tasks(Q, "waiting", settings, cursor=cursor),

@@ -12,7 +12,7 @@ import redis
 from culex import bulk, config, connection, inspection
 from culex._redis import operations
 from culex._redis.keys import queue_keys
-from culex.inspection import state_set
+from culex.browsing import state_set
 
 from .conftest import driver_of, members
 from .topology import Cluster

@@ -15,7 +15,7 @@ import pytest
 import redis
 
 import culex
-from culex import inspection
+from culex import browsing, inspection
 from culex._redis.keys import queue_keys
 from culex.inspection import TaskPage, TaskRow
 
@@ -36,7 +36,7 @@ def put(r: redis.Redis, state: str, rows: Iterable[tuple[str, int, str]], **fiel
         }  # fmt: skip
         record.update(fields)
         pipe.hset(K.task(task_id), mapping=record)
-        pipe.zadd(inspection.state_set(K, state), {task_id: score})
+        pipe.zadd(browsing.state_set(K, state), {task_id: score})
     pipe.execute()
 
 

@@ -16,9 +16,9 @@ from . import config
 from ._redis import commands, operations
 from ._redis.keys import QueueKeys, check_queue_name, queue_keys
 from ._redis.operations import Call
+from .browsing import EXAMINE, browse_call, check_job, check_state, state_set
 from .errors import ServerError
 from .flow import Flow, run_async, run_sync
-from .inspection import EXAMINE, browse_call, check_job, check_state, state_set
 from .task import check_id
 
 Action = Literal["retry", "delete", "cancel"]
