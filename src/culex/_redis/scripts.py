@@ -45,6 +45,7 @@ RETRY_DEAD = Script.load("retry_dead")
 CANCEL = Script.load("cancel")
 WAIT = Script.load("wait")
 BEAT = Script.load("beat")
+READ_PERIODIC = Script.load("read_periodic")
 BROWSE = Script.load("browse")
 DELETE = Script.load("delete")
 
@@ -61,6 +62,7 @@ ALL = (
     CANCEL,
     WAIT,
     BEAT,
+    READ_PERIODIC,
     BROWSE,
     DELETE,
 )
