@@ -152,6 +152,8 @@ async def test_a_page_of_an_unknown_queue_is_empty_and_atasks_reads_the_same(
         ({"cursor": "aW5mOng"}, ValueError, "not a cursor"),  # "inf:x"
         ({"cursor": 3}, TypeError, "a cursor must be a str"),
         ({"job": ""}, ValueError, "a job type must be"),
+        ({"job": 3}, TypeError, "a job type must be a str"),
+        ({"newest_first": "no"}, TypeError, "newest_first must be a bool"),
         ({"queue": "a b"}, ValueError, "a queue name"),
     ],
 )

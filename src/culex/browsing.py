@@ -184,6 +184,8 @@ def _page_flow(
     """The arguments of :func:`tasks`, checked before any I/O, and the flow of the page."""
     keys = queue_keys(settings.prefix, check_queue_name(queue))
     check_state(state)
+    if not isinstance(newest_first, bool):
+        raise TypeError(f"newest_first must be a bool, got {type(newest_first).__name__}")
     if isinstance(limit, bool) or not isinstance(limit, int):
         raise TypeError(f"limit must be an int, got {type(limit).__name__}")
     if not 1 <= limit <= MAX_PAGE:
