@@ -45,6 +45,7 @@ RETRY_DEAD = Script.load("retry_dead")
 CANCEL = Script.load("cancel")
 WAIT = Script.load("wait")
 BEAT = Script.load("beat")
+HASTEN = Script.load("hasten")
 
 ALL = (
     ENQUEUE,
@@ -59,4 +60,5 @@ ALL = (
     CANCEL,
     WAIT,
     BEAT,
+    HASTEN,
 )
