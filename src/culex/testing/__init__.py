@@ -13,8 +13,8 @@ See docs/testing.md.
 """
 
 from .attempts import Attempt, AttemptFailed, DrainError, DrainTimeout
-from .drain import adrain, drain
-from .enqueued import aenqueued, enqueued
+from .draining import adrain, drain
+from .enqueued_tasks import aenqueued, enqueued
 from .perform import aperform_now, perform_now
 from .periodic import arun_periodic, run_periodic
 

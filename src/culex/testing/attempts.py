@@ -66,9 +66,7 @@ class DrainTimeout(DrainError, TimeoutError):
     """The queues were not empty when the drain's timeout passed. ``left``: what each
     queue still held ({queue: {state: count}}); ``running``: the tasks still running."""
 
-    def __init__(
-        self, timeout: float, left: dict[str, dict[str, int]], running: list[str]
-    ) -> None:
+    def __init__(self, timeout: float, left: dict[str, dict[str, int]], running: list[str]) -> None:
         held = "; ".join(
             f"{queue}: " + ", ".join(f"{n} {state}" for state, n in counts.items() if n)
             for queue, counts in left.items()

@@ -7,8 +7,8 @@ from datetime import timedelta
 from .. import periodic
 from ..periodic import PeriodicJob
 from .attempts import Attempt
-from .drain import adrain, drain
-from .enqueued import check_job_class
+from .draining import adrain, drain
+from .enqueued_tasks import check_job_class
 
 
 def run_periodic(job: type[PeriodicJob], *, timeout: float | timedelta = 10) -> Attempt:

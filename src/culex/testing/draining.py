@@ -28,7 +28,7 @@ from ..runner.claimer import PROMOTE_LIMIT
 from ..runner.lease import LeaseKeeper
 from ..runner.reporter import Reporter
 from ..serialization import decode_result
-from .attempts import Attempt, AttemptFailed, DrainTimeout, params_of
+from .attempts import Attempt, AttemptFailed, AttemptOutcome, DrainTimeout, params_of
 
 HASTEN_LIMIT = 10_000  # scheduled tasks made due per queue and round
 
@@ -198,7 +198,7 @@ def _record(
         result = decode_result(outcome.result_json, codec, f"the result of {claimed.type}")
         return Attempt(claimed.queue, claimed.id, claimed.type, params, claimed.attempt,
                        "succeeded", result)  # fmt: skip
-    state = "dead" if outcome.retry_delay_ms is None else "failed"
+    state: AttemptOutcome = "dead" if outcome.retry_delay_ms is None else "failed"
     return Attempt(claimed.queue, claimed.id, claimed.type, params, claimed.attempt, state,
                    error=outcome.error, exception=raised)  # fmt: skip
 
@@ -232,4 +232,3 @@ def _catching(method: Callable[[], Any], raised: list[BaseException]) -> Callabl
             raise
 
     return caught
-

@@ -90,4 +90,3 @@ def _matches(job: type[Job], raw: str | None, wanted: dict[str, Any]) -> bool:
         except (ValueError, TypeError):
             return False
     return True
-
