@@ -132,3 +132,16 @@ class TickJob(culex.PeriodicJob):
     def perform(self) -> int:
         TickJob.ran += 1
         return TickJob.ran
+
+
+class ChildJob(culex.QueuedJob):
+    """Runs in a child process; fails when asked to."""
+
+    queue = "testing_child"
+    broken: bool = False
+    isolation = "process"
+
+    def perform(self) -> int:
+        if self.broken:
+            raise Broken("in the child")
+        return 7

@@ -14,7 +14,7 @@ from culex.embedded import EmbeddedServer
 from culex.testing import Attempt, AttemptFailed, DrainTimeout, adrain, drain, enqueued
 
 from ..conftest import members
-from .jobs import HOUR, AddJob, AsyncDoubleJob, Broken, ChainJob, FlakyJob, HangJob
+from .jobs import HOUR, AddJob, AsyncDoubleJob, Broken, ChainJob, ChildJob, FlakyJob, HangJob
 
 
 @pytest.fixture
@@ -149,3 +149,15 @@ def test_the_running_loop_is_left_usable(client: redis.Redis) -> None:
     AddJob(a=1).enqueue()
     drain(["testing_add"])
     assert asyncio.run(asyncio.sleep(0, "ok")) == "ok"
+
+
+def test_a_perform_in_a_child_process_is_drained_and_its_failure_reported(
+    client: redis.Redis,
+) -> None:
+    ok = ChildJob().enqueue()
+    [ran] = drain("testing_child")
+    assert (ran.task_id, ran.result) == (ok.id, 7)
+    ChildJob(broken=True).enqueue()
+    # the child's exception stays in the child: its text comes back
+    with pytest.raises(AttemptFailed, match=r"\(attempt 1\) failed: Broken: in the child"):
+        drain("testing_child")
