@@ -11,7 +11,7 @@ import culex
 HOUR = timedelta(hours=1)
 
 
-class AddJob(culex.QueuedJob):
+class SumJob(culex.QueuedJob):
     queue = "testing_add"
     a: int
     b: int = 0
@@ -21,10 +21,10 @@ class AddJob(culex.QueuedJob):
 
 
 class Broken(Exception):
-    """What FlakyJob raises."""
+    """What ShakyJob raises."""
 
 
-class FlakyJob(culex.QueuedJob):
+class ShakyJob(culex.QueuedJob):
     """Fails until its attempt reaches ``succeed_on``; each retry waits an hour."""
 
     queue = "testing_flaky"
@@ -39,17 +39,17 @@ class FlakyJob(culex.QueuedJob):
         return HOUR
 
 
-class ChainJob(culex.QueuedJob):
+class LinkJob(culex.QueuedJob):
     """Enqueues the next link of the chain, forever."""
 
     queue = "testing_chain"
     link: int = 0
 
     def perform(self) -> None:
-        ChainJob(link=self.link + 1).enqueue()
+        LinkJob(link=self.link + 1).enqueue()
 
 
-class HangJob(culex.QueuedJob):
+class StuckJob(culex.QueuedJob):
     """Waits on an event that is never set (until the drain's timeout cancels it)."""
 
     queue = "testing_hang"
@@ -58,7 +58,7 @@ class HangJob(culex.QueuedJob):
         await asyncio.Event().wait()
 
 
-class AsyncDoubleJob(culex.QueuedJob):
+class DoubleJob(culex.QueuedJob):
     queue = "testing_async"
     n: int
 
@@ -115,7 +115,7 @@ class HookedJob(culex.QueuedJob):
         HookedJob.calls.append("after")
 
 
-class SetJob(culex.QueuedJob):
+class UnstorableJob(culex.QueuedJob):
     """Returns a value its return annotation cannot store."""
 
     queue = "testing_set"
@@ -124,17 +124,17 @@ class SetJob(culex.QueuedJob):
         return "not an int"  # type: ignore[return-value]
 
 
-class TickJob(culex.PeriodicJob):
+class EveryHourJob(culex.PeriodicJob):
     queue = "testing_tick"
     run_every = HOUR
     ran: ClassVar[int] = 0
 
     def perform(self) -> int:
-        TickJob.ran += 1
-        return TickJob.ran
+        EveryHourJob.ran += 1
+        return EveryHourJob.ran
 
 
-class ChildJob(culex.QueuedJob):
+class ForkedJob(culex.QueuedJob):
     """Runs in a child process; fails when asked to."""
 
     queue = "testing_child"

@@ -14,7 +14,7 @@ from culex.embedded import EmbeddedServer
 from culex.testing import Attempt, AttemptFailed, DrainTimeout, adrain, drain, enqueued
 
 from ..conftest import members
-from .jobs import HOUR, AddJob, AsyncDoubleJob, Broken, ChainJob, ChildJob, FlakyJob, HangJob
+from .jobs import HOUR, Broken, DoubleJob, ForkedJob, LinkJob, ShakyJob, StuckJob, SumJob
 
 
 @pytest.fixture
@@ -24,9 +24,9 @@ def client(culex_server: EmbeddedServer) -> Iterator[redis.Redis]:
 
 
 def test_drain_runs_a_ready_task_and_returns_its_attempt(client: redis.Redis) -> None:
-    task = AddJob(a=2, b=3).enqueue()
+    task = SumJob(a=2, b=3).enqueue()
     assert drain(["testing_add"]) == [
-        Attempt("testing_add", task.id, "AddJob", {"a": 2, "b": 3}, 1, "succeeded", 5)
+        Attempt("testing_add", task.id, "SumJob", {"a": 2, "b": 3}, 1, "succeeded", 5)
     ]
     assert task.state() is culex.TaskState.SUCCEEDED  # reported by complete.lua
     assert task.result(timeout=1) == 5
@@ -36,7 +36,7 @@ def test_drain_runs_a_ready_task_and_returns_its_attempt(client: redis.Redis) ->
 def test_fail_fast_reraises_the_jobs_own_exception_once_the_failure_is_reported(
     client: redis.Redis,
 ) -> None:
-    task = FlakyJob().enqueue()
+    task = ShakyJob().enqueue()
     with pytest.raises(Broken, match="attempt 1 broke") as raised:
         drain("testing_flaky")
     frames = [frame.name for frame in traceback.extract_tb(raised.value.__traceback__)]
@@ -48,7 +48,7 @@ def test_fail_fast_reraises_the_jobs_own_exception_once_the_failure_is_reported(
 def test_without_fail_fast_every_attempt_is_collected_and_an_hours_backoff_is_skipped(
     client: redis.Redis,
 ) -> None:
-    task = FlakyJob().enqueue()
+    task = ShakyJob().enqueue()
     ran = drain("testing_flaky", fail_fast=False)
     assert [(r.attempt, r.outcome) for r in ran] == [
         (1, "failed"), (2, "failed"), (3, "failed"), (4, "failed"), (5, "dead"),
@@ -62,7 +62,7 @@ def test_without_fail_fast_every_attempt_is_collected_and_an_hours_backoff_is_sk
 
 
 def test_a_retry_that_succeeds_is_drained_with_its_failures(client: redis.Redis) -> None:
-    task = FlakyJob(succeed_on=3).enqueue()
+    task = ShakyJob(succeed_on=3).enqueue()
     ran = drain("testing_flaky", fail_fast=False)
     assert [(r.attempt, r.outcome, r.result) for r in ran] == [
         (1, "failed", None), (2, "failed", None), (3, "succeeded", "fine"),
@@ -71,17 +71,17 @@ def test_a_retry_that_succeeds_is_drained_with_its_failures(client: redis.Redis)
 
 
 def test_a_task_enqueued_for_an_hour_later_is_drained_now(client: redis.Redis) -> None:
-    task = AddJob(a=1).enqueue(delay=HOUR)
+    task = SumJob(a=1).enqueue(delay=HOUR)
     assert task.state() is culex.TaskState.SCHEDULED
     assert drain(["testing_add"], run_scheduled=False) == []  # not due: left scheduled
-    assert enqueued(AddJob) == [task]
+    assert enqueued(SumJob) == [task]
     [ran] = drain(["testing_add"])
     assert (ran.task_id, ran.outcome, ran.result) == (task.id, "succeeded", 1)
     assert task.state() is culex.TaskState.SUCCEEDED
 
 
 def test_tasks_enqueued_by_a_perform_are_drained_too(client: redis.Redis) -> None:
-    first = ChainJob().enqueue()
+    first = LinkJob().enqueue()
     with pytest.raises(DrainTimeout) as raised:
         drain("testing_chain", timeout=0.5)
     # the chain never ends: the error says what is left (the link that was next: waiting,
@@ -95,28 +95,28 @@ def test_tasks_enqueued_by_a_perform_are_drained_too(client: redis.Redis) -> Non
 
 
 async def test_the_timeout_names_the_tasks_still_running(client: redis.Redis) -> None:
-    task = await HangJob().aenqueue()
-    await AddJob(a=1).aenqueue(delay=HOUR)
+    task = await StuckJob().aenqueue()
+    await SumJob(a=1).aenqueue(delay=HOUR)
     with pytest.raises(DrainTimeout) as raised:
         await adrain(["testing_hang", "testing_add"], timeout=1, run_scheduled=False)
     message = str(raised.value)
-    assert f"still running: HangJob testing_hang<{task.id}>" in message
+    assert f"still running: StuckJob testing_hang<{task.id}>" in message
     assert "testing_hang: 1 pending" in message
     assert "testing_add: 1 scheduled" in message
 
 
 async def test_adrain_runs_async_and_sync_performs(client: redis.Redis) -> None:
-    doubled = await AsyncDoubleJob(n=21).aenqueue()
-    added = await AddJob(a=4).aenqueue()
+    doubled = await DoubleJob(n=21).aenqueue()
+    added = await SumJob(a=4).aenqueue()
     ran = await adrain(["testing_async", "testing_add"])
     assert {(r.task_id, r.result) for r in ran} == {(doubled.id, 42), (added.id, 4)}
 
 
 def test_a_broken_task_fails_fast_with_its_reason(client: redis.Redis) -> None:
-    client.hset("culex:{testing_add}:task:bad", mapping={"id": "bad", "type": "AddJob",
+    client.hset("culex:{testing_add}:task:bad", mapping={"id": "bad", "type": "SumJob",
                 "params": '{"a": "x"}', "attempt": 0, "state": "waiting"})  # fmt: skip
     client.zadd("culex:{testing_add}:waiting", {"bad": 1})
-    with pytest.raises(AttemptFailed, match=r"AddJob task testing_add<bad> \(attempt 1\) went to"):
+    with pytest.raises(AttemptFailed, match=r"SumJob task testing_add<bad> \(attempt 1\) went to"):
         drain("testing_add")
     assert members(client, "culex:{testing_add}:dead") == ["bad"]
 
@@ -146,7 +146,7 @@ def test_drain_checks_its_arguments(
 
 def test_the_running_loop_is_left_usable(client: redis.Redis) -> None:
     """drain() runs its own loop and closes it; a later asyncio.run works."""
-    AddJob(a=1).enqueue()
+    SumJob(a=1).enqueue()
     drain(["testing_add"])
     assert asyncio.run(asyncio.sleep(0, "ok")) == "ok"
 
@@ -154,10 +154,10 @@ def test_the_running_loop_is_left_usable(client: redis.Redis) -> None:
 def test_a_perform_in_a_child_process_is_drained_and_its_failure_reported(
     client: redis.Redis,
 ) -> None:
-    ok = ChildJob().enqueue()
+    ok = ForkedJob().enqueue()
     [ran] = drain("testing_child")
     assert (ran.task_id, ran.result) == (ok.id, 7)
-    ChildJob(broken=True).enqueue()
+    ForkedJob(broken=True).enqueue()
     # the child's exception stays in the child: its text comes back
     with pytest.raises(AttemptFailed, match=r"\(attempt 1\) failed: Broken: in the child"):
         drain("testing_child")
