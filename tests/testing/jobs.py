@@ -145,3 +145,13 @@ class ForkedJob(culex.QueuedJob):
         if self.broken:
             raise Broken("in the child")
         return 7
+
+
+class SlowApiJob(culex.QueuedJob):
+    """Fails with a TimeoutError of its own (an API that did not answer)."""
+
+    queue = "testing_slow_api"
+    max_retries = 0
+
+    def perform(self) -> None:
+        raise TimeoutError("the API did not answer")

@@ -14,7 +14,17 @@ from culex.embedded import EmbeddedServer
 from culex.testing import Attempt, AttemptFailed, DrainTimeout, adrain, drain, enqueued
 
 from ..conftest import members
-from .jobs import HOUR, Broken, DoubleJob, ForkedJob, LinkJob, ShakyJob, StuckJob, SumJob
+from .jobs import (
+    HOUR,
+    Broken,
+    DoubleJob,
+    ForkedJob,
+    LinkJob,
+    ShakyJob,
+    SlowApiJob,
+    StuckJob,
+    SumJob,
+)
 
 
 @pytest.fixture
@@ -161,3 +171,10 @@ def test_a_perform_in_a_child_process_is_drained_and_its_failure_reported(
     # the child's exception stays in the child: its text comes back
     with pytest.raises(AttemptFailed, match=r"\(attempt 1\) failed: Broken: in the child"):
         drain("testing_child")
+
+
+def test_a_jobs_own_timeout_error_is_raised_as_it_is(client: redis.Redis) -> None:
+    SlowApiJob().enqueue()
+    with pytest.raises(TimeoutError, match="the API did not answer") as raised:
+        drain("testing_slow_api")
+    assert not isinstance(raised.value, DrainTimeout)

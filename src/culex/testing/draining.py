@@ -75,12 +75,17 @@ async def adrain(
     drainer = _Drainer(settings, driver, names, run_scheduled, lease_ms=round(limit * 1000))
     try:
         async with asyncio.timeout(limit):
-            await drainer.run(fail_fast)
+            failed = await drainer.run(fail_fast)
     except TimeoutError:
         raise DrainTimeout(limit, await drainer.left(), drainer.running_names()) from None
     finally:
         drainer.close()
-    return drainer.ran
+    if failed is None:
+        return drainer.ran
+    # (raised out here: a job's own TimeoutError is not the drain's timeout)
+    if failed.exception is not None:
+        raise failed.exception
+    raise AttemptFailed(failed)
 
 
 def checked_queues(queues: Iterable[str] | str | None, jobs: JobRegistry) -> list[str]:
@@ -125,7 +130,9 @@ class _Drainer:
         keeper = LeaseKeeper(settings, "")
         self.reporter = Reporter(settings, driver, keeper, self.outbox, asyncio.Event())
 
-    async def run(self, fail_fast: bool) -> None:
+    async def run(self, fail_fast: bool) -> Attempt | None:
+        """Rounds until a claim finds nothing; with ``fail_fast``, until a round has a
+        failure, which it returns."""
         while claimed := await self._claim():
             self.running = claimed
             done = await asyncio.gather(*(self._attempt(c) for c in claimed))
@@ -135,9 +142,8 @@ class _Drainer:
             self.ran += [record for _, record in done]
             failed = next((r for r in self.ran[-len(done) :] if r.outcome != "succeeded"), None)
             if fail_fast and failed is not None:
-                if failed.exception is not None:
-                    raise failed.exception
-                raise AttemptFailed(failed)
+                return failed
+        return None
 
     async def _claim(self) -> list[Claimed]:
         """One round trip: hasten and claim each queue."""
