@@ -252,3 +252,22 @@ def set_score(key: str, task_id: str) -> Call[float | None]:
 def set_size(key: str) -> Call[int]:
     """How many ids one of a queue's sets holds."""
     return Call((), ("ZCARD", key), int)
+
+
+def first_ids(key: str, limit: int) -> Call[list[str]]:
+    """The first ``limit`` members of a sorted set of task ids, lowest score first."""
+    return Call((), ("ZRANGE", key, 0, limit - 1), lambda reply: [text(x) for x in reply])
+
+
+def read_fields(keys: QueueKeys, task_id: str, names: Sequence[str]) -> Call[list[str | None]]:
+    """Some fields of a task's hash, in order (None for a field it lacks)."""
+    return Call(
+        (),
+        ("HMGET", keys.task(task_id), *names),
+        lambda reply: [None if v is None else text(v) for v in reply],
+    )
+
+
+def flush_all() -> Call[bool]:
+    """Empty every database of the server (culex.testing's server, between two tests)."""
+    return Call((), ("FLUSHALL",), lambda reply: reply in (b"OK", "OK"))

@@ -48,6 +48,7 @@ BEAT = Script.load("beat")
 READ_PERIODIC = Script.load("read_periodic")
 BROWSE = Script.load("browse")
 DELETE = Script.load("delete")
+HASTEN = Script.load("hasten")
 
 ALL = (
     ENQUEUE,
@@ -65,4 +66,5 @@ ALL = (
     READ_PERIODIC,
     BROWSE,
     DELETE,
+    HASTEN,
 )
