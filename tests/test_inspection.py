@@ -19,6 +19,8 @@ from culex import browsing, inspection
 from culex._redis.keys import queue_keys
 from culex.inspection import TaskPage, TaskRow
 
+from .conftest import snapshot
+
 pytestmark = pytest.mark.flows  # also run through redis-py (README's test command)
 
 Q = "browsed"
@@ -120,6 +122,16 @@ def test_a_job_search_looks_at_a_bounded_number_of_ids_and_goes_on(r: redis.Redi
     assert len(common) == 5000 - 4 and common[0] == "t04999"
     assert inspection.tasks(Q, "dead", job="Common", limit=7).rows[-1].id == "t04993"
     assert walk("dead", job="Nobody", limit=50)[0] == []
+
+
+def test_browsing_writes_nothing(r: redis.Redis) -> None:
+    put(r, "dead", [(f"t{i}", T0 + i, "J" if i % 3 else "K") for i in range(30)])
+    put(r, "pending", [("p", T0, "J")])
+    before = snapshot(r)
+    walk("dead", limit=4, job="K")
+    walk("dead", limit=7, newest_first=False)
+    inspection.find_task(Q, "p")
+    assert snapshot(r) == before
 
 
 def test_rows_are_cut_and_ids_without_a_record_are_left_out(r: redis.Redis) -> None:
