@@ -161,6 +161,51 @@ def test_search_by_id_opens_the_task(dashboard: str, page: Page) -> None:
     expect(page.locator("#missing")).to_contain_text("no task 'not-a-task' in dash_mail")
 
 
+def test_search_by_job_type_and_act_on_every_match(dashboard: str, page: Page) -> None:
+    mails = [DashboardMailJob(to=f"{i}@example.com").enqueue(delay=3600) for i in range(3)]
+    reports = [DashboardReportJob(name=f"r{i}").enqueue(delay=3600) for i in range(2)]
+    accept_dialogs(page)
+    page.goto(f"{dashboard}/queue?queue=dash_mail&state=scheduled")
+    expect(page.locator("table.tasks tbody tr")).to_have_count(5)
+    page.get_by_label("filter by job type").fill("DashboardReportJob")
+    page.get_by_role("button", name="Search").click()
+    rows = page.locator("table.tasks tbody tr")
+    expect(rows).to_have_count(2)
+    assert {rows.nth(i).get_attribute("data-task") for i in range(2)} == {t.id for t in reports}
+    page.get_by_label("action").select_option("cancel")
+    page.get_by_role("button", name="on every matching task").click()
+    expect(page.locator("#notice")).to_contain_text("Cancelled 2 task(s)")
+    assert {t.state() for t in reports} == {TaskState.DEAD}
+    assert {t.state() for t in mails} == {TaskState.SCHEDULED}
+
+
+def test_pages_of_a_long_list_in_both_orders(dashboard: str, page: Page) -> None:
+    tasks = culex.enqueue_many(DashboardMailJob(to=f"{i}@example.com") for i in range(60))
+    page.goto(f"{dashboard}/queue?queue=dash_mail&state=waiting&limit=25")
+    rows = page.locator("table.tasks tbody tr")
+    expect(rows).to_have_count(25)
+    expect(rows.first).to_have_attribute("data-task", tasks[-1].id)  # newest first
+    seen = set()
+    for _ in range(3):
+        seen |= {rows.nth(i).get_attribute("data-task") for i in range(rows.count())}
+        if page.get_by_role("link", name="next page").count() == 0:
+            break
+        page.get_by_role("link", name="next page").click()
+    assert seen == {t.id for t in tasks}
+    page.get_by_label("order").select_option("oldest")
+    page.get_by_role("button", name="Search").click()
+    expect(rows.first).to_have_attribute("data-task", tasks[0].id)
+
+
+def test_delete_a_task(dashboard: str, page: Page) -> None:
+    (task,) = dead_tasks(1)
+    accept_dialogs(page)
+    page.goto(f"{dashboard}/task?queue=dash_mail&id={task.id}")
+    page.get_by_role("button", name="Delete").click()
+    expect(page.locator("#notice")).to_contain_text("Deleted 1 task(s)")
+    assert task.state() is None
+
+
 def test_live_refresh_updates_a_count_and_stops_when_paused(dashboard: str, page: Page) -> None:
     DashboardMailJob(to="first@example.com").enqueue()
     live = [0]

@@ -8,7 +8,8 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from .. import dead, inspection, periodic
+from .. import bulk as bulk_actions
+from .. import periodic
 from .._redis.keys import check_queue_name
 from ..task import Task
 from . import security
@@ -31,6 +32,13 @@ async def task_action(request: Request) -> Response:
         done = await task.aretry()
     elif action == "cancel":
         done = await task.acancel(CANCEL_REASON)
+    elif action == "delete":
+        settings = request.app.state.settings
+        count = await bulk_actions.aapply("delete", name, settings, ids=[task_id])
+        url = path_for(request, "queue").include_query_params(
+            queue=name, done="delete" if count else "refused", count=str(count)
+        )
+        return RedirectResponse(str(url), status_code=303)
     else:
         raise HTTPException(404, f"no such action: {action}")
     url = path_for(request, "task").include_query_params(
@@ -62,25 +70,16 @@ async def bulk(request: Request) -> Response:
 
 
 async def _apply(request: Request, queue: str, action: str, ids: list[str] | None) -> int:
-    settings = request.app.state.settings
-    if action == "retry":
-        if ids is None:  # every task in dead now (not those that die again meanwhile)
-            left = (await inspection.aqueue_counts(settings, [queue]))[queue]["dead"]
-            total = 0
-            while left > 0:
-                retried = await dead.aretry_dead(
-                    queue, None, min(left, dead.CHUNK), settings=settings
-                )
-                if not retried:
-                    break
-                total += len(retried)
-                left -= len(retried)
-            return total
-        return len(await dead.aretry_dead(queue, ids, settings=settings))
-    if ids is None:
-        raise HTTPException(400, "cancel works on ticked tasks")
-    cancelled = [await Task(i, queue, url=settings.redis_url).acancel(CANCEL_REASON) for i in ids]
-    return sum(cancelled)
+    """``action`` on ``ids``, or (None) on every task the page's query matches."""
+    query = Query.parse({k: v for k, v in (await request.form()).items() if isinstance(v, str)})
+    return await bulk_actions.aapply(
+        action,  # type: ignore[arg-type]  # (checked against ACTIONS by the caller)
+        queue,
+        request.app.state.settings,
+        ids=ids,
+        state=query.state,
+        job=(query.job or None) if ids is None else None,
+    )
 
 
 def _ids(form: FormData) -> list[str]:

@@ -1,5 +1,5 @@
-"""A queue page's list of tasks: the query in its URL (state, order, page, filters) and the
-page of rows it reads, bounded (at most MAX_LIMIT rows a page)."""
+"""A queue page's list of tasks: the query in its URL (state, order, page, job type) and
+the page of rows it reads through ``inspection.atasks``, bounded (at most MAX_LIMIT rows)."""
 
 from __future__ import annotations
 
@@ -8,31 +8,11 @@ from dataclasses import dataclass, replace
 
 from starlette.exceptions import HTTPException
 
-from .. import config, dead
-from ..inspection import STATES
+from .. import config, inspection
+from ..inspection import STATES, TaskPage
 
 LIMITS = (25, 50, 100)
 MAX_LIMIT = max(LIMITS)
-# Whether a list can be filtered by job type.
-FILTER_BY_JOB = False
-
-
-@dataclass(frozen=True)
-class Row:
-    """One task in a list, as the templates show it."""
-
-    id: str
-    job: str
-    at_ms: float  # when it entered its state (died, due, ...), ms since the epoch
-    retry_count: int
-    attempt: int
-    error: str
-
-
-@dataclass(frozen=True)
-class Page:
-    rows: list[Row] | None  # None: this state cannot be listed here
-    next_cursor: str | None
 
 
 @dataclass(frozen=True)
@@ -83,23 +63,17 @@ class Query:
         return {key: value for key, value in found.items() if value}
 
 
-async def page(queue: str, query: Query, settings: config.Settings) -> Page:
-    """The rows the query asks for."""
-    if query.state != "dead":
-        return Page(rows=None, next_cursor=None)
-    offset = int(query.cursor) if query.cursor and query.cursor.isdigit() else 0
-    # One more than shown: whether there is a next page.
-    found = await dead.adead_tasks(queue, query.limit + 1, offset=offset, settings=settings)
-    rows = [
-        Row(
-            id=t.id,
-            job=t.type,
-            at_ms=t.died_at.timestamp() * 1000,
-            retry_count=t.retry_count,
-            attempt=t.attempt,
-            error=t.error,
+async def page(queue: str, query: Query, settings: config.Settings) -> TaskPage:
+    """The rows the query asks for (a bad cursor is a 400)."""
+    try:
+        return await inspection.atasks(
+            queue,
+            query.state,
+            settings,
+            newest_first=query.newest_first,
+            cursor=query.cursor,
+            limit=query.limit,
+            job=query.job or None,
         )
-        for t in found[: query.limit]
-    ]
-    more = len(found) > query.limit
-    return Page(rows=rows, next_cursor=str(offset + query.limit) if more else None)
+    except (TypeError, ValueError) as exc:
+        raise HTTPException(400, str(exc)) from None

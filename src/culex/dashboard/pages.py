@@ -15,7 +15,11 @@ from . import listing
 from .templating import path_for, render
 
 # Which actions each state allows.
-ACTIONS = {"dead": ("retry",), "waiting": ("cancel",), "scheduled": ("cancel",)}
+ACTIONS = {
+    "dead": ("retry", "delete"),
+    "waiting": ("cancel", "delete"),
+    "scheduled": ("cancel", "delete"),
+}
 
 # The fields of a task's record that hold a time (ms since the epoch), in the order shown.
 TIMES = ("enqueue_time", "due_at", "started_at", "failed_at", "finished_at", "retried_at", "slot")
@@ -65,7 +69,7 @@ async def queue(request: Request) -> Response:
             "query": query,
             "listing": await listing.page(name, query, settings),
             "actions": ACTIONS,
-            "filter_by_job": listing.FILTER_BY_JOB,
+            "limits": listing.LIMITS,
             "page": "dead" if request.query_params.get("from_dead") else "queues",
         },
     )
@@ -123,13 +127,12 @@ async def not_found(request: Request, exc: Exception) -> Response:
 async def _search_id(request: Request, name: str, query: listing.Query) -> Response:
     """A search by id opens the task's page when the queue holds it."""
     try:
-        task_id = check_id(query.search)
-    except ValueError as exc:
+        found = await inspection.afind_task(name, query.search, request.app.state.settings)
+    except (TypeError, ValueError) as exc:
         raise HTTPException(404, str(exc)) from None
-    record = await Task(task_id, name, url=request.app.state.settings.redis_url).ainfo()
-    if not record:
-        raise HTTPException(404, f"no task {task_id!r} in {name} (never enqueued, or expired)")
-    url = path_for(request, "task").include_query_params(queue=name, id=task_id)
+    if found is None:
+        raise HTTPException(404, f"no task {query.search!r} in {name} (never enqueued, or expired)")
+    url = path_for(request, "task").include_query_params(queue=name, id=found.id)
     return RedirectResponse(str(url), 303)
 
 
