@@ -1,0 +1,96 @@
+"""The dashboard's pages at scale: 1,000,000 waiting and 100,000 dead tasks.
+
+    python bench/dashboard.py [--waiting 1000000] [--dead 100000] [--repeat 7]
+                              [--server valkey|redis|PATH]
+
+Fills a private server as bench/inspection.py does, serves the dashboard with uvicorn in a
+thread, and times each page over HTTP (the median of ``--repeat`` GETs, a fresh connection
+each, as a browser's refresh): the overview, a queue's first page of waiting and of dead
+(100 rows), a page half-way down waiting, a job filter, a task, and its live refresh. Prints
+the figures and each page's size; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import socket
+import statistics
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import redis
+import uvicorn
+from inspection import RARE, fill
+from server import arguments, private_server
+
+from culex import config, inspection
+from culex._redis.keys import queues_key
+from culex.dashboard import app
+
+
+@contextmanager
+def served(settings: config.Settings) -> Iterator[str]:
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app(settings), port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run)
+    thread.start()
+    while not server.started:
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join()
+
+
+def timed(address: str, repeat: int, live: bool = False) -> tuple[float, int]:
+    """The median ms of a GET of ``address``, and the page's size in bytes."""
+    headers = {"X-Culex-Live": "1"} if live else {}
+    times, size = [], 0
+    for _ in range(repeat):
+        start = time.perf_counter()
+        with urllib.request.urlopen(urllib.request.Request(address, headers=headers)) as page:
+            size = len(page.read())
+        times.append((time.perf_counter() - start) * 1000)
+    return statistics.median(times), size
+
+
+def main() -> None:
+    parser = arguments(__doc__)
+    parser.add_argument("--waiting", type=int, default=1_000_000)
+    parser.add_argument("--dead", type=int, default=100_000)
+    parser.add_argument("--repeat", type=int, default=7)
+    args = parser.parse_args()
+    with private_server(args.server) as server:
+        client = redis.Redis.from_url(server.url)
+        fill(client, "waiting", args.waiting, (RARE, RARE // 2, "RareJob", "CommonJob", "EmailJob"))
+        fill(client, "dead", args.dead, (10, 0, "ChargeJob", "EmailJob", "EmailJob"))
+        client.sadd(queues_key("culex"), "bench")  # (the fill enqueues nothing)
+        settings = config.settings(redis_url=server.url)
+        print(f"{server.version()}: {args.waiting:,} waiting and {args.dead:,} dead in one queue")
+        half = inspection.tasks("bench", "waiting", settings, limit=500)
+        some = half.rows[0].id
+        with served(settings) as base:
+            q = f"{base}/queue?queue=bench"
+            pages = [
+                ("overview", f"{base}/", False),
+                ("queue: waiting, first 100, newest first", f"{q}&limit=100", False),
+                ("queue: waiting, next 100 (cursor)", f"{q}&limit=100&cursor={half.next_cursor}",
+                 False),
+                ("queue: waiting, 100 oldest first", f"{q}&limit=100&order=oldest", False),
+                ("queue: waiting, job CommonJob, 100", f"{q}&limit=100&job=CommonJob", False),
+                ("queue: dead, first 100", f"{q}&state=dead&limit=100", False),
+                ("task page", f"{base}/task?queue=bench&id={some}", False),
+                ("overview, live refresh", f"{base}/", True),
+            ]  # fmt: skip
+            for name, address, live in pages:
+                ms, size = timed(address, args.repeat, live)
+                print(f"{name:<46}{ms:>9.1f} ms  {size / 1024:>7.1f} KiB")
+
+
+if __name__ == "__main__":
+    main()
