@@ -36,8 +36,11 @@ async def overview(request: Request) -> Response:
         {"name": name, **row, "latency": latency.get(name, 0.0)}
         for name, row in sorted(counts.items())
     ]
+    at_work = await inspection.arunners(settings)
     return render(
-        request, "overview.html", {"queues": queues, "totals": totals, "page": "overview"}
+        request,
+        "overview.html",
+        {"queues": queues, "totals": totals, "runners": at_work, "page": "overview"},
     )
 
 
