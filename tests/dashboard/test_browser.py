@@ -65,7 +65,10 @@ def count_cell(page: Page, queue: str, state: str) -> str:
 
 def test_every_page_loads(dashboard: str, page: Page) -> None:
     (task,) = dead_tasks(1)
-    page.goto(dashboard)
+    response = page.goto(dashboard)
+    assert response is not None
+    policy = response.headers["content-security-policy"]
+    assert "script-src 'self'" in policy and "unsafe-inline" not in policy
     expect(page).to_have_title("Overview · culex")
     page.get_by_role("link", name="dash_mail", exact=True).click()
     expect(page.get_by_role("heading", name="Queue dash_mail")).to_be_visible()

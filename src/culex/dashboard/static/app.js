@@ -107,6 +107,10 @@
     if (!response.ok) return;
     const series = await response.json();
     const data = [series.t, series.processed, series.failed, series.dead];
+    // What the chart shows, for a reader of the page (and its tests).
+    box.dataset.points = String(series.t.length);
+    box.dataset.step = series.step;
+    box.dataset.processed = String(series.processed.reduce(function (a, b) { return a + b; }, 0));
     if (chart !== null && chart.__range === range) {
       chart.setData(data);
       return;
@@ -129,7 +133,6 @@
       box,
     );
     chart.__range = range;
-    box.dataset.points = String(series.t.length);
   }
 
   function setupChart() {
