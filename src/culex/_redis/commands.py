@@ -197,3 +197,15 @@ def runner_ids(prefix: str) -> Call[list[str]]:
 def read_runner(prefix: str, runner_id: str) -> Call[dict[str, str]]:
     """One runner's record ({} when it stopped beating and its record expired)."""
     return Call((), ("HGETALL", runner_key(prefix, runner_id)), _parse_hash)
+
+
+def read_counters(keys: QueueKeys, step: str, start: int) -> Call[dict[str, str]]:
+    """A queue's counters of one minute or hour bucket (``step``), that starts at ``start``
+    (epoch seconds): ``{"<job>|<field>": value}``, {} when nothing ended then (or expired)."""
+    key = keys.stats_minute(start) if step == "minute" else keys.stats_hour(start)
+    return Call((), ("HGETALL", key), _parse_hash)
+
+
+def read_counter_totals(keys: QueueKeys) -> Call[dict[str, str]]:
+    """A queue's counters since counting began (they never expire)."""
+    return Call((), ("HGETALL", keys.stats_total), _parse_hash)

@@ -9,6 +9,8 @@
 --         unknown to the caller; the prefix keeps every key in the queue's slot)
 -- KEYS[6] done list prefix <prefix>:{<queue>}:done:   (producers waiting for the end of a
 --         task buried as broken are woken through <prefix><id>: see wait.lua)
+-- KEYS[7] counters prefix <prefix>:{<queue>}:stats:   (a task buried as broken counts as
+--         <type>|dead, "" for a type it does not have; include/stats.lua)
 -- ARGV[1] limit           how many tasks to claim at most (>= 0)
 -- ARGV[2] lease_ms
 -- ARGV[3] promote_limit   how many due scheduled tasks to promote at most
@@ -30,6 +32,58 @@ local function wake(task_key, done_key, ttl)
 end
 -- <<< include/wake.lua
 
+-- >>> include/stats.lua
+-- Counters of a queue: per job type, fields <job>|succeeded, <job>|failed, <job>|dead,
+-- <job>|ms (summed run time) and <job>|b0 .. <job>|b14 (how many run times fell in each
+-- bucket: up to 5, 10, 25, 50, 100, 250, 500 ms, 1, 2.5, 5, 10, 30, 60, 300 s, and above).
+-- A script adds what one call ended to a Lua table with count(), then writes the table
+-- once with write_counts(): one HINCRBY per field and bucket hash, however many tasks.
+local BOUNDS_MS = {5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000,
+  300000}
+
+-- An attempt's run time in ms from its hash's started_at (set by claim), or nil when that
+-- is missing or not a time; 0 when the server's clock went back.
+local function run_time(now_ms, started_at)
+  local s = tonumber(started_at)
+  if not s or s ~= s or s < 0 or s > 1e15 then return nil end
+  return math.max(0, now_ms - math.floor(s))
+end
+
+-- One task of `job` ended with `outcome`; run_ms is its attempt's run time (nil: unknown).
+local function count(tally, job, outcome, run_ms)
+  local field = job .. '|' .. outcome
+  tally[field] = (tally[field] or 0) + 1
+  if run_ms then
+    local b = #BOUNDS_MS
+    for i = 1, #BOUNDS_MS do
+      if run_ms <= BOUNDS_MS[i] then b = i - 1 break end
+    end
+    field = job .. '|b' .. b
+    tally[field] = (tally[field] or 0) + 1
+    field = job .. '|ms'
+    tally[field] = (tally[field] or 0) + run_ms
+  end
+end
+
+-- Add the tally to the minute bucket <prefix>m:<start s> (kept 2 days), the hour bucket
+-- <prefix>h:<start s> (kept 8 days) and <prefix>total (kept for ever). pcall: a counter
+-- key that holds another type is skipped; counting never stops a task's own report.
+local function write_counts(prefix, now_ms, tally)
+  if next(tally) == nil then return end
+  local s = math.floor(now_ms / 1000)
+  local minute = prefix .. 'm:' .. (s - s % 60)
+  local hour = prefix .. 'h:' .. (s - s % 3600)
+  local total = prefix .. 'total'
+  for field, n in pairs(tally) do
+    redis.pcall('HINCRBY', minute, field, n)
+    redis.pcall('HINCRBY', hour, field, n)
+    redis.pcall('HINCRBY', total, field, n)
+  end
+  redis.pcall('PEXPIRE', minute, 172800000)
+  redis.pcall('PEXPIRE', hour, 691200000)
+end
+-- <<< include/stats.lua
+
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local limit = tonumber(ARGV[1])
@@ -38,6 +92,9 @@ local promote_limit = tonumber(ARGV[3])
 local dead_ttl = tonumber(ARGV[4])
 if not (limit and lease and promote_limit and dead_ttl) then  -- (before any write)
   return redis.error_reply('ERR claim: ARGV[1] to ARGV[4] must be numbers')
+end
+if not KEYS[7] then
+  return redis.error_reply('ERR claim takes 7 keys: the counters prefix is KEYS[7]')
 end
 
 local due = redis.call('ZRANGE', KEYS[3], '-inf', now, 'BYSCORE', 'LIMIT', 0,
@@ -52,7 +109,9 @@ end
 -- A task that can never run goes to dead with its reason instead of vanishing or
 -- breaking the whole claim: every check below comes before the first write for its id
 -- (a script that errors half-way keeps the writes it made).
-local function bury(key, id, reason)
+local tally = {}
+local function bury(key, id, job, reason)
+  count(tally, job or '', 'dead')
   redis.call('HSET', key, 'id', id, 'state', 'dead', 'finished_at', now, 'last_error',
     'broken task: ' .. reason)
   redis.call('PEXPIRE', key, dead_ttl)
@@ -74,11 +133,11 @@ if limit > 0 then
       -- record, in the same slot.
       local kind = redis.call('TYPE', key)['ok']
       redis.call('RENAME', key, key .. ':wrongtype')
-      bury(key, id, 'task key held a ' .. kind .. ', kept at ' .. key .. ':wrongtype')
+      bury(key, id, nil, 'task key held a ' .. kind .. ', kept at ' .. key .. ':wrongtype')
     elseif f[1] == false and f[2] == false and f[6] == false then
-      bury(key, id, 'no task hash for this id (or one without type, params and attempt)')
+      bury(key, id, f[1], 'no task hash for this id (or one without type, params and attempt)')
     elseif f[6] and (not string.match(f[6], '^%d+$') or #f[6] > 9) then
-      bury(key, id, 'attempt is not a whole number')
+      bury(key, id, f[1], 'attempt is not a whole number')
     else
       local attempt = tonumber(f[6] or '0') + 1
       redis.call('HSET', key, 'attempt', attempt, 'state', 'pending', 'started_at', now)
@@ -91,6 +150,7 @@ if limit > 0 then
   for i = 1, #leases, 1000 do  -- unpack in slices: Lua's C stack is bounded
     redis.call('ZADD', KEYS[2], unpack(leases, i, math.min(i + 999, #leases)))
   end
+  write_counts(KEYS[7], now, tally)
 end
 
 local nxt = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')

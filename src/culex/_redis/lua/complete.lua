@@ -8,6 +8,10 @@
 --         marked periodic=1 in its hash, writes last_finished_at and last_outcome there)
 -- KEYS[4] done list prefix <prefix>:{<queue>}:done:   (producers waiting for a task's end
 --         are woken through <prefix><id>: see wait.lua)
+-- KEYS[5] counters prefix <prefix>:{<queue>}:stats:   (each task that lands counts as
+--         <type>|succeeded, with its run time now - started_at, in the minute and hour
+--         buckets and the totals under it: one HINCRBY per field for the whole batch; see
+--         include/stats.lua)
 -- ARGV[1..] quadruples: id, attempt, result, ttl_ms
 --         attempt  the one the runner was handed: it fences stale runners
 --         result   JSON text of perform's return value
@@ -30,6 +34,61 @@ local function wake(task_key, done_key, ttl)
 end
 -- <<< include/wake.lua
 
+-- >>> include/stats.lua
+-- Counters of a queue: per job type, fields <job>|succeeded, <job>|failed, <job>|dead,
+-- <job>|ms (summed run time) and <job>|b0 .. <job>|b14 (how many run times fell in each
+-- bucket: up to 5, 10, 25, 50, 100, 250, 500 ms, 1, 2.5, 5, 10, 30, 60, 300 s, and above).
+-- A script adds what one call ended to a Lua table with count(), then writes the table
+-- once with write_counts(): one HINCRBY per field and bucket hash, however many tasks.
+local BOUNDS_MS = {5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000,
+  300000}
+
+-- An attempt's run time in ms from its hash's started_at (set by claim), or nil when that
+-- is missing or not a time; 0 when the server's clock went back.
+local function run_time(now_ms, started_at)
+  local s = tonumber(started_at)
+  if not s or s ~= s or s < 0 or s > 1e15 then return nil end
+  return math.max(0, now_ms - math.floor(s))
+end
+
+-- One task of `job` ended with `outcome`; run_ms is its attempt's run time (nil: unknown).
+local function count(tally, job, outcome, run_ms)
+  local field = job .. '|' .. outcome
+  tally[field] = (tally[field] or 0) + 1
+  if run_ms then
+    local b = #BOUNDS_MS
+    for i = 1, #BOUNDS_MS do
+      if run_ms <= BOUNDS_MS[i] then b = i - 1 break end
+    end
+    field = job .. '|b' .. b
+    tally[field] = (tally[field] or 0) + 1
+    field = job .. '|ms'
+    tally[field] = (tally[field] or 0) + run_ms
+  end
+end
+
+-- Add the tally to the minute bucket <prefix>m:<start s> (kept 2 days), the hour bucket
+-- <prefix>h:<start s> (kept 8 days) and <prefix>total (kept for ever). pcall: a counter
+-- key that holds another type is skipped; counting never stops a task's own report.
+local function write_counts(prefix, now_ms, tally)
+  if next(tally) == nil then return end
+  local s = math.floor(now_ms / 1000)
+  local minute = prefix .. 'm:' .. (s - s % 60)
+  local hour = prefix .. 'h:' .. (s - s % 3600)
+  local total = prefix .. 'total'
+  for field, n in pairs(tally) do
+    redis.pcall('HINCRBY', minute, field, n)
+    redis.pcall('HINCRBY', hour, field, n)
+    redis.pcall('HINCRBY', total, field, n)
+  end
+  redis.pcall('PEXPIRE', minute, 172800000)
+  redis.pcall('PEXPIRE', hour, 691200000)
+end
+-- <<< include/stats.lua
+
+if not KEYS[5] then  -- (before any write, as every check)
+  return redis.error_reply('ERR complete takes 5 keys: the counters prefix is KEYS[5]')
+end
 if #ARGV % 4 ~= 0 then
   return redis.error_reply('ERR complete takes quadruples: id, attempt, result, ttl_ms')
 end
@@ -43,15 +102,18 @@ local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local refused = {}
 local done = {}
+local tally = {}
 for i = 1, #ARGV, 4 do
   local id = ARGV[i]
   local key = KEYS[2] .. id
   -- (pcall: a key of another type is refused like a stale report; an error here would
   -- stop the batch after the writes of the ids before it)
-  local f = redis.pcall('HMGET', key, 'attempt', 'state', 'periodic', 'type', 'waited')
+  local f = redis.pcall('HMGET', key, 'attempt', 'state', 'periodic', 'type', 'waited',
+    'started_at')
   if not f['err'] and f[1] == ARGV[i + 1] and f[2] == 'pending' then
     local ttl = tonumber(ARGV[i + 3])
     done[#done + 1] = id
+    count(tally, f[4] or '', 'succeeded', run_time(now, f[6]))
     redis.call('HSET', key, 'state', 'succeeded', 'result', ARGV[i + 2], 'finished_at', now)
     redis.call('PEXPIRE', key, ttl)
     if f[5] then  -- (read above: most tasks have no waiter, and cost no HDEL)
@@ -68,4 +130,5 @@ end
 for i = 1, #done, 1000 do  -- unpack in slices: Lua's C stack is bounded
   redis.call('ZREM', KEYS[1], unpack(done, i, math.min(i + 999, #done)))
 end
+write_counts(KEYS[5], now, tally)
 return refused

@@ -8,6 +8,9 @@
 --         that dies writes last_finished_at and last_outcome to its record, as in complete)
 -- KEYS[6] done list <prefix>:{<queue>}:done:<id>   (producers waiting for the task's end
 --         are woken through it when it goes to dead: see wait.lua)
+-- KEYS[7] counters prefix <prefix>:{<queue>}:stats:   (the attempt counts as <type>|failed
+--         when a retry is scheduled, <type>|dead when not, with its run time now -
+--         started_at, in the minute and hour buckets and the totals: include/stats.lua)
 -- ARGV[1] id
 -- ARGV[2] attempt         fences stale runners, as in complete
 -- ARGV[3] error           the reason, stored as last_error
@@ -52,13 +55,69 @@ local function trim_dead(dead_key, now, ttl, dead_max)
 end
 -- <<< include/dead.lua
 
+-- >>> include/stats.lua
+-- Counters of a queue: per job type, fields <job>|succeeded, <job>|failed, <job>|dead,
+-- <job>|ms (summed run time) and <job>|b0 .. <job>|b14 (how many run times fell in each
+-- bucket: up to 5, 10, 25, 50, 100, 250, 500 ms, 1, 2.5, 5, 10, 30, 60, 300 s, and above).
+-- A script adds what one call ended to a Lua table with count(), then writes the table
+-- once with write_counts(): one HINCRBY per field and bucket hash, however many tasks.
+local BOUNDS_MS = {5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000,
+  300000}
+
+-- An attempt's run time in ms from its hash's started_at (set by claim), or nil when that
+-- is missing or not a time; 0 when the server's clock went back.
+local function run_time(now_ms, started_at)
+  local s = tonumber(started_at)
+  if not s or s ~= s or s < 0 or s > 1e15 then return nil end
+  return math.max(0, now_ms - math.floor(s))
+end
+
+-- One task of `job` ended with `outcome`; run_ms is its attempt's run time (nil: unknown).
+local function count(tally, job, outcome, run_ms)
+  local field = job .. '|' .. outcome
+  tally[field] = (tally[field] or 0) + 1
+  if run_ms then
+    local b = #BOUNDS_MS
+    for i = 1, #BOUNDS_MS do
+      if run_ms <= BOUNDS_MS[i] then b = i - 1 break end
+    end
+    field = job .. '|b' .. b
+    tally[field] = (tally[field] or 0) + 1
+    field = job .. '|ms'
+    tally[field] = (tally[field] or 0) + run_ms
+  end
+end
+
+-- Add the tally to the minute bucket <prefix>m:<start s> (kept 2 days), the hour bucket
+-- <prefix>h:<start s> (kept 8 days) and <prefix>total (kept for ever). pcall: a counter
+-- key that holds another type is skipped; counting never stops a task's own report.
+local function write_counts(prefix, now_ms, tally)
+  if next(tally) == nil then return end
+  local s = math.floor(now_ms / 1000)
+  local minute = prefix .. 'm:' .. (s - s % 60)
+  local hour = prefix .. 'h:' .. (s - s % 3600)
+  local total = prefix .. 'total'
+  for field, n in pairs(tally) do
+    redis.pcall('HINCRBY', minute, field, n)
+    redis.pcall('HINCRBY', hour, field, n)
+    redis.pcall('HINCRBY', total, field, n)
+  end
+  redis.pcall('PEXPIRE', minute, 172800000)
+  redis.pcall('PEXPIRE', hour, 691200000)
+end
+-- <<< include/stats.lua
+
 local delay = tonumber(ARGV[4])
 local ttl = tonumber(ARGV[5])
 local dead_max = tonumber(ARGV[6])
 if not (delay and ttl and dead_max) then  -- (before any write)
   return redis.error_reply('ERR fail: ARGV[4] to ARGV[6] must be numbers')
 end
-local f = redis.call('HMGET', KEYS[1], 'attempt', 'state', 'periodic', 'type', 'retry_count')
+if not KEYS[7] then
+  return redis.error_reply('ERR fail takes 7 keys: the counters prefix is KEYS[7]')
+end
+local f = redis.call('HMGET', KEYS[1], 'attempt', 'state', 'periodic', 'type', 'retry_count',
+  'started_at')
 if f[1] ~= ARGV[2] or f[2] ~= 'pending' then
   return 0
 end
@@ -67,6 +126,9 @@ local retries = math.floor(tonumber(f[5]) or 0) + 1
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 redis.call('ZREM', KEYS[2], ARGV[1])
+local tally = {}
+count(tally, f[4] or '', delay >= 0 and 'failed' or 'dead', run_time(now, f[6]))
+write_counts(KEYS[7], now, tally)
 if delay >= 0 then
   redis.call('HSET', KEYS[1], 'state', 'scheduled', 'retry_count', retries,
     'last_error', ARGV[3], 'failed_at', now, 'due_at', now + delay)

@@ -15,6 +15,9 @@
 -- KEYS[7] periodic record prefix <prefix>:{<queue>}:periodic:   (as in fail)
 -- KEYS[8] done list prefix <prefix>:{<queue>}:done:   (producers waiting for the end of a
 --         task that goes to dead are woken through <prefix><id>: see wait.lua)
+-- KEYS[9] counters prefix <prefix>:{<queue>}:stats:   (each lost attempt counts as
+--         <type>|failed when the task runs again, <type>|dead when not, without a run time:
+--         no runner reported its end; include/stats.lua)
 -- ARGV[1] limit          how many expired tasks to reclaim at most
 -- ARGV[2] dead_ttl_ms
 -- ARGV[3] dead_max
@@ -58,6 +61,58 @@ local function trim_dead(dead_key, now, ttl, dead_max)
 end
 -- <<< include/dead.lua
 
+-- >>> include/stats.lua
+-- Counters of a queue: per job type, fields <job>|succeeded, <job>|failed, <job>|dead,
+-- <job>|ms (summed run time) and <job>|b0 .. <job>|b14 (how many run times fell in each
+-- bucket: up to 5, 10, 25, 50, 100, 250, 500 ms, 1, 2.5, 5, 10, 30, 60, 300 s, and above).
+-- A script adds what one call ended to a Lua table with count(), then writes the table
+-- once with write_counts(): one HINCRBY per field and bucket hash, however many tasks.
+local BOUNDS_MS = {5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000,
+  300000}
+
+-- An attempt's run time in ms from its hash's started_at (set by claim), or nil when that
+-- is missing or not a time; 0 when the server's clock went back.
+local function run_time(now_ms, started_at)
+  local s = tonumber(started_at)
+  if not s or s ~= s or s < 0 or s > 1e15 then return nil end
+  return math.max(0, now_ms - math.floor(s))
+end
+
+-- One task of `job` ended with `outcome`; run_ms is its attempt's run time (nil: unknown).
+local function count(tally, job, outcome, run_ms)
+  local field = job .. '|' .. outcome
+  tally[field] = (tally[field] or 0) + 1
+  if run_ms then
+    local b = #BOUNDS_MS
+    for i = 1, #BOUNDS_MS do
+      if run_ms <= BOUNDS_MS[i] then b = i - 1 break end
+    end
+    field = job .. '|b' .. b
+    tally[field] = (tally[field] or 0) + 1
+    field = job .. '|ms'
+    tally[field] = (tally[field] or 0) + run_ms
+  end
+end
+
+-- Add the tally to the minute bucket <prefix>m:<start s> (kept 2 days), the hour bucket
+-- <prefix>h:<start s> (kept 8 days) and <prefix>total (kept for ever). pcall: a counter
+-- key that holds another type is skipped; counting never stops a task's own report.
+local function write_counts(prefix, now_ms, tally)
+  if next(tally) == nil then return end
+  local s = math.floor(now_ms / 1000)
+  local minute = prefix .. 'm:' .. (s - s % 60)
+  local hour = prefix .. 'h:' .. (s - s % 3600)
+  local total = prefix .. 'total'
+  for field, n in pairs(tally) do
+    redis.pcall('HINCRBY', minute, field, n)
+    redis.pcall('HINCRBY', hour, field, n)
+    redis.pcall('HINCRBY', total, field, n)
+  end
+  redis.pcall('PEXPIRE', minute, 172800000)
+  redis.pcall('PEXPIRE', hour, 691200000)
+end
+-- <<< include/stats.lua
+
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local limit = tonumber(ARGV[1])
@@ -66,9 +121,13 @@ local dead_max = tonumber(ARGV[3])
 if not (limit and ttl and dead_max) then  -- (before any write)
   return redis.error_reply('ERR reclaim: ARGV[1] to ARGV[3] must be numbers')
 end
+if not KEYS[9] then
+  return redis.error_reply('ERR reclaim takes 9 keys: the counters prefix is KEYS[9]')
+end
 local reason = 'lease expired (runner lost)'
 local out = {}
 local woken = false
+local tally = {}
 local ids = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, limit)
 -- Every read first (pcall: a key of another type is an answer, not an error), so no
 -- write below can fail and leave an id in no set.
@@ -109,8 +168,10 @@ for i, id in ipairs(ids) do
       redis.call('ZADD', KEYS[2], due, id)
     end
     redis.call('HSET', key, 'state', outcome)
+    count(tally, f[4] or '', 'failed')
   else
     outcome = 'dead'
+    count(tally, f[4] or '', 'dead')
     to_dead(key, KEYS[3], KEYS[8] .. id, id, why, now, ttl, retries)
     if f[3] == '1' then
       -- (pcall: a record key holding another type must not stop the reclaim of the others)
@@ -125,5 +186,6 @@ if woken and redis.call('LLEN', KEYS[6]) == 0 then
 end
 if #out > 0 then
   trim_dead(KEYS[3], now, ttl, dead_max)
+  write_counts(KEYS[9], now, tally)
 end
 return out

@@ -1,0 +1,192 @@
+"""culex.stats: the counters read back per queue and job, by minute, hour, window and in
+total; what a runner's work adds to them."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import redis
+
+import culex
+from culex import stats
+from culex._redis.keys import queue_keys
+from culex.stats import DURATION_BUCKETS, Bucket, Counts
+
+from .conftest import running, server_ms
+
+pytestmark = pytest.mark.flows  # also run through redis-py (README's test command)
+
+
+class CountedJob(culex.QueuedJob):
+    """Succeeds, or fails for good when told to."""
+
+    queue = "counted"
+    max_retries = 0
+    ok: bool
+
+    async def perform(self) -> None:
+        if not self.ok:
+            self.fail("told to", retry=False)
+
+
+def durations(**at: int) -> tuple[int, ...]:
+    """A histogram with counts at bucket indexes: durations(b3=2)."""
+    out = [0] * (len(DURATION_BUCKETS) + 1)
+    for name, n in at.items():
+        out[int(name[1:])] = n
+    return tuple(out)
+
+
+def add(r: redis.Redis, key: str, **fields: int) -> None:
+    """Counters as the scripts write them (`job__field` stands for `job|field`)."""
+    for name, n in fields.items():
+        r.hincrby(key, name.replace("__", "|"), n)
+
+
+# -- Counts ------------------------------------------------------------------------------------
+
+
+def test_counts_add_and_processed() -> None:
+    a = Counts(succeeded=2, failed=1, duration_sum=0.5, durations=durations(b3=3))
+    b = Counts(dead=1, duration_sum=1.0, durations=durations(b3=1, b14=1))
+    total = a + b
+    assert total == Counts(2, 1, 1, 1.5, durations(b3=4, b14=1))
+    assert total.processed == 4 and Counts().processed == 0
+    assert Counts().durations == (0,) * 15 and len(DURATION_BUCKETS) == 14
+    assert total.mean_duration == 1.5 / 5 and Counts().mean_duration is None
+
+
+def test_duration_quantile_interpolates_inside_its_bucket() -> None:
+    # 10 runs in (0.025, 0.05], 10 in (0.05, 0.1]
+    counts = Counts(succeeded=20, durations=durations(b3=10, b4=10))
+    assert counts.duration_quantile(0.5) == pytest.approx(0.05)
+    assert counts.duration_quantile(0.75) == pytest.approx(0.075)
+    assert counts.duration_quantile(0.0) == pytest.approx(0.025)
+    assert Counts(durations=durations(b14=3)).duration_quantile(0.95) == 300.0
+    assert Counts().duration_quantile(0.95) is None
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        counts.duration_quantile(95)
+
+
+def test_parse_counters_reads_job_names_with_bars_and_skips_unknown_fields() -> None:
+    found = stats.parse_counters(
+        {"a|b|succeeded": "3", "a|b|ms": "1500", "a|b|b7": "2", "x|dead": "1", "junk": "9"}
+    )
+    assert found == {
+        "a|b": Counts(succeeded=3, duration_sum=1.5, durations=durations(b7=2)),
+        "x": Counts(dead=1),
+    }
+
+
+def test_window_buckets_read_whole_hours_from_hours_and_the_edges_from_minutes() -> None:
+    now = 10 * 3600 + 30 * 60 + 15  # 10:30:15
+    hours, minutes = stats.window_buckets(now, 3600)  # 09:31 .. 10:30
+    assert hours == [] and minutes == list(range(9 * 3600 + 31 * 60, 10 * 3600 + 31 * 60, 60))
+    hours, minutes = stats.window_buckets(now, 3 * 3600)  # 07:31 .. 10:30
+    assert hours == [8 * 3600, 9 * 3600]
+    assert minutes == [*range(7 * 3600 + 31 * 60, 8 * 3600, 60), *range(10 * 3600, now - 14, 60)]
+    assert len(minutes) * 60 + len(hours) * 3600 == 3 * 3600
+    # minutes are kept 2 days: a longer window starts at its first minute's hour
+    hours, minutes = stats.window_buckets(now, 3 * 86400)
+    assert hours[0] == now - 3 * 86400 + 45 - 31 * 60 and len(hours) == 72
+    assert minutes == list(range(10 * 3600, 10 * 3600 + 31 * 60, 60))
+
+
+# -- reads -------------------------------------------------------------------------------------
+
+
+def test_series_lists_non_empty_buckets_oldest_first(r: redis.Redis) -> None:
+    a, b = queue_keys("culex", "a"), queue_keys("culex", "b")
+    t0 = 1_700_000_040  # a minute's start
+    add(r, a.stats_minute(t0), J__succeeded=2, J__ms=30, J__b1=2)
+    add(r, b.stats_minute(t0 - 60), J__dead=1)
+    add(r, a.stats_minute(t0 + 120), K__failed=1)
+    add(r, a.stats_minute(t0 + 180), J__succeeded=5)  # after the range
+    r.sadd("culex:queues", "a", "b")
+    found = stats.series(since=t0 - 30, until=t0 + 150)
+    assert found == [
+        Bucket(t0 - 60.0, "b", "J", Counts(dead=1)),
+        Bucket(float(t0), "a", "J", Counts(2, 0, 0, 0.03, durations(b1=2))),
+        Bucket(t0 + 120.0, "a", "K", Counts(failed=1)),
+    ]
+    since = datetime.fromtimestamp(t0, UTC)
+    assert [
+        b.start for b in stats.series(queues=["b"], since=since - timedelta(minutes=1), until=since)
+    ] == [t0 - 60.0]
+    add(r, a.stats_hour(t0 - t0 % 3600), J__succeeded=7)
+    hourly = stats.series(queues=["a"], since=t0, until=t0 + 86400, step="hour")
+    assert hourly == [Bucket(float(t0 - t0 % 3600), "a", "J", Counts(succeeded=7))]
+
+
+def test_series_until_defaults_to_the_servers_now(r: redis.Redis) -> None:
+    a = queue_keys("culex", "a")
+    now = server_ms(r) // 1000
+    add(r, a.stats_minute(now - now % 60), J__succeeded=1)
+    assert len(stats.series(queues=["a"], since=now - 60)) == 1
+    with pytest.raises(ValueError, match="too long"):
+        stats.series(queues=["a"], since=now - 3 * 86400)
+
+
+def test_series_refuses_bad_arguments_before_any_read() -> None:
+    with pytest.raises(ValueError, match="too long"):
+        stats.series(since=0, until=2 * 86400 + 1)
+    with pytest.raises(ValueError, match="too long"):
+        stats.series(since=0, until=8 * 86400, step="hour")
+    with pytest.raises(ValueError, match="before since"):
+        stats.series(since=100, until=50)
+    with pytest.raises(ValueError, match="step"):
+        stats.series(since=0, until=60, step="day")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="since"):
+        stats.series(since="yesterday")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="list of queue names"):
+        stats.series(queues="a", since=0, until=60)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="braces"):
+        stats.totals(queues=["a{b}"])
+    with pytest.raises(TypeError, match="settings"):
+        stats.totals("redis://x")  # type: ignore[arg-type]
+    for window in (0, -5, 8 * 86400, timedelta(days=8)):
+        with pytest.raises(ValueError, match="window"):
+            stats.summary(window=window)
+    with pytest.raises(TypeError, match="window"):
+        stats.summary(window="1h")  # type: ignore[arg-type]
+
+
+def test_summary_sums_the_window_per_queue(r: redis.Redis) -> None:
+    a = queue_keys("culex", "a")
+    now = server_ms(r) // 1000
+    minute = now - now % 60
+    add(r, a.stats_minute(minute), J__succeeded=2, K__dead=1)
+    add(r, a.stats_minute(minute - 600), J__failed=3)  # 10 minutes ago
+    r.sadd("culex:queues", "a", "idle")
+    assert stats.summary(window=timedelta(minutes=5)) == {
+        "a": Counts(succeeded=2, dead=1),
+        "idle": Counts(),
+    }
+    assert stats.summary(queues=["a"])["a"] == Counts(succeeded=2, failed=3, dead=1)
+    assert stats.job_summary(queues=["a"]) == {
+        ("a", "J"): Counts(succeeded=2, failed=3),
+        ("a", "K"): Counts(dead=1),
+    }
+
+
+async def test_a_runners_work_is_counted_and_read_by_every_read(r: redis.Redis) -> None:
+    for ok in (True, True, False):
+        await CountedJob(ok=ok).aenqueue()
+    last = await CountedJob(ok=True).aenqueue()
+    async with running(culex.Runner(run_from=["counted"])):
+        await last.aresult(timeout=10)
+        for _ in range(100):  # (the failed one may be reported after the last success)
+            found = await stats.atotals()
+            if found.get(("counted", "CountedJob"), Counts()).processed == 4:
+                break
+    counts = found[("counted", "CountedJob")]
+    assert (counts.succeeded, counts.failed, counts.dead) == (3, 0, 1)
+    assert sum(counts.durations) == 4 and counts.duration_sum >= 0
+    assert (await stats.asummary())["counted"] == counts
+    assert await stats.ajob_summary(queues=["counted"]) == {("counted", "CountedJob"): counts}
+    since = datetime.now(UTC) - timedelta(minutes=2)
+    minutes = await stats.aseries(since=since, queues=["counted"])
+    assert sum((b.counts for b in minutes), Counts()) == counts
+    hours = stats.series(since=since, step="hour")
+    assert sum((b.counts for b in hours), Counts()) == counts
