@@ -3,7 +3,11 @@ total; what a runner's work adds to them."""
 
 from __future__ import annotations
 
+import re
+import sys
+import types
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 import redis
@@ -11,9 +15,12 @@ import redis
 import culex
 from culex import stats
 from culex._redis.keys import queue_keys
+from culex.cli import main
 from culex.stats import DURATION_BUCKETS, Bucket, Counts
 
 from .conftest import running, server_ms
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
 
 pytestmark = pytest.mark.flows  # also run through redis-py (README's test command)
 
@@ -71,10 +78,11 @@ def test_duration_quantile_interpolates_inside_its_bucket() -> None:
 
 def test_parse_counters_reads_job_names_with_bars_and_skips_unknown_fields() -> None:
     found = stats.parse_counters(
-        {"a|b|succeeded": "3", "a|b|ms": "1500", "a|b|b7": "2", "x|dead": "1", "junk": "9"}
+        {"a|b|s": "1", "a|b|ms": "1500", "a|b|s7": "2", "a|b|f14": "1", "x|d": "1", "junk": "9"}
+        | {"x|s15": "5", "x|q": "5", "x|": "5"}
     )
     assert found == {
-        "a|b": Counts(succeeded=3, duration_sum=1.5, durations=durations(b7=2)),
+        "a|b": Counts(succeeded=3, failed=1, duration_sum=1.5, durations=durations(b7=2, b14=1)),
         "x": Counts(dead=1),
     }
 
@@ -99,10 +107,10 @@ def test_window_buckets_read_whole_hours_from_hours_and_the_edges_from_minutes()
 def test_series_lists_non_empty_buckets_oldest_first(r: redis.Redis) -> None:
     a, b = queue_keys("culex", "a"), queue_keys("culex", "b")
     t0 = 1_700_000_040  # a minute's start
-    add(r, a.stats_minute(t0), J__succeeded=2, J__ms=30, J__b1=2)
-    add(r, b.stats_minute(t0 - 60), J__dead=1)
-    add(r, a.stats_minute(t0 + 120), K__failed=1)
-    add(r, a.stats_minute(t0 + 180), J__succeeded=5)  # after the range
+    add(r, a.stats_minute(t0), J__s1=2, J__ms=30)
+    add(r, b.stats_minute(t0 - 60), J__d=1)
+    add(r, a.stats_minute(t0 + 120), K__f=1)
+    add(r, a.stats_minute(t0 + 180), J__s=5)  # after the range
     r.sadd("culex:queues", "a", "b")
     found = stats.series(since=t0 - 30, until=t0 + 150)
     assert found == [
@@ -114,7 +122,7 @@ def test_series_lists_non_empty_buckets_oldest_first(r: redis.Redis) -> None:
     assert [
         b.start for b in stats.series(queues=["b"], since=since - timedelta(minutes=1), until=since)
     ] == [t0 - 60.0]
-    add(r, a.stats_hour(t0 - t0 % 3600), J__succeeded=7)
+    add(r, a.stats_hour(t0 - t0 % 3600), J__s=7)
     hourly = stats.series(queues=["a"], since=t0, until=t0 + 86400, step="hour")
     assert hourly == [Bucket(float(t0 - t0 % 3600), "a", "J", Counts(succeeded=7))]
 
@@ -122,7 +130,7 @@ def test_series_lists_non_empty_buckets_oldest_first(r: redis.Redis) -> None:
 def test_series_until_defaults_to_the_servers_now(r: redis.Redis) -> None:
     a = queue_keys("culex", "a")
     now = server_ms(r) // 1000
-    add(r, a.stats_minute(now - now % 60), J__succeeded=1)
+    add(r, a.stats_minute(now - now % 60), J__s=1)
     assert len(stats.series(queues=["a"], since=now - 60)) == 1
     with pytest.raises(ValueError, match="too long"):
         stats.series(queues=["a"], since=now - 3 * 86400)
@@ -156,8 +164,8 @@ def test_summary_sums_the_window_per_queue(r: redis.Redis) -> None:
     a = queue_keys("culex", "a")
     now = server_ms(r) // 1000
     minute = now - now % 60
-    add(r, a.stats_minute(minute), J__succeeded=2, K__dead=1)
-    add(r, a.stats_minute(minute - 600), J__failed=3)  # 10 minutes ago
+    add(r, a.stats_minute(minute), J__s=2, K__d=1)
+    add(r, a.stats_minute(minute - 600), J__f=3)  # 10 minutes ago
     r.sadd("culex:queues", "a", "idle")
     assert stats.summary(window=timedelta(minutes=5)) == {
         "a": Counts(succeeded=2, dead=1),
@@ -190,3 +198,59 @@ async def test_a_runners_work_is_counted_and_read_by_every_read(r: redis.Redis) 
     assert sum((b.counts for b in minutes), Counts()) == counts
     hours = stats.series(since=since, step="hour")
     assert sum((b.counts for b in hours), Counts()) == counts
+
+
+# -- culex stats -------------------------------------------------------------------------------
+
+
+def test_culex_stats_prints_each_queue_and_job(
+    r: redis.Redis, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a = queue_keys("culex", "a")
+    now = server_ms(r) // 1000
+    add(r, a.stats_minute(now - now % 60), J__s3=18, J__d4=2, J__ms=1200, K__f=10)
+    r.sadd("culex:queues", "a", "b")
+    assert main(["stats"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "the last 1h"
+    assert out[1].split() == [
+        "queue", "processed", "succeeded", "failed", "dead", "tasks/min", "mean", "p95"
+    ]  # fmt: skip
+    # 30 in an hour; 20 timed, 60 ms on average; the 19th of 20 is in (50, 100] ms
+    assert out[2].split() == ["a", "30", "18", "10", "2", "0.5", "60.0ms", "75.0ms"]
+    assert out[3].split() == ["b", "0", "0", "0", "0", "0.0", "-", "-"]
+    assert main(["stats", "--jobs", "--queue", "a", "--window", "15m"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "the last 15m" and out[1].split()[:2] == ["queue", "job"]
+    assert [line.split()[:3] for line in out[2:]] == [["a", "J", "20"], ["a", "K", "10"]]
+    with pytest.raises(SystemExit):
+        main(["stats", "--window", "1w"])
+    assert "a window is a whole number" in capsys.readouterr().err
+
+
+def test_the_examples_of_the_metrics_page_run(
+    r: redis.Redis, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The Python blocks of docs/metrics.md's "Counters in Redis", in order, in one
+    namespace, against the test server; each commented output is printed."""
+    page = (DOCS / "metrics.md").read_text()
+    section = page.split("## Counters in Redis\n", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"^```python\n(.*?)^```", section, flags=re.S | re.M)
+    assert blocks
+    module = types.ModuleType("culex_metrics_example")
+    sys.modules[module.__name__] = module  # job classes resolve their annotations here
+    try:
+        for block in blocks:
+            exec(compile(block, "metrics.md", "exec"), module.__dict__)
+    finally:
+        del sys.modules[module.__name__]
+        for job in list(culex.registry):
+            if job.__module__ == module.__name__:
+                culex.registry.remove(job)
+    expected = [
+        line.split("# ", 1)[1].strip()
+        for block in blocks
+        for line in block.splitlines()
+        if line.startswith("print(") and "# " in line
+    ]
+    assert capsys.readouterr().out.splitlines() == expected

@@ -128,22 +128,32 @@ class Bucket:
 def parse_counters(fields: dict[str, str]) -> dict[str, Counts]:
     """The counts per job of one counters hash (``<job>|<field>``: docs/wire-format.md);
     fields it does not know are left out."""
-    found: dict[str, dict[str, int]] = {}
+    found: dict[str, list[int]] = {}
     for name, value in fields.items():
         job, sep, part = name.rpartition("|")
-        if sep:
-            found.setdefault(job, {})[part] = number(value)
-    return {job: _counts(parts) for job, parts in found.items()}
+        index = _FIELDS.get(part)
+        if sep and index is not None:
+            tally = found.setdefault(job, [0] * _WIDTH)
+            n = number(value)
+            tally[index] += n
+            if len(part) > 1 and part != "ms":  # an outcome with a run-time bucket
+                tally[_OUTCOME_OF[part[0]]] += n
+    return {job: _counts(tally) for job, tally in found.items()}
 
 
-def _counts(parts: dict[str, int]) -> Counts:
-    return Counts(
-        parts.get("succeeded", 0),
-        parts.get("failed", 0),
-        parts.get("dead", 0),
-        parts.get("ms", 0) / 1000,
-        tuple(parts.get(f"b{i}", 0) for i in range(len(_EMPTY_DURATIONS))),
-    )
+# Where each field of a counters hash adds up (see parse_counters): the outcomes s, f, d
+# (0..2), ms (3), then the run-time buckets, whatever the outcome (4..).
+_OUTCOME_OF = {"s": 0, "f": 1, "d": 2}
+_FIELDS: dict[str, int] = {
+    **_OUTCOME_OF,
+    "ms": 3,
+    **{f"{o}{i}": 4 + i for o in _OUTCOME_OF for i in range(len(DURATION_BUCKETS) + 1)},
+}
+_WIDTH = 4 + len(DURATION_BUCKETS) + 1
+
+
+def _counts(tally: list[int]) -> Counts:
+    return Counts(tally[0], tally[1], tally[2], tally[3] / 1000, tuple(tally[4:]))
 
 
 # -- the public reads -------------------------------------------------------------------------

@@ -33,11 +33,12 @@ end
 -- <<< include/wake.lua
 
 -- >>> include/stats.lua
--- Counters of a queue: per job type, fields <job>|succeeded, <job>|failed, <job>|dead,
--- <job>|ms (summed run time) and <job>|b0 .. <job>|b14 (how many run times fell in each
--- bucket: up to 5, 10, 25, 50, 100, 250, 500 ms, 1, 2.5, 5, 10, 30, 60, 300 s, and above).
--- A script adds what one call ended to a Lua table with count(), then writes the table
--- once with write_counts(): one HINCRBY per field and bucket hash, however many tasks.
+-- Counters of a queue, per job type: <job>|<o><b> counts the attempts that ended with
+-- outcome <o> (s succeeded, f failed, d dead) and a run time in bucket <b> (0 .. 13: up to
+-- 5, 10, 25, 50, 100, 250, 500 ms, 1, 2.5, 5, 10, 30, 60, 300 s; 14: above), <job>|<o>
+-- those with no run time known; <job>|ms sums the run times. A script adds what one call
+-- ended to a Lua table with count(), then writes it once with write_counts(): one HINCRBY
+-- per field and hash, however many tasks, and none for a sum that stayed 0.
 local BOUNDS_MS = {5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000,
   300000}
 
@@ -49,38 +50,42 @@ local function run_time(now_ms, started_at)
   return math.max(0, now_ms - math.floor(s))
 end
 
--- One task of `job` ended with `outcome`; run_ms is its attempt's run time (nil: unknown).
-local function count(tally, job, outcome, run_ms)
-  local field = job .. '|' .. outcome
-  tally[field] = (tally[field] or 0) + 1
+-- One task of `job` ended with outcome `o` ('s', 'f' or 'd'); run_ms is its attempt's run
+-- time (nil: unknown).
+local function count(tally, job, o, run_ms)
+  local field = job .. '|' .. o
   if run_ms then
     local b = #BOUNDS_MS
     for i = 1, #BOUNDS_MS do
       if run_ms <= BOUNDS_MS[i] then b = i - 1 break end
     end
-    field = job .. '|b' .. b
-    tally[field] = (tally[field] or 0) + 1
-    field = job .. '|ms'
-    tally[field] = (tally[field] or 0) + run_ms
+    field = field .. b
+    local ms = job .. '|ms'
+    tally[ms] = (tally[ms] or 0) + run_ms
   end
+  tally[field] = (tally[field] or 0) + 1
 end
 
 -- Add the tally to the minute bucket <prefix>m:<start s> (kept 2 days), the hour bucket
--- <prefix>h:<start s> (kept 8 days) and <prefix>total (kept for ever). pcall: a counter
--- key that holds another type is skipped; counting never stops a task's own report.
+-- <prefix>h:<start s> (kept 8 days) and <prefix>total (kept for ever). A bucket's expiry is
+-- set when a write creates one of its fields (so when it creates the bucket), not on every
+-- call. pcall: a counters key that holds another type is skipped; counting never stops a
+-- task's own report.
 local function write_counts(prefix, now_ms, tally)
-  if next(tally) == nil then return end
   local s = math.floor(now_ms / 1000)
   local minute = prefix .. 'm:' .. (s - s % 60)
   local hour = prefix .. 'h:' .. (s - s % 3600)
   local total = prefix .. 'total'
+  local new_minute, new_hour = false, false
   for field, n in pairs(tally) do
-    redis.pcall('HINCRBY', minute, field, n)
-    redis.pcall('HINCRBY', hour, field, n)
-    redis.pcall('HINCRBY', total, field, n)
+    if n ~= 0 then
+      new_minute = redis.pcall('HINCRBY', minute, field, n) == n or new_minute
+      new_hour = redis.pcall('HINCRBY', hour, field, n) == n or new_hour
+      redis.pcall('HINCRBY', total, field, n)
+    end
   end
-  redis.pcall('PEXPIRE', minute, 172800000)
-  redis.pcall('PEXPIRE', hour, 691200000)
+  if new_minute then redis.pcall('PEXPIRE', minute, 172800000) end
+  if new_hour then redis.pcall('PEXPIRE', hour, 691200000) end
 end
 -- <<< include/stats.lua
 
@@ -111,7 +116,7 @@ end
 -- (a script that errors half-way keeps the writes it made).
 local tally = {}
 local function bury(key, id, job, reason)
-  count(tally, job or '', 'dead')
+  count(tally, job or '', 'd')
   redis.call('HSET', key, 'id', id, 'state', 'dead', 'finished_at', now, 'last_error',
     'broken task: ' .. reason)
   redis.call('PEXPIRE', key, dead_ttl)
