@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -142,6 +143,8 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=10)
     parser.add_argument("--sync", action="store_true", help="a def perform (in a thread)")
     args = parser.parse_args()
+    # (a SIGTERM ends the run through the finally blocks, which stop the private server)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     rates: dict[str, list[float]] = {"before": [], "after": []}
     cpus: dict[str, list[float]] = {"before": [], "after": []}
     own: dict[str, list[float]] = {"before": [], "after": []}

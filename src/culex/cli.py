@@ -269,13 +269,12 @@ def _stats(args: argparse.Namespace) -> int:
     from .stats import Counts, job_summary, summary
 
     settings = config.settings(**({"redis_url": args.redis_url} if args.redis_url else {}))
-    rows: dict[tuple[str, ...], Counts] = {}
+    rows: dict[tuple[str, ...], Counts]
     if args.jobs:
-        rows.update(job_summary(settings, queues=args.queue, window=args.window))
+        rows = dict(job_summary(settings, queues=args.queue, window=args.window).items())
     else:
-        rows.update(
-            {(q,): c for q, c in summary(settings, queues=args.queue, window=args.window).items()}
-        )
+        found = summary(settings, queues=args.queue, window=args.window)
+        rows = {(queue,): counts for queue, counts in found.items()}
     minutes = max(1.0, args.window / 60)
     columns = ("queue", *(("job",) if args.jobs else ()), "processed", "succeeded", "failed")
     columns += ("dead", "tasks/min", "mean", "p95")

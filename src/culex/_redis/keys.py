@@ -69,12 +69,12 @@ class QueueKeys:
 
     def stats_minute(self, start: int) -> str:
         """The counters of the minute that starts at ``start`` (epoch seconds, a multiple
-        of 60); kept 2 days after its last write."""
+        of 60); it expires 2 days after it was made."""
         return f"{self.stats_prefix}m:{start}"
 
     def stats_hour(self, start: int) -> str:
         """The counters of the hour that starts at ``start`` (epoch seconds, a multiple of
-        3600); kept 8 days after its last write."""
+        3600); it expires 8 days after it was made."""
         return f"{self.stats_prefix}h:{start}"
 
     def periodic(self, job_type: str) -> str:

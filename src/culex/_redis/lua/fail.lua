@@ -8,9 +8,10 @@
 --         that dies writes last_finished_at and last_outcome to its record, as in complete)
 -- KEYS[6] done list <prefix>:{<queue>}:done:<id>   (producers waiting for the task's end
 --         are woken through it when it goes to dead: see wait.lua)
--- KEYS[7] counters prefix <prefix>:{<queue>}:stats:   (the attempt counts as <type>|failed
---         when a retry is scheduled, <type>|dead when not, with its run time now -
---         started_at, in the minute and hour buckets and the totals: include/stats.lua)
+-- KEYS[7] counters prefix <prefix>:{<queue>}:stats:   (the attempt counts as failed,
+--         <type>|f<run-time bucket>, when a retry is scheduled, as dead, <type>|d<bucket>,
+--         when not, and adds its run time now - started_at to <type>|ms, in the minute
+--         and hour buckets and the totals under it: include/stats.lua)
 -- ARGV[1] id
 -- ARGV[2] attempt         fences stale runners, as in complete
 -- ARGV[3] error           the reason, stored as last_error
@@ -74,38 +75,49 @@ local function run_time(now_ms, started_at)
 end
 
 -- One task of `job` ended with outcome `o` ('s', 'f' or 'd'); run_ms is its attempt's run
--- time (nil: unknown).
+-- time (nil: unknown). The tally holds a table per job: run-time bucket (0 .. 14) or 'x'
+-- (no run time) -> count, per outcome, and 'ms'; no string is made per task.
 local function count(tally, job, o, run_ms)
-  local field = job .. '|' .. o
+  local t = tally[job]
+  if not t then
+    t = {s = {}, f = {}, d = {}, ms = 0}
+    tally[job] = t
+  end
+  local b = 'x'
   if run_ms then
-    local b = #BOUNDS_MS
+    b = #BOUNDS_MS
     for i = 1, #BOUNDS_MS do
       if run_ms <= BOUNDS_MS[i] then b = i - 1 break end
     end
-    field = field .. b
-    local ms = job .. '|ms'
-    tally[ms] = (tally[ms] or 0) + run_ms
+    t.ms = t.ms + run_ms
   end
-  tally[field] = (tally[field] or 0) + 1
+  t[o][b] = (t[o][b] or 0) + 1
 end
 
 -- Add the tally to the minute bucket <prefix>m:<start s> (kept 2 days), the hour bucket
--- <prefix>h:<start s> (kept 8 days) and <prefix>total (kept for ever). A bucket's expiry is
--- set when a write creates one of its fields (so when it creates the bucket), not on every
--- call. pcall: a counters key that holds another type is skipped; counting never stops a
--- task's own report.
+-- <prefix>h:<start s> (kept 8 days) and <prefix>total (kept for ever), one HINCRBY per
+-- field and hash. A bucket's expiry is set when a write creates one of its fields (so when
+-- it creates the bucket), not on every call. pcall: a counters key that holds another type
+-- is skipped; counting never stops a task's own report.
 local function write_counts(prefix, now_ms, tally)
+  if next(tally) == nil then return end
   local s = math.floor(now_ms / 1000)
   local minute = prefix .. 'm:' .. (s - s % 60)
   local hour = prefix .. 'h:' .. (s - s % 3600)
   local total = prefix .. 'total'
   local new_minute, new_hour = false, false
-  for field, n in pairs(tally) do
-    if n ~= 0 then
-      new_minute = redis.pcall('HINCRBY', minute, field, n) == n or new_minute
-      new_hour = redis.pcall('HINCRBY', hour, field, n) == n or new_hour
-      redis.pcall('HINCRBY', total, field, n)
+  local function add(field, n)
+    new_minute = redis.pcall('HINCRBY', minute, field, n) == n or new_minute
+    new_hour = redis.pcall('HINCRBY', hour, field, n) == n or new_hour
+    redis.pcall('HINCRBY', total, field, n)
+  end
+  for job, t in pairs(tally) do
+    for _, o in ipairs({'s', 'f', 'd'}) do
+      for b, n in pairs(t[o]) do
+        add(job .. '|' .. o .. (b == 'x' and '' or b), n)
+      end
     end
+    if t.ms ~= 0 then add(job .. '|ms', t.ms) end
   end
   if new_minute then redis.pcall('PEXPIRE', minute, 172800000) end
   if new_hour then redis.pcall('PEXPIRE', hour, 691200000) end
