@@ -178,6 +178,29 @@ def test_summary_sums_the_window_per_queue(r: redis.Redis) -> None:
     }
 
 
+def test_reads_add_the_minute_that_its_hour_and_the_totals_do_not_hold_yet(
+    r: redis.Redis,
+) -> None:
+    a = queue_keys("culex", "a")
+    now = server_ms(r) // 1000
+    hour = now - now % 3600 - 7200  # 2 hours ago: read whole by a 4 h window
+    add(r, a.stats_hour(hour), J__s=5)  # its minutes folded so far
+    add(r, a.stats_minute(hour + 60), J__s=2)  # one of them
+    add(r, a.stats_minute(hour + 120), K__d=3)  # the last minute counted: not folded yet
+    add(r, a.stats_total, J__s=5)
+    r.hset(a.stats_total, "minute", hour + 120)
+    assert stats.totals(queues=["a"]) == {
+        ("a", "J"): Counts(succeeded=5),
+        ("a", "K"): Counts(dead=3),
+    }
+    assert stats.summary(queues=["a"], window=4 * 3600)["a"] == Counts(succeeded=5, dead=3)
+    assert stats.series(queues=["a"], since=hour, until=hour + 3599, step="hour") == [
+        Bucket(float(hour), "a", "J", Counts(succeeded=5)),
+        Bucket(float(hour), "a", "K", Counts(dead=3)),
+    ]
+    assert len(stats.series(queues=["a"], since=hour, until=hour + 3599)) == 2  # (minutes)
+
+
 async def test_a_runners_work_is_counted_and_read_by_every_read(r: redis.Redis) -> None:
     for ok in (True, True, False):
         await CountedJob(ok=ok).aenqueue()

@@ -320,7 +320,7 @@ def _check_range(start: float, end: float, step: str) -> None:
 # -- flows ------------------------------------------------------------------------------------
 
 
-def _read(calls: list[Call[dict[str, str]]]) -> Flow[list[dict[str, str]]]:
+def _read(calls: list[Call[Any]]) -> Flow[list[Any]]:
     """Send ``calls`` in one round trip (none when there are none); a refused one raises."""
     replies = (yield calls) if calls else []
     for reply in replies:
@@ -359,15 +359,41 @@ def _series(
     starts = range(int(since // size) * size, int(until // size) * size + 1, size)
     pairs = [(q, start) for q in queues for start in starts]
     prefix = settings.prefix
-    found = yield from _read(
-        [commands.read_counters(queue_keys(prefix, q), step, start) for q, start in pairs]
-    )
-    buckets = [
-        Bucket(float(start), q, job, counts)
-        for (q, start), fields in zip(pairs, found, strict=True)
-        for job, counts in parse_counters(fields).items()
+    calls: list[Call[Any]] = [
+        commands.read_counters(queue_keys(prefix, q), step, start) for q, start in pairs
     ]
-    return sorted(buckets, key=lambda b: (b.start, b.queue, b.job))
+    if step == "hour":  # (and the minute of each queue that its hour does not hold yet)
+        calls += [commands.unfolded_minute(queue_keys(prefix, q)) for q in queues]
+    found = yield from _read(calls)
+    sums: dict[tuple[float, str, str], Counts] = {}
+    for (q, start), fields in zip(pairs, found[: len(pairs)], strict=True):
+        for job, counts in parse_counters(fields).items():
+            sums[float(start), q, job] = counts
+    if step == "hour":
+        minutes = dict(zip(queues, found[len(pairs) :], strict=True))
+        late = yield from _unfolded(prefix, minutes, set(starts))
+        for (q, minute), by_job in late.items():
+            for job, counts in by_job.items():
+                key = (float(minute - minute % 3600), q, job)
+                sums[key] = sums.get(key, Counts()) + counts
+    return [Bucket(start, q, job, sums[start, q, job]) for start, q, job in sorted(sums)]
+
+
+def _unfolded(
+    prefix: str, minutes: dict[str, int | None], hours: set[int] | None
+) -> Flow[dict[tuple[str, int], dict[str, Counts]]]:
+    """The counts of each queue's minute that its hour bucket and the totals do not hold
+    yet (include/stats.lua folds a minute into them once a later one is counted), for the
+    queues whose such minute lies in one of ``hours`` (None: any hour)."""
+    wanted = [
+        (q, m)
+        for q, m in minutes.items()
+        if m is not None and (hours is None or m - m % 3600 in hours)
+    ]
+    found = yield from _read(
+        [commands.read_counters(queue_keys(prefix, q), "minute", m) for q, m in wanted]
+    )
+    return {pair: parse_counters(fields) for pair, fields in zip(wanted, found, strict=True)}
 
 
 def _totals(
@@ -378,11 +404,23 @@ def _totals(
     found = yield from _read(
         [commands.read_counter_totals(queue_keys(settings.prefix, q)) for q in queues]
     )
-    return {
+    sums = {
         (q, job): counts
         for q, fields in zip(queues, found, strict=True)
-        for job, counts in sorted(parse_counters(fields).items())
+        for job, counts in parse_counters(fields).items()
     }
+    minutes = {q: _minute(fields) for q, fields in zip(queues, found, strict=True)}
+    late = yield from _unfolded(settings.prefix, minutes, None)
+    for (q, _), by_job in late.items():
+        for job, counts in by_job.items():
+            sums[q, job] = sums.get((q, job), Counts()) + counts
+    return dict(sorted(sums.items()))
+
+
+def _minute(totals: dict[str, str]) -> int | None:
+    """The minute a queue's totals name as not yet added to them (see _unfolded)."""
+    value = number(totals.get("minute"), -1)
+    return value if value >= 0 else None
 
 
 def window_buckets(now: float, window: float) -> tuple[list[int], list[int]]:
@@ -417,12 +455,21 @@ def _window(
         for step, starts in (("hour", hours), ("minute", minutes))
         for start in starts
     ]
-    found = yield from _read(
-        [commands.read_counters(queue_keys(prefix, q), step, start) for q, step, start in pairs]
-    )
+    calls: list[Call[Any]] = [
+        commands.read_counters(queue_keys(prefix, q), step, start) for q, step, start in pairs
+    ]
+    calls += [commands.unfolded_minute(queue_keys(prefix, q)) for q in names]
+    found = yield from _read(calls)
     sums: dict[tuple[str, str], Counts] = {}
-    for (q, _, _), fields in zip(pairs, found, strict=True):
+    for (q, _, _), fields in zip(pairs, found[: len(pairs)], strict=True):
         for job, counts in parse_counters(fields).items():
+            sums[q, job] = sums.get((q, job), Counts()) + counts
+    # A minute that its hour bucket does not hold yet counts when that hour is read whole
+    # (a minute read as a minute holds its counts already).
+    unfolded = dict(zip(names, found[len(pairs) :], strict=True))
+    late = yield from _unfolded(prefix, unfolded, set(hours))
+    for (q, _), by_job in late.items():
+        for job, counts in by_job.items():
             sums[q, job] = sums.get((q, job), Counts()) + counts
     return names, dict(sorted(sums.items()))
 

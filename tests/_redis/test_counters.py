@@ -42,18 +42,21 @@ def counter_keys(r: redis.Redis) -> list[str]:
     return sorted(k.decode() for k in cast(list[bytes], r.keys("culex:{q}:stats:*")))
 
 
-def buckets(r: redis.Redis) -> tuple[str, str, str]:
-    """The minute bucket, the hour bucket and the totals the last write went to."""
-    keys = counter_keys(r)
-    minute = next(k for k in keys if ":stats:m:" in k)
-    hour = next(k for k in keys if ":stats:h:" in k)
-    assert len(keys) == 3, keys
-    return minute, hour, K.stats_total
+def this_minute(r: redis.Redis) -> str:
+    """The minute bucket the scripts write to now (the test fails if there is another)."""
+    (minute,) = (k for k in counter_keys(r) if ":stats:m:" in k)
+    return minute
 
 
 def fields(r: redis.Redis, key: str) -> dict[str, int]:
+    """A counters hash's counts (the totals' own field ``minute`` left out)."""
     raw = cast(dict[bytes, bytes], r.hgetall(key))
-    return {k.decode(): int(v) for k, v in raw.items()}
+    return {k.decode(): int(v) for k, v in raw.items() if k != b"minute"}
+
+
+def unfolded(r: redis.Redis) -> int:
+    """The minute the totals name as not yet added to its hour and to them."""
+    return int(r.hget(K.stats_total, "minute") or -1)
 
 
 def hincrbys(r: redis.Redis) -> int:
@@ -61,7 +64,7 @@ def hincrbys(r: redis.Redis) -> int:
     return int(stats["calls"])
 
 
-def test_complete_counts_a_batch_once_per_field_in_three_hashes(r: redis.Redis) -> None:
+def test_complete_counts_a_batch_once_per_field_in_the_minute(r: redis.Redis) -> None:
     d = driver_of(r)
     for i in range(40):
         put(d, f"a{i}", "AJob")
@@ -75,20 +78,58 @@ def test_complete_counts_a_batch_once_per_field_in_three_hashes(r: redis.Redis) 
     refused = d.run(operations.complete(K, [(t.id, t.attempt, "null", 1000) for t in tasks]))
     after = server_ms(r)
     assert refused == []
-    minute, hour, total = buckets(r)
+    minute = this_minute(r)
     assert minute == K.stats_minute(after // 1000 // 60 * 60)
-    assert hour == K.stats_hour(after // 1000 // 3600 * 3600)
-    counts = fields(r, total)
+    counts = fields(r, minute)
     a_ms = counts.pop("AJob|ms")
     assert 40 * 3000 <= a_ms < 40 * 5000
     assert 70 <= counts.pop("BJob|ms") <= 100
     assert counts == {"AJob|s9": 40, "BJob|s4": 1}
-    assert fields(r, minute) == fields(r, hour) == fields(r, total)
-    # 4 fields, each written once to each hash: not once per task
-    assert hincrbys(r) - before == 4 * 3
+    # 4 fields, each written once: not once per task; the hour and the totals get the
+    # minute once a later one is counted
+    assert hincrbys(r) - before == 4
+    assert counter_keys(r) == sorted([minute, K.stats_total])
+    assert fields(r, K.stats_total) == {} and unfolded(r) == after // 1000 // 60 * 60
+    assert r.pttl(minute) == -1 and r.pttl(K.stats_total) == -1  # (until it is folded)
+
+
+def test_the_first_count_of_a_later_minute_folds_the_last_one_into_its_hour_and_the_totals(
+    r: redis.Redis,
+) -> None:
+    d = driver_of(r)
+    old = (server_ms(r) // 1000 // 3600 - 5) * 3600 + 120  # a minute 5 hours ago
+    r.hset(K.stats_minute(old), mapping={"AJob|s3": 2, "AJob|ms": 70, "AJob|f": 1})
+    r.hset(K.stats_hour(old - 120), mapping={"AJob|s3": 5})  # the minutes before it
+    r.hset(K.stats_total, mapping={"AJob|s3": 9, "minute": old})
+    put(d, "t")
+    (task,) = claim(d)
+    started(r, "t", 3000)
+    d.run(operations.complete(K, [("t", task.attempt, "null", 1000)]))
+    assert fields(r, K.stats_hour(old - 120)) == {"AJob|s3": 7, "AJob|ms": 70, "AJob|f": 1}
+    assert fields(r, K.stats_total) == {"AJob|s3": 11, "AJob|ms": 70, "AJob|f": 1}
+    assert 8 * DAY_MS - 60_000 < r.pttl(K.stats_hour(old - 120)) <= 8 * DAY_MS
+    assert 2 * DAY_MS - 60_000 < r.pttl(K.stats_minute(old)) <= 2 * DAY_MS
+    current = unfolded(r)
+    assert current > old
+    counts = fields(r, K.stats_minute(current))
+    assert 3000 <= counts.pop("NoopJob|ms") < 5000 and counts == {"NoopJob|s9": 1}
+    assert r.pttl(K.stats_minute(current)) == -1
+
+
+def test_a_clock_that_went_back_counts_in_the_hour_and_totals_at_once(r: redis.Redis) -> None:
+    d = driver_of(r)
+    later = (server_ms(r) // 1000 // 60 + 600) * 60  # the totals name a minute 10 h on
+    r.hset(K.stats_total, "minute", later)
+    put(d, "t")
+    (task,) = claim(d)
+    started(r, "t", 3000)
+    d.run(operations.complete(K, [("t", task.attempt, "null", 1000)]))
+    minute = next(k for k in counter_keys(r) if ":stats:m:" in k)
+    start = int(minute.rsplit(":", 1)[1])
+    counts = fields(r, minute)
+    assert fields(r, K.stats_hour(start - start % 3600)) == counts
+    assert fields(r, K.stats_total) == counts and unfolded(r) == later
     assert 2 * DAY_MS - 60_000 < r.pttl(minute) <= 2 * DAY_MS
-    assert 8 * DAY_MS - 60_000 < r.pttl(hour) <= 8 * DAY_MS
-    assert r.pttl(total) == -1  # never expires
 
 
 def test_a_refused_report_counts_nothing(r: redis.Redis) -> None:
@@ -121,8 +162,8 @@ def test_fail_counts_failed_with_a_retry_and_dead_without(r: redis.Redis) -> Non
         dead_max=10,
     )
     assert d.run(retry) == "scheduled"
-    _, _, total = buckets(r)
-    counts = fields(r, total)
+    minute = this_minute(r)
+    counts = fields(r, minute)
     assert 1500 <= counts.pop("NoopJob|ms") < 2500
     assert counts == {"NoopJob|f8": 1}
     bury = operations.fail(
@@ -135,11 +176,11 @@ def test_fail_counts_failed_with_a_retry_and_dead_without(r: redis.Redis) -> Non
         dead_max=10,
     )
     assert d.run(bury) == "dead"
-    minute, hour, total = buckets(r)
-    counts = fields(r, total)
+    assert this_minute(r) == minute
+    counts = fields(r, minute)
     assert 401_500 <= counts.pop("NoopJob|ms") < 403_000
     assert counts == {"NoopJob|f8": 1, "NoopJob|d14": 1}
-    assert fields(r, minute) == fields(r, hour) == fields(r, total)
+    assert fields(r, K.stats_total) == {}  # (until a later minute is counted)
 
 
 def test_a_task_without_started_at_is_counted_without_a_run_time(r: redis.Redis) -> None:
@@ -148,10 +189,10 @@ def test_a_task_without_started_at_is_counted_without_a_run_time(r: redis.Redis)
     (task,) = claim(d)
     r.hset(K.task("t"), "started_at", "not a time")
     d.run(operations.complete(K, [("t", task.attempt, "null", 1000)]))
-    assert fields(r, K.stats_total) == {"NoopJob|s": 1}
+    assert fields(r, this_minute(r)) == {"NoopJob|s": 1}
 
 
-def test_a_run_time_of_0_ms_writes_no_sum_and_a_later_call_keeps_the_expiry(
+def test_a_run_time_of_0_ms_writes_no_sum(
     r: redis.Redis,
 ) -> None:
     d = driver_of(r)
@@ -160,13 +201,12 @@ def test_a_run_time_of_0_ms_writes_no_sum_and_a_later_call_keeps_the_expiry(
     first, second = claim(d)
     r.hset(K.task("t"), "started_at", server_ms(r) + 60_000)  # (later than now: 0 ms)
     d.run(operations.complete(K, [("t", first.attempt, "null", 1000)]))
-    minute, hour, total = buckets(r)
-    assert fields(r, minute) == fields(r, hour) == fields(r, total) == {"NoopJob|s0": 1}
-    r.pexpire(minute, 5_000)  # (set when the bucket was made; a later call leaves it)
+    minute = this_minute(r)
+    assert fields(r, minute) == {"NoopJob|s0": 1}
     r.hset(K.task("u"), "started_at", server_ms(r) + 60_000)
     d.run(operations.complete(K, [("u", second.attempt, "null", 1000)]))
-    if buckets(r)[0] == minute:  # (else the minute turned between the calls)
-        assert fields(r, minute) == {"NoopJob|s0": 2} and 0 < r.pttl(minute) <= 5_000
+    if this_minute(r) == minute:  # (else the minute turned between the calls)
+        assert fields(r, minute) == {"NoopJob|s0": 2}
 
 
 def test_reclaim_counts_lost_attempts_without_a_run_time(r: redis.Redis) -> None:
@@ -177,9 +217,7 @@ def test_reclaim_counts_lost_attempts_without_a_run_time(r: redis.Redis) -> None
     r.zadd(K.pending, {"again": 1, "gone": 1})  # their leases expired long ago
     moved = d.run(operations.reclaim(K, limit=10, dead_ttl_ms=DAY_MS, dead_max=10))
     assert dict(moved) == {"again": "waiting", "gone": "dead"}
-    minute, hour, total = buckets(r)
-    assert fields(r, total) == {"AJob|f": 1, "BJob|d": 1}
-    assert fields(r, minute) == fields(r, hour) == fields(r, total)
+    assert fields(r, this_minute(r)) == {"AJob|f": 1, "BJob|d": 1}
 
 
 def test_reclaim_with_nothing_expired_writes_no_counters(r: redis.Redis) -> None:
@@ -198,7 +236,7 @@ def test_claim_counts_a_buried_task_as_dead(r: redis.Redis) -> None:
     r.hset(K.task("bad"), "attempt", "x")  # not a whole number: buried
     r.zadd(K.waiting, {"ghost": 0})  # no hash at all: buried, job ""
     assert [t.id for t in claim(d)] == ["good"]
-    assert fields(r, K.stats_total) == {"BJob|d": 1, "|d": 1}
+    assert fields(r, this_minute(r)) == {"BJob|d": 1, "|d": 1}
 
 
 def test_a_claim_that_buries_nothing_and_cancel_count_nothing(r: redis.Redis) -> None:
@@ -220,9 +258,8 @@ def test_a_counter_key_of_another_type_does_not_stop_a_report(r: redis.Redis) ->
     assert d.run(operations.complete(K, [("t", task.attempt, "null", 1000)])) == []
     assert r.hget(K.task("t"), "state") == b"succeeded"
     assert r.get(K.stats_total) == b"not a hash"
-    minute, hour = (k for k in counter_keys(r) if k != K.stats_total)
-    counts = fields(r, minute)
-    assert fields(r, hour) == counts and 3000 <= counts.pop("NoopJob|ms") < 5000
+    counts = fields(r, this_minute(r))
+    assert 3000 <= counts.pop("NoopJob|ms") < 5000
     assert counts == {"NoopJob|s9": 1}
 
 

@@ -209,3 +209,13 @@ def read_counters(keys: QueueKeys, step: str, start: int) -> Call[dict[str, str]
 def read_counter_totals(keys: QueueKeys) -> Call[dict[str, str]]:
     """A queue's counters since counting began (they never expire)."""
     return Call((), ("HGETALL", keys.stats_total), _parse_hash)
+
+
+def unfolded_minute(keys: QueueKeys) -> Call[int | None]:
+    """The start of a queue's minute bucket that is not yet added to its hour bucket and to
+    the totals (the field ``minute`` of the totals; None: no minute was counted yet)."""
+
+    def parse(reply: bytes | None) -> int | None:
+        return number(reply, -1) if reply is not None and number(reply, -1) >= 0 else None
+
+    return Call((), ("HGET", keys.stats_total, "minute"), parse)

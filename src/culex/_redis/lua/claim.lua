@@ -70,33 +70,67 @@ local function count(tally, job, o, run_ms)
   t[o][b] = (t[o][b] or 0) + 1
 end
 
--- Add the tally to the minute bucket <prefix>m:<start s> (kept 2 days), the hour bucket
--- <prefix>h:<start s> (kept 8 days) and <prefix>total (kept for ever), one HINCRBY per
--- field and hash. A bucket's expiry is set when a write creates one of its fields (so when
--- it creates the bucket), not on every call. pcall: a counters key that holds another type
--- is skipped; counting never stops a task's own report.
+-- Add the minute bucket <prefix>m:<start> to its hour bucket <prefix>h:<start of hour> and
+-- to <prefix>total: the minute has ended, and no script writes to it again. The hour
+-- expires 8 days after, the minute 2 days after.
+local function fold(prefix, start, total)
+  local minute = prefix .. 'm:' .. start
+  local f = redis.pcall('HGETALL', minute)
+  if f['err'] then return end
+  local hour = prefix .. 'h:' .. (start - start % 3600)
+  for i = 1, #f, 2 do
+    redis.pcall('HINCRBY', hour, f[i], f[i + 1])
+    redis.pcall('HINCRBY', total, f[i], f[i + 1])
+  end
+  redis.pcall('PEXPIRE', hour, 691200000)
+  redis.pcall('PEXPIRE', minute, 172800000)
+end
+
+-- Add the tally to the minute bucket <prefix>m:<start s>, one HINCRBY per field, however
+-- many tasks. The hour bucket and <prefix>total get a minute once it has ended: the first
+-- write that makes a field in a later minute folds the one that <prefix>total's field
+-- `minute` names into them, and names its own (the reads add the minute not yet folded).
+-- A minute expires 2 days after it was folded. pcall: a counters key that holds another
+-- type is skipped; counting never stops a task's own report.
 local function write_counts(prefix, now_ms, tally)
   if next(tally) == nil then return end
   local s = math.floor(now_ms / 1000)
-  local minute = prefix .. 'm:' .. (s - s % 60)
-  local hour = prefix .. 'h:' .. (s - s % 3600)
-  local total = prefix .. 'total'
-  local new_minute, new_hour = false, false
-  local function add(field, n)
-    new_minute = redis.pcall('HINCRBY', minute, field, n) == n or new_minute
-    new_hour = redis.pcall('HINCRBY', hour, field, n) == n or new_hour
-    redis.pcall('HINCRBY', total, field, n)
-  end
+  local start = s - s % 60
+  local minute = prefix .. 'm:' .. start
+  local made = false
+  local written = {}
   for job, t in pairs(tally) do
     for _, o in ipairs({'s', 'f', 'd'}) do
       for b, n in pairs(t[o]) do
-        add(job .. '|' .. o .. (b == 'x' and '' or b), n)
+        local field = job .. '|' .. o .. (b == 'x' and '' or b)
+        made = redis.pcall('HINCRBY', minute, field, n) == n or made
+        written[#written + 1] = field
+        written[#written + 1] = n
       end
     end
-    if t.ms ~= 0 then add(job .. '|ms', t.ms) end
+    if t.ms ~= 0 then
+      made = redis.pcall('HINCRBY', minute, job .. '|ms', t.ms) == t.ms or made
+      written[#written + 1] = job .. '|ms'
+      written[#written + 1] = t.ms
+    end
   end
-  if new_minute then redis.pcall('PEXPIRE', minute, 172800000) end
-  if new_hour then redis.pcall('PEXPIRE', hour, 691200000) end
+  if not made then return end  -- (the minute and its fields were there: nothing to fold)
+  local total = prefix .. 'total'
+  local last = tonumber(redis.pcall('HGET', total, 'minute'))
+  if not last or last < start then
+    if last then fold(prefix, last, total) end
+    redis.pcall('HSET', total, 'minute', start)
+  elseif last > start then
+    -- The server's clock went back to a minute that is folded or will never be: this
+    -- call's counts go to its hour and the totals at once.
+    local hour = prefix .. 'h:' .. (start - start % 3600)
+    for i = 1, #written, 2 do
+      redis.pcall('HINCRBY', hour, written[i], written[i + 1])
+      redis.pcall('HINCRBY', total, written[i], written[i + 1])
+    end
+    redis.pcall('PEXPIRE', hour, 691200000)
+    redis.pcall('PEXPIRE', minute, 172800000)
+  end
 end
 -- <<< include/stats.lua
 
