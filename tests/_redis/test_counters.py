@@ -259,6 +259,7 @@ def test_a_counter_key_of_another_type_does_not_stop_a_report(r: redis.Redis) ->
     assert r.hget(K.task("t"), "state") == b"succeeded"
     assert r.get(K.stats_total) == b"not a hash"
     counts = fields(r, this_minute(r))
+    assert 0 < r.pttl(this_minute(r)) <= 2 * DAY_MS  # (no totals to fold it into: it ends)
     assert 3000 <= counts.pop("NoopJob|ms") < 5000
     assert counts == {"NoopJob|s9": 1}
 

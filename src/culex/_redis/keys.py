@@ -55,7 +55,7 @@ class QueueKeys:
         self.done_prefix = f"{base}:done:"
         self.periodic_prefix = f"{base}:periodic:"
         # Counters: the scripts that end tasks add <prefix>m:<start s> (a minute bucket),
-        # <prefix>h:<start s> (an hour bucket) and <prefix>total to it (docs/metrics.md).
+        # <prefix>h:<start s> (an hour bucket) and <prefix>total to it (docs/wire-format.md).
         self.stats_prefix = f"{base}:stats:"
         self.stats_total = f"{base}:stats:total"
 
@@ -69,12 +69,12 @@ class QueueKeys:
 
     def stats_minute(self, start: int) -> str:
         """The counters of the minute that starts at ``start`` (epoch seconds, a multiple
-        of 60); it expires 2 days after it was made."""
+        of 60); it expires 2 days after it was added to its hour and the totals."""
         return f"{self.stats_prefix}m:{start}"
 
     def stats_hour(self, start: int) -> str:
         """The counters of the hour that starts at ``start`` (epoch seconds, a multiple of
-        3600); it expires 8 days after it was made."""
+        3600), its minutes added as they end; it expires 8 days after the last one."""
         return f"{self.stats_prefix}h:{start}"
 
     def periodic(self, job_type: str) -> str:

@@ -10,7 +10,8 @@
 -- KEYS[6] done list prefix <prefix>:{<queue>}:done:   (producers waiting for the end of a
 --         task buried as broken are woken through <prefix><id>: see wait.lua)
 -- KEYS[7] counters prefix <prefix>:{<queue>}:stats:   (a task buried as broken counts as
---         dead, <type>|d, "" for a type it does not have; include/stats.lua)
+--         dead, <type>|d, "" for a type it does not have; in the minute bucket, as in
+--         complete)
 -- ARGV[1] limit           how many tasks to claim at most (>= 0)
 -- ARGV[2] lease_ms
 -- ARGV[3] promote_limit   how many due scheduled tasks to promote at most
@@ -119,7 +120,10 @@ local function write_counts(prefix, now_ms, tally)
   local last = tonumber(redis.pcall('HGET', total, 'minute'))
   if not last or last < start then
     if last then fold(prefix, last, total) end
-    redis.pcall('HSET', total, 'minute', start)
+    local named = redis.pcall('HSET', total, 'minute', start)
+    if type(named) == 'table' and named['err'] then  -- (no totals: the minute must end)
+      redis.pcall('PEXPIRE', minute, 172800000)
+    end
   elseif last > start then
     -- The server's clock went back to a minute that is folded or will never be: this
     -- call's counts go to its hour and the totals at once.

@@ -10,8 +10,10 @@
 --         are woken through <prefix><id>: see wait.lua)
 -- KEYS[5] counters prefix <prefix>:{<queue>}:stats:   (each task that lands counts as
 --         succeeded, <type>|s<run-time bucket>, and adds its run time now - started_at
---         to <type>|ms, in the minute and hour buckets and the totals under it: one
---         HINCRBY per field and hash for the whole batch; include/stats.lua)
+--         to <type>|ms, in the minute bucket <prefix>m:<start> under it: one HINCRBY per
+--         field for the whole batch. The first count in a new minute adds the minute that
+--         <prefix>total names to its hour bucket <prefix>h:<start> and to <prefix>total,
+--         and names its own: include/stats.lua)
 -- ARGV[1..] quadruples: id, attempt, result, ttl_ms
 --         attempt  the one the runner was handed: it fences stale runners
 --         result   JSON text of perform's return value
@@ -121,7 +123,10 @@ local function write_counts(prefix, now_ms, tally)
   local last = tonumber(redis.pcall('HGET', total, 'minute'))
   if not last or last < start then
     if last then fold(prefix, last, total) end
-    redis.pcall('HSET', total, 'minute', start)
+    local named = redis.pcall('HSET', total, 'minute', start)
+    if type(named) == 'table' and named['err'] then  -- (no totals: the minute must end)
+      redis.pcall('PEXPIRE', minute, 172800000)
+    end
   elseif last > start then
     -- The server's clock went back to a minute that is folded or will never be: this
     -- call's counts go to its hour and the totals at once.

@@ -11,7 +11,7 @@
 -- KEYS[7] counters prefix <prefix>:{<queue>}:stats:   (the attempt counts as failed,
 --         <type>|f<run-time bucket>, when a retry is scheduled, as dead, <type>|d<bucket>,
 --         when not, and adds its run time now - started_at to <type>|ms, in the minute
---         and hour buckets and the totals under it: include/stats.lua)
+--         bucket under it, which goes to its hour and the totals later, as in complete)
 -- ARGV[1] id
 -- ARGV[2] attempt         fences stale runners, as in complete
 -- ARGV[3] error           the reason, stored as last_error
@@ -143,7 +143,10 @@ local function write_counts(prefix, now_ms, tally)
   local last = tonumber(redis.pcall('HGET', total, 'minute'))
   if not last or last < start then
     if last then fold(prefix, last, total) end
-    redis.pcall('HSET', total, 'minute', start)
+    local named = redis.pcall('HSET', total, 'minute', start)
+    if type(named) == 'table' and named['err'] then  -- (no totals: the minute must end)
+      redis.pcall('PEXPIRE', minute, 172800000)
+    end
   elseif last > start then
     -- The server's clock went back to a minute that is folded or will never be: this
     -- call's counts go to its hour and the totals at once.

@@ -17,7 +17,7 @@
 --         task that goes to dead are woken through <prefix><id>: see wait.lua)
 -- KEYS[9] counters prefix <prefix>:{<queue>}:stats:   (each lost attempt counts as
 --         failed, <type>|f, when the task runs again, dead, <type>|d, when not, without a
---         run time: no runner reported its end; include/stats.lua)
+--         run time: no runner reported its end; in the minute bucket, as in complete)
 -- ARGV[1] limit          how many expired tasks to reclaim at most
 -- ARGV[2] dead_ttl_ms
 -- ARGV[3] dead_max
@@ -148,7 +148,10 @@ local function write_counts(prefix, now_ms, tally)
   local last = tonumber(redis.pcall('HGET', total, 'minute'))
   if not last or last < start then
     if last then fold(prefix, last, total) end
-    redis.pcall('HSET', total, 'minute', start)
+    local named = redis.pcall('HSET', total, 'minute', start)
+    if type(named) == 'table' and named['err'] then  -- (no totals: the minute must end)
+      redis.pcall('PEXPIRE', minute, 172800000)
+    end
   elseif last > start then
     -- The server's clock went back to a minute that is folded or will never be: this
     -- call's counts go to its hour and the totals at once.

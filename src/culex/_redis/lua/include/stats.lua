@@ -90,7 +90,10 @@ local function write_counts(prefix, now_ms, tally)
   local last = tonumber(redis.pcall('HGET', total, 'minute'))
   if not last or last < start then
     if last then fold(prefix, last, total) end
-    redis.pcall('HSET', total, 'minute', start)
+    local named = redis.pcall('HSET', total, 'minute', start)
+    if type(named) == 'table' and named['err'] then  -- (no totals: the minute must end)
+      redis.pcall('PEXPIRE', minute, 172800000)
+    end
   elseif last > start then
     -- The server's clock went back to a minute that is folded or will never be: this
     -- call's counts go to its hour and the totals at once.
