@@ -13,7 +13,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,6 +22,7 @@ from .errors import CulexError, ServerError
 
 if TYPE_CHECKING:
     from .dead import DeadTask
+    from .periodic import PeriodicJob
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -37,6 +38,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR"]
+_STATES = ["waiting", "scheduled", "pending", "dead"]
 # Flags of settings that the guide has shown by another name too.
 _ALIASES = {"run_from": ["--queues"]}
 _METAVARS = {"seconds": "SECONDS", "count": "N", "text": "TEXT"}
@@ -103,25 +105,39 @@ def _parser() -> argparse.ArgumentParser:
 
     periodic = command(
         "periodic",
-        help="the periodic jobs MODULE registers: next run, last run, last outcome",
-        usage="culex periodic [trigger NAME] MODULE",
+        help="periodic jobs: next run, last run, last outcome; trigger runs one now",
+        usage="culex periodic [MODULE], or culex periodic trigger NAME [MODULE] [--queue Q]",
     )
-    periodic.add_argument("words", nargs="+", metavar="[trigger NAME] MODULE")
+    periodic.add_argument("words", nargs="*", metavar="[trigger NAME] [MODULE]")
+    periodic.add_argument("--queue", help="trigger: the job's queue (default: where it runs)")
     periodic.add_argument("--redis-url", help="redis://... (default: the embedded server)")
     periodic.set_defaults(command=_periodic)
 
+    tasks = command("tasks", help="a page of a queue's tasks in one state, and the next cursor")
+    tasks.add_argument("queue", metavar="QUEUE")
+    tasks.add_argument("--state", default="waiting", choices=_STATES, help="default: waiting")
+    tasks.add_argument("--oldest", action="store_true", help="oldest first (default: newest)")
+    tasks.add_argument("--job", metavar="TYPE", help="only tasks of this job type")
+    tasks.add_argument("--limit", type=int, default=50, metavar="N", help="rows, 1 to 500")
+    tasks.add_argument("--after", metavar="CURSOR", help="go on from a page's next cursor")
+    tasks.add_argument("--redis-url", help="redis://... (default: the embedded server)")
+    tasks.set_defaults(command=_tasks)
+
     dead = command(
         "dead",
-        help="a queue's dead tasks; retry puts them back in waiting",
-        usage="culex dead QUEUE [--limit N], or culex dead retry QUEUE (ID ... | --all)",
+        help="a queue's dead tasks; retry puts them back in waiting, purge deletes them",
+        usage="culex dead QUEUE [--limit N], or culex dead retry QUEUE (ID ... | --all "
+        "[--job TYPE]), or culex dead purge QUEUE [--job TYPE] [--yes]",
     )
-    dead.add_argument("words", nargs="+", metavar="[retry] QUEUE [ID ...]")
+    dead.add_argument("words", nargs="+", metavar="[retry|purge] QUEUE [ID ...]")
     dead.add_argument("--all", action="store_true", help="retry: every dead task of QUEUE")
     dead.add_argument(
         "--limit",
         type=int,
         help="how many to show (default 50); retry --all: how many to retry, oldest first",
     )
+    dead.add_argument("--job", metavar="TYPE", help="retry --all, purge: only this job type")
+    dead.add_argument("--yes", action="store_true", help="purge: do not ask first")
     dead.add_argument("--redis-url", help="redis://... (default: the embedded server)")
     dead.set_defaults(command=_dead)
 
@@ -356,27 +372,111 @@ def _runners(args: argparse.Namespace) -> int:
 
 
 def _periodic(args: argparse.Namespace) -> int:
-    from .inspection import periodic_status
-    from .job_registry import registry
-    from .periodic import PeriodicJob, trigger
-
-    *action, module = args.words
-    if action and (len(action) != 2 or action[0] != "trigger"):
-        raise CulexError("usage: culex periodic MODULE, or culex periodic trigger NAME MODULE")
-    load_module(module)
+    """Without MODULE, the jobs come from Redis alone (the records runners' schedulers
+    write); with it, from the module's classes, also those no runner has scheduled yet."""
     settings = config.settings(**({"redis_url": args.redis_url} if args.redis_url else {}))
-    jobs = [job for job in registry if issubclass(job, PeriodicJob)]
-    if action:
-        job = next((job for job in jobs if job.type_ == action[1]), None)
-        if job is None:
-            known = ", ".join(job.type_ for job in jobs) or "none"
-            raise CulexError(f"no periodic job named {action[1]!r} in {module} (known: {known})")
-        task = trigger(job, settings)
-        print(f"enqueued {job.type_} as task {task.queue}<{task.id}>")
-        return 0
-    columns = ("job", "queue", "schedule", "next run", "last run", "last outcome")
-    _print_table(columns, periodic_status(jobs, settings))
+    words = list(args.words)
+    triggering = bool(words) and words[0] == "trigger"
+    if triggering:
+        words.pop(0)
+    if (triggering and len(words) not in (1, 2)) or (not triggering and len(words) > 1):
+        raise CulexError(
+            "usage: culex periodic [MODULE], or culex periodic trigger NAME [MODULE] [--queue Q]"
+        )
+    name = words.pop(0) if triggering else None
+    module = words[0] if words else None
+    if triggering and name is not None:
+        return _trigger_periodic(name, module, args.queue, settings)
+    if module is not None:
+        return _periodic_of_module(module, settings)
+    _show_periodic(settings)
     return 0
+
+
+def _periodic_of_module(module: str, settings: config.Settings) -> int:
+    from .inspection import periodic_status
+
+    columns = ("job", "queue", "schedule", "next run", "last run", "last outcome")
+    _print_table(columns, periodic_status(_module_periodic_jobs(module), settings))
+    return 0
+
+
+def _module_periodic_jobs(module: str) -> list[type[PeriodicJob]]:
+    from .job_registry import registry
+    from .periodic import PeriodicJob
+
+    load_module(module)
+    return [job for job in registry if issubclass(job, PeriodicJob)]
+
+
+def _trigger_periodic(
+    name: str, module: str | None, queue: str | None, settings: config.Settings
+) -> int:
+    from .periodic import trigger
+
+    target: str | type[PeriodicJob] = name
+    if module is not None:
+        jobs = _module_periodic_jobs(module)
+        found = next((job for job in jobs if job.type_ == name), None)
+        if found is None:
+            known = ", ".join(job.type_ for job in jobs) or "none"
+            raise CulexError(f"no periodic job named {name!r} in {module} (known: {known})")
+        target = found
+    elif queue is None:
+        queue = _queue_of(name, settings)
+    try:
+        task = trigger(target, queue, settings)
+    except (TypeError, ValueError) as exc:
+        raise CulexError(str(exc)) from None
+    print(f"enqueued {name} as task {task.queue}<{task.id}>")
+    return 0
+
+
+def _queue_of(name: str, settings: config.Settings) -> str:
+    """The one queue whose scheduler runs the job ``name`` (else a clear error)."""
+    from .inspection import periodic_jobs
+
+    queues = [row.queue for row in periodic_jobs(settings) if row.job == name]
+    if len(queues) != 1:
+        where = (
+            f"on queues {', '.join(queues)}: choose one with --queue"
+            if queues
+            else ("that a runner schedules (see culex periodic)")
+        )
+        raise CulexError(f"no single periodic job named {name!r} {where}")
+    return queues[0]
+
+
+def _show_periodic(settings: config.Settings) -> None:
+    from .inspection import periodic_jobs
+
+    columns = ("job", "queue", "schedule", "next run", "last run", "last outcome", "last task")
+    rows = [
+        {
+            "job": row.job,
+            "queue": row.queue,
+            "schedule": row.schedule,
+            "next run": _periodic_time(row.next_run, row.timezone),
+            "last run": _periodic_time(row.last_run, row.timezone),
+            "last outcome": row.last_outcome or "-",
+            "last task": row.last_task or "-",
+        }
+        for row in periodic_jobs(settings)
+    ]
+    if not rows:
+        print("no periodic jobs: no runner schedules any (or give the MODULE that defines them)")
+        return
+    _print_table(columns, rows)
+
+
+def _periodic_time(seconds: float | None, timezone: str) -> str:
+    """An epoch time in the job's time zone, as culex periodic MODULE shows it."""
+    from .periodic import EPOCH, zone_of
+
+    if seconds is None:
+        return "never"
+    when = EPOCH + timedelta(seconds=seconds)
+    return when.astimezone(zone_of(timezone)).strftime("%Y-%m-%d %H:%M:%S %Z")
 
 
 def _print_table(columns: Sequence[str], rows: list[dict[str, str]]) -> None:
@@ -386,16 +486,31 @@ def _print_table(columns: Sequence[str], rows: list[dict[str, str]]) -> None:
         print("  ".join(line[c].ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
 
 
+_DEAD_USAGE = (
+    "usage: culex dead QUEUE, or culex dead retry QUEUE (ID ... | --all [--job TYPE]), "
+    "or culex dead purge QUEUE [--job TYPE] [--yes]"
+)
+
+
 def _dead(args: argparse.Namespace) -> int:
     from . import dead
 
     settings = config.settings(**({"redis_url": args.redis_url} if args.redis_url else {}))
-    retrying = args.words[0] == "retry" and len(args.words) > 1
-    queue, *ids = args.words[1:] if retrying else args.words
-    if (ids and not retrying) or (retrying and bool(ids) == args.all):
-        raise CulexError("usage: culex dead QUEUE, or culex dead retry QUEUE (ID ... | --all)")
+    action = args.words[0] if args.words[0] in ("retry", "purge") and len(args.words) > 1 else ""
+    queue, *ids = args.words[1:] if action else args.words
+    if (
+        (ids and action != "retry")
+        or (action == "retry" and bool(ids) == args.all)
+        or (args.job is not None and not (action == "purge" or args.all))
+        or (args.job is not None and args.limit is not None)
+    ):
+        raise CulexError(_DEAD_USAGE)
     try:
-        if retrying:
+        if action == "purge":
+            return _purge(queue, args.job, args.yes, settings)
+        if action == "retry" and args.all and args.limit is None:
+            return _retry_all(queue, args.job, settings)
+        if action == "retry":
             outcome = dead.retry(queue, ids or None, args.limit, settings=settings)
         else:
             tasks = dead.dead_tasks(
@@ -403,13 +518,82 @@ def _dead(args: argparse.Namespace) -> int:
             )
     except (TypeError, ValueError) as exc:
         raise CulexError(str(exc)) from None
-    if retrying:
+    if action == "retry":
         print(f"put {len(outcome.retried)} dead task(s) of {queue} back in waiting")
         if outcome.skipped:
             print(f"skipped (not dead, or its record expired): {' '.join(outcome.skipped)}")
         return 0
     _show_dead(tasks, queue)
     return 0
+
+
+def _retry_all(queue: str, job: str | None, settings: config.Settings) -> int:
+    """Every dead task of ``queue`` (of ``job``) back in waiting, with a progress bar."""
+    from .bulk import apply
+    from .progress import ProgressBar
+
+    done = apply("retry", queue, settings, job=job, progress=ProgressBar("retrying"))
+    print(f"put {done} dead task(s) of {queue} back in waiting")
+    return 0
+
+
+def _purge(queue: str, job: str | None, yes: bool, settings: config.Settings) -> int:
+    """Delete every dead task of ``queue`` (of ``job``), once confirmed, with a progress bar."""
+    from ._redis.keys import check_queue_name
+    from .bulk import apply
+    from .inspection import queue_counts
+    from .progress import ProgressBar
+
+    held = queue_counts(settings, [check_queue_name(queue)])[queue]["dead"]
+    which = f"the dead tasks of job {job}" if job else "every dead task"
+    if not yes:
+        if not sys.stdin.isatty():
+            raise CulexError(f"culex dead purge deletes {which} of {queue} for good: add --yes")
+        print(f"delete {which} of {queue} ({held:,} in dead) for good? [y/N] ", end="",
+              file=sys.stderr, flush=True)  # fmt: skip
+        if input().strip().lower() not in ("y", "yes"):
+            print("nothing deleted")
+            return 1
+    done = apply("delete", queue, settings, state="dead", job=job, progress=ProgressBar("deleting"))
+    print(f"deleted {done} dead task(s) of {queue}")
+    return 0
+
+
+# What a task's time in each state's set means, as the column of ``culex tasks`` says it.
+_AT = {"waiting": "ready since", "scheduled": "due", "pending": "lease ends", "dead": "died"}
+
+
+def _tasks(args: argparse.Namespace) -> int:
+    from .inspection import tasks
+
+    settings = config.settings(**({"redis_url": args.redis_url} if args.redis_url else {}))
+    try:
+        page = tasks(
+            args.queue, args.state, settings, newest_first=not args.oldest, cursor=args.after,
+            limit=args.limit, job=args.job,
+        )  # fmt: skip
+    except (TypeError, ValueError) as exc:
+        raise CulexError(str(exc)) from None
+    columns = ("id", "job", _AT[args.state], "enqueued", "retries", "params", "last error")
+    cells = [
+        (row.id, row.job, _moment(row.at), _moment(row.enqueued_at), str(row.retry_count),
+         _line(row.params, 40), _line(row.last_error, 60))
+        for row in page.rows
+    ]  # fmt: skip
+    _print_table(columns, [dict(zip(columns, row, strict=True)) for row in cells])
+    order = "oldest" if args.oldest else "newest"
+    matching = f" of job {args.job}" if args.job else ""
+    print(f"{len(page.rows)} task(s){matching} shown, {order} first; {args.state} holds "
+          f"{page.total:,}")  # fmt: skip
+    if page.next_cursor is not None:
+        print(f"next page: --after {page.next_cursor}")
+    return 0
+
+
+def _moment(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    return datetime.fromtimestamp(seconds, tz=UTC).astimezone().strftime("%Y-%m-%d %H:%M:%S")
 
 
 def _show_dead(tasks: list[DeadTask], queue: str) -> None:

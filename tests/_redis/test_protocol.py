@@ -233,6 +233,28 @@ class PlainRunner:
             self.ids.append(task_id)
         return text(outcome)
 
+    def browse(
+        self, state: str, limit: Number, after: tuple[str, str] | None = None, job: str = ""
+    ) -> tuple[int, tuple[str, str] | None, list[list[str]]]:
+        """A page of ``state``, newest first: (total, the next page's cursor, rows)."""
+        score, last = after or ("", "")
+        args = ["desc", score, last, limit, 2000, job, 500]
+        total, _, score, last, *rows = self.send(
+            "browse", [getattr(self, state), self.task_prefix], args
+        )
+        cursor = (text(score), text(last)) if last else None
+        return int(total), cursor, [[text(v) for v in row] for row in rows]
+
+    def delete(self, ids: Sequence[str]) -> tuple[list[str], list[str]]:
+        keys = [self.waiting, self.scheduled, self.dead, self.task_prefix, self.done_prefix]
+        deleted, skipped = self.send("delete", keys, list(ids))
+        return [text(i) for i in deleted], [text(i) for i in skipped]
+
+    def hasten(self, limit: Number = 100) -> int:
+        """Make the scheduled tasks due now (a test's drain)."""
+        keys = [self.scheduled, self.waiting, self.signal, self.task_prefix]
+        return int(self.send("hasten", keys, [limit]))
+
 
 def where(q: PlainRunner, task_id: str) -> tuple[list[str], str]:
     """The sets that hold ``task_id``, and the state its hash says ("" for no hash)."""
@@ -364,6 +386,30 @@ def test_a_plain_runner_runs_every_state_change_through_the_shipped_files(r: red
     assert tick.id == f"TickJob:{slot}"
     assert q.complete([(tick, "null")]) == []
     assert r.hget(q.periodic_prefix + "TickJob", "last_outcome") == b"succeeded"
+    record, state = q.send("read_periodic", [q.periodic_prefix + "TickJob", q.task_prefix], [])
+    assert (dict(zip(record[::2], record[1::2], strict=True))[b"last_task"], state) == (
+        tick.id.encode(), b"succeeded",
+    )  # fmt: skip
+
+    # browse a state's tasks page by page; delete tasks that are not running
+    dead = {"doomed", "unwanted", "someday", "orphan-for-good"}
+    total, cursor, rows = q.browse("dead", limit=3)
+    assert (total, len(rows)) == (4, 3) and cursor is not None
+    _, end, more = q.browse("dead", limit=3, after=cursor)
+    assert end is None and {row[0] for row in rows + more} == dead
+    assert [row[0] for row in q.browse("dead", 9, job="Nobody")[2]] == []
+    q.enqueue("scrap", "AddJob", delay_ms=HOUR_MS)
+    assert q.delete(["scrap", "done"]) == (["scrap"], ["done"])
+    assert where(q, "scrap") == ([], "")
+    q.ids.remove("scrap")
+
+    # a test's drain makes a task scheduled for an hour from now due at once
+    assert q.enqueue("hastened", "AddJob", delay_ms=HOUR_MS) == "scheduled"
+    assert q.hasten() == 1
+    assert q.wait(timeout=10)  # hasten signalled the queue
+    [hastened] = q.claim()
+    assert (hastened.id, hastened.attempt) == ("hastened", 1)
+    assert q.complete([(hastened, "null")]) == []
 
     # tasks still under way when the run ends
     q.enqueue("later", "AddJob", delay_ms=HOUR_MS)
@@ -375,7 +421,7 @@ def test_a_plain_runner_runs_every_state_change_through_the_shipped_files(r: red
         "done": "succeeded", "flaky": "succeeded", "doomed": "dead", "unwanted": "dead",
         "someday": "dead", "handed-back": "succeeded", "orphan": "succeeded",
         "orphan-for-good": "dead", f"TickJob:{slot}": "succeeded", "later": "scheduled",
-        "running": "pending", "queued": "waiting",
+        "running": "pending", "queued": "waiting", "hastened": "succeeded",
     }  # fmt: skip
     assert_every_key_ends(q)
     assert set(q.sent) == set(sources)  # every shipped script took part
@@ -464,9 +510,19 @@ def _schedule(q: PlainRunner) -> Callable[[], object]:
     return lambda: q.schedule("TickJob", 60_000)
 
 
+def _hasten(q: PlainRunner) -> Callable[[], object]:
+    q.enqueue("t", "AddJob", delay_ms=HOUR_MS)
+    return q.hasten
+
+
 def _cancel(q: PlainRunner) -> Callable[[], object]:
     q.enqueue("t", "AddJob")
     return lambda: q.cancel("t")
+
+
+def _browse(q: PlainRunner) -> Callable[[], object]:
+    q.enqueue("t", "AddJob")
+    return lambda: q.browse("waiting", 10)
 
 
 NUMBERS = [  # (script, ARGV index of a number it reads, a state it acts on and the call)
@@ -481,6 +537,8 @@ NUMBERS = [  # (script, ARGV index of a number it reads, a state it acts on and 
     ("retry_dead", 1, _retry_dead),
     ("schedule", 4, _schedule),
     ("cancel", 3, _cancel), ("cancel", 4, _cancel),
+    ("browse", 4, _browse), ("browse", 5, _browse), ("browse", 7, _browse),
+    ("hasten", 1, _hasten),
 ]  # fmt: skip
 
 

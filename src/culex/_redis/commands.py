@@ -129,6 +129,38 @@ def read_periodic(keys: QueueKeys, job_type: str) -> Call[dict[str, str]]:
     return Call((), ("HGETALL", keys.periodic(job_type)), _parse_hash)
 
 
+def register_periodic(registry_key: str, entries: Sequence[tuple[str, int]]) -> Call[int]:
+    """Record periodic jobs in the registry: (``<queue> <job type>``, when its entry lapses
+    in ms) each. Sent with :func:`drop_lapsed` and :func:`expire_at` in the same batch."""
+    args: list[str | int] = []
+    for member, until_ms in entries:
+        args += (until_ms, member)
+    return Call((), ("ZADD", registry_key, *args), int)
+
+
+def drop_lapsed(registry_key: str, now_ms: int) -> Call[int]:
+    """Remove the members of a sorted set scored by expiry whose time has passed."""
+    return Call((), ("ZREMRANGEBYSCORE", registry_key, "-inf", f"({now_ms}"), int)
+
+
+def expire_at(key: str, at_ms: int) -> Call[int]:
+    """Let ``key`` expire at ``at_ms`` (ms since the epoch, server clock)."""
+    return Call((), ("PEXPIREAT", key, at_ms), int)
+
+
+MAX_PERIODIC_JOBS = 1000  # the most periodic jobs a listing reads
+
+
+def periodic_entries(registry_key: str) -> Call[list[tuple[str, int]]]:
+    """(``<queue> <job type>``, when its entry lapses in ms) of the registered periodic jobs
+    (a lapsed one may still be listed: compare with the server's clock)."""
+
+    def parse(reply: list[bytes]) -> list[tuple[str, int]]:
+        return [(text(reply[i]), int(float(reply[i + 1]))) for i in range(0, len(reply), 2)]
+
+    return Call((), ("ZRANGE", registry_key, 0, MAX_PERIODIC_JOBS - 1, "WITHSCORES"), parse)
+
+
 def server_time() -> Call[int]:
     """The server's clock in ms: the one clock periodic slots are computed from."""
     return Call((), ("TIME",), lambda reply: int(reply[0]) * 1000 + int(reply[1]) // 1000)
@@ -197,6 +229,48 @@ def runner_ids(prefix: str) -> Call[list[str]]:
 def read_runner(prefix: str, runner_id: str) -> Call[dict[str, str]]:
     """One runner's record ({} when it stopped beating and its record expired)."""
     return Call((), ("HGETALL", runner_key(prefix, runner_id)), _parse_hash)
+
+
+# What find_task reads of a task's hash.
+ROW_FIELDS = ("type", "state", "enqueue_time", "retry_count", "last_error", "params", "finished_at")
+
+
+def read_row(keys: QueueKeys, task_id: str) -> Call[dict[str, str]]:
+    """The fields of a task that a row shows ({} when it has no hash)."""
+
+    def parse(reply: list[bytes | None]) -> dict[str, str]:
+        return {name: text(v) for name, v in zip(ROW_FIELDS, reply, strict=True) if v is not None}
+
+    return Call((), ("HMGET", keys.task(task_id), *ROW_FIELDS), parse)
+
+
+def set_score(key: str, task_id: str) -> Call[float | None]:
+    """An id's score in one of a queue's sets (None: not there)."""
+    return Call((), ("ZSCORE", key, task_id), lambda reply: None if reply is None else float(reply))
+
+
+def set_size(key: str) -> Call[int]:
+    """How many ids one of a queue's sets holds."""
+    return Call((), ("ZCARD", key), int)
+
+
+def first_ids(key: str, limit: int) -> Call[list[str]]:
+    """The first ``limit`` members of a sorted set of task ids, lowest score first."""
+    return Call((), ("ZRANGE", key, 0, limit - 1), lambda reply: [text(x) for x in reply])
+
+
+def read_fields(keys: QueueKeys, task_id: str, names: Sequence[str]) -> Call[list[str | None]]:
+    """Some fields of a task's hash, in order (None for a field it lacks)."""
+    return Call(
+        (),
+        ("HMGET", keys.task(task_id), *names),
+        lambda reply: [None if v is None else text(v) for v in reply],
+    )
+
+
+def flush_all() -> Call[bool]:
+    """Empty every database of the server (culex.testing's server, between two tests)."""
+    return Call((), ("FLUSHALL",), lambda reply: reply in (b"OK", "OK"))
 
 
 def read_counters(keys: QueueKeys, step: str, start: int) -> Call[dict[str, str]]:

@@ -45,6 +45,10 @@ RETRY_DEAD = Script.load("retry_dead")
 CANCEL = Script.load("cancel")
 WAIT = Script.load("wait")
 BEAT = Script.load("beat")
+READ_PERIODIC = Script.load("read_periodic")
+BROWSE = Script.load("browse")
+DELETE = Script.load("delete")
+HASTEN = Script.load("hasten")
 
 ALL = (
     ENQUEUE,
@@ -59,4 +63,8 @@ ALL = (
     CANCEL,
     WAIT,
     BEAT,
+    READ_PERIODIC,
+    BROWSE,
+    DELETE,
+    HASTEN,
 )
