@@ -63,9 +63,6 @@ end
 -- those with no run time known; <job>|ms sums the run times. A script adds what one call
 -- ended to a Lua table with count(), then writes it once with write_counts(): one HINCRBY
 -- per field and hash, however many tasks, and none for a sum that stayed 0.
-local BOUNDS_MS = {5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000,
-  300000}
-
 -- An attempt's run time in ms from its hash's started_at (set by claim), or nil when that
 -- is missing or not a time; 0 when the server's clock went back.
 local function run_time(now_ms, started_at)
@@ -74,9 +71,23 @@ local function run_time(now_ms, started_at)
   return math.max(0, now_ms - math.floor(s))
 end
 
+-- The run-time bucket of run_ms: 0 .. 13 for at most 5, 10, 25, 50, 100, 250, 500 ms, 1,
+-- 2.5, 5, 10, 30, 60, 300 s, 14 above (no table: this runs for every task).
+local function bucket(ms)
+  if ms <= 100 then
+    if ms <= 5 then return 0 elseif ms <= 10 then return 1 elseif ms <= 25 then return 2
+    elseif ms <= 50 then return 3 else return 4 end
+  elseif ms <= 5000 then
+    if ms <= 250 then return 5 elseif ms <= 500 then return 6 elseif ms <= 1000 then return 7
+    elseif ms <= 2500 then return 8 else return 9 end
+  elseif ms <= 10000 then return 10 elseif ms <= 30000 then return 11
+  elseif ms <= 60000 then return 12 elseif ms <= 300000 then return 13 end
+  return 14
+end
+
 -- One task of `job` ended with outcome `o` ('s', 'f' or 'd'); run_ms is its attempt's run
--- time (nil: unknown). The tally holds a table per job: run-time bucket (0 .. 14) or 'x'
--- (no run time) -> count, per outcome, and 'ms'; no string is made per task.
+-- time (nil: unknown). The tally holds a table per job: per outcome, run-time bucket (or
+-- 'x': no run time) -> count; and 'ms', the summed run time. No string is made per task.
 local function count(tally, job, o, run_ms)
   local t = tally[job]
   if not t then
@@ -85,13 +96,28 @@ local function count(tally, job, o, run_ms)
   end
   local b = 'x'
   if run_ms then
-    b = #BOUNDS_MS
-    for i = 1, #BOUNDS_MS do
-      if run_ms <= BOUNDS_MS[i] then b = i - 1 break end
-    end
+    b = bucket(run_ms)
     t.ms = t.ms + run_ms
   end
   t[o][b] = (t[o][b] or 0) + 1
+end
+
+-- The tally as a list: field, count, field, count, ...
+local function flat(tally)
+  local out = {}
+  for job, t in pairs(tally) do
+    for o, counts in pairs({s = t.s, f = t.f, d = t.d}) do
+      for b, n in pairs(counts) do
+        out[#out + 1] = job .. '|' .. o .. (b == 'x' and '' or b)
+        out[#out + 1] = n
+      end
+    end
+    if t.ms ~= 0 then
+      out[#out + 1] = job .. '|ms'
+      out[#out + 1] = t.ms
+    end
+  end
+  return out
 end
 
 -- Add the minute bucket <prefix>m:<start> to its hour bucket <prefix>h:<start of hour> and
@@ -122,21 +148,9 @@ local function write_counts(prefix, now_ms, tally)
   local start = s - s % 60
   local minute = prefix .. 'm:' .. start
   local made = false
-  local written = {}
-  for job, t in pairs(tally) do
-    for _, o in ipairs({'s', 'f', 'd'}) do
-      for b, n in pairs(t[o]) do
-        local field = job .. '|' .. o .. (b == 'x' and '' or b)
-        made = redis.pcall('HINCRBY', minute, field, n) == n or made
-        written[#written + 1] = field
-        written[#written + 1] = n
-      end
-    end
-    if t.ms ~= 0 then
-      made = redis.pcall('HINCRBY', minute, job .. '|ms', t.ms) == t.ms or made
-      written[#written + 1] = job .. '|ms'
-      written[#written + 1] = t.ms
-    end
+  local counts = flat(tally)
+  for i = 1, #counts, 2 do
+    made = redis.pcall('HINCRBY', minute, counts[i], counts[i + 1]) == counts[i + 1] or made
   end
   if not made then return end  -- (the minute and its fields were there: nothing to fold)
   local total = prefix .. 'total'
@@ -151,9 +165,9 @@ local function write_counts(prefix, now_ms, tally)
     -- The server's clock went back to a minute that is folded or will never be: this
     -- call's counts go to its hour and the totals at once.
     local hour = prefix .. 'h:' .. (start - start % 3600)
-    for i = 1, #written, 2 do
-      redis.pcall('HINCRBY', hour, written[i], written[i + 1])
-      redis.pcall('HINCRBY', total, written[i], written[i + 1])
+    for i = 1, #counts, 2 do
+      redis.pcall('HINCRBY', hour, counts[i], counts[i + 1])
+      redis.pcall('HINCRBY', total, counts[i], counts[i + 1])
     end
     redis.pcall('PEXPIRE', hour, 691200000)
     redis.pcall('PEXPIRE', minute, 172800000)
