@@ -133,6 +133,21 @@ def memory(client: redis.Redis) -> None:
         )
 
 
+def counter_writes(client: redis.Redis, tasks: int) -> tuple[float, float, float]:
+    """Per 1,000 tasks of the drain just made: the HINCRBY the scripts sent, and the
+    complete calls (one ZREM each); and the server's µs in HINCRBY per task (INFO
+    commandstats, reset before the drain)."""
+    stats = client.info("commandstats")
+    hincrby = stats.get("cmdstat_hincrby", {"calls": 0, "usec": 0})
+    zrem = stats.get("cmdstat_zrem", {"calls": 0})
+    per_1000 = 1000 / tasks
+    return (
+        hincrby["calls"] * per_1000,
+        hincrby["usec"] / tasks,
+        zrem["calls"] * per_1000,
+    )
+
+
 def main() -> None:
     parser = arguments(__doc__)
     parser.add_argument("--before", type=Path, help="src of the checkout before")
@@ -148,6 +163,7 @@ def main() -> None:
     rates: dict[str, list[float]] = {"before": [], "after": []}
     cpus: dict[str, list[float]] = {"before": [], "after": []}
     own: dict[str, list[float]] = {"before": [], "after": []}
+    writes: list[tuple[float, float, float]] = []
     if not args.memory and args.before is None:
         parser.error("--before is required (or --memory)")
     with private_server(args.server) as server:
@@ -160,8 +176,11 @@ def main() -> None:
             order = ("before", "after") if run % 2 == 0 else ("after", "before")
             for name in order:
                 client.flushall()
+                client.config_resetstat()
                 src = args.before if name == "before" else args.after
                 result = drain(src, url, args.tasks, args.concurrency, args.sync)
+                if name == "after":
+                    writes.append(counter_writes(client, args.tasks))
                 if result["counted"] != (name == "after"):
                     raise SystemExit(f"{name}: {src} does not look like that checkout")
                 rates[name].append(result["rate"])
@@ -183,6 +202,13 @@ def main() -> None:
             f"server CPU {statistics.median(cpus[name]):.1f} us/task   "
             f"runs {', '.join(f'{r:,.0f}' for r in rates[name])}"
         )
+    calls = statistics.median(w[0] for w in writes)
+    server_us = statistics.median(w[1] for w in writes)
+    reports = statistics.median(w[2] for w in writes)
+    print(
+        f"after: {reports:.0f} complete calls and {calls:.0f} HINCRBY per 1,000 tasks, "
+        f"{server_us:.2f} us of the server's time a task in HINCRBY"
+    )
     print(
         f"after / before, rate: median ratio {statistics.median(ratios):.3f} "
         f"(runs {', '.join(f'{r:.3f}' for r in ratios)})"
