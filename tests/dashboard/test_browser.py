@@ -436,3 +436,41 @@ def test_periodic_jobs_show_their_schedule_and_trigger_now(r: redis.Redis, page:
             )
     finally:
         culex.registry.remove(DashboardTickJob)
+
+
+class DashboardWorkJob(culex.QueuedJob):
+    queue = "dash_work"
+    broken: bool = False
+    max_retries = 0
+
+    def perform(self) -> None:
+        if self.broken:
+            raise RuntimeError("the work failed")
+
+
+def test_the_chart_draws_what_ran(r: redis.Redis, page: Page) -> None:
+    culex.enqueue_many(DashboardWorkJob(broken=i % 3 == 0) for i in range(9))
+    with running("dash_work"):
+        wait_until(
+            lambda: (
+                inspection.queue_counts(queues=["dash_work"])["dash_work"]
+                == {"waiting": 0, "pending": 0, "scheduled": 0, "dead": 3}
+            ),
+            what="every task to end",
+        )
+    with serve(app(config.settings())) as url:
+        page.goto(url)
+        chart = page.locator("#chart")
+        expect(chart).to_have_attribute("data-processed", "9")
+        expect(chart).to_have_attribute("data-step", "minute")
+        canvas = chart.locator("canvas")
+        expect(canvas).to_be_visible()
+        box = canvas.bounding_box()
+        assert box is not None and box["width"] > 100 and box["height"] > 100
+        expect(page.locator('#last-hour [data-hour="dead"]')).to_have_text("3")
+        row = page.locator('tr[data-queue="dash_work"]')
+        expect(row.locator('[data-hour="processed"]')).to_have_text("9")
+        page.get_by_role("button", name="week").click()
+        expect(chart).to_have_attribute("data-step", "hour")
+        expect(chart).to_have_attribute("data-processed", "9")
+        expect(chart.locator("canvas")).to_have_count(1)

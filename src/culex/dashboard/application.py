@@ -10,7 +10,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from .. import config
-from . import actions, pages, security, templating
+from . import actions, pages, security, templating, throughput
 
 HERE = Path(__file__).resolve().parent
 
@@ -38,6 +38,7 @@ def app(
     routes = [
         Route("/", pages.overview, name="overview"),
         Route("/runners", pages.runners, name="runners"),
+        Route("/series", throughput.series, name="series"),
         Route("/dead", pages.dead, name="dead"),
         Route("/periodic", pages.periodic, name="periodic"),
         Route("/periodic/trigger", actions.trigger, methods=["POST"], name="trigger"),

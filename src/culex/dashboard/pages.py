@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 
-from .. import inspection
+from .. import inspection, stats
 from .._redis.keys import check_queue_name
 from ..task import Task, check_id
 from . import listing
@@ -32,15 +33,28 @@ async def overview(request: Request) -> Response:
     counts = await inspection.aqueue_counts(settings)
     latency = await inspection.aqueue_latency(settings, list(counts)) if counts else {}
     totals = {state: sum(row[state] for row in counts.values()) for state in inspection.STATES}
-    queues = [
-        {"name": name, **row, "latency": latency.get(name, 0.0)}
+    at_work = await inspection.arunners(settings)
+    hour = await stats.asummary(settings, window=3600)
+    queues: list[dict[str, Any]] = [
+        {
+            "name": name,
+            **row,
+            "latency": latency.get(name, 0.0),
+            "hour": hour.get(name) or stats.Counts(),
+        }
         for name, row in sorted(counts.items())
     ]
-    at_work = await inspection.arunners(settings)
+    last_hour = sum(hour.values(), stats.Counts())
     return render(
         request,
         "overview.html",
-        {"queues": queues, "totals": totals, "runners": at_work, "page": "overview"},
+        {
+            "queues": queues,
+            "totals": totals,
+            "runners": at_work,
+            "last_hour": last_hour,
+            "page": "overview",
+        },
     )
 
 
