@@ -2,15 +2,18 @@
 
     python docs/screenshots.py
 
-It starts a private server in a temporary folder, fills it with a small shop's queues (a
-runner at work, tasks waiting and scheduled, a few dead with their tracebacks), serves the
-dashboard and photographs its pages in Debian's Chromium (/usr/bin/chromium) through
-Playwright. Nothing outside the temporary folder is touched.
+It starts a private server in a temporary folder, fills it with a small shop's queues (two
+runners at work, tasks waiting and scheduled, charges that died), gives the counters the
+hour before as a busy shop's would be (written in the wire format of docs/wire-format.md,
+"Counters": a screenshot cannot wait an hour), serves the dashboard and photographs its
+pages in Debian's Chromium (/usr/bin/chromium) through Playwright. Nothing outside the
+temporary folder is touched.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import socket
 import sys
@@ -21,11 +24,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import redis
 import uvicorn
 from playwright.sync_api import Page, sync_playwright
 
 import culex
 from culex import config, inspection
+from culex._redis.keys import queue_keys
 from culex.dashboard import app
 from culex.embedded import EmbeddedServer
 
@@ -75,6 +80,34 @@ def fill() -> None:
     culex.enqueue_many(
         ChargeCardJob(order=1000 + i, cents=rng.randint(500, 9000)) for i in range(9)
     )
+
+
+def past_hour(url: str) -> None:
+    """An hour of minutes in the counters, before now: mail in waves, images steady, a
+    bad quarter of an hour for the payment gateway."""
+    client = redis.Redis.from_url(url)
+    now = int(client.time()[0]) // 60 * 60
+    rng = random.Random(11)
+    for ago in range(1, 61):
+        start = now - 60 * ago
+        mail = int(220 + 160 * math.sin(ago / 6) + rng.randint(0, 40))
+        images = 90 + rng.randint(0, 25)
+        gateway_down = 20 <= ago <= 34
+        failed = rng.randint(8, 30) if gateway_down else rng.randint(0, 3)
+        fields = {
+            (("send_email_job", "SendEmailJob"), "s3"): mail,
+            (("resize_image_job", "ResizeImageJob"), "s6"): images,
+            (("charge_card_job", "ChargeCardJob"), "s5"): 40 + rng.randint(0, 10),
+            (("charge_card_job", "ChargeCardJob"), "f"): failed,
+            (("charge_card_job", "ChargeCardJob"), "d"): failed // 4,
+        }
+        pipe = client.pipeline(transaction=False)
+        for ((queue, job), field), count in fields.items():
+            key = queue_keys("culex", queue).stats_minute(start)
+            pipe.hincrby(key, f"{job}|{field}", count)
+            pipe.expire(key, 3 * 86400)
+        pipe.execute()
+    client.close()
 
 
 @contextmanager
@@ -129,6 +162,8 @@ def served() -> Iterator[str]:
 def shoot(page: Page, url: str, name: str) -> None:
     page.goto(url)
     page.wait_for_load_state("networkidle")
+    if page.locator("#chart").count():
+        page.wait_for_selector("#chart canvas")
     page.screenshot(path=IMAGES / name, full_page=True)
     print(f"docs/images/{name}")
 
@@ -140,6 +175,7 @@ def main() -> int:
         culex.configure(redis_url=server.ensure_running(), lease=2)
         try:
             fill()
+            past_hour(config.settings().redis_url or "")
             with runners(), served() as base, sync_playwright() as playwright:
                 browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
                 page = browser.new_page(viewport={"width": 1200, "height": 760})

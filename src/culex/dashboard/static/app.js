@@ -122,9 +122,9 @@
         height: 240,
         series: [
           {},
-          { label: "processed", stroke: COLORS.processed, width: 2 },
-          { label: "failed", stroke: COLORS.failed, width: 2 },
-          { label: "dead", stroke: COLORS.dead, width: 2 },
+          { label: "processed", stroke: COLORS.processed, width: 2, fill: "rgba(47,111,222,0.08)", points: { show: false } },
+          { label: "failed", stroke: COLORS.failed, width: 2, points: { show: false } },
+          { label: "dead", stroke: COLORS.dead, width: 2, points: { show: false } },
         ],
         axes: [{}, { size: 50 }],
         scales: { x: { time: true } },
