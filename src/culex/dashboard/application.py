@@ -6,7 +6,7 @@ from pathlib import Path
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.routing import Mount, Route
+from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from .. import config
@@ -35,7 +35,20 @@ def app(
         raise TypeError(f"read_only must be a bool, got {type(read_only).__name__}")
     credentials = security.check_credentials(basic_auth)
     key = security.check_secret(secret)
-    routes = [
+    dashboard = Starlette(
+        routes=_routes(),
+        middleware=[Middleware(security.Guard, credentials=credentials)],
+        exception_handlers={404: pages.not_found},
+    )
+    dashboard.state.settings = settings or config.settings()
+    dashboard.state.read_only = read_only
+    dashboard.state.secret = key
+    dashboard.state.templates = templating.templates()
+    return dashboard
+
+
+def _routes() -> list[BaseRoute]:
+    return [
         Route("/", pages.overview, name="overview"),
         Route("/runners", pages.runners, name="runners"),
         Route("/series", throughput.series, name="series"),
@@ -50,13 +63,3 @@ def app(
         Route("/task/{action}", actions.task_action, methods=["POST"], name="task_action"),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
-    dashboard = Starlette(
-        routes=routes,
-        middleware=[Middleware(security.Guard, credentials=credentials)],
-        exception_handlers={404: pages.not_found},
-    )
-    dashboard.state.settings = settings or config.settings()
-    dashboard.state.read_only = read_only
-    dashboard.state.secret = key
-    dashboard.state.templates = templating.templates()
-    return dashboard
