@@ -10,7 +10,9 @@ import os
 import subprocess
 import sys
 import textwrap
+import types
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,6 +28,7 @@ from culex import tracing
 from culex._redis.keys import queue_keys
 
 from .conftest import await_until, running
+from .test_docs import python_blocks
 
 QUEUE = "traced"
 EXPORTER = InMemorySpanExporter()
@@ -293,6 +296,30 @@ def test_trace_as_child_must_be_a_bool() -> None:
 
         class WrongJob(culex.QueuedJob, abstract=True):
             trace_as_child = "yes"  # type: ignore[assignment]
+
+
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "tracing.md"
+
+
+async def test_the_page_examples_run(r: redis.Redis, spans: InMemorySpanExporter) -> None:
+    module = types.ModuleType("culex_docs_tracing")
+    sys.modules[module.__name__] = module  # job classes resolve their annotations here
+    try:
+        for block in python_blocks(PAGE):
+            exec(compile(block, "tracing.md", "exec"), module.__dict__)
+        async with running(culex.Runner(run_from=["docs_tracing"])):
+            assert await module.resized.aresult(timeout=30) == "avatar.small.png"
+            await module.welcome.aresult(timeout=30)
+        request = finished(spans, "POST /signup")[0].context
+        resize = await consumer_span(spans, "perform ResizeImageJob")
+        welcome = await consumer_span(spans, "perform SendWelcomeEmailJob")
+        assert ids(request)[0] != ids(resize.context)[0]
+        assert ids(request)[0] == ids(welcome.context)[0]
+    finally:
+        del sys.modules[module.__name__]
+        for job in list(culex.registry):
+            if job.__module__ == module.__name__:
+                culex.registry.remove(job)
 
 
 # -- without OpenTelemetry -----------------------------------------------------------------

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 try:
     from opentelemetry import context as otel_context
-    from opentelemetry import propagate, trace
+    from opentelemetry import trace
 except ImportError:  # the optional extra is not installed: tracing is off
     trace = None  # type: ignore[assignment]
 
@@ -76,6 +76,8 @@ class _Producing:
         self.span = trace.get_tracer(TRACER).start_span(
             name, kind=trace.SpanKind.PRODUCER, attributes=attributes
         )
+        from opentelemetry import propagate  # (its import reads entry points: when first used)
+
         carrier: dict[str, str] = {}
         propagate.inject(carrier, context=trace.set_span_in_context(self.span))
         self.field = json.dumps(carrier, separators=(",", ":")) if carrier else ""
@@ -162,6 +164,8 @@ def _producer_context(claimed: Claimed) -> otel_context.Context | None:
     raw = claimed.trace
     if not raw:
         return None
+    from opentelemetry import propagate
+
     try:
         carrier = json.loads(raw)
         if not isinstance(carrier, dict):
