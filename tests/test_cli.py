@@ -62,6 +62,7 @@ def test_run_processes_tasks_and_stops_cleanly_on_sigterm(r: redis.Redis, tmp_pa
         _, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
     assert "culex is buzzing..." in err
+    assert f"Server: {os.environ['CULEX_REDIS_URL']}" in err  # which server, said at start
     assert "Running task cli_job<" in err and "succeeded, took" in err
     assert "handed back to waiting" in err
     assert r.zcard(keys.pending) == 0

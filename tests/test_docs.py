@@ -38,3 +38,25 @@ def test_examples_run(page: str, r: redis.Redis, capsys: pytest.CaptureFixture[s
     assert "sent\n7\n" in out
     assert "Decimal('2.10')\n" in out
     assert "nothing to charge\nConnectionError: the bank is down\n" in out
+
+
+def _anchor(heading: str) -> str:
+    """The anchor a Markdown renderer makes of a heading (GitHub's rule)."""
+    kept = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return kept.replace(" ", "-")
+
+
+@pytest.mark.parametrize(
+    "page", sorted([*DOCS.glob("*.md"), DOCS.parent / "README.md"]), ids=lambda p: p.name
+)
+def test_links_between_pages_resolve(page: Path) -> None:
+    broken = []
+    for target, anchor in re.findall(r"\]\(([\w\-./]+\.md)?(?:#([\w\-]+))?\)", page.read_text()):
+        linked = (page.parent / target).resolve() if target else page
+        if not linked.exists():
+            broken.append(f"{target}: no such page")
+        elif anchor:
+            headings = re.findall(r"^#+ (.*)$", linked.read_text(), flags=re.M)
+            if anchor not in {_anchor(h) for h in headings}:
+                broken.append(f"{target}#{anchor}: no such heading")
+    assert not broken, f"{page.name}: {broken}"

@@ -230,7 +230,9 @@ def test_a_failover_under_load_loses_no_durable_enqueue(
 
         restarted_at = time.time()
         setup.restart(old)  # a master for a while, then a sentinel makes it a replica
-        assert setup.master() is new and old.role() == "slave"
+        # (settled: one master, the other server its replica; on a loaded machine the
+        # sentinels may have failed over a second time, back to the restarted one)
+        new = setup.master()
         producer.join(timeout=120)
         assert not producer.is_alive(), "the producer did not finish"
         r = data_client(new)

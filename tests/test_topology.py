@@ -229,19 +229,20 @@ def test_master_for_finds_the_new_master_after_a_failover(
 
         began = time.monotonic()
         setup.restart(old)
-        print(f"the killed master rejoined as a replica in {time.monotonic() - began:.2f} s")
-        # (Seen once on Redis 7.0: the restarted master answered "master" again right after
-        # the setup had settled with it as a replica; the sentinels settle it in the end.)
+        print(f"the killed master rejoined in {time.monotonic() - began:.2f} s")
+        # The setup settled with both servers, one replicating the other. Which is master
+        # is the sentinels' call: on a loaded machine they can judge the new master down
+        # (down-after is 1 s here) and fail over again, back to the restarted one once it
+        # has synced. Either way the write made after the first failover is on both.
+        master, replica = setup.master(), setup.replica()
+        if master is old:
+            print("the sentinels failed over a second time, back to the restarted server")
+        replicated(master)
+        assert master.client().get("after") == "written"
+        assert replica.client().get("after") == "written"
         wait_until(
-            lambda: old.role() == "slave" and setup.replica() is old,
-            timeout=30,
-            what="the old master to stay a replica",
-        )
-        replicated(new)
-        assert old.client().get("after") == "written"
-        wait_until(
-            lambda: sentinel.discover_slaves(SERVICE) == [("127.0.0.1", old.port)],
-            what="the sentinels to list the old master as a replica",
+            lambda: sentinel.discover_slaves(SERVICE) == [("127.0.0.1", replica.port)],
+            what="the sentinels to list the other server as a replica",
         )
     finally:
         client.close()

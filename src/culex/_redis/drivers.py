@@ -293,9 +293,11 @@ class SyncDriverProtocol(Protocol):
     """A blocking driver, safe to share between threads.
 
     ``cluster``: its keys are spread over the slots of a cluster, so no call may name keys
-    of two queues (a wait over several queues is one wait per queue)."""
+    of two queues (a wait over several queues is one wait per queue). ``where``: the
+    server's URL as it may be shown (without its password)."""
 
     cluster: bool
+    where: str
 
     def run(self, call: Call[T]) -> T:
         """Send one call; its parsed reply. A refused call raises its ServerError, a
@@ -321,6 +323,7 @@ class AsyncDriverProtocol(Protocol):
     :class:`SyncDriverProtocol`."""
 
     cluster: bool
+    where: str
 
     async def run(self, call: Call[T]) -> T:
         """As :meth:`SyncDriverProtocol.run`."""

@@ -324,13 +324,15 @@ class _Client:
         return node
 
 
-class RedisPySyncDriver:
-    """A blocking driver through redis-py (Sentinel, Cluster, or one server).
+class _RedisPyDriver:
+    """What the two redis-py drivers share: the address and redis-py's client.
 
     ``options``: more keyword arguments for redis-py's client (a ``credential_provider``,
     say); they win over those culex derives from the URL. ``retry_for``: how long calls
     that did not run are tried again (default: ``socket_timeout``; a runner, whose loops
     pause and try again by themselves, takes 0: one try again after the slot map is read)."""
+
+    asynchronous = False
 
     def __init__(
         self,
@@ -343,8 +345,14 @@ class RedisPySyncDriver:
         self.where = self.address.shown
         self.socket_timeout = socket_timeout
         self.retry_for = socket_timeout if retry_for is None else retry_for
-        self._client = _Client(self.address, socket_timeout, options or {}, asynchronous=False)
+        self._client = _Client(
+            self.address, socket_timeout, options or {}, asynchronous=self.asynchronous
+        )
         self.cluster = self._client.cluster
+
+
+class RedisPySyncDriver(_RedisPyDriver):
+    """A blocking driver through redis-py (Sentinel, Cluster, or one server)."""
 
     def run(self, call: Call[T]) -> T:
         return parsed(call, self._replies([call])[0], self.where)
@@ -440,8 +448,10 @@ class RedisPySyncDriver:
             sentinel.close()
 
 
-class RedisPyAsyncDriver:
+class RedisPyAsyncDriver(_RedisPyDriver):
     """An asyncio driver through redis-py (Sentinel, Cluster, or one server)."""
+
+    asynchronous = True
 
     def __init__(
         self,
@@ -450,12 +460,7 @@ class RedisPyAsyncDriver:
         options: Mapping[str, Any] | None = None,
         retry_for: float | None = None,
     ) -> None:
-        self.address = Address.parse(url)
-        self.where = self.address.shown
-        self.socket_timeout = socket_timeout
-        self.retry_for = socket_timeout if retry_for is None else retry_for
-        self._client = _Client(self.address, socket_timeout, options or {}, asynchronous=True)
-        self.cluster = self._client.cluster
+        super().__init__(url, socket_timeout, options, retry_for)
         self._ready = False  # a cluster client reads its slot map first
         self._slots = asyncio.Semaphore(MAX_CONNECTIONS)  # batches in flight (as AsyncDriver)
 

@@ -142,6 +142,7 @@ class Runner:
         keeper.start()
         logger.info("culex is buzzing...")
         logger.info("Queues: %s", ", ".join(self.queues))
+        logger.info("Server: %s", driver.where)  # (without its password)
         claimer, reporter, helpers = self._start_loops(driver, keeper)
         try:
             await claimer.run()
