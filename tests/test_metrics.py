@@ -1,0 +1,195 @@
+"""Prometheus metrics (culex.metrics, culex metrics): scraped over HTTP from the command,
+parsed with prometheus_client's own parser, checked against tasks the test enqueued and
+ran on the test server."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+
+import pytest
+import redis
+from prometheus_client.parser import text_string_to_metric_families
+
+import culex
+from culex import enqueue, metrics
+
+from .conftest import await_until, running
+
+QUEUE = "metered"
+IDLE = "metered_idle"
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+class MeteredOkJob(culex.QueuedJob):
+    queue = QUEUE
+
+    def perform(self) -> None:
+        pass
+
+
+class MeteredFlakyJob(culex.QueuedJob):
+    """Fails its first attempt, then succeeds at once."""
+
+    queue = QUEUE
+
+    def perform(self) -> None:
+        if self.attempt == 1:
+            raise RuntimeError("first time")
+
+    def reschedule_interval(self, retry_count: int) -> timedelta:
+        return timedelta(0)
+
+
+class MeteredDeadJob(culex.QueuedJob):
+    queue = QUEUE
+    max_retries = 0
+
+    def perform(self) -> None:
+        raise RuntimeError("never")
+
+
+class MeteredIdleJob(culex.QueuedJob):
+    queue = IDLE
+
+    def perform(self) -> None:
+        pass
+
+
+def parsed(text: str) -> Samples:
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def value(samples: Samples, name: str, **labels: str) -> float:
+    return samples[(name, frozenset(labels.items()))]
+
+
+@contextmanager
+def metrics_command(*flags: str) -> Iterator[str]:
+    """``culex metrics --port 0`` in its own process; yields the URL it serves."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "culex", "metrics", "--port", "0", *flags],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert line.startswith("serving "), line + process.communicate(timeout=10)[1]
+        yield line.split()[1]
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.communicate(timeout=30)
+
+
+def scrape(url: str) -> tuple[str, Samples]:
+    with urllib.request.urlopen(url, timeout=30) as response:
+        return response.headers["Content-Type"], parsed(response.read().decode())
+
+
+@pytest.fixture(autouse=True)
+def registered_again() -> None:
+    """Queues this process registered before the test emptied the server: register anew
+    (a scrape reads the queues of the registry)."""
+    enqueue._registered.clear()
+
+
+@pytest.fixture
+def url(r: redis.Redis) -> Iterator[str]:
+    with metrics_command() as served:
+        yield served
+
+
+async def test_scraped_over_http_after_tasks_ran(r: redis.Redis, url: str) -> None:
+    done = [await MeteredOkJob().aenqueue() for _ in range(2)]
+    done.append(await MeteredFlakyJob().aenqueue())
+    dead = await MeteredDeadJob().aenqueue()
+    for _ in range(3):
+        await MeteredIdleJob().aenqueue()
+    await MeteredIdleJob().aenqueue(delay=3600)
+    async with running(culex.Runner(run_from=[QUEUE])):
+        for task in done:
+            await task.aresult(timeout=30)
+        await await_until(lambda: dead.astate(), what="the dead task")
+        content_type, samples = scrape(url)
+        assert value(samples, "culex_runners") == 1
+    assert content_type == metrics.CONTENT_TYPE
+    for queue, expected in {
+        QUEUE: {"waiting": 0, "pending": 0, "scheduled": 0, "dead": 1},
+        IDLE: {"waiting": 3, "pending": 0, "scheduled": 1, "dead": 0},
+    }.items():
+        found = {s: value(samples, "culex_queue_tasks", queue=queue, state=s) for s in expected}
+        assert found == expected, queue
+    assert value(samples, "culex_queue_latency_seconds", queue=QUEUE) == 0
+    assert value(samples, "culex_queue_latency_seconds", queue=IDLE) > 0
+    _, after = scrape(url)
+    assert value(after, "culex_runners") == 0  # a stopped runner leaves the registry
+
+
+def test_other_paths_are_not_served(r: redis.Redis, url: str) -> None:
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(url.replace("/metrics", "/"), timeout=30)
+    assert refused.value.code == 404
+    refused.value.close()
+
+
+def test_an_unreachable_server_is_a_503(r: redis.Redis) -> None:
+    with (
+        socket_nobody_listens_on() as port,
+        metrics_command("--redis-url", f"redis://127.0.0.1:{port}/0") as served,
+    ):
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(served, timeout=60)
+        assert refused.value.code == 503
+        assert b"culex:" in refused.value.read()
+        refused.value.close()
+
+
+@contextmanager
+def socket_nobody_listens_on() -> Iterator[int]:
+    """A port bound (so no one else takes it) but not listening: connections are refused."""
+    import socket
+
+    with socket.socket() as bound:
+        bound.bind(("127.0.0.1", 0))
+        yield int(bound.getsockname()[1])
+
+
+async def test_render_and_arender_read_the_same(r: redis.Redis) -> None:
+    await MeteredIdleJob().aenqueue()
+    assert parsed(metrics.render().decode()) == parsed((await metrics.arender()).decode())
+    samples = parsed(metrics.render().decode())
+    assert value(samples, "culex_queue_tasks", queue=IDLE, state="waiting") == 1
+    assert value(samples, "culex_runners") == 0
+
+
+def test_a_scrape_is_two_round_trips(r: redis.Redis) -> None:
+    for queue_job in (MeteredOkJob, MeteredIdleJob):
+        queue_job().enqueue()
+    flow = metrics.snapshot_flow(culex.settings())
+    rounds = 0
+    from culex import connection
+
+    driver = connection.sync_driver(None)
+    step = next(flow)
+    try:
+        while True:
+            rounds += 1
+            assert isinstance(step, list)
+            step = flow.send(driver.run_many(step))
+    except StopIteration as finished:
+        snapshot = finished.value
+    assert rounds == 2
+    assert snapshot.counts[QUEUE]["waiting"] == 1
