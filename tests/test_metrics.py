@@ -4,6 +4,7 @@ ran on the test server."""
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 import redis
@@ -169,10 +171,25 @@ def socket_nobody_listens_on() -> Iterator[int]:
 
 async def test_render_and_arender_read_the_same(r: redis.Redis) -> None:
     await MeteredIdleJob().aenqueue()
-    assert parsed(metrics.render().decode()) == parsed((await metrics.arender()).decode())
     samples = parsed(metrics.render().decode())
+    again = parsed((await metrics.arender()).decode())
+    assert again.keys() == samples.keys()
+    steady = [key for key in samples if key[0] != "culex_queue_latency_seconds"]  # (a clock)
+    assert [again[key] for key in steady] == [samples[key] for key in steady]
     assert value(samples, "culex_queue_tasks", queue=IDLE, state="waiting") == 1
     assert value(samples, "culex_runners") == 0
+
+
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "metrics.md"
+
+
+def test_the_page_examples_run(r: redis.Redis) -> None:
+    """The examples of the page's Prometheus section (other sections have their own test)."""
+    section = PAGE.read_text().split("\n## Prometheus\n", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"^```python\n(.*?)^```", section, flags=re.S | re.M)
+    assert blocks
+    for block in blocks:
+        exec(compile(block, "metrics.md", "exec"), {})
 
 
 def test_a_scrape_is_two_round_trips(r: redis.Redis) -> None:
