@@ -94,6 +94,17 @@ class TracedSlowJob(culex.QueuedJob):
         await asyncio.Event().wait()  # never set: the time limit ends it
 
 
+started = asyncio.Event()
+
+
+class TracedStuckJob(culex.QueuedJob):
+    queue = QUEUE
+
+    async def perform(self) -> None:
+        started.set()
+        await asyncio.Event().wait()  # never set: the runner's stop cuts it short
+
+
 class UntracedJob(culex.QueuedJob):
     queue = "untraced"
     n: int
@@ -289,6 +300,21 @@ async def test_a_failed_attempt_records_its_exception(
     assert event.name == "exception"
     assert event.attributes is not None
     assert event.attributes["exception.type"] == error_type
+
+
+async def test_an_attempt_handed_back_at_stop_ends_its_span(
+    r: redis.Redis, spans: InMemorySpanExporter
+) -> None:
+    started.clear()
+    culex.configure(grace_period=0.05)
+    task = await TracedStuckJob().aenqueue()
+    async with running(culex.Runner(run_from=[QUEUE])):
+        await asyncio.wait_for(started.wait(), 30)
+    span = await consumer_span(spans, "perform TracedStuckJob")
+    assert span.status.status_code is StatusCode.ERROR
+    assert span.status.description is not None
+    assert span.status.description.startswith("cut short (CancelledError)")
+    assert await task.astate() is culex.TaskState.WAITING  # handed back, to run again
 
 
 def test_trace_as_child_must_be_a_bool() -> None:

@@ -138,7 +138,7 @@ async def performing(job: Job, claimed: Claimed, run: Awaitable[Outcome]) -> Out
     try:
         outcome = await run
     except BaseException as exc:  # cancelled: the runner stops and hands the task back
-        span.set_status(trace.StatusCode.ERROR, f"attempt ended: {type(exc).__name__}")
+        span.set_status(trace.StatusCode.ERROR, f"cut short ({type(exc).__name__}): {exc}")
         span.set_attribute("error.type", type(exc).__name__)
         raise
     else:
