@@ -37,6 +37,18 @@ SYSTEM = "culex"  # messaging.system
 TRACER = "culex"  # the instrumentation scope's name
 
 
+_tracer: trace.Tracer | None = None
+
+
+def _get_tracer() -> trace.Tracer:
+    """culex's tracer, made once: a provider set later is still used (the API's proxy
+    tracer follows it), and making one per span would cost more than the span."""
+    global _tracer
+    if _tracer is None:
+        _tracer = trace.get_tracer(TRACER)
+    return _tracer
+
+
 class _Untraced:
     """What enqueue gets when there is nothing to trace: no field, nothing to end."""
 
@@ -73,7 +85,7 @@ class _Producing:
         if len(jobs) > 1:
             attributes["messaging.batch.message_count"] = len(jobs)
         name = f"enqueue {types[0]}" if len(types) == 1 else "enqueue"
-        self.span = trace.get_tracer(TRACER).start_span(
+        self.span = _get_tracer().start_span(
             name, kind=trace.SpanKind.PRODUCER, attributes=attributes
         )
         from opentelemetry import propagate  # (its import reads entry points: when first used)
@@ -119,7 +131,7 @@ async def performing(job: Job, claimed: Claimed, run: Awaitable[Outcome]) -> Out
             parent = producer
         else:
             links.append(trace.Link(trace.get_current_span(producer).get_span_context()))
-    span = trace.get_tracer(TRACER).start_span(
+    span = _get_tracer().start_span(
         f"perform {claimed.type}",
         context=parent,
         kind=trace.SpanKind.CONSUMER,
