@@ -23,24 +23,31 @@ import pytest
 import redis
 
 import culex
-from culex import config, connection
-from culex._redis import operations
+from culex import cli, config, connection, logs
+from culex._redis import operations, scripts
+from culex._redis.connections import SyncConnection
 from culex._redis.drivers import SyncDriverProtocol
-from culex._redis.keys import QueueKeys, queue_keys
+from culex._redis.keys import QueueKeys, periodic_jobs_key, queue_keys
+from culex.errors import ServerError
 from culex.inspection import (
     STATES,
+    PeriodicRow,
+    aperiodic_jobs,
     aperiodic_records,
     aperiodic_status,
     aqueue_counts,
+    periodic_jobs,
     periodic_records,
     periodic_status,
     queue_counts,
 )
 from culex.periodic import (
+    RECORD_KEEP_MS,
     Cron,
     Interval,
     Monthly,
     PeriodicJob,
+    UnknownPeriodicJob,
     atrigger,
     ms,
     trigger,
@@ -48,7 +55,19 @@ from culex.periodic import (
 )
 from culex.runner.scheduler import Scheduler
 
-from .conftest import await_until, driver_of, field, members, running, wait_until
+from .conftest import (
+    await_until,
+    count_exchanges,
+    driver_of,
+    field,
+    members,
+    running,
+    score,
+    server_ms,
+    snapshot,
+    wait_until,
+)
+from .topology import Cluster
 
 pytestmark = pytest.mark.flows  # also run through redis-py (README's test command)
 
@@ -673,7 +692,7 @@ async def test_a_runner_schedules_only_with_run_cron_scheduler(
         assert "culex-periodic" not in await helper_names()
 
 
-def test_the_docs_examples_run(capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_docs_examples_run(r: redis.Redis, capsys: pytest.CaptureFixture[str]) -> None:
     page = Path(__file__).resolve().parent.parent / "docs" / "periodic.md"
     blocks = re.findall(r"^```python\n(.*?)^```", page.read_text(), flags=re.S | re.M)
     module = types.ModuleType("culex_periodic_docs")
@@ -690,3 +709,292 @@ def test_the_docs_examples_run(capsys: pytest.CaptureFixture[str]) -> None:
     assert str(module.NightlyReportJob.schedule_) == "cron 30 2 * * * (Europe/Berlin)"
     assert module.InvoiceJob.schedule_ == Monthly(1, ZoneInfo("America/New_York"))
     assert module.CleanupJob.schedule_ == Interval(300_000)
+    record = queue_keys("culex", "cleanup_job").periodic("CleanupJob")  # the test's run
+    assert field(r, record, "last_task").startswith(b"CleanupJob:trigger:")
+    assert field(r, record, "last_outcome") == b"succeeded"
+
+
+# -- periodic jobs known without their classes: records, the registry, trigger by name ------
+
+RECORD = (("job", "TickJob"), ("queue", "tick"), ("schedule", "every 0:00:01"), ("timezone", ""))
+
+
+def test_schedule_describes_the_job_on_its_record_and_keeps_it_a_week_past_its_next_slot(
+    r: redis.Redis,
+) -> None:
+    d = driver_of(r)
+    now = server_ms(r)
+    slot, following = now - now % 1000, now - now % 1000 + 1000
+    call = operations.schedule(
+        Q, "TickJob", f"TickJob:{slot}", slot_ms=slot, next_slot_ms=following, overlap=False,
+        run_new=False, max_retries=0, record=RECORD,
+    )  # fmt: skip
+    assert d.run(call).outcome == "new"
+    assert {k: field(r, Q.periodic("TickJob"), k).decode() for k, _ in RECORD} == dict(RECORD)
+    assert r.pexpiretime(Q.periodic("TickJob")) == following + RECORD_KEEP_MS
+    # a slot without a next one (a cron expression that stops): a week after now
+    call = operations.schedule(
+        Q, "TickJob", f"TickJob:{following}", slot_ms=1000, next_slot_ms=None, overlap=False,
+        run_new=False, max_retries=0,
+    )  # fmt: skip
+    before = server_ms(r)
+    assert d.run(call).outcome == "done"
+    expiry = r.pexpiretime(Q.periodic("TickJob"))
+    assert before + RECORD_KEEP_MS <= expiry <= server_ms(r) + RECORD_KEEP_MS
+
+
+def test_a_trigger_by_name_needs_a_record_and_is_marked_manual(r: redis.Redis) -> None:
+    d = driver_of(r)
+
+    def by_name(task_id: str) -> operations.Call[operations.Scheduled]:
+        return operations.schedule(
+            Q, "TickJob", task_id, slot_ms=None, next_slot_ms=None, overlap=True,
+            run_new=False, max_retries=0,
+        )  # fmt: skip
+
+    before = snapshot(r)
+    assert d.run(by_name("TickJob:trigger:a")).outcome == "unknown"
+    assert snapshot(r) == before  # refused: nothing written
+    assert outcome(d, 1000, next_slot=2000) == "enqueued"
+    assert r.hget(Q.task("TickJob:1000"), "trigger") is None  # a slot's task is not marked
+    expiry = r.pexpiretime(Q.periodic("TickJob"))
+    assert d.run(by_name("TickJob:trigger:a")).outcome == "enqueued"
+    task = r.hgetall(Q.task("TickJob:trigger:a"))
+    assert task[b"trigger"] == b"manual" and task[b"periodic"] == b"1" and task[b"slot"] == b""
+    assert r.pexpiretime(Q.periodic("TickJob")) == expiry  # the record's life is the scheduler's
+    assert r.hget(Q.periodic("TickJob"), "last_slot") == b"1000"  # the slots left alone
+    # a trigger by class may create the record: it ends too
+    r.delete(Q.periodic("TickJob"))
+    assert outcome(d, None, task_id="TickJob:trigger:b") == "enqueued"
+    assert 0 < r.pttl(Q.periodic("TickJob")) <= RECORD_KEEP_MS
+
+
+def test_schedule_refuses_record_fields_that_are_not_pairs_before_any_write(
+    r: redis.Redis,
+) -> None:
+    call = operations.schedule(
+        Q, "TickJob", "TickJob:1000", slot_ms=1000, next_slot_ms=2000, overlap=False,
+        run_new=True, max_retries=0,
+    )  # fmt: skip
+    odd = call._replace(args=(*call.args, "schedule"))
+    before = snapshot(r)
+    with pytest.raises(ServerError, match="pairs"):
+        driver_of(r).run(odd)
+    assert snapshot(r) == before
+
+
+def test_read_periodic_reads_a_record_with_its_last_task_s_state(r: redis.Redis) -> None:
+    d = driver_of(r)
+    assert d.run(operations.read_periodic(Q, "TickJob")) == ({}, "")
+    assert outcome(d, 1000, next_slot=2000) == "enqueued"
+    read = d.run(operations.read_periodic(Q, "TickJob"))
+    assert read.last_state == "waiting" and read.record["last_task"] == "TickJob:1000"
+    claimed = _claim(d, Q)
+    assert d.run(operations.read_periodic(Q, "TickJob")).last_state == "pending"
+    d.run(operations.complete(Q, [(claimed.id, claimed.attempt, "null", HOUR)]))
+    read = d.run(operations.read_periodic(Q, "TickJob"))
+    assert (read.last_state, read.record["last_outcome"]) == ("succeeded", "succeeded")
+    r.set(Q.task("TickJob:1000"), "not a hash")  # the task's key is not the record's concern
+    assert d.run(operations.read_periodic(Q, "TickJob")).last_state == ""
+
+
+async def _schedule_once(*jobs: type[PeriodicJob]) -> None:
+    """One tick of a runner's scheduler, as a runner that starts makes it."""
+    await Scheduler(list(jobs), config.settings(), await connection.async_driver()).tick()
+
+
+async def test_the_scheduler_lists_its_jobs_for_readers_without_the_classes(
+    r: redis.Redis, defined: list[type[culex.Job]]
+) -> None:
+    class ListedJob(culex.PeriodicJob):
+        cron = "30 2 * * *"
+        timezone = "Europe/Berlin"
+        queue = "reports"
+
+    class OtherListedJob(culex.PeriodicJob):
+        run_every = timedelta(hours=1)
+
+    defined += [ListedJob, OtherListedJob]
+    await _schedule_once(ListedJob, OtherListedJob)
+    rows = await aperiodic_jobs()
+    assert rows == await asyncio.to_thread(periodic_jobs)
+    listed, other = rows
+    record = queue_keys("culex", "reports").periodic("ListedJob")
+    next_slot = int(field(r, record, "next_slot"))
+    assert listed == PeriodicRow(
+        job="ListedJob", queue="reports", schedule="cron 30 2 * * * (Europe/Berlin)",
+        next_run=next_slot / 1000, last_run=None, last_outcome="", last_task="",
+        timezone="Europe/Berlin",
+    )  # fmt: skip
+    assert datetime.fromtimestamp(next_slot / 1000, BERLIN).strftime("%H:%M") == "02:30"
+    assert (other.job, other.queue, other.schedule) == (
+        "OtherListedJob", "other_listed_job", "every 1:00:00",
+    )  # fmt: skip
+    entry = score(r, periodic_jobs_key("culex"), "reports ListedJob")
+    assert entry == r.pexpiretime(record) == next_slot + RECORD_KEEP_MS
+    assert r.pttl(periodic_jobs_key("culex")) > 0  # the registry ends too
+
+
+async def test_a_job_no_runner_schedules_any_more_drops_out(
+    r: redis.Redis, defined: list[type[culex.Job]]
+) -> None:
+    class StayingJob(culex.PeriodicJob):
+        run_every = timedelta(hours=1)
+
+    class GoneJob(culex.PeriodicJob):
+        run_every = timedelta(hours=1)
+
+    class RetiredJob(culex.PeriodicJob):
+        run_every = timedelta(hours=1)
+
+    defined += [StayingJob, GoneJob, RetiredJob]
+    await _schedule_once(StayingJob, GoneJob, RetiredJob)
+    assert [row.job for row in await aperiodic_jobs()] == ["GoneJob", "RetiredJob", "StayingJob"]
+    key = periodic_jobs_key("culex")
+    # GoneJob's record expired (a week after its next slot); RetiredJob's entry lapsed
+    r.delete(queue_keys("culex", GoneJob.queue).periodic("GoneJob"))
+    r.zadd(key, {f"{RetiredJob.queue} RetiredJob": server_ms(r) - 1})
+    assert [row.job for row in await aperiodic_jobs()] == ["StayingJob"]
+    # the next scheduler to write trims the lapsed entry
+    await Scheduler([StayingJob], config.settings(), await connection.async_driver()).tick()
+    assert f"{RetiredJob.queue} RetiredJob" not in members(r, key)
+
+
+async def test_the_listing_takes_two_round_trips_whatever_the_number_of_jobs(
+    r: redis.Redis, defined: list[type[culex.Job]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    jobs = [
+        type(f"ManyJob{i}", (culex.PeriodicJob,), {"run_every": 3600, "queue": f"many{i % 3}"})
+        for i in range(12)
+    ]
+    defined += jobs
+    await _schedule_once(*jobs)
+    for script in scripts.ALL:  # (a server that lost a script costs one more trip)
+        r.script_load(script.source)
+    exchanges = count_exchanges(monkeypatch, SyncConnection)
+    rows = periodic_jobs()
+    assert len(rows) == 12 and exchanges == [2, 12]
+
+
+async def test_trigger_by_name_runs_now_its_outcome_shows_and_the_next_slot_still_runs(
+    r: redis.Redis, defined: list[type[culex.Job]]
+) -> None:
+    runs: list[str] = []
+
+    class SecondlyJob(culex.PeriodicJob):
+        run_every = timedelta(seconds=1)
+
+        def perform(self) -> str:
+            runs.append(self.task_id)
+            return "ran"
+
+    defined.append(SecondlyJob)
+    await _schedule_once(SecondlyJob)  # a runner has scheduled it: it has a record
+    task = await atrigger("SecondlyJob", SecondlyJob.queue)
+    assert task.id.startswith("SecondlyJob:trigger:") and task.queue == SecondlyJob.queue
+    assert field(r, queue_keys("culex", task.queue).task(task.id), "trigger") == b"manual"
+    [row] = await aperiodic_jobs()
+    assert (row.last_task, row.last_outcome) == (task.id, "waiting") and row.last_run
+    async with running(culex.Runner(run_from=[SecondlyJob.queue])):
+        assert await task.aresult(timeout=10) == "ran"
+
+        async def a_slot_ran() -> PeriodicRow | None:
+            [row] = await aperiodic_jobs()
+            slot = row.last_task.rpartition(":")[2]
+            return row if row.last_outcome == "succeeded" and slot.isdigit() else None
+
+        row = await await_until(a_slot_ran, what="the next slot to run")
+    assert runs[0] == task.id and row.last_task in runs[1:]
+    assert row.next_run is not None and row.last_run is not None
+
+
+async def test_trigger_refuses_bad_input_before_any_write(
+    r: redis.Redis, defined: list[type[culex.Job]]
+) -> None:
+    class RefusedJob(culex.PeriodicJob):
+        run_every = timedelta(hours=1)
+
+    defined.append(RefusedJob)
+    before = snapshot(r)
+    with pytest.raises(UnknownPeriodicJob, match="no periodic job 'RefusedJob' on queue"):
+        await atrigger("RefusedJob", RefusedJob.queue)  # no runner has scheduled it
+    with pytest.raises(TypeError, match="needs the job's queue"):
+        await atrigger("RefusedJob")
+    with pytest.raises(TypeError, match="a PeriodicJob class or a job name"):
+        await atrigger(42)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="without spaces"):
+        await atrigger("Refused Job", "q")
+    with pytest.raises(ValueError, match="queue name"):
+        await atrigger("RefusedJob", "a queue")
+    with pytest.raises(ValueError, match="runs on queue 'refused_job', not 'elsewhere'"):
+        await atrigger(RefusedJob, "elsewhere")
+    with pytest.raises(TypeError, match="settings go by keyword"):
+        await atrigger(RefusedJob, config.settings())  # type: ignore[arg-type]
+    assert snapshot(r) == before
+    await _schedule_once(RefusedJob)
+    with pytest.raises(UnknownPeriodicJob):
+        trigger("RefusedJob", "elsewhere")  # known, but on its own queue only
+
+
+async def test_culex_periodic_without_a_module_lists_and_triggers_from_redis_alone(
+    r: redis.Redis,
+    url: str,
+    defined: list[type[culex.Job]],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    class ShownJob(culex.PeriodicJob):
+        cron = "30 2 * * *"
+        timezone = "Europe/Berlin"
+
+    defined.append(ShownJob)
+    monkeypatch.setattr(logs, "configure", lambda *args: None)  # the test's logging
+    assert await asyncio.to_thread(cli.main, ["periodic", "--redis-url", url]) == 0
+    assert "no periodic jobs" in capsys.readouterr().out
+    await _schedule_once(ShownJob)
+    assert await asyncio.to_thread(cli.main, ["periodic", "trigger", "ShownJob"]) == 0
+    [triggered] = members(r, queue_keys("culex", "shown_job").waiting)
+    assert capsys.readouterr().out == f"enqueued ShownJob as task shown_job<{triggered}>\n"
+    argv = ["periodic", "trigger", "ShownJob", "--queue", "shown_job"]
+    assert await asyncio.to_thread(cli.main, argv) == 0
+    assert len(members(r, queue_keys("culex", "shown_job").waiting)) == 2
+    capsys.readouterr()
+    assert await asyncio.to_thread(cli.main, ["periodic"]) == 0
+    header, row = (re.split(r"\s{2,}", line) for line in capsys.readouterr().out.splitlines())
+    assert header == [
+        "job", "queue", "schedule", "next run", "last run", "last outcome", "last task",
+    ]  # fmt: skip
+    assert row[:3] == ["ShownJob", "shown_job", "cron 30 2 * * * (Europe/Berlin)"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d 02:30:00 CES?T", row[3])
+    assert row[5:] == ["waiting", members(r, queue_keys("culex", "shown_job").waiting)[1]]
+    for argv in (["periodic", "trigger", "NoSuchJob"], ["periodic", "trigger", "a", "b", "c"]):
+        assert await asyncio.to_thread(cli.main, argv) == 2
+    errors = capsys.readouterr().err
+    assert "no single periodic job named 'NoSuchJob'" in errors and "usage:" in errors
+
+
+async def test_the_listing_and_trigger_by_name_on_a_cluster(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch, defined: list[type[culex.Job]]
+) -> None:
+    """The registry, the records and the tasks live in several slots: no CROSSSLOT."""
+    monkeypatch.setenv("CULEX_REDIS_URL", cluster.url)
+    config.reset()
+
+    class ShardListedJob(culex.PeriodicJob):
+        run_every = timedelta(hours=1)
+
+    class OtherShardListedJob(culex.PeriodicJob):
+        cron = "0 3 * * *"
+        queue = "other_shard"
+
+    defined += [ShardListedJob, OtherShardListedJob]
+    try:
+        await _schedule_once(ShardListedJob, OtherShardListedJob)
+        task = await atrigger("OtherShardListedJob", "other_shard")
+        rows = {row.job: row for row in await aperiodic_jobs()}
+        assert rows["OtherShardListedJob"].last_task == task.id
+        assert rows["OtherShardListedJob"].last_outcome == "waiting"
+        assert rows["ShardListedJob"].schedule == "every 1:00:00"
+    finally:
+        monkeypatch.undo()
+        config.reset()

@@ -212,3 +212,79 @@ def _all(calls: list[Call[Any]]) -> Flow[list[Any]]:
         if isinstance(result, Exception):
             raise result
     return results
+
+
+# -- every periodic job, found by its record: no job classes needed ------------------------
+# (This section came last, and imports what it needs here.)
+
+from dataclasses import dataclass  # noqa: E402
+
+from ._redis.keys import periodic_jobs_key  # noqa: E402
+from ._redis.operations import PeriodicRead, read_periodic  # noqa: E402
+
+
+@dataclass(frozen=True)
+class PeriodicRow:
+    """A periodic job as its record shows it (:func:`periodic_jobs`). Times are epoch
+    seconds; ``timezone`` is the job's own ("" for UTC), the one its slots are shown in."""
+
+    job: str
+    queue: str
+    schedule: str
+    next_run: float | None  # its next slot
+    last_run: float | None  # when the last slot's (or trigger's) task was enqueued
+    last_outcome: str  # succeeded, dead, the last task's state while unfinished; "": never ran
+    last_task: str  # its id, or ""
+    timezone: str = ""
+
+
+def periodic_jobs(settings: config.Settings | None = None) -> list[PeriodicRow]:
+    """Every periodic job a runner's scheduler has recorded, by job then queue, read from
+    Redis alone (no job module needed): two round trips whatever their number. A job no
+    runner schedules any more drops out a week after its next slot passed."""
+    settings = settings or config.settings()
+    return run_sync(_periodic_rows(settings), settings.redis_url)
+
+
+async def aperiodic_jobs(settings: config.Settings | None = None) -> list[PeriodicRow]:
+    """The async twin of :func:`periodic_jobs`."""
+    settings = settings or config.settings()
+    return await run_async(_periodic_rows(settings), settings.redis_url)
+
+
+def _periodic_rows(settings: config.Settings) -> Flow[list[PeriodicRow]]:
+    from .periodic import registry_names
+
+    entries, now = yield from _all(
+        [commands.periodic_entries(periodic_jobs_key(settings.prefix)), commands.server_time()]
+    )
+    names = [registry_names(entry) for entry, until in entries if until >= now]
+    if not names:
+        return []
+    reads = yield [read_periodic(queue_keys(settings.prefix, q), job) for q, job in names]
+    rows = [
+        _periodic_row(queue, job, read)
+        for (queue, job), read in zip(names, reads, strict=True)
+        if isinstance(read, PeriodicRead) and read.record  # gone: no longer deployed
+    ]
+    return sorted(rows, key=lambda row: (row.job, row.queue))
+
+
+def _periodic_row(queue: str, job: str, read: PeriodicRead) -> PeriodicRow:
+    record, state = read.record, read.last_state
+
+    def seconds(name: str) -> float | None:
+        value = number(record.get(name))
+        return value / 1000 if value else None
+
+    unfinished = state in ("waiting", "scheduled", "pending")
+    return PeriodicRow(
+        job=job,
+        queue=queue,
+        schedule=record.get("schedule", ""),
+        next_run=seconds("next_slot"),
+        last_run=seconds("last_enqueued_at"),
+        last_outcome=state if unfinished else record.get("last_outcome", ""),
+        last_task=record.get("last_task", ""),
+        timezone=record.get("timezone", ""),
+    )

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from . import config
 from ._redis import commands, operations
-from ._redis.keys import queue_keys, queues_key
+from ._redis.keys import check_queue_name, queue_keys, queues_key
 from ._redis.operations import Scheduled
-from .errors import ConfigurationError
+from .errors import ConfigurationError, CulexError
 from .flow import Flow, run_async, run_sync
 from .job import Job
 from .job_registry import JobRegistry, registry
@@ -300,31 +300,124 @@ def format_slot(job: type[PeriodicJob], slot_ms: int) -> str:
     return instant(slot_ms).astimezone(job.schedule_.tz).strftime("%Y-%m-%d %H:%M:%S %Z")
 
 
-# -- the scheduler ----------------------------------------------------------------------
+# -- records: what a reader without the classes finds --------------------------------------
+
+RECORD_KEEP_MS = 7 * 24 * 3_600_000
+"""How long a job's record (and its registry entry) outlives its next slot when no scheduler
+renews it: the job is no longer deployed, or every runner is down (schedule.lua's KEEP_MS)."""
 
 
-def trigger(job: type[PeriodicJob], settings: config.Settings | None = None) -> Task:
-    """Enqueue one run of ``job`` now, outside its schedule (``culex periodic trigger``)."""
+def described(job: type[PeriodicJob]) -> tuple[tuple[str, str], ...]:
+    """The fields of a job's record that let a reader show it without its class."""
+    return (
+        ("job", job.type_),
+        ("queue", job.queue),
+        ("schedule", str(job.schedule_)),
+        ("timezone", job.timezone or ""),
+    )
+
+
+def record_expiry(next_slot_ms: int | None, now_ms: int) -> int:
+    """When a record written at ``now_ms`` ends unless renewed (as schedule.lua computes)."""
+    return max(now_ms if next_slot_ms is None else next_slot_ms, now_ms) + RECORD_KEEP_MS
+
+
+def zone_of(name: str) -> tzinfo:
+    """The time zone a record names ("" or one this machine does not know: UTC)."""
+    if not name:
+        return UTC
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        return UTC
+
+
+def registry_entry(queue: str, job_type: str) -> str:
+    """A job's member in the registry of periodic jobs (neither name holds a space)."""
+    return f"{queue} {job_type}"
+
+
+def registry_names(entry: str) -> tuple[str, str]:
+    """(queue, job type) of a registry member."""
+    queue, _, job_type = entry.partition(" ")
+    return queue, job_type
+
+
+# -- trigger: one run now ---------------------------------------------------------------
+
+
+def trigger(
+    job: str | type[PeriodicJob],
+    queue: str | None = None,
+    settings: config.Settings | None = None,
+) -> Task:
+    """Enqueue one run of a periodic job now, outside its schedule (``culex periodic
+    trigger``): the task's hash says ``trigger = manual``, and the job's slots are left alone.
+
+    ``job`` is its class, or its name with its ``queue`` (no class needed: the job must have
+    a record, written by a runner's scheduler; else :class:`UnknownPeriodicJob`)."""
     settings = settings or config.settings()
-    return run_sync(_trigger(job, settings), settings.redis_url)
+    return run_sync(_trigger(job, queue, settings), settings.redis_url)
 
 
-async def atrigger(job: type[PeriodicJob], settings: config.Settings | None = None) -> Task:
+async def atrigger(
+    job: str | type[PeriodicJob],
+    queue: str | None = None,
+    settings: config.Settings | None = None,
+) -> Task:
     """The async twin of :func:`trigger`."""
     settings = settings or config.settings()
-    return await run_async(_trigger(job, settings), settings.redis_url)
+    return await run_async(_trigger(job, queue, settings), settings.redis_url)
 
 
-def _trigger(job: type[PeriodicJob], settings: config.Settings) -> Flow[Task]:
-    yield commands.register_queue(queues_key(settings.prefix), job.queue)
-    done: Scheduled = yield operations.schedule(
-        queue_keys(settings.prefix, job.queue),
-        job.type_,
-        f"{job.type_}:trigger:{new_id()}",
+class UnknownPeriodicJob(CulexError, LookupError):
+    """No record of this periodic job on this queue: no runner schedules it (or its record
+    expired, a week after its last slot)."""
+
+
+def _trigger(
+    job: str | type[PeriodicJob], queue: str | None, settings: config.Settings
+) -> Flow[Task]:
+    job_type, queue, job_class = _target(job, queue)
+    keys = queue_keys(settings.prefix, queue)
+    call = operations.schedule(
+        keys,
+        job_type,
+        f"{job_type}:trigger:{new_id()}",
         slot_ms=None,
         next_slot_ms=None,
         overlap=True,
-        run_new=True,
-        max_retries=job.max_retries,
+        run_new=job_class is not None,  # by name: only a job that has a record
+        max_retries=0,
+        record=() if job_class is None else described(job_class),
     )
-    return Task(done.task_id, job.queue, settings.redis_url, job)
+    if job_class is not None:
+        yield commands.register_queue(queues_key(settings.prefix), queue)
+    done: Scheduled = yield call
+    if done.outcome == "unknown":
+        raise UnknownPeriodicJob(
+            f"no periodic job {job_type!r} on queue {queue!r}: no runner schedules it "
+            "(see culex periodic for the jobs there are)"
+        )
+    return Task(done.task_id, queue, settings.redis_url, job_class)
+
+
+def _target(
+    job: str | type[PeriodicJob], queue: str | None
+) -> tuple[str, str, type[PeriodicJob] | None]:
+    """(job type, queue, class or None) of a trigger's arguments, checked before any I/O."""
+    if queue is not None and not isinstance(queue, str):
+        raise TypeError(f"a queue name must be a str, got {queue!r} (settings go by keyword)")
+    if isinstance(job, type) and issubclass(job, PeriodicJob):
+        if queue is not None and queue != job.queue:
+            raise ValueError(f"{job.__name__} runs on queue {job.queue!r}, not {queue!r}")
+        return job.type_, job.queue, job
+    if not isinstance(job, str):
+        raise TypeError(f"trigger takes a PeriodicJob class or a job name, got {job!r}")
+    if not job or not job.isprintable() or any(c.isspace() for c in job):
+        raise ValueError(f"a job name is printable text without spaces, got {job!r}")
+    if queue is None:
+        raise TypeError(f"trigger({job!r}) needs the job's queue: trigger(name, queue)")
+    return job, check_queue_name(queue), None

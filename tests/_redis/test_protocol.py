@@ -358,6 +358,10 @@ def test_a_plain_runner_runs_every_state_change_through_the_shipped_files(r: red
     assert tick.id == f"TickJob:{slot}"
     assert q.complete([(tick, "null")]) == []
     assert r.hget(q.periodic_prefix + "TickJob", "last_outcome") == b"succeeded"
+    record, state = q.send("read_periodic", [q.periodic_prefix + "TickJob", q.task_prefix], [])
+    assert (dict(zip(record[::2], record[1::2], strict=True))[b"last_task"], state) == (
+        tick.id.encode(), b"succeeded",
+    )  # fmt: skip
 
     # tasks still under way when the run ends
     q.enqueue("later", "AddJob", delay_ms=HOUR_MS)

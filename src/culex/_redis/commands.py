@@ -129,6 +129,38 @@ def read_periodic(keys: QueueKeys, job_type: str) -> Call[dict[str, str]]:
     return Call((), ("HGETALL", keys.periodic(job_type)), _parse_hash)
 
 
+def register_periodic(registry_key: str, entries: Sequence[tuple[str, int]]) -> Call[int]:
+    """Record periodic jobs in the registry: (``<queue> <job type>``, when its entry lapses
+    in ms) each. Sent with :func:`drop_lapsed` and :func:`expire_at` in the same batch."""
+    args: list[str | int] = []
+    for member, until_ms in entries:
+        args += (until_ms, member)
+    return Call((), ("ZADD", registry_key, *args), int)
+
+
+def drop_lapsed(registry_key: str, now_ms: int) -> Call[int]:
+    """Remove the members of a sorted set scored by expiry whose time has passed."""
+    return Call((), ("ZREMRANGEBYSCORE", registry_key, "-inf", f"({now_ms}"), int)
+
+
+def expire_at(key: str, at_ms: int) -> Call[int]:
+    """Let ``key`` expire at ``at_ms`` (ms since the epoch, server clock)."""
+    return Call((), ("PEXPIREAT", key, at_ms), int)
+
+
+MAX_PERIODIC_JOBS = 1000  # the most periodic jobs a listing reads
+
+
+def periodic_entries(registry_key: str) -> Call[list[tuple[str, int]]]:
+    """(``<queue> <job type>``, when its entry lapses in ms) of the registered periodic jobs
+    (a lapsed one may still be listed: compare with the server's clock)."""
+
+    def parse(reply: list[bytes]) -> list[tuple[str, int]]:
+        return [(text(reply[i]), int(float(reply[i + 1]))) for i in range(0, len(reply), 2)]
+
+    return Call((), ("ZRANGE", registry_key, 0, MAX_PERIODIC_JOBS - 1, "WITHSCORES"), parse)
+
+
 def server_time() -> Call[int]:
     """The server's clock in ms: the one clock periodic slots are computed from."""
     return Call((), ("TIME",), lambda reply: int(reply[0]) * 1000 + int(reply[1]) // 1000)

@@ -77,6 +77,12 @@ def queues_key(prefix: str) -> str:
     return f"{prefix}:queues"
 
 
+def periodic_jobs_key(prefix: str) -> str:
+    """The registry of periodic jobs: a sorted set of ``<queue> <job type>`` (neither holds
+    a space), scored by when the job's record expires unless a scheduler renews it."""
+    return f"{prefix}:periodic"
+
+
 def runners_key(prefix: str) -> str:
     """The runner registry: a sorted set of runner ids, scored by when each record expires.
     Its hash tag keeps it in one slot with the runners' own hashes (beat.lua)."""

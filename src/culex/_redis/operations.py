@@ -311,8 +311,14 @@ def schedule(
     overlap: bool,
     run_new: bool,
     max_retries: int,
+    record: Sequence[tuple[str, str]] = (),
 ) -> Call[Scheduled]:
-    """Enqueue one slot of a periodic job once across runners; ``slot_ms=None``: a trigger."""
+    """Enqueue one slot of a periodic job once across runners; ``slot_ms=None``: a trigger
+    (with ``run_new`` False, refused as "unknown" when the job has no record). ``record``:
+    fields written on the job's record (its schedule, for readers without the class)."""
+    described: list[Arg] = []
+    for name, value in record:
+        described += (name, value)
     return Call(
         (keys.periodic(job_type), keys.task(task_id), keys.waiting, keys.signal, keys.task_prefix),
         (
@@ -324,9 +330,33 @@ def schedule(
             int(overlap),
             int(run_new),
             max_retries,
+            *described,
         ),
         lambda reply: Scheduled(text(reply[0]), text(reply[1])),
         scripts.SCHEDULE,
+    )
+
+
+class PeriodicRead(NamedTuple):
+    """A periodic job's record ({} when it has expired) and its last task's state ("")."""
+
+    record: dict[str, str]
+    last_state: str
+
+
+def _parse_periodic_read(reply: list[Any]) -> PeriodicRead:
+    fields = reply[0]
+    record = {text(fields[i]): text(fields[i + 1]) for i in range(0, len(fields), 2)}
+    return PeriodicRead(record, text(reply[1]))
+
+
+def read_periodic(keys: QueueKeys, job_type: str) -> Call[PeriodicRead]:
+    """A periodic job's record with the state of its last task: one call, no class needed."""
+    return Call(
+        (keys.periodic(job_type), keys.task_prefix),
+        (),
+        _parse_periodic_read,
+        scripts.READ_PERIODIC,
     )
 
 

@@ -45,6 +45,7 @@ RETRY_DEAD = Script.load("retry_dead")
 CANCEL = Script.load("cancel")
 WAIT = Script.load("wait")
 BEAT = Script.load("beat")
+READ_PERIODIC = Script.load("read_periodic")
 
 ALL = (
     ENQUEUE,
@@ -59,4 +60,5 @@ ALL = (
     CANCEL,
     WAIT,
     BEAT,
+    READ_PERIODIC,
 )

@@ -14,10 +14,10 @@ from collections.abc import Iterable
 from .. import config
 from .._redis import commands, operations
 from .._redis.drivers import AsyncDriverProtocol
-from .._redis.keys import queue_keys, queues_key
+from .._redis.keys import periodic_jobs_key, queue_keys, queues_key
 from .._redis.operations import Call, Scheduled
 from ..errors import ServerError
-from ..periodic import PeriodicJob, format_slot
+from ..periodic import PeriodicJob, described, format_slot, record_expiry, registry_entry
 from .backoff import Backoff
 
 logger = logging.getLogger("culex")
@@ -74,9 +74,13 @@ class Scheduler:
             for queue in dict.fromkeys(job.queue for job, _ in slots if job not in self._started)
         ]
         calls = [self._call(job, slot) for job, slot in slots]
-        results = await self.driver.run_many([*firsts, *calls]) if calls else []
+        listed = self._listing(slots, now) if calls else []
+        results = await self.driver.run_many([*firsts, *listed, *calls]) if calls else []
+        for result in results[len(firsts) : len(firsts) + len(listed)]:
+            if isinstance(result, ServerError):  # bookkeeping: the slots still go ahead
+                logger.warning("periodic jobs: the registry was not updated: %s", result)
         failed: ServerError | None = None
-        for (job, slot), result in zip(slots, results[len(firsts) :], strict=True):
+        for (job, slot), result in zip(slots, results[len(firsts) + len(listed) :], strict=True):
             if isinstance(result, ServerError):
                 self._next[job], failed = now, result  # due again after the back-off
             else:
@@ -95,6 +99,21 @@ class Scheduler:
         slot = self._next.get(job)
         return slot is not None and slot <= now
 
+    def _listing(self, slots: list[tuple[type[PeriodicJob], int]], now: int) -> list[Call[int]]:
+        """The registry entries of the jobs scheduled now, in the same round trip: each
+        lapses with its record (schedule.lua), unless a scheduler renews it."""
+        key = periodic_jobs_key(self.settings.prefix)
+        entries = [
+            (registry_entry(job.queue, job.type_), record_expiry(self._next[job], now))
+            for job, _ in slots
+        ]
+        last = max(until for _, until in entries)
+        return [
+            commands.register_periodic(key, entries),
+            commands.drop_lapsed(key, now),
+            commands.expire_at(key, last),
+        ]
+
     def _call(self, job: type[PeriodicJob], slot: int) -> Call[Scheduled]:
         return operations.schedule(
             queue_keys(self.settings.prefix, job.queue),
@@ -105,6 +124,7 @@ class Scheduler:
             overlap=job.overlap,
             run_new=job.run_on_start and job not in self._started,
             max_retries=job.max_retries,
+            record=described(job),
         )
 
 

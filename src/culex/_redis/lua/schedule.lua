@@ -15,18 +15,27 @@
 --                        schedule (no slot or overlap check; the slots are left alone)
 -- ARGV[5] next_slot_ms   the slot after it, recorded for `culex periodic`; "" if none
 -- ARGV[6] overlap        "1": enqueue even while the previous run is waiting or pending
--- ARGV[7] run_new        "1": a job with no record runs this slot now (run_on_start);
---                        otherwise it only records the slot and waits for the next one
+-- ARGV[7] run_new        "1": a job with no record runs: a slot now (run_on_start), or a
+--                        trigger; otherwise a job with no record runs nothing: its slot is
+--                        recorded and waits for the next one, a trigger is refused
 -- ARGV[8] max_retries    stored like enqueue's (0: periodic jobs never retry)
+-- ARGV[9..] pairs        field, value written on the record with it, for readers that do
+--                        not have the job's class: `job`, `queue`, `schedule`, `timezone`
 -- Returns: {outcome, id} where outcome is
 --   "enqueued"  the task is waiting (hash and sets exactly as enqueue.lua writes them,
---               plus `periodic` = "1" and `slot`: the slot ms, "" for a trigger);
+--               plus `periodic` = "1" and `slot`: the slot ms, "" for a trigger, whose
+--               hash also says `trigger` = "manual");
 --   "done"      this slot or a later one was already decided (another runner won);
 --   "new"       no record yet and run_new is not "1": the slot is recorded, not run;
 --   "overlap"   the previous run is still waiting, scheduled or pending: the slot is skipped;
---   "early"     the slot is later than the server's clock: nothing changes.
+--   "early"     the slot is later than the server's clock: nothing changes;
+--   "unknown"   a trigger of a job with no record while run_new is not "1": nothing changes.
 -- Record fields: decided_slot, last_slot, last_task, last_enqueued_at, next_slot,
--- skipped_slot, skip_reason (here); last_finished_at, last_outcome (complete, fail).
+-- skipped_slot, skip_reason and the pairs (here); last_finished_at, last_outcome (complete,
+-- fail). A slot's call renews the record: it expires KEEP_MS (7 days) after its next slot
+-- (after now when there is none), so the record of a job no runner schedules any more ends;
+-- a trigger gives a record without an expiry one of KEEP_MS.
+local KEEP_MS = 7 * 24 * 3600 * 1000
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local id = ARGV[1]
@@ -37,11 +46,33 @@ if not trigger and slot > now then  -- slots come from this server's clock: not 
   return {'early', id}
 end
 
-if ARGV[5] ~= '' and redis.call('HGET', KEYS[1], 'next_slot') ~= ARGV[5] then
-  redis.call('HSET', KEYS[1], 'next_slot', ARGV[5])
+if (#ARGV - 8) % 2 ~= 0 then
+  return redis.error_reply('ERR the record fields after ARGV[8] come in pairs')
+end
+if trigger then
+  if redis.call('EXISTS', KEYS[1]) == 0 and ARGV[7] ~= '1' then
+    return {'unknown', id}
+  end
+  if redis.call('EXISTS', KEYS[2]) == 1 then
+    return {'done', id}
+  end
+end
+
+local fields = {}
+for i = 9, #ARGV do
+  fields[#fields + 1] = ARGV[i]
+end
+if ARGV[5] ~= '' then
+  fields[#fields + 1] = 'next_slot'
+  fields[#fields + 1] = ARGV[5]
+end
+if #fields > 0 then
+  redis.call('HSET', KEYS[1], unpack(fields))
 end
 
 if not trigger then
+  -- renewed by every scheduler that still runs the job; ends a week after a slot it missed
+  redis.call('PEXPIREAT', KEYS[1], math.max(tonumber(ARGV[5]) or now, now) + KEEP_MS)
   local decided = redis.call('HGET', KEYS[1], 'decided_slot')
   -- Another runner was first, or a later slot was decided: after an outage the latest
   -- due slot is the one catch-up run, and the slots before it stay passed over.
@@ -64,18 +95,22 @@ if not trigger then
     end
   end
   redis.call('HSET', KEYS[1], 'last_slot', slot)
-elseif redis.call('EXISTS', KEYS[2]) == 1 then
-  return {'done', id}
 end
 
 redis.call('HSET', KEYS[2], 'id', id, 'type', ARGV[2], 'queue', ARGV[3],
   'params', '{}', 'enqueue_time', now, 'retry_count', 0, 'attempt', 0,
   'max_retries', ARGV[8], 'state', 'waiting', 'due_at', now, 'periodic', '1',
   'slot', ARGV[4])
+if trigger then
+  redis.call('HSET', KEYS[2], 'trigger', 'manual')
+end
 redis.call('ZADD', KEYS[3], now, id)
 -- one token is enough to wake a runner (as in enqueue.lua)
 if redis.call('LLEN', KEYS[4]) == 0 then
   redis.call('RPUSH', KEYS[4], '1')
 end
 redis.call('HSET', KEYS[1], 'last_task', id, 'last_enqueued_at', now)
+if trigger and redis.call('PTTL', KEYS[1]) < 0 then
+  redis.call('PEXPIRE', KEYS[1], KEEP_MS)
+end
 return {'enqueued', id}
