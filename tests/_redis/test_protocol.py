@@ -232,6 +232,11 @@ class PlainRunner:
             self.ids.append(task_id)
         return text(outcome)
 
+    def hasten(self, limit: Number = 100) -> int:
+        """Make the scheduled tasks due now (a test's drain)."""
+        keys = [self.scheduled, self.waiting, self.signal, self.task_prefix]
+        return int(self.send("hasten", keys, [limit]))
+
 
 def where(q: PlainRunner, task_id: str) -> tuple[list[str], str]:
     """The sets that hold ``task_id``, and the state its hash says ("" for no hash)."""
@@ -363,6 +368,14 @@ def test_a_plain_runner_runs_every_state_change_through_the_shipped_files(r: red
         tick.id.encode(), b"succeeded",
     )  # fmt: skip
 
+    # a test's drain makes a task scheduled for an hour from now due at once
+    assert q.enqueue("hastened", "AddJob", delay_ms=HOUR_MS) == "scheduled"
+    assert q.hasten() == 1
+    assert q.wait(timeout=10)  # hasten signalled the queue
+    [hastened] = q.claim()
+    assert (hastened.id, hastened.attempt) == ("hastened", 1)
+    assert q.complete([(hastened, "null")]) == []
+
     # tasks still under way when the run ends
     q.enqueue("later", "AddJob", delay_ms=HOUR_MS)
     q.enqueue("running", "AddJob")
@@ -373,7 +386,7 @@ def test_a_plain_runner_runs_every_state_change_through_the_shipped_files(r: red
         "done": "succeeded", "flaky": "succeeded", "doomed": "dead", "unwanted": "dead",
         "someday": "dead", "handed-back": "succeeded", "orphan": "succeeded",
         "orphan-for-good": "dead", f"TickJob:{slot}": "succeeded", "later": "scheduled",
-        "running": "pending", "queued": "waiting",
+        "running": "pending", "queued": "waiting", "hastened": "succeeded",
     }  # fmt: skip
     assert_every_key_ends(q)
     assert set(q.sent) == set(sources)  # every shipped script took part
@@ -462,6 +475,11 @@ def _schedule(q: PlainRunner) -> Callable[[], object]:
     return lambda: q.schedule("TickJob", 60_000)
 
 
+def _hasten(q: PlainRunner) -> Callable[[], object]:
+    q.enqueue("t", "AddJob", delay_ms=HOUR_MS)
+    return q.hasten
+
+
 def _cancel(q: PlainRunner) -> Callable[[], object]:
     q.enqueue("t", "AddJob")
     return lambda: q.cancel("t")
@@ -479,6 +497,7 @@ NUMBERS = [  # (script, ARGV index of a number it reads, a state it acts on and 
     ("retry_dead", 1, _retry_dead),
     ("schedule", 4, _schedule),
     ("cancel", 3, _cancel), ("cancel", 4, _cancel),
+    ("hasten", 1, _hasten),
 ]  # fmt: skip
 
 

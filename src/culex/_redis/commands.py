@@ -235,3 +235,22 @@ def count_runners(prefix: str, now_ms: int) -> Call[int]:
 def read_runner(prefix: str, runner_id: str) -> Call[dict[str, str]]:
     """One runner's record ({} when it stopped beating and its record expired)."""
     return Call((), ("HGETALL", runner_key(prefix, runner_id)), _parse_hash)
+
+
+def first_ids(key: str, limit: int) -> Call[list[str]]:
+    """The first ``limit`` members of a sorted set of task ids, lowest score first."""
+    return Call((), ("ZRANGE", key, 0, limit - 1), lambda reply: [text(x) for x in reply])
+
+
+def read_fields(keys: QueueKeys, task_id: str, names: Sequence[str]) -> Call[list[str | None]]:
+    """Some fields of a task's hash, in order (None for a field it lacks)."""
+    return Call(
+        (),
+        ("HMGET", keys.task(task_id), *names),
+        lambda reply: [None if v is None else text(v) for v in reply],
+    )
+
+
+def flush_all() -> Call[bool]:
+    """Empty every database of the server (culex.testing's server, between two tests)."""
+    return Call((), ("FLUSHALL",), lambda reply: reply in (b"OK", "OK"))

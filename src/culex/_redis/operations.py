@@ -360,6 +360,17 @@ def read_periodic(keys: QueueKeys, job_type: str) -> Call[PeriodicRead]:
     )
 
 
+# -- tests: make scheduled tasks due now ---------------------------------------------------
+
+
+def hasten(keys: QueueKeys, *, limit: int) -> Call[int]:
+    """Make up to ``limit`` scheduled tasks due now (culex.testing's drain); the reply is
+    how many went to waiting."""
+    return Call(
+        (keys.scheduled, keys.waiting, keys.signal, keys.task_prefix), (limit,), int, scripts.HASTEN
+    )
+
+
 # -- dead tasks: list them, put them back -------------------------------------------------
 
 

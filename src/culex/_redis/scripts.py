@@ -46,6 +46,7 @@ CANCEL = Script.load("cancel")
 WAIT = Script.load("wait")
 BEAT = Script.load("beat")
 READ_PERIODIC = Script.load("read_periodic")
+HASTEN = Script.load("hasten")
 
 ALL = (
     ENQUEUE,
@@ -61,4 +62,5 @@ ALL = (
     WAIT,
     BEAT,
     READ_PERIODIC,
+    HASTEN,
 )

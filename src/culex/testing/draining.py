@@ -1,0 +1,240 @@
+"""drain: run every task of some queues in this process, through the runner's own parts.
+
+A round makes the queues' scheduled tasks due now (hasten.lua, unless ``run_scheduled`` is
+off), claims what is ready (claim.lua), runs each attempt as a runner does
+(culex.execution), and reports the outcomes with the runner's reporter (complete.lua,
+fail.lua). Rounds go on until a claim finds nothing: a retry, or a task a perform enqueued,
+runs in a later round. No runner loop, no wait for a signal: nothing sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from typing import Any
+
+from .. import config, connection, isolation
+from .._redis import commands, operations
+from .._redis.drivers import AsyncDriverProtocol
+from .._redis.keys import check_queue_name, queue_keys
+from .._redis.operations import Claimed
+from ..execution import Outcome, attempt, decode
+from ..job import Job
+from ..job_registry import JobRegistry, registry
+from ..runner.claimer import PROMOTE_LIMIT
+from ..runner.lease import LeaseKeeper
+from ..runner.reporter import Reporter
+from ..serialization import decode_result
+from .attempts import Attempt, AttemptFailed, AttemptOutcome, DrainTimeout, params_of
+
+HASTEN_LIMIT = 10_000  # scheduled tasks made due per queue and round
+
+
+def drain(
+    queues: Iterable[str] | str | None = None,
+    *,
+    timeout: float | timedelta = 10,
+    fail_fast: bool = True,
+    run_scheduled: bool = True,
+) -> list[Attempt]:
+    """Run every ready task of ``queues`` (default: every registered job's queue) in this
+    process until they are empty, and return one :class:`Attempt` per attempt run.
+
+    Scheduled tasks (a retry's back-off, a delayed enqueue) run at once too, unless
+    ``run_scheduled`` is False (then only those already due). With ``fail_fast``, the first
+    failed attempt is re-raised (the job's own exception, with its traceback) once the
+    round it ran in is reported. Raises :class:`DrainTimeout` when ``timeout`` passes first.
+    Inside a running event loop, ``await adrain(...)`` instead.
+    """
+    draining = adrain(queues, timeout=timeout, fail_fast=fail_fast, run_scheduled=run_scheduled)
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(draining)
+    draining.close()
+    raise RuntimeError("drain() cannot run inside an event loop: use `await adrain(...)`")
+
+
+async def adrain(
+    queues: Iterable[str] | str | None = None,
+    *,
+    timeout: float | timedelta = 10,
+    fail_fast: bool = True,
+    run_scheduled: bool = True,
+) -> list[Attempt]:
+    """The async twin of :func:`drain`; sync performs run in threads, as in a runner."""
+    names = checked_queues(queues, registry)
+    limit = config.seconds(timeout, "drain() timeout", minimum=0.001)
+    if not isinstance(fail_fast, bool) or not isinstance(run_scheduled, bool):
+        raise TypeError("drain(): fail_fast and run_scheduled must be True or False")
+    settings = config.settings()
+    driver = await connection.async_driver(settings.redis_url)
+    drainer = _Drainer(settings, driver, names, run_scheduled, lease_ms=round(limit * 1000))
+    try:
+        async with asyncio.timeout(limit):
+            failed = await drainer.run(fail_fast)
+    except TimeoutError:
+        raise DrainTimeout(limit, await drainer.left(), drainer.running_names()) from None
+    finally:
+        drainer.close()
+    if failed is None:
+        return drainer.ran
+    # (raised out here: a job's own TimeoutError is not the drain's timeout)
+    if failed.exception is not None:
+        raise failed.exception
+    raise AttemptFailed(failed)
+
+
+def checked_queues(queues: Iterable[str] | str | None, jobs: JobRegistry) -> list[str]:
+    """The queues to drain: each a queue of a registered job (a typo would drain nothing)."""
+    known = jobs.queues()
+    if queues is None:
+        return known
+    names = [queues] if isinstance(queues, str) else list(queues)
+    for name in names:
+        check_queue_name(name)
+        if name not in known:
+            raise ValueError(
+                f"no registered job runs on queue {name!r} (the queues of the registered "
+                f"jobs: {', '.join(known) or 'none'})"
+            )
+    return names
+
+
+class _Drainer:
+    """The rounds of one drain, and what they ran."""
+
+    def __init__(
+        self,
+        settings: config.Settings,
+        driver: AsyncDriverProtocol,
+        queues: list[str],
+        run_scheduled: bool,
+        *,
+        lease_ms: int,
+    ) -> None:
+        self.settings = settings
+        self.driver = driver
+        self.keys = [queue_keys(settings.prefix, q) for q in queues]
+        self.run_scheduled = run_scheduled
+        # The lease outlasts the drain, so no heartbeat is needed while it runs.
+        self.lease_ms = max(settings.lease_ms, lease_ms)
+        self.ran: list[Attempt] = []
+        self.running: list[Claimed] = []
+        self.pool = ThreadPoolExecutor(settings.concurrency, thread_name_prefix="culex-drain")
+        self.outbox: list[Outcome] = []
+        # The runner's reporter; its keeper only forgets tasks here (no heartbeat thread).
+        keeper = LeaseKeeper(settings, "")
+        self.reporter = Reporter(settings, driver, keeper, self.outbox, asyncio.Event())
+
+    async def run(self, fail_fast: bool) -> Attempt | None:
+        """Rounds until a claim finds nothing; with ``fail_fast``, until a round has a
+        failure, which it returns."""
+        while claimed := await self._claim():
+            self.running = claimed
+            done = await asyncio.gather(*(self._attempt(c) for c in claimed))
+            self.running = []
+            self.outbox += [outcome for outcome, _ in done]
+            await self.reporter.flush()
+            self.ran += [record for _, record in done]
+            failed = next((r for r in self.ran[-len(done) :] if r.outcome != "succeeded"), None)
+            if fail_fast and failed is not None:
+                return failed
+        return None
+
+    async def _claim(self) -> list[Claimed]:
+        """One round trip: hasten and claim each queue."""
+        calls: list[operations.Call[Any]] = []
+        for keys in self.keys:
+            if self.run_scheduled:
+                calls.append(operations.hasten(keys, limit=HASTEN_LIMIT))
+            calls.append(
+                operations.claim(
+                    keys,
+                    limit=self.settings.concurrency,
+                    lease_ms=self.lease_ms,
+                    promote_limit=PROMOTE_LIMIT,
+                    dead_ttl_ms=self.settings.failed_job_ttl_ms,
+                )
+            )
+        claimed: list[Claimed] = []
+        for reply in await self.driver.run_many(calls):
+            if isinstance(reply, Exception):
+                raise reply
+            if isinstance(reply, operations.ClaimReply):
+                claimed += reply.tasks
+        return claimed
+
+    async def _attempt(self, claimed: Claimed) -> tuple[Outcome, Attempt]:
+        job = decode(claimed, registry, self.settings.max_payload_bytes)
+        if isinstance(job, Outcome):
+            return job, _record(claimed, job, None, None)
+        raised: list[BaseException] = []
+        _catch(job, raised)
+        outcome = await attempt(job, claimed, self.pool)
+        return outcome, _record(claimed, outcome, job, raised[0] if raised else None)
+
+    def running_names(self) -> list[str]:
+        return [f"{c.type} {c.queue}<{c.id}>" for c in self.running]
+
+    async def left(self) -> dict[str, dict[str, int]]:
+        """What each queue still holds (waiting, scheduled, pending)."""
+        calls = [call for keys in self.keys for call in commands.count(keys)]
+        counts = await self.driver.run_many(calls)
+        left: dict[str, dict[str, int]] = {}
+        for index, keys in enumerate(self.keys):
+            waiting, pending, scheduled, _ = counts[4 * index : 4 * index + 4]
+            left[keys.name] = {"waiting": waiting, "scheduled": scheduled, "pending": pending}
+        return left
+
+    def close(self) -> None:
+        isolation.kill(c.id for c in self.running)
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _record(
+    claimed: Claimed, outcome: Outcome, job: Job | None, raised: BaseException | None
+) -> Attempt:
+    params = params_of(claimed.params)
+    if outcome.error is None:
+        codec = job.result_codec_ if job is not None else None
+        result = decode_result(outcome.result_json, codec, f"the result of {claimed.type}")
+        return Attempt(claimed.queue, claimed.id, claimed.type, params, claimed.attempt,
+                       "succeeded", result)  # fmt: skip
+    state: AttemptOutcome = "dead" if outcome.retry_delay_ms is None else "failed"
+    return Attempt(claimed.queue, claimed.id, claimed.type, params, claimed.attempt, state,
+                   error=outcome.error, exception=raised)  # fmt: skip
+
+
+def _catch(job: Job, raised: list[BaseException]) -> None:
+    """Keep the exception the job's hooks or perform raise, to re-raise it as it was (the
+    runner's attempt keeps only its text). A perform in a child process keeps none."""
+    if job.isolation == "process" and not job.async_perform_:
+        return
+    for name in ("before_perform", "perform"):
+        setattr(job, name, _catching(getattr(job, name), raised))
+
+
+def _catching(method: Callable[[], Any], raised: list[BaseException]) -> Callable[[], Any]:
+    if inspect.iscoroutinefunction(method):
+
+        async def caught_async() -> Any:
+            try:
+                return await method()
+            except Exception as exc:
+                raised.append(exc)
+                raise
+
+        return caught_async
+
+    def caught() -> Any:
+        try:
+            return method()
+        except Exception as exc:
+            raised.append(exc)
+            raise
+
+    return caught
