@@ -8,21 +8,24 @@ import re
 import signal
 import subprocess
 import sys
+import types
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 from prometheus_client.parser import text_string_to_metric_families
 
 import culex
-from culex import enqueue, metrics
+from culex import config, enqueue, metrics
 
 from .conftest import await_until, running
+from .topology import Cluster
 
 QUEUE = "metered"
 IDLE = "metered_idle"
@@ -210,3 +213,29 @@ def test_a_scrape_is_two_round_trips(r: redis.Redis) -> None:
         snapshot = finished.value
     assert rounds == 2
     assert snapshot.counts[QUEUE]["waiting"] == 1
+
+
+SHARDED = ("emails", "reports", "images", "search")  # queues on every master of the cluster
+
+
+def test_a_scrape_of_a_cluster_reads_every_shard(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CULEX_REDIS_URL", cluster.url)
+    config.reset()
+    try:
+        for n, queue in enumerate(SHARDED, start=1):
+
+            def body(namespace: dict[str, Any], queue: str = queue) -> None:
+                namespace["queue"] = queue
+
+            # abstract: not registered (no runner runs them here)
+            job = types.new_class(f"Sharded{n}Job", (MeteredIdleJob,), {"abstract": True}, body)
+            culex.enqueue_many(job() for _ in range(n))
+        samples = parsed(metrics.render().decode())
+    finally:
+        monkeypatch.undo()
+        config.reset()
+    waiting = {q: value(samples, "culex_queue_tasks", queue=q, state="waiting") for q in SHARDED}
+    assert waiting == {"emails": 1, "reports": 2, "images": 3, "search": 4}
+    assert value(samples, "culex_runners") == 0
