@@ -345,3 +345,43 @@ def test_culex_dead_usage_errors(r: redis.Redis) -> None:
         assert "usage: culex dead QUEUE, or culex dead retry QUEUE" in done.stderr
     bad = culex_command("dead", "q", "--limit", "0")
     assert bad.returncode == 2 and "limit must be > 0" in bad.stderr
+
+
+def test_culex_dead_retry_all_of_a_job_shows_its_progress(r: redis.Redis) -> None:
+    d = driver_of(r)
+    kill(d, "a", "b", "c")
+    r.hset(K.task("b"), "type", "OtherJob")
+    done = culex_command("dead", "retry", K.name, "--all", "--job", "RevivedJob")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"put 2 dead task(s) of {K.name} back in waiting\n"
+    # stderr is not a terminal here: the bar is one line, at the end
+    assert done.stderr.splitlines()[-1] == "retrying [" + "#" * 30 + "] 3/3 (100%)"
+    assert sorted(r.zrange(K.waiting, 0, -1)) == [b"a", b"c"] and r.zrange(K.dead, 0, -1) == [b"b"]
+
+
+def test_culex_dead_purge_asks_first_unless_yes(r: redis.Redis) -> None:
+    d = driver_of(r)
+    kill(d, "a", "b", "c")
+    r.hset(K.task("b"), "type", "OtherJob")
+    refused = culex_command("dead", "purge", K.name)  # stdin is no terminal: nobody to ask
+    assert refused.returncode == 2 and "add --yes" in refused.stderr
+    assert r.zcard(K.dead) == 3
+    some = culex_command("dead", "purge", K.name, "--job", "OtherJob", "--yes")
+    assert some.returncode == 0, some.stderr
+    assert some.stdout == f"deleted 1 dead task(s) of {K.name}\n"
+    assert not r.exists(K.task("b")) and r.zcard(K.dead) == 2
+    every = culex_command("dead", "purge", K.name, "--yes")
+    assert every.stdout == f"deleted 2 dead task(s) of {K.name}\n"
+    assert "deleting [" in every.stderr and r.zcard(K.dead) == 0
+
+
+def test_culex_dead_job_goes_only_with_purge_or_retry_all(r: redis.Redis) -> None:
+    wrong = [
+        ("q", "--job", "J"),
+        ("retry", "q", "id", "--job", "J"),
+        ("retry", "q", "--all", "--job", "J", "--limit", "3"),
+        ("purge", "q", "id"),
+    ]
+    for args in wrong:
+        done = culex_command("dead", *args)
+        assert done.returncode == 2 and "usage: culex dead QUEUE" in done.stderr, args

@@ -38,6 +38,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR"]
+_STATES = ["waiting", "scheduled", "pending", "dead"]
 # Flags of settings that the guide has shown by another name too.
 _ALIASES = {"run_from": ["--queues"]}
 _METAVARS = {"seconds": "SECONDS", "count": "N", "text": "TEXT"}
@@ -100,18 +101,31 @@ def _parser() -> argparse.ArgumentParser:
     periodic.add_argument("--redis-url", help="redis://... (default: the embedded server)")
     periodic.set_defaults(command=_periodic)
 
+    tasks = command("tasks", help="a page of a queue's tasks in one state, and the next cursor")
+    tasks.add_argument("queue", metavar="QUEUE")
+    tasks.add_argument("--state", default="waiting", choices=_STATES, help="default: waiting")
+    tasks.add_argument("--oldest", action="store_true", help="oldest first (default: newest)")
+    tasks.add_argument("--job", metavar="TYPE", help="only tasks of this job type")
+    tasks.add_argument("--limit", type=int, default=50, metavar="N", help="rows, 1 to 500")
+    tasks.add_argument("--after", metavar="CURSOR", help="go on from a page's next cursor")
+    tasks.add_argument("--redis-url", help="redis://... (default: the embedded server)")
+    tasks.set_defaults(command=_tasks)
+
     dead = command(
         "dead",
-        help="a queue's dead tasks; retry puts them back in waiting",
-        usage="culex dead QUEUE [--limit N], or culex dead retry QUEUE (ID ... | --all)",
+        help="a queue's dead tasks; retry puts them back in waiting, purge deletes them",
+        usage="culex dead QUEUE [--limit N], or culex dead retry QUEUE (ID ... | --all "
+        "[--job TYPE]), or culex dead purge QUEUE [--job TYPE] [--yes]",
     )
-    dead.add_argument("words", nargs="+", metavar="[retry] QUEUE [ID ...]")
+    dead.add_argument("words", nargs="+", metavar="[retry|purge] QUEUE [ID ...]")
     dead.add_argument("--all", action="store_true", help="retry: every dead task of QUEUE")
     dead.add_argument(
         "--limit",
         type=int,
         help="how many to show (default 50); retry --all: how many to retry, oldest first",
     )
+    dead.add_argument("--job", metavar="TYPE", help="retry --all, purge: only this job type")
+    dead.add_argument("--yes", action="store_true", help="purge: do not ask first")
     dead.add_argument("--redis-url", help="redis://... (default: the embedded server)")
     dead.set_defaults(command=_dead)
 
@@ -415,16 +429,31 @@ def _print_table(columns: Sequence[str], rows: list[dict[str, str]]) -> None:
         print("  ".join(line[c].ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
 
 
+_DEAD_USAGE = (
+    "usage: culex dead QUEUE, or culex dead retry QUEUE (ID ... | --all [--job TYPE]), "
+    "or culex dead purge QUEUE [--job TYPE] [--yes]"
+)
+
+
 def _dead(args: argparse.Namespace) -> int:
     from . import dead
 
     settings = config.settings(**({"redis_url": args.redis_url} if args.redis_url else {}))
-    retrying = args.words[0] == "retry" and len(args.words) > 1
-    queue, *ids = args.words[1:] if retrying else args.words
-    if (ids and not retrying) or (retrying and bool(ids) == args.all):
-        raise CulexError("usage: culex dead QUEUE, or culex dead retry QUEUE (ID ... | --all)")
+    action = args.words[0] if args.words[0] in ("retry", "purge") and len(args.words) > 1 else ""
+    queue, *ids = args.words[1:] if action else args.words
+    if (
+        (ids and action != "retry")
+        or (action == "retry" and bool(ids) == args.all)
+        or (args.job is not None and not (action == "purge" or args.all))
+        or (args.job is not None and args.limit is not None)
+    ):
+        raise CulexError(_DEAD_USAGE)
     try:
-        if retrying:
+        if action == "purge":
+            return _purge(queue, args.job, args.yes, settings)
+        if action == "retry" and args.all and args.limit is None:
+            return _retry_all(queue, args.job, settings)
+        if action == "retry":
             outcome = dead.retry(queue, ids or None, args.limit, settings=settings)
         else:
             tasks = dead.dead_tasks(
@@ -432,13 +461,82 @@ def _dead(args: argparse.Namespace) -> int:
             )
     except (TypeError, ValueError) as exc:
         raise CulexError(str(exc)) from None
-    if retrying:
+    if action == "retry":
         print(f"put {len(outcome.retried)} dead task(s) of {queue} back in waiting")
         if outcome.skipped:
             print(f"skipped (not dead, or its record expired): {' '.join(outcome.skipped)}")
         return 0
     _show_dead(tasks, queue)
     return 0
+
+
+def _retry_all(queue: str, job: str | None, settings: config.Settings) -> int:
+    """Every dead task of ``queue`` (of ``job``) back in waiting, with a progress bar."""
+    from .bulk import apply
+    from .progress import ProgressBar
+
+    done = apply("retry", queue, settings, job=job, progress=ProgressBar("retrying"))
+    print(f"put {done} dead task(s) of {queue} back in waiting")
+    return 0
+
+
+def _purge(queue: str, job: str | None, yes: bool, settings: config.Settings) -> int:
+    """Delete every dead task of ``queue`` (of ``job``), once confirmed, with a progress bar."""
+    from ._redis.keys import check_queue_name
+    from .bulk import apply
+    from .inspection import queue_counts
+    from .progress import ProgressBar
+
+    held = queue_counts(settings, [check_queue_name(queue)])[queue]["dead"]
+    which = f"the dead tasks of job {job}" if job else "every dead task"
+    if not yes:
+        if not sys.stdin.isatty():
+            raise CulexError(f"culex dead purge deletes {which} of {queue} for good: add --yes")
+        print(f"delete {which} of {queue} ({held:,} in dead) for good? [y/N] ", end="",
+              file=sys.stderr, flush=True)  # fmt: skip
+        if input().strip().lower() not in ("y", "yes"):
+            print("nothing deleted")
+            return 1
+    done = apply("delete", queue, settings, state="dead", job=job, progress=ProgressBar("deleting"))
+    print(f"deleted {done} dead task(s) of {queue}")
+    return 0
+
+
+# What a task's time in each state's set means, as the column of ``culex tasks`` says it.
+_AT = {"waiting": "ready since", "scheduled": "due", "pending": "lease ends", "dead": "died"}
+
+
+def _tasks(args: argparse.Namespace) -> int:
+    from .inspection import tasks
+
+    settings = config.settings(**({"redis_url": args.redis_url} if args.redis_url else {}))
+    try:
+        page = tasks(
+            args.queue, args.state, settings, newest_first=not args.oldest, cursor=args.after,
+            limit=args.limit, job=args.job,
+        )  # fmt: skip
+    except (TypeError, ValueError) as exc:
+        raise CulexError(str(exc)) from None
+    columns = ("id", "job", _AT[args.state], "enqueued", "retries", "params", "last error")
+    cells = [
+        (row.id, row.job, _moment(row.at), _moment(row.enqueued_at), str(row.retry_count),
+         _line(row.params, 40), _line(row.last_error, 60))
+        for row in page.rows
+    ]  # fmt: skip
+    _print_table(columns, [dict(zip(columns, row, strict=True)) for row in cells])
+    order = "oldest" if args.oldest else "newest"
+    matching = f" of job {args.job}" if args.job else ""
+    print(f"{len(page.rows)} task(s){matching} shown, {order} first; {args.state} holds "
+          f"{page.total:,}")  # fmt: skip
+    if page.next_cursor is not None:
+        print(f"next page: --after {page.next_cursor}")
+    return 0
+
+
+def _moment(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    return datetime.fromtimestamp(seconds, tz=UTC).astimezone().strftime("%Y-%m-%d %H:%M:%S")
 
 
 def _show_dead(tasks: list[DeadTask], queue: str) -> None:

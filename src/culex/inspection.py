@@ -1,6 +1,8 @@
 """Read-only looks at queues and periodic jobs, for the CLI and for users' own checks.
 
-Each is a flow, with a blocking function and its ``a*`` async twin."""
+Each is a flow, with a blocking function and its ``a*`` async twin. Pages of a state's
+tasks and one task by id (:func:`tasks`, :func:`find_task`) live in :mod:`culex.browsing`
+and are found here too."""
 
 from __future__ import annotations
 
@@ -12,12 +14,17 @@ from . import config
 from ._redis import commands
 from ._redis.keys import queue_keys, queues_key
 from ._redis.operations import Call, number
+from .browsing import STATES as STATES
+from .browsing import TaskPage as TaskPage  # (the names a dashboard reads from here too)
+from .browsing import TaskRow as TaskRow
+from .browsing import afind_task as afind_task
+from .browsing import atasks as atasks
+from .browsing import find_task as find_task
+from .browsing import tasks as tasks
 from .flow import Flow, run_async, run_sync
 
 if TYPE_CHECKING:
     from .periodic import PeriodicJob
-
-STATES = ("waiting", "pending", "scheduled", "dead")
 
 
 def queue_counts(

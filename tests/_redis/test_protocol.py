@@ -232,6 +232,23 @@ class PlainRunner:
             self.ids.append(task_id)
         return text(outcome)
 
+    def browse(
+        self, state: str, limit: Number, after: tuple[str, str] | None = None, job: str = ""
+    ) -> tuple[int, tuple[str, str] | None, list[list[str]]]:
+        """A page of ``state``, newest first: (total, the next page's cursor, rows)."""
+        score, last = after or ("", "")
+        args = ["desc", score, last, limit, 2000, job, 500]
+        total, _, score, last, *rows = self.send(
+            "browse", [getattr(self, state), self.task_prefix], args
+        )
+        cursor = (text(score), text(last)) if last else None
+        return int(total), cursor, [[text(v) for v in row] for row in rows]
+
+    def delete(self, ids: Sequence[str]) -> tuple[list[str], list[str]]:
+        keys = [self.waiting, self.scheduled, self.dead, self.task_prefix, self.done_prefix]
+        deleted, skipped = self.send("delete", keys, list(ids))
+        return [text(i) for i in deleted], [text(i) for i in skipped]
+
     def hasten(self, limit: Number = 100) -> int:
         """Make the scheduled tasks due now (a test's drain)."""
         keys = [self.scheduled, self.waiting, self.signal, self.task_prefix]
@@ -368,6 +385,18 @@ def test_a_plain_runner_runs_every_state_change_through_the_shipped_files(r: red
         tick.id.encode(), b"succeeded",
     )  # fmt: skip
 
+    # browse a state's tasks page by page; delete tasks that are not running
+    dead = {"doomed", "unwanted", "someday", "orphan-for-good"}
+    total, cursor, rows = q.browse("dead", limit=3)
+    assert (total, len(rows)) == (4, 3) and cursor is not None
+    _, end, more = q.browse("dead", limit=3, after=cursor)
+    assert end is None and {row[0] for row in rows + more} == dead
+    assert [row[0] for row in q.browse("dead", 9, job="Nobody")[2]] == []
+    q.enqueue("scrap", "AddJob", delay_ms=HOUR_MS)
+    assert q.delete(["scrap", "done"]) == (["scrap"], ["done"])
+    assert where(q, "scrap") == ([], "")
+    q.ids.remove("scrap")
+
     # a test's drain makes a task scheduled for an hour from now due at once
     assert q.enqueue("hastened", "AddJob", delay_ms=HOUR_MS) == "scheduled"
     assert q.hasten() == 1
@@ -485,6 +514,11 @@ def _cancel(q: PlainRunner) -> Callable[[], object]:
     return lambda: q.cancel("t")
 
 
+def _browse(q: PlainRunner) -> Callable[[], object]:
+    q.enqueue("t", "AddJob")
+    return lambda: q.browse("waiting", 10)
+
+
 NUMBERS = [  # (script, ARGV index of a number it reads, a state it acts on and the call)
     ("enqueue", 5, _enqueue), ("enqueue", 6, _enqueue),
     ("claim", 1, _claim), ("claim", 2, _claim), ("claim", 3, _claim_a_due_retry),
@@ -497,6 +531,7 @@ NUMBERS = [  # (script, ARGV index of a number it reads, a state it acts on and 
     ("retry_dead", 1, _retry_dead),
     ("schedule", 4, _schedule),
     ("cancel", 3, _cancel), ("cancel", 4, _cancel),
+    ("browse", 4, _browse), ("browse", 5, _browse), ("browse", 7, _browse),
     ("hasten", 1, _hasten),
 ]  # fmt: skip
 

@@ -237,6 +237,29 @@ def read_runner(prefix: str, runner_id: str) -> Call[dict[str, str]]:
     return Call((), ("HGETALL", runner_key(prefix, runner_id)), _parse_hash)
 
 
+# What find_task reads of a task's hash.
+ROW_FIELDS = ("type", "state", "enqueue_time", "retry_count", "last_error", "params", "finished_at")
+
+
+def read_row(keys: QueueKeys, task_id: str) -> Call[dict[str, str]]:
+    """The fields of a task that a row shows ({} when it has no hash)."""
+
+    def parse(reply: list[bytes | None]) -> dict[str, str]:
+        return {name: text(v) for name, v in zip(ROW_FIELDS, reply, strict=True) if v is not None}
+
+    return Call((), ("HMGET", keys.task(task_id), *ROW_FIELDS), parse)
+
+
+def set_score(key: str, task_id: str) -> Call[float | None]:
+    """An id's score in one of a queue's sets (None: not there)."""
+    return Call((), ("ZSCORE", key, task_id), lambda reply: None if reply is None else float(reply))
+
+
+def set_size(key: str) -> Call[int]:
+    """How many ids one of a queue's sets holds."""
+    return Call((), ("ZCARD", key), int)
+
+
 def first_ids(key: str, limit: int) -> Call[list[str]]:
     """The first ``limit`` members of a sorted set of task ids, lowest score first."""
     return Call((), ("ZRANGE", key, 0, limit - 1), lambda reply: [text(x) for x in reply])

@@ -462,3 +462,73 @@ def wait(keys: QueueKeys, task_id: str) -> Call[End]:
     """Read a task's end; while it has none, mark the task waited so that its end wakes
     the done list (see ``block_until_done``)."""
     return Call((keys.task(task_id), keys.done(task_id)), (), _parse_end, scripts.WAIT)
+
+
+# -- browsing a state's tasks, and deleting tasks -------------------------------------------
+
+
+class BrowsedRow(NamedTuple):
+    """A task as browse.lua reads it: fields as stored, last_error and params cut."""
+
+    id: str
+    score: str
+    type: str
+    enqueue_time: str
+    retry_count: str
+    last_error: str
+    params: str
+
+
+class BrowseReply(NamedTuple):
+    """One page: the set's size, how many ids it looked at, the cursor (score, id) to go on
+    from (None: the set holds no more), the rows."""
+
+    total: int
+    looked: int
+    cursor: tuple[str, str] | None
+    rows: list[BrowsedRow]
+
+
+def _parse_browse(reply: list[Any]) -> BrowseReply:
+    score, last = text(reply[2]), text(reply[3])
+    rows = [BrowsedRow(*(text(v) for v in row)) for row in reply[4:]]
+    return BrowseReply(int(reply[0]), int(reply[1]), (score, last) if last else None, rows)
+
+
+def browse(
+    keys: QueueKeys,
+    state_set: str,
+    *,
+    ascending: bool,
+    after: tuple[str, str] | None,
+    limit: int,
+    examine: int,
+    job: str,
+    cut: int,
+) -> Call[BrowseReply]:
+    """A page of ``state_set`` (one of ``keys``' four sets) from the cursor ``after``; with
+    ``job``, only its tasks, looking at ``examine`` ids at most. Writes nothing."""
+    score, last = after if after is not None else ("", "")
+    return Call(
+        (state_set, keys.task_prefix),
+        ("asc" if ascending else "desc", score, last, limit, examine, job, cut),
+        _parse_browse,
+        scripts.BROWSE,
+    )
+
+
+class DeleteReply(NamedTuple):
+    """What delete did: the ids deleted, and the ids it skipped (pending, unknown...)."""
+
+    deleted: list[str]
+    skipped: list[str]
+
+
+def delete(keys: QueueKeys, ids: Sequence[str]) -> Call[DeleteReply]:
+    """Delete these waiting, scheduled or dead tasks: out of their set, hash deleted."""
+    return Call(
+        (keys.waiting, keys.scheduled, keys.dead, keys.task_prefix, keys.done_prefix),
+        tuple(ids),
+        lambda reply: DeleteReply(_parse_ids(reply[0]), _parse_ids(reply[1])),
+        scripts.DELETE,
+    )

@@ -46,6 +46,8 @@ CANCEL = Script.load("cancel")
 WAIT = Script.load("wait")
 BEAT = Script.load("beat")
 READ_PERIODIC = Script.load("read_periodic")
+BROWSE = Script.load("browse")
+DELETE = Script.load("delete")
 HASTEN = Script.load("hasten")
 
 ALL = (
@@ -62,5 +64,7 @@ ALL = (
     WAIT,
     BEAT,
     READ_PERIODIC,
+    BROWSE,
+    DELETE,
     HASTEN,
 )

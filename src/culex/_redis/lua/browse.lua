@@ -1,0 +1,109 @@
+-- browse: one page of the tasks of one state, read from its sorted set by score (the set is
+-- the index: nothing scans task hashes). Writes nothing. A page goes on from a cursor, the
+-- (score, id) of the last id the page before looked at, so it is stable while tasks come
+-- and go: ids after the cursor in the set's order (score, then id byte by byte) are next,
+-- whether or not the cursor's own id is still there. With a job type, ids are looked at
+-- one by one (HMGET type) and only those of that type are rows, up to `examine` ids: a page
+-- may then hold fewer rows than `limit` (none at all), with a cursor to go on from.
+--
+-- KEYS[1] the state's zset  <prefix>:{<queue>}:waiting, :scheduled, :pending or :dead
+-- KEYS[2] task key prefix   <prefix>:{<queue>}:task:
+-- ARGV[1] order             "asc" (lowest score first: oldest) or "desc" (newest first)
+-- ARGV[2] after_score       the cursor's score, or "" for the first page
+-- ARGV[3] after_id          the cursor's id ("" with no cursor)
+-- ARGV[4] limit             rows at most (> 0)
+-- ARGV[5] examine           ids looked at at most (>= limit)
+-- ARGV[6] job               a job type: only its tasks are rows; "" for every task
+-- ARGV[7] cut               bytes kept of last_error and of params (> 0)
+-- Returns: {total, looked, next_score, next_id, row, row, ...}: total = ZCARD of the zset;
+--          looked = how many ids the page looked at; next_score and next_id: the cursor of the next page (the last id looked at),
+--          both "" when the set holds no more ids in this order; each row
+--          {id, score, type, enqueue_time, retry_count, last_error, params}, missing fields
+--          as "". An id whose hash is gone (or is not a hash) is never a row.
+local asc = ARGV[1] == 'asc'
+local limit = tonumber(ARGV[4])
+local examine = tonumber(ARGV[5])
+local cut = tonumber(ARGV[7])
+local after = ARGV[2] ~= '' and tonumber(ARGV[2])
+if (ARGV[1] ~= 'asc' and ARGV[1] ~= 'desc') or not (limit and examine and cut)
+    or (ARGV[2] ~= '' and not after) then
+  return redis.error_reply('ERR browse: bad order, cursor or numbers in ARGV')
+end
+local set, job = KEYS[1], ARGV[6]
+
+-- a < b byte by byte, as the zset orders equal scores (Lua's < follows the locale)
+local function less(a, b)
+  for i = 1, math.min(#a, #b) do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then
+      return x < y
+    end
+  end
+  return #a < #b
+end
+
+-- The rank (lowest first) of the first id with the cursor's score that comes after the
+-- cursor's id (asc) or that does not come before it (desc): a binary search within the
+-- ids of that score, each probe a ZRANGE by rank.
+local function rank_after(score, id)
+  local lo = redis.call('ZCOUNT', set, '-inf', '(' .. score)
+  local hi = redis.call('ZCOUNT', set, '-inf', score)
+  while lo < hi do
+    local mid = math.floor((lo + hi) / 2)
+    local member = redis.call('ZRANGE', set, mid, mid)[1]
+    local past
+    if asc then past = less(id, member) else past = not less(member, id) end
+    if past then hi = mid else lo = mid + 1 end
+  end
+  return lo
+end
+
+local total = redis.call('ZCARD', set)
+local pos  -- the rank of the next id to look at
+if not after then
+  pos = asc and 0 or total - 1
+else
+  pos = rank_after(ARGV[2], ARGV[3])
+  if not asc then pos = pos - 1 end
+end
+
+local function row(id, score)
+  local key = KEYS[2] .. id
+  if job ~= '' then
+    local t = redis.pcall('HGET', key, 'type')
+    if t ~= job then return nil end
+  end
+  local f = redis.pcall('HMGET', key, 'type', 'enqueue_time', 'retry_count', 'last_error',
+    'params')
+  if f['err'] or not f[1] then return nil end
+  return {id, score, f[1], f[2] or '', f[3] or '', string.sub(f[4] or '', 1, cut),
+    string.sub(f[5] or '', 1, cut)}
+end
+
+local reply = {total, 0, '', ''}
+local rows, looked, last_score, last_id = 0, 0, nil, nil
+local chunk = job == '' and limit or 500
+while rows < limit and looked < examine and pos >= 0 and pos < total do
+  local want = math.min(chunk, examine - looked)
+  local first, final = pos, pos + want - 1
+  if not asc then first, final = math.max(0, pos - want + 1), pos end
+  local got = redis.call('ZRANGE', set, first, final, 'WITHSCORES')
+  local from, to, step = 1, #got - 1, 2
+  if not asc then from, to, step = #got - 1, 1, -2 end
+  for i = from, to, step do
+    looked = looked + 1
+    last_id, last_score = got[i], got[i + 1]
+    pos = asc and pos + 1 or pos - 1
+    local found = row(last_id, last_score)
+    if found then
+      reply[#reply + 1] = found
+      rows = rows + 1
+      if rows == limit then break end
+    end
+  end
+end
+reply[2] = looked
+if last_id and pos >= 0 and pos < total then
+  reply[3], reply[4] = last_score, last_id
+end
+return reply

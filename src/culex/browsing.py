@@ -1,0 +1,239 @@
+"""Browsing the tasks of a state: pages read from a queue's sorted sets by score, from a
+cursor, optionally of one job type (browse.lua), and one task found by id in any state.
+
+Re-exported by :mod:`culex.inspection`, where the rest of the read-only looks are."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from . import config
+from ._redis import commands, operations
+from ._redis.keys import QueueKeys, check_queue_name, queue_keys
+from ._redis.operations import Call, number
+from .flow import Flow, run_async, run_sync
+from .task import check_id
+
+STATES = ("waiting", "pending", "scheduled", "dead")
+MAX_PAGE = 500  # rows a page holds at most
+EXAMINE = 2000  # ids a page with a job filter looks at, at most
+CUT = 500  # characters shown of last_error and of params
+
+
+@dataclass(frozen=True)
+class TaskRow:
+    """One task, as a listing shows it."""
+
+    id: str
+    queue: str
+    job: str
+    state: str
+    at: float  # epoch seconds: its score in its state's set: waiting: ready since; scheduled:
+    # due; pending: when its lease ends (not when it started); dead: when it died. A task
+    # found in no set (succeeded): when it finished (0.0 when unknown).
+    enqueued_at: float | None
+    retry_count: int
+    last_error: str  # cut to 500 characters
+    params: str  # the raw params text (JSON), cut to 500 characters
+
+
+@dataclass(frozen=True)
+class TaskPage:
+    """A page of a state's tasks."""
+
+    rows: list[TaskRow]
+    total: int  # how many tasks the state holds (ZCARD), not how many match
+    next_cursor: str | None  # None: no more
+
+
+def tasks(
+    queue: str,
+    state: str,
+    settings: config.Settings | None = None,
+    *,
+    newest_first: bool = True,
+    cursor: str | None = None,
+    limit: int = 50,
+    job: str | None = None,
+) -> TaskPage:
+    """A page of the tasks of ``queue`` in ``state`` (waiting, scheduled, pending or dead),
+    newest first by their score (``newest_first=False``: oldest first), ``limit`` (1..500)
+    rows from ``cursor`` on (a page's ``next_cursor``; None: the start). A page is read in one
+    round trip, and stays stable while tasks come and go: the cursor is a position in the
+    set, not an offset.
+
+    ``job``: only tasks of that job type. A page then looks at 2,000 ids at most, so it may
+    hold fewer rows than ``limit``, or none, and still have a ``next_cursor``: go on until
+    it is None. Tasks whose record expired are left out. An unknown queue gives empty pages.
+    """
+    settings = settings or config.settings()
+    flow = _page_flow(queue, state, settings, newest_first, cursor, limit, job)
+    return run_sync(flow, settings.redis_url)
+
+
+async def atasks(
+    queue: str,
+    state: str,
+    settings: config.Settings | None = None,
+    *,
+    newest_first: bool = True,
+    cursor: str | None = None,
+    limit: int = 50,
+    job: str | None = None,
+) -> TaskPage:
+    """The async twin of :func:`tasks`."""
+    settings = settings or config.settings()
+    flow = _page_flow(queue, state, settings, newest_first, cursor, limit, job)
+    return await run_async(flow, settings.redis_url)
+
+
+def find_task(queue: str, task_id: str, settings: config.Settings | None = None) -> TaskRow | None:
+    """The task ``task_id`` of ``queue``, whatever its state (read in one round trip), or
+    None when it has no record (never enqueued, or expired)."""
+    settings = settings or config.settings()
+    return run_sync(_find_flow(queue, task_id, settings), settings.redis_url)
+
+
+async def afind_task(
+    queue: str, task_id: str, settings: config.Settings | None = None
+) -> TaskRow | None:
+    """The async twin of :func:`find_task`."""
+    settings = settings or config.settings()
+    return await run_async(_find_flow(queue, task_id, settings), settings.redis_url)
+
+
+def check_state(state: object, allowed: Iterable[str] = STATES) -> str:
+    """Return ``state`` if it is one of ``allowed``, else raise a clear error."""
+    allowed = tuple(allowed)
+    if not isinstance(state, str):
+        raise TypeError(f"a state must be a str, got {type(state).__name__}")
+    if state not in allowed:
+        raise ValueError(f"a state must be one of {', '.join(allowed)}: got {state!r}")
+    return state
+
+
+def check_job(job: object) -> str:
+    """Return a job type to filter on if it is one, else raise a clear error."""
+    if not isinstance(job, str):
+        raise TypeError(f"a job type must be a str, got {type(job).__name__}")
+    if not job or not job.isprintable():
+        raise ValueError(f"a job type must be printable text, not empty: {job!r}")
+    return job
+
+
+def state_set(keys: QueueKeys, state: str) -> str:
+    """The sorted set of ``state`` among ``keys``."""
+    return {"waiting": keys.waiting, "pending": keys.pending, "scheduled": keys.scheduled,
+            "dead": keys.dead}[state]  # fmt: skip
+
+
+def encode_cursor(position: tuple[str, str] | None) -> str | None:
+    """A page's position (score, id) as an opaque text, safe in URLs and shells."""
+    if position is None:
+        return None
+    raw = f"{position[0]}:{position[1]}".encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: object) -> tuple[str, str]:
+    """The position (score, id) in a cursor that :func:`tasks` gave, else a clear error."""
+    if not isinstance(cursor, str):
+        raise TypeError(f"a cursor must be a str, got {type(cursor).__name__}")
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        score, _, task_id = raw.partition(":")
+        if not math.isfinite(float(score)):
+            raise ValueError(score)
+        return score, check_id(task_id)
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        raise ValueError(f"not a cursor that a page of tasks gave: {cursor!r}") from None
+
+
+def browse_call(
+    keys: QueueKeys,
+    state: str,
+    *,
+    ascending: bool,
+    after: tuple[str, str] | None,
+    limit: int,
+    job: str | None,
+    examine: int = EXAMINE,
+) -> Call[operations.BrowseReply]:
+    """The call that reads one page (its arguments already checked): ``limit`` rows at
+    most, looking at ``examine`` ids at most (never fewer than ``limit``)."""
+    return operations.browse(
+        keys, state_set(keys, state), ascending=ascending, after=after, limit=limit,
+        examine=max(limit, examine), job=job or "", cut=CUT * 4,  # (bytes: 4 per character)
+    )  # fmt: skip
+
+
+def _page_flow(
+    queue: str,
+    state: str,
+    settings: config.Settings,
+    newest_first: bool,
+    cursor: str | None,
+    limit: int,
+    job: str | None,
+) -> Flow[TaskPage]:
+    """The arguments of :func:`tasks`, checked before any I/O, and the flow of the page."""
+    keys = queue_keys(settings.prefix, check_queue_name(queue))
+    check_state(state)
+    if not isinstance(newest_first, bool):
+        raise TypeError(f"newest_first must be a bool, got {type(newest_first).__name__}")
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise TypeError(f"limit must be an int, got {type(limit).__name__}")
+    if not 1 <= limit <= MAX_PAGE:
+        raise ValueError(f"limit must be 1 to {MAX_PAGE}, got {limit}")
+    after = None if cursor is None else decode_cursor(cursor)
+    call = browse_call(
+        keys, state, ascending=not newest_first, after=after, limit=limit,
+        job=None if job is None else check_job(job),
+    )  # fmt: skip
+    return _page(call, queue, state)
+
+
+def _page(call: Call[operations.BrowseReply], queue: str, state: str) -> Flow[TaskPage]:
+    reply = yield call
+    rows = [_row(queue, state, row) for row in reply.rows]
+    return TaskPage(rows, reply.total, encode_cursor(reply.cursor))
+
+
+def _row(queue: str, state: str, row: operations.BrowsedRow) -> TaskRow:
+    enqueued = number(row.enqueue_time, -1)
+    return TaskRow(
+        id=row.id, queue=queue, job=row.type, state=state, at=float(row.score) / 1000,
+        enqueued_at=None if enqueued < 0 else enqueued / 1000,
+        retry_count=number(row.retry_count), last_error=row.last_error[:CUT],
+        params=row.params[:CUT],
+    )  # fmt: skip
+
+
+def _find_flow(queue: str, task_id: str, settings: config.Settings) -> Flow[TaskRow | None]:
+    keys = queue_keys(settings.prefix, check_queue_name(queue))
+    check_id(task_id)
+    return _find(keys, task_id)
+
+
+def _find(keys: QueueKeys, task_id: str) -> Flow[TaskRow | None]:
+    calls: list[Call[Any]] = [commands.read_row(keys, task_id)]
+    calls += [commands.set_score(state_set(keys, s), task_id) for s in STATES]
+    fields, *scores = yield calls
+    for reply in (fields, *scores):
+        if isinstance(reply, Exception):
+            raise reply
+    if not fields:
+        return None
+    found = [(s, score) for s, score in zip(STATES, scores, strict=True) if score is not None]
+    # In no set: succeeded (or between the sets of a script that failed half-way).
+    state, at = found[0] if found else (fields.get("state", ""), number(fields.get("finished_at")))
+    row = operations.BrowsedRow(
+        task_id, str(at), fields.get("type", ""), fields.get("enqueue_time", ""),
+        fields.get("retry_count", ""), fields.get("last_error", ""), fields.get("params", ""),
+    )  # fmt: skip
+    return _row(keys.name, state, row)

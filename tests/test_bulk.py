@@ -1,0 +1,168 @@
+"""Bulk actions (culex.bulk): retry, delete and cancel on ids or on every task of a state
+(and job type), in chunks with progress; delete.lua (state before -> call -> state after)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, cast
+
+import pytest
+import redis
+
+from culex import bulk, config, connection, inspection
+from culex._redis import operations
+from culex._redis.keys import queue_keys
+from culex.browsing import state_set
+
+from .conftest import driver_of, members
+from .topology import Cluster
+
+pytestmark = pytest.mark.flows  # also run through redis-py (README's test command)
+
+Q = "bulky"
+K = queue_keys("culex", Q)
+T0 = 1_700_000_000_000
+
+
+def put(r: redis.Redis, state: str, ids: Iterable[str], job: str = "J", at: int = T0) -> None:
+    """Tasks in the wire format, in the set of ``state`` (scores from ``at`` on, 1 ms apart)."""
+    pipe = r.pipeline(transaction=False)
+    for n, task_id in enumerate(ids):
+        record: dict[Any, Any] = {
+            "id": task_id, "type": job, "queue": Q, "params": "{}", "enqueue_time": at,
+            "retry_count": 4, "attempt": 5, "max_retries": 4, "state": state,
+        }  # fmt: skip
+        pipe.hset(K.task(task_id), mapping=record)
+        pipe.zadd(state_set(K, state), {task_id: at + n})
+    pipe.execute()
+
+
+def states(r: redis.Redis, *ids: str) -> list[str]:
+    return [cast(bytes, r.hget(K.task(i), "state") or b"").decode() for i in ids]
+
+
+def test_retry_by_ids_in_chunks_with_progress(r: redis.Redis) -> None:
+    ids = [f"d{i}" for i in range(1200)]
+    put(r, "dead", ids)
+    put(r, "pending", ["p"])
+    seen: list[tuple[int, int]] = []
+    changed = bulk.apply("retry", Q, ids=[*ids, "p", "unknown", "d0"], progress=_to(seen))
+    assert changed == 1200
+    assert seen == [(500, 1202), (1000, 1202), (1202, 1202)]  # each id once
+    assert r.zcard(K.dead) == 0 and r.zcard(K.waiting) == 1200
+    assert states(r, "d7", "p") == ["waiting", "pending"]
+    assert r.hget(K.task("d7"), "retry_count") == b"0"
+
+
+def test_retry_every_dead_task_of_a_job_oldest_first(r: redis.Redis) -> None:
+    put(r, "dead", [f"j{i}" for i in range(1300)], job="J")
+    put(r, "dead", [f"k{i}" for i in range(700)], job="K", at=T0 + 650)  # among the J ones
+    seen: list[tuple[int, int]] = []
+    assert bulk.apply("retry", Q, job="K", progress=_to(seen)) == 700
+    assert sorted(members(r, K.waiting)) == sorted(f"k{i}" for i in range(700))
+    assert r.zcard(K.dead) == 1300 and seen[-1] == (2000, 2000)
+    assert [done for done, _ in seen] == sorted(done for done, _ in seen)
+    assert bulk.apply("retry", Q) == 1300 and r.zcard(K.dead) == 0
+
+
+def test_a_walk_never_goes_past_what_the_state_held_at_the_start(r: redis.Redis) -> None:
+    put(r, "dead", [f"old{i}" for i in range(1200)])
+
+    def more_die(done: int, total: int) -> None:  # tasks die while the walk goes on
+        if done < total:
+            put(r, "dead", [f"new{done}-{i}" for i in range(300)], at=T0 + 10_000 + done)
+
+    assert bulk.apply("retry", Q, progress=more_die) == 1200
+    assert r.zcard(K.dead) == 600 and all(m.startswith("new") for m in members(r, K.dead))
+
+
+def test_delete_removes_tasks_that_are_not_running(r: redis.Redis) -> None:
+    put(r, "waiting", ["w"])
+    put(r, "scheduled", ["s"])
+    put(r, "dead", ["d", "gone"])
+    put(r, "pending", ["p"])
+    r.delete(K.task("gone"))  # expired: only its id is left in dead
+    r.hset(K.task("done"), mapping={"state": "succeeded"})
+    d = driver_of(r)
+    assert d.run(operations.wait(K, "w")).state == "waiting"  # a producer waits for w
+
+    reply = d.run(operations.delete(K, ["w", "s", "d", "gone", "p", "done", "nobody"]))
+    assert reply == operations.DeleteReply(["w", "s", "d", "gone"], ["p", "done", "nobody"])
+    for task_id in ("w", "s", "d", "gone"):
+        assert not r.exists(K.task(task_id))
+    assert r.zcard(K.waiting) + r.zcard(K.scheduled) + r.zcard(K.dead) == 0
+    assert r.lrange(K.done("w"), 0, -1) == [b"done"] and 0 < r.pttl(K.done("w")) <= 60_000
+    assert not r.exists(K.done("s"))  # nobody waited for s
+    assert states(r, "p", "done") == ["pending", "succeeded"] and r.zcard(K.pending) == 1
+
+
+def test_delete_every_task_of_a_state_and_job(r: redis.Redis) -> None:
+    put(r, "scheduled", [f"a{i}" for i in range(600)], job="A")
+    put(r, "scheduled", [f"b{i}" for i in range(10)], job="B")
+    assert bulk.apply("delete", Q, state="scheduled", job="A") == 600
+    assert members(r, K.scheduled) == [f"b{i}" for i in range(10)]
+    assert not r.exists(K.task("a5"))
+    assert bulk.apply("delete", Q, state="waiting") == 0  # an empty state
+
+
+async def test_cancel_every_waiting_task_and_aapply(r: redis.Redis) -> None:
+    put(r, "waiting", [f"w{i}" for i in range(750)])
+    put(r, "pending", ["p"])
+    seen: list[tuple[int, int]] = []
+    assert await bulk.aapply("cancel", Q, state="waiting", progress=_to(seen)) == 750
+    assert seen == [(500, 750), (750, 750)]
+    assert r.zcard(K.waiting) == 0 and r.zcard(K.dead) == 750
+    assert r.hget(K.task("w3"), "last_error") == b"cancelled"
+    assert bulk.apply("cancel", Q, ids=["w3", "p"]) == 0  # dead, and running: left alone
+    assert states(r, "p") == ["pending"]
+
+
+@pytest.mark.parametrize(
+    ("action", "options", "error", "message"),
+    [
+        ("run", {}, ValueError, "an action must be one of retry, delete, cancel"),
+        ("cancel", {"state": "pending"}, ValueError, "a state must be one of waiting, scheduled"),
+        ("delete", {"state": "pending"}, ValueError, "a state must be one of"),
+        ("retry", {"state": "waiting"}, ValueError, "a state must be one of dead"),
+        ("delete", {}, ValueError, "delete needs ids, or a state"),
+        ("retry", {"ids": ["a"], "job": "J"}, ValueError, "give ids, or state and job"),
+        ("retry", {"ids": "abc"}, TypeError, "ids must be a list"),
+        ("retry", {"ids": ["a b"]}, ValueError, "a task id"),
+        ("retry", {"job": ""}, ValueError, "a job type"),
+        ("retry", {"progress": 3}, TypeError, "progress must be a function"),
+        ("retry", {"queue": "{q}"}, ValueError, "a queue name"),
+    ],
+)
+def test_bad_input_is_refused_before_anything_changes(
+    r: redis.Redis, action: str, options: dict[str, Any], error: type[Exception], message: str
+) -> None:
+    put(r, "dead", ["a"])
+    given = {"queue": Q, **options}
+    with pytest.raises(error, match=message):
+        bulk.apply(action, **given)  # type: ignore[arg-type]
+    assert states(r, "a") == ["dead"]
+
+
+def test_pages_and_bulk_actions_on_a_cluster(cluster: Cluster) -> None:
+    """Six queues over three masters: every call stays in its queue's slot (no CROSSSLOT)."""
+    settings = config.settings(redis_url=cluster.url)
+    driver = connection.sync_driver(cluster.url)
+    queues = ("emails", "reports", "images", "search", "billing", "exports")
+    for queue in queues:
+        keys = queue_keys("culex", queue)
+        for n in range(3):
+            driver.run(operations.enqueue(keys, f"{queue}-{n}", "J", "{}", due_ms=None,
+                                          delay_ms=0, max_retries=4))  # fmt: skip
+    for queue in queues:
+        page = inspection.tasks(queue, "waiting", settings, job="J", limit=2)
+        assert len(page.rows) == 2 and page.total == 3 and page.next_cursor is not None
+        found = inspection.find_task(queue, f"{queue}-1", settings)
+        assert found is not None and found.state == "waiting"
+        assert bulk.apply("cancel", queue, settings, state="waiting") == 3
+        assert bulk.apply("retry", queue, settings, job="J") == 3
+        assert bulk.apply("delete", queue, settings, ids=[f"{queue}-0", f"{queue}-9"]) == 1
+        assert inspection.tasks(queue, "waiting", settings).total == 2
+
+
+def _to(seen: list[tuple[int, int]]) -> bulk.Progress:
+    return lambda done, total: seen.append((done, total))
