@@ -4,7 +4,8 @@
 
 Fills N queues with tasks (waiting), then renders the metrics again and again on one
 private server. Prints one JSON object: the median milliseconds per scrape, the round
-trips of one scrape, and the size of the text.
+trips of one scrape (no task has run: no minute of counters to add), and the size of
+the text.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ import redis
 from prometheus_client.parser import text_string_to_metric_families
 
 import culex
-from culex import config, enqueue, metrics
+from culex import config, connection, enqueue, metrics
 
 from .conftest import await_until, running
 from .topology import Cluster
@@ -141,6 +141,27 @@ async def test_scraped_over_http_after_tasks_ran(r: redis.Redis, url: str) -> No
     assert value(samples, "culex_queue_latency_seconds", queue=IDLE) > 0
     _, after = scrape(url)
     assert value(after, "culex_runners") == 0  # a stopped runner leaves the registry
+    ended = {
+        (job, outcome): value(after, "culex_tasks_total", queue=QUEUE, job=job, outcome=outcome)
+        for job in ("MeteredOkJob", "MeteredFlakyJob", "MeteredDeadJob")
+        for outcome in ("succeeded", "failed", "dead")
+    }
+    assert {key: n for key, n in ended.items() if n} == {
+        ("MeteredOkJob", "succeeded"): 2,
+        ("MeteredFlakyJob", "failed"): 1,
+        ("MeteredFlakyJob", "succeeded"): 1,
+        ("MeteredDeadJob", "dead"): 1,
+    }
+    timed = {
+        job: value(after, "culex_task_duration_seconds_count", queue=QUEUE, job=job)
+        for job in ("MeteredOkJob", "MeteredFlakyJob", "MeteredDeadJob")
+    }
+    assert timed == {"MeteredOkJob": 2, "MeteredFlakyJob": 2, "MeteredDeadJob": 1}
+    ok = {"queue": QUEUE, "job": "MeteredOkJob"}
+    assert value(after, "culex_task_duration_seconds_bucket", **ok, le="+Inf") == 2
+    assert value(after, "culex_task_duration_seconds_bucket", **ok, le="300.0") == 2
+    assert value(after, "culex_task_duration_seconds_sum", **ok) >= 0
+    assert not [key for key in after if key[0] == "culex_tasks_total" and ("queue", IDLE) in key[1]]
 
 
 def test_other_paths_are_not_served(r: redis.Redis, url: str) -> None:
@@ -195,24 +216,34 @@ def test_the_page_examples_run(r: redis.Redis) -> None:
         exec(compile(block, "metrics.md", "exec"), {})
 
 
-def test_a_scrape_is_two_round_trips(r: redis.Redis) -> None:
-    for queue_job in (MeteredOkJob, MeteredIdleJob):
-        queue_job().enqueue()
+async def round_trips() -> tuple[int, metrics.Snapshot]:
+    """Drive one scrape's flow, counting its round trips."""
+    driver = await connection.async_driver(None)
     flow = metrics.snapshot_flow(culex.settings())
     rounds = 0
-    from culex import connection
-
-    driver = connection.sync_driver(None)
     step = next(flow)
     try:
         while True:
             rounds += 1
             assert isinstance(step, list)
-            step = flow.send(driver.run_many(step))
+            step = flow.send(await driver.run_many(step))
     except StopIteration as finished:
-        snapshot = finished.value
-    assert rounds == 2
+        return rounds, finished.value
+
+
+async def test_a_scrape_is_three_round_trips_whatever_the_queues(r: redis.Redis) -> None:
+    for job in (MeteredOkJob, MeteredIdleJob):
+        await job().aenqueue()
+    rounds, snapshot = await round_trips()
+    assert rounds == 2  # nothing counted yet: no minute of counters to add
     assert snapshot.counts[QUEUE]["waiting"] == 1
+    async with running(culex.Runner(run_from=[QUEUE])):
+        await (await MeteredOkJob().aenqueue()).aresult(timeout=30)
+    for job in (MeteredOkJob, MeteredIdleJob):
+        await job().aenqueue()
+    rounds, snapshot = await round_trips()
+    assert rounds == 3
+    assert snapshot.totals[QUEUE, "MeteredOkJob"].succeeded == 2
 
 
 SHARDED = ("emails", "reports", "images", "search")  # queues on every master of the cluster

@@ -82,6 +82,18 @@ def _parser() -> argparse.ArgumentParser:
     queues = command("queues", help="every known queue and its task counts")
     queues.add_argument("--redis-url", help="redis://... (default: the embedded server)")
     queues.set_defaults(command=_queues)
+    stats = command(
+        "stats", help="what ended per queue (and job) lately: outcomes, rate, run times"
+    )
+    stats.add_argument(
+        "--queue", action="append", metavar="Q", help="this queue only (repeat for more)"
+    )
+    stats.add_argument(
+        "--window", type=_window, default=3600.0, help="how far back: 15m, 1h (default), 1d..."
+    )
+    stats.add_argument("--jobs", action="store_true", help="a line per job of each queue")
+    stats.add_argument("--redis-url", help="redis://... (default: the embedded server)")
+    stats.set_defaults(command=_stats)
     task = command("task", help="one task's whole record, readable")
     task.add_argument("queue")
     task.add_argument("id")
@@ -262,6 +274,57 @@ def _queues(args: argparse.Namespace) -> int:
             + f"{latency.get(queue, 0.0):>9.1f}s"
         )
     return 0
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _window(text: str) -> float:
+    """A window like 15m, 1h, 1d or 90s, in seconds."""
+    number, unit = text[:-1], text[-1:]
+    if unit not in _UNITS or not number.isdigit() or int(number) == 0:
+        raise argparse.ArgumentTypeError(f"a window is a whole number and s, m, h or d: {text!r}")
+    return float(int(number) * _UNITS[unit])
+
+
+def _stats(args: argparse.Namespace) -> int:
+    from .stats import Counts, job_summary, summary
+
+    settings = config.settings(**({"redis_url": args.redis_url} if args.redis_url else {}))
+    rows: dict[tuple[str, ...], Counts]
+    if args.jobs:
+        rows = dict(job_summary(settings, queues=args.queue, window=args.window).items())
+    else:
+        found = summary(settings, queues=args.queue, window=args.window)
+        rows = {(queue,): counts for queue, counts in found.items()}
+    minutes = max(1.0, args.window / 60)
+    columns = ("queue", *(("job",) if args.jobs else ()), "processed", "succeeded", "failed")
+    columns += ("dead", "tasks/min", "mean", "p95")
+    table = []
+    for names, c in rows.items():
+        cells = [*names, str(c.processed), str(c.succeeded), str(c.failed), str(c.dead)]
+        cells += [f"{c.processed / minutes:.1f}", _seconds(c.mean_duration)]
+        cells.append(_seconds(c.duration_quantile(0.95)))
+        table.append(dict(zip(columns, cells, strict=True)))
+    print(f"the last {_span(args.window)}")
+    _print_table(columns, table)
+    return 0
+
+
+def _seconds(value: float | None) -> str:
+    """A run time as people read it: 850us, 12.5ms, 3.2s ('-' when none was timed)."""
+    if value is None:
+        return "-"
+    if value < 0.001:
+        return f"{value * 1e6:.0f}us"
+    return f"{value * 1000:.1f}ms" if value < 1 else f"{value:.1f}s"
+
+
+def _span(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds % size == 0:
+            return f"{seconds / size:.0f}{unit}"
+    return f"{seconds:.0f}s"
 
 
 # The fields of a task hash that hold a time (ms since the epoch), and those that hold JSON.

@@ -1,21 +1,29 @@
 """Prometheus metrics: what Redis holds about the queues, in the Prometheus text format.
 
 Optional (``pip install culex[metrics]``: prometheus-client). One scrape is one flow of
-two round trips, whatever the number of queues: the queue names and the server's clock,
-then every count, latency and the runners together. ``render`` / ``arender`` give the
-text; :class:`CulexCollector` joins a registry of your own; ``culex metrics`` serves it.
+three round trips, whatever the number of queues: the queue names and the server's clock;
+every count, latency, the runners and the counters (culex.stats) together; the last
+minute of counters, which the totals do not hold yet.
+``render`` / ``arender`` give the text; :class:`CulexCollector` joins a registry of your
+own; ``culex metrics`` serves it.
 Names and labels are fixed (alerts are written against them): docs/metrics.md.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector, CollectorRegistry
 
@@ -26,6 +34,9 @@ from ._redis.operations import Call
 from .errors import CulexError
 from .flow import Flow, run_async, run_sync
 from .inspection import STATES
+from .stats import DURATION_BUCKETS, Counts, parse_counters
+from .stats import _minute as unfolded_minute
+from .stats import _unfolded as unfolded_counts
 
 __all__ = ["CONTENT_TYPE", "CulexCollector", "arender", "render", "serve"]
 
@@ -38,15 +49,16 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 @dataclass(frozen=True)
 class Snapshot:
     """What one scrape read: per queue, its counts by state and its latency in seconds;
-    how many runners are alive."""
+    how many runners are alive; per (queue, job), the counters since counting began."""
 
     counts: dict[str, dict[str, int]]
     latency: dict[str, float]
     runners: int
+    totals: dict[tuple[str, str], Counts]
 
 
 def snapshot_flow(settings: config.Settings) -> Flow[Snapshot]:
-    """Read a :class:`Snapshot` in two round trips."""
+    """Read a :class:`Snapshot` in three round trips (two before any task was counted)."""
     prefix = settings.prefix
     names, now = yield from _checked(
         [commands.known_queues(queues_key(prefix)), commands.server_time()]
@@ -54,15 +66,29 @@ def snapshot_flow(settings: config.Settings) -> Flow[Snapshot]:
     calls: list[Call[Any]] = [commands.count_runners(prefix, now)]
     for queue in names:
         keys = queue_keys(prefix, queue)
-        calls += [*commands.count(keys), commands.oldest_waiting(keys)]
+        calls += [
+            *commands.count(keys),
+            commands.oldest_waiting(keys),
+            commands.read_counter_totals(keys),
+        ]
     runners, *replies = yield from _checked(calls)
     counts: dict[str, dict[str, int]] = {}
     latency: dict[str, float] = {}
+    totals: dict[tuple[str, str], Counts] = {}
+    minutes: dict[str, int | None] = {}
     for i, queue in enumerate(names):
-        *sizes, oldest = replies[i * 5 : i * 5 + 5]
+        *sizes, oldest, counters = replies[i * 6 : i * 6 + 6]
         counts[queue] = dict(zip(STATES, sizes, strict=True))
         latency[queue] = 0.0 if oldest is None else max(0.0, (now - oldest) / 1000)
-    return Snapshot(counts, latency, runners)
+        totals.update({(queue, job): c for job, c in parse_counters(counters).items()})
+        minutes[queue] = unfolded_minute(counters)
+    # The totals lag by the last minute counted (culex.stats folds it in later): add it,
+    # as stats.totals() does, so that the counters never go back.
+    late = yield from unfolded_counts(prefix, minutes, None)
+    for (queue, _), by_job in late.items():
+        for job, more in by_job.items():
+            totals[queue, job] = totals.get((queue, job), Counts()) + more
+    return Snapshot(counts, latency, runners, dict(sorted(totals.items())))
 
 
 def _checked(calls: list[Call[Any]]) -> Flow[list[Any]]:
@@ -91,7 +117,32 @@ def families(snapshot: Snapshot) -> list[Metric]:
     runners = GaugeMetricFamily(
         "culex_runners", "Runners alive (beating within their lease)", value=snapshot.runners
     )
-    return [tasks, latency, runners]
+    return [tasks, latency, runners, *_outcomes(snapshot.totals)]
+
+
+_BOUNDS = [str(float(bound)) for bound in DURATION_BUCKETS] + ["+Inf"]  # the le labels
+
+
+def _outcomes(totals: dict[tuple[str, str], Counts]) -> list[Metric]:
+    """culex_tasks_total and culex_task_duration_seconds, from the counters in Redis."""
+    ended = CounterMetricFamily(
+        "culex_tasks",  # (exposed as culex_tasks_total)
+        "Attempts that ended, by outcome: succeeded, failed (to run again), dead",
+        labels=["queue", "job", "outcome"],
+    )
+    durations = HistogramMetricFamily(
+        "culex_task_duration_seconds",
+        "Run time of the attempts a runner reported, claim to report",
+        labels=["queue", "job"],
+    )
+    for (queue, job), counts in totals.items():
+        for outcome in ("succeeded", "failed", "dead"):
+            ended.add_metric([queue, job, outcome], getattr(counts, outcome))
+        cumulative = list(itertools.accumulate(counts.durations))
+        durations.add_metric(
+            [queue, job], list(zip(_BOUNDS, cumulative, strict=True)), counts.duration_sum
+        )
+    return [ended, durations]
 
 
 def render(settings: config.Settings | None = None) -> bytes:

@@ -108,6 +108,7 @@ class PlainRunner:
         self.task_prefix = f"{base}:task:"
         self.periodic_prefix = f"{base}:periodic:"
         self.done_prefix = f"{base}:done:"  # a list per task that producers wait on
+        self.stats_prefix = f"{base}:stats:"  # the counters (minute, hour, total)
         self.scripts = {name: client.register_script(source) for name, source in sources.items()}
         self.sent: dict[str, tuple[int, int]] = {}
         self.ids: list[str] = []
@@ -137,7 +138,7 @@ class PlainRunner:
     def claim(self, limit: int = 10, lease_ms: Number = LEASE_MS) -> list[Held]:
         keys = [
             self.waiting, self.pending, self.scheduled, self.dead, self.task_prefix,
-            self.done_prefix,
+            self.done_prefix, self.stats_prefix,
         ]  # fmt: skip
         reply = self.send("claim", keys, [limit, lease_ms, 100, self.DEAD_TTL_MS])
         return [
@@ -151,7 +152,10 @@ class PlainRunner:
         args: list[Number] = []
         for held, result in done:
             args += [held.id, held.attempt, result, ttl_ms]
-        keys = [self.pending, self.task_prefix, self.periodic_prefix, self.done_prefix]
+        keys = [
+            self.pending, self.task_prefix, self.periodic_prefix, self.done_prefix,
+            self.stats_prefix,
+        ]  # fmt: skip
         refused = self.send("complete", keys, args)
         return [text(task_id) for task_id in refused]
 
@@ -159,7 +163,7 @@ class PlainRunner:
         """The reply, "scheduled" or "dead" (no ``retry_delay_ms``: dead); None if refused."""
         keys = [
             self.task(held.id), self.pending, self.scheduled, self.dead, self.periodic_prefix,
-            self.done_prefix + held.id,
+            self.done_prefix + held.id, self.stats_prefix,
         ]  # fmt: skip
         delay = -1 if retry_delay_ms is None else retry_delay_ms
         reply = self.send(
@@ -191,7 +195,7 @@ class PlainRunner:
     def reclaim(self, limit: int = 100) -> dict[str, str]:
         keys = [
             self.pending, self.scheduled, self.dead, self.task_prefix, self.waiting,
-            self.signal, self.periodic_prefix, self.done_prefix,
+            self.signal, self.periodic_prefix, self.done_prefix, self.stats_prefix,
         ]  # fmt: skip
         pairs = self.send("reclaim", keys, [limit, self.DEAD_TTL_MS, self.DEAD_MAX])
         return {text(pairs[i]): text(pairs[i + 1]) for i in range(0, len(pairs), 2)}
@@ -279,8 +283,13 @@ def places(q: PlainRunner) -> dict[str, str]:
 def assert_every_key_ends(q: PlainRunner) -> None:
     """The hash of a finished or dead task expires; a running or queued task's lives until
     it ends. Beyond task hashes, only the queue's sets, its signal list, the periodic
-    records and the registry of queue names live on: any other key must expire."""
-    kept = {q.waiting, q.pending, q.scheduled, q.dead, q.signal, "culex:queues"}
+    records, the registry of queue names, the counters' totals (one hash per queue, a
+    few fields per job type) and the last minute counted (it expires once a later one is
+    counted) live on: any other key must expire."""
+    totals = q.stats_prefix + "total"
+    last_minute = f"{q.stats_prefix}m:{text(q.client.hget(totals, 'minute'))}"
+    kept = {q.waiting, q.pending, q.scheduled, q.dead, q.signal, "culex:queues", totals}
+    kept.add(last_minute)
     for key in q.client.scan_iter():  # the test's own server: every key is this queue's
         name, ttl = key.decode(), q.client.pttl(key)
         if name.startswith(q.task_prefix):

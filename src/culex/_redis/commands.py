@@ -277,3 +277,25 @@ def read_fields(keys: QueueKeys, task_id: str, names: Sequence[str]) -> Call[lis
 def flush_all() -> Call[bool]:
     """Empty every database of the server (culex.testing's server, between two tests)."""
     return Call((), ("FLUSHALL",), lambda reply: reply in (b"OK", "OK"))
+
+
+def read_counters(keys: QueueKeys, step: str, start: int) -> Call[dict[str, str]]:
+    """A queue's counters of one minute or hour bucket (``step``), that starts at ``start``
+    (epoch seconds): ``{"<job>|<field>": value}``, {} when nothing ended then (or expired)."""
+    key = keys.stats_minute(start) if step == "minute" else keys.stats_hour(start)
+    return Call((), ("HGETALL", key), _parse_hash)
+
+
+def read_counter_totals(keys: QueueKeys) -> Call[dict[str, str]]:
+    """A queue's counters since counting began (they never expire)."""
+    return Call((), ("HGETALL", keys.stats_total), _parse_hash)
+
+
+def unfolded_minute(keys: QueueKeys) -> Call[int | None]:
+    """The start of a queue's minute bucket that is not yet added to its hour bucket and to
+    the totals (the field ``minute`` of the totals; None: no minute was counted yet)."""
+
+    def parse(reply: bytes | None) -> int | None:
+        return number(reply, -1) if reply is not None and number(reply, -1) >= 0 else None
+
+    return Call((), ("HGET", keys.stats_total, "minute"), parse)

@@ -26,8 +26,8 @@ def check_queue_name(name: object) -> str:
 
 class QueueKeys:
     """The keys of one queue: four sorted sets, a wake-up signal, the task hashes, the
-    lists that wake producers waiting for a task's end, and the records of the periodic
-    jobs that run on it."""
+    lists that wake producers waiting for a task's end, the records of the periodic
+    jobs that run on it, and its counters (minute and hour buckets, totals)."""
 
     __slots__ = (
         "dead",
@@ -37,6 +37,8 @@ class QueueKeys:
         "periodic_prefix",
         "scheduled",
         "signal",
+        "stats_prefix",
+        "stats_total",
         "task_prefix",
         "waiting",
     )
@@ -52,6 +54,10 @@ class QueueKeys:
         self.task_prefix = f"{base}:task:"
         self.done_prefix = f"{base}:done:"
         self.periodic_prefix = f"{base}:periodic:"
+        # Counters: the scripts that end tasks add <prefix>m:<start s> (a minute bucket),
+        # <prefix>h:<start s> (an hour bucket) and <prefix>total to it (docs/wire-format.md).
+        self.stats_prefix = f"{base}:stats:"
+        self.stats_total = f"{base}:stats:total"
 
     def task(self, task_id: str) -> str:
         """The hash of one task."""
@@ -60,6 +66,16 @@ class QueueKeys:
     def done(self, task_id: str) -> str:
         """The list that wakes the producers waiting for one task's end (wait.lua)."""
         return self.done_prefix + task_id
+
+    def stats_minute(self, start: int) -> str:
+        """The counters of the minute that starts at ``start`` (epoch seconds, a multiple
+        of 60); it expires 2 days after it was added to its hour and the totals."""
+        return f"{self.stats_prefix}m:{start}"
+
+    def stats_hour(self, start: int) -> str:
+        """The counters of the hour that starts at ``start`` (epoch seconds, a multiple of
+        3600), its minutes added as they end; it expires 8 days after the last one."""
+        return f"{self.stats_prefix}h:{start}"
 
     def periodic(self, job_type: str) -> str:
         """The record of one periodic job (its slots and last run), in the queue's slot."""

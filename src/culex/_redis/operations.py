@@ -167,7 +167,15 @@ def claim(
         )
 
     return Call(
-        (keys.waiting, keys.pending, keys.scheduled, keys.dead, keys.task_prefix, keys.done_prefix),
+        (
+            keys.waiting,
+            keys.pending,
+            keys.scheduled,
+            keys.dead,
+            keys.task_prefix,
+            keys.done_prefix,
+            keys.stats_prefix,
+        ),
         (limit, lease_ms, promote_limit, dead_ttl_ms),
         parse,
         scripts.CLAIM,
@@ -192,7 +200,13 @@ def complete(keys: QueueKeys, done: Sequence[tuple[str, int, str, int]]) -> Call
     for quadruple in done:
         args += quadruple
     return Call(
-        (keys.pending, keys.task_prefix, keys.periodic_prefix, keys.done_prefix),
+        (
+            keys.pending,
+            keys.task_prefix,
+            keys.periodic_prefix,
+            keys.done_prefix,
+            keys.stats_prefix,
+        ),
         tuple(args),
         _parse_ids,
         scripts.COMPLETE,
@@ -222,6 +236,7 @@ def fail(
             keys.dead,
             keys.periodic_prefix,
             keys.done(task_id),
+            keys.stats_prefix,
         ),
         (
             task_id,
@@ -283,6 +298,7 @@ def reclaim(
             keys.signal,
             keys.periodic_prefix,
             keys.done_prefix,
+            keys.stats_prefix,
         ),
         (limit, dead_ttl_ms, dead_max),
         _parse_pairs,

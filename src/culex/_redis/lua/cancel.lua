@@ -11,6 +11,7 @@
 --         that is cancelled writes last_finished_at and last_outcome there, as in fail)
 -- KEYS[6] done list <prefix>:{<queue>}:done:<id>   (producers waiting for the task's end
 --         are woken through it: see wait.lua)
+--         (cancel writes no counter: a cancelled task never ran; see include/stats.lua)
 -- ARGV[1] id
 -- ARGV[2] reason          free text, or "": last_error becomes "cancelled: <reason>" or
 --                         "cancelled"

@@ -8,6 +8,10 @@
 --         that dies writes last_finished_at and last_outcome to its record, as in complete)
 -- KEYS[6] done list <prefix>:{<queue>}:done:<id>   (producers waiting for the task's end
 --         are woken through it when it goes to dead: see wait.lua)
+-- KEYS[7] counters prefix <prefix>:{<queue>}:stats:   (the attempt counts as failed,
+--         <type>|f<run-time bucket>, when a retry is scheduled, as dead, <type>|d<bucket>,
+--         when not, and adds its run time now - started_at to <type>|ms, in the minute
+--         bucket under it, which goes to its hour and the totals later, as in complete)
 -- ARGV[1] id
 -- ARGV[2] attempt         fences stale runners, as in complete
 -- ARGV[3] error           the reason, stored as last_error
@@ -52,13 +56,136 @@ local function trim_dead(dead_key, now, ttl, dead_max)
 end
 -- <<< include/dead.lua
 
+-- >>> include/stats.lua
+-- Counters of a queue, per job type: <job>|<o><b> counts the attempts that ended with
+-- outcome <o> (s succeeded, f failed, d dead) and a run time in bucket <b> (0 .. 13: up to
+-- 5, 10, 25, 50, 100, 250, 500 ms, 1, 2.5, 5, 10, 30, 60, 300 s; 14: above), <job>|<o>
+-- those with no run time known; <job>|ms sums the run times. A script adds what one call
+-- ended to a Lua table with count(), then writes it once with write_counts(): one HINCRBY
+-- per field and hash, however many tasks, and none for a sum that stayed 0.
+-- An attempt's run time in ms from its hash's started_at (set by claim), or nil when that
+-- is missing or not a time; 0 when the server's clock went back.
+local function run_time(now_ms, started_at)
+  local s = tonumber(started_at)
+  if not s or s ~= s or s < 0 or s > 1e15 then return nil end
+  return math.max(0, now_ms - math.floor(s))
+end
+
+-- The run-time bucket of run_ms: 0 .. 13 for at most 5, 10, 25, 50, 100, 250, 500 ms, 1,
+-- 2.5, 5, 10, 30, 60, 300 s, 14 above (no table: this runs for every task).
+local function bucket(ms)
+  if ms <= 100 then
+    if ms <= 5 then return 0 elseif ms <= 10 then return 1 elseif ms <= 25 then return 2
+    elseif ms <= 50 then return 3 else return 4 end
+  elseif ms <= 5000 then
+    if ms <= 250 then return 5 elseif ms <= 500 then return 6 elseif ms <= 1000 then return 7
+    elseif ms <= 2500 then return 8 else return 9 end
+  elseif ms <= 10000 then return 10 elseif ms <= 30000 then return 11
+  elseif ms <= 60000 then return 12 elseif ms <= 300000 then return 13 end
+  return 14
+end
+
+-- One task of `job` ended with outcome `o` ('s', 'f' or 'd'); run_ms is its attempt's run
+-- time (nil: unknown). The tally holds a table per job: per outcome, run-time bucket (or
+-- 'x': no run time) -> count; and 'ms', the summed run time. No string is made per task.
+local function count(tally, job, o, run_ms)
+  local t = tally[job]
+  if not t then
+    t = {s = {}, f = {}, d = {}, ms = 0}
+    tally[job] = t
+  end
+  local b = 'x'
+  if run_ms then
+    b = bucket(run_ms)
+    t.ms = t.ms + run_ms
+  end
+  t[o][b] = (t[o][b] or 0) + 1
+end
+
+-- The tally as a list: field, count, field, count, ...
+local function flat(tally)
+  local out = {}
+  for job, t in pairs(tally) do
+    for o, counts in pairs({s = t.s, f = t.f, d = t.d}) do
+      for b, n in pairs(counts) do
+        out[#out + 1] = job .. '|' .. o .. (b == 'x' and '' or b)
+        out[#out + 1] = n
+      end
+    end
+    if t.ms ~= 0 then
+      out[#out + 1] = job .. '|ms'
+      out[#out + 1] = t.ms
+    end
+  end
+  return out
+end
+
+-- Add the minute bucket <prefix>m:<start> to its hour bucket <prefix>h:<start of hour> and
+-- to <prefix>total: the minute has ended, and no script writes to it again. The hour
+-- expires 8 days after, the minute 2 days after.
+local function fold(prefix, start, total)
+  local minute = prefix .. 'm:' .. start
+  local f = redis.pcall('HGETALL', minute)
+  if f['err'] then return end
+  local hour = prefix .. 'h:' .. (start - start % 3600)
+  for i = 1, #f, 2 do
+    redis.pcall('HINCRBY', hour, f[i], f[i + 1])
+    redis.pcall('HINCRBY', total, f[i], f[i + 1])
+  end
+  redis.pcall('PEXPIRE', hour, 691200000)
+  redis.pcall('PEXPIRE', minute, 172800000)
+end
+
+-- Add the tally to the minute bucket <prefix>m:<start s>, one HINCRBY per field, however
+-- many tasks. The hour bucket and <prefix>total get a minute once it has ended: the first
+-- write that makes a field in a later minute folds the one that <prefix>total's field
+-- `minute` names into them, and names its own (the reads add the minute not yet folded).
+-- A minute expires 2 days after it was folded. pcall: a counters key that holds another
+-- type is skipped; counting never stops a task's own report.
+local function write_counts(prefix, now_ms, tally)
+  if next(tally) == nil then return end
+  local s = math.floor(now_ms / 1000)
+  local start = s - s % 60
+  local minute = prefix .. 'm:' .. start
+  local made = false
+  local counts = flat(tally)
+  for i = 1, #counts, 2 do
+    made = redis.pcall('HINCRBY', minute, counts[i], counts[i + 1]) == counts[i + 1] or made
+  end
+  if not made then return end  -- (the minute and its fields were there: nothing to fold)
+  local total = prefix .. 'total'
+  local last = tonumber(redis.pcall('HGET', total, 'minute'))
+  if not last or last < start then
+    if last then fold(prefix, last, total) end
+    local named = redis.pcall('HSET', total, 'minute', start)
+    if type(named) == 'table' and named['err'] then  -- (no totals: the minute must end)
+      redis.pcall('PEXPIRE', minute, 172800000)
+    end
+  elseif last > start then
+    -- The server's clock went back to a minute that is folded or will never be: this
+    -- call's counts go to its hour and the totals at once.
+    local hour = prefix .. 'h:' .. (start - start % 3600)
+    for i = 1, #counts, 2 do
+      redis.pcall('HINCRBY', hour, counts[i], counts[i + 1])
+      redis.pcall('HINCRBY', total, counts[i], counts[i + 1])
+    end
+    redis.pcall('PEXPIRE', hour, 691200000)
+    redis.pcall('PEXPIRE', minute, 172800000)
+  end
+end
+-- <<< include/stats.lua
+
 local delay = tonumber(ARGV[4])
 local ttl = tonumber(ARGV[5])
 local dead_max = tonumber(ARGV[6])
 if not (delay and ttl and dead_max) then  -- (before any write)
   return redis.error_reply('ERR fail: ARGV[4] to ARGV[6] must be numbers')
 end
-local f = redis.call('HMGET', KEYS[1], 'attempt', 'state', 'periodic', 'type', 'retry_count')
+if not KEYS[7] then
+  return redis.error_reply('ERR fail takes 7 keys: the counters prefix is KEYS[7]')
+end
+local f = redis.call('HMGET', KEYS[1], 'attempt', 'state', 'periodic', 'type', 'retry_count',
+  'started_at')
 if f[1] ~= ARGV[2] or f[2] ~= 'pending' then
   return 0
 end
@@ -67,6 +194,9 @@ local retries = math.floor(tonumber(f[5]) or 0) + 1
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 redis.call('ZREM', KEYS[2], ARGV[1])
+local tally = {}
+count(tally, f[4] or '', delay >= 0 and 'f' or 'd', run_time(now, f[6]))
+write_counts(KEYS[7], now, tally)
 if delay >= 0 then
   redis.call('HSET', KEYS[1], 'state', 'scheduled', 'retry_count', retries,
     'last_error', ARGV[3], 'failed_at', now, 'due_at', now + delay)
