@@ -150,6 +150,12 @@ def _parser() -> argparse.ArgumentParser:
     cancel.add_argument("--redis-url", help="redis://... (default: the embedded server)")
     cancel.set_defaults(command=_cancel)
 
+    metrics = command("metrics", help="serve Prometheus metrics at /metrics")
+    metrics.add_argument("--port", type=int, required=True, help="0: a free port")
+    metrics.add_argument("--host", default="127.0.0.1", help="default 127.0.0.1 (0.0.0.0: all)")
+    metrics.add_argument("--redis-url", help="redis://... (default: the embedded server)")
+    metrics.set_defaults(command=_metrics)
+
     demo = command("demo", help="enqueue example jobs and run them, then exit")
     demo.set_defaults(command=_demo)
     return parser
@@ -644,6 +650,17 @@ def _cancel(args: argparse.Namespace) -> int:
         else:
             print(f"{task_id}: not cancelled, {f'it is {outcome}' if outcome else 'not found'}")
     return 1 if refused else 0
+
+
+def _metrics(args: argparse.Namespace) -> int:
+    try:
+        from .metrics import serve
+    except ImportError as exc:
+        print(f"culex metrics needs prometheus-client ({exc}): pip install 'culex[metrics]'")
+        return 2
+    settings = config.settings(**({"redis_url": args.redis_url} if args.redis_url else {}))
+    serve(settings, args.host, args.port)
+    return 0
 
 
 def _demo(args: argparse.Namespace) -> int:
