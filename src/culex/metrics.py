@@ -34,9 +34,7 @@ from ._redis.operations import Call
 from .errors import CulexError
 from .flow import Flow, run_async, run_sync
 from .inspection import STATES
-from .stats import DURATION_BUCKETS, Counts, parse_counters
-from .stats import _minute as unfolded_minute
-from .stats import _unfolded as unfolded_counts
+from .stats import DURATION_BUCKETS, Counts, totals_with_last_minute
 
 __all__ = ["CONTENT_TYPE", "CulexCollector", "arender", "render", "serve"]
 
@@ -74,21 +72,16 @@ def snapshot_flow(settings: config.Settings) -> Flow[Snapshot]:
     runners, *replies = yield from _checked(calls)
     counts: dict[str, dict[str, int]] = {}
     latency: dict[str, float] = {}
-    totals: dict[tuple[str, str], Counts] = {}
-    minutes: dict[str, int | None] = {}
+    read: dict[str, dict[str, str]] = {}
     for i, queue in enumerate(names):
         *sizes, oldest, counters = replies[i * 6 : i * 6 + 6]
         counts[queue] = dict(zip(STATES, sizes, strict=True))
         latency[queue] = 0.0 if oldest is None else max(0.0, (now - oldest) / 1000)
-        totals.update({(queue, job): c for job, c in parse_counters(counters).items()})
-        minutes[queue] = unfolded_minute(counters)
-    # The totals lag by the last minute counted (culex.stats folds it in later): add it,
-    # as stats.totals() does, so that the counters never go back.
-    late = yield from unfolded_counts(prefix, minutes, None)
-    for (queue, _), by_job in late.items():
-        for job, more in by_job.items():
-            totals[queue, job] = totals.get((queue, job), Counts()) + more
-    return Snapshot(counts, latency, runners, dict(sorted(totals.items())))
+        read[queue] = counters
+    # (with the last minute counted, which the totals hold only later: the counters never
+    # go back)
+    totals = yield from totals_with_last_minute(prefix, read)
+    return Snapshot(counts, latency, runners, totals)
 
 
 def _checked(calls: list[Call[Any]]) -> Flow[list[Any]]:
