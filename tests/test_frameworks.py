@@ -53,6 +53,21 @@ def python(folder: Path, code: str, **env: str) -> str:
     return done.stdout
 
 
+def project_tests(folder: Path, **env: str) -> None:
+    """The project's own tests (its page's ``tests/`` files), run by pytest in the project's
+    folder with culex's plugin, as the user runs them: they pass."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"],
+        cwd=folder,
+        env={**os.environ, "PYTHONPATH": str(folder), **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert " passed" in done.stdout
+
+
 @contextmanager
 def runner(folder: Path, module: str, **env: str) -> Iterator[subprocess.Popen[str]]:
     """``culex run MODULE`` in the project's folder, for the block."""
@@ -110,6 +125,7 @@ def test_the_django_guide_runs(r: redis.Redis, url: str, tmp_path: Path) -> None
     with runner(tmp_path, "shop.runner", **env):
         wait_until(receipt_sent, timeout=30, what="the runner to send the receipt")
     assert r.hget(keys[0], "state") in (b"succeeded", None)  # (None: its ttl passed)
+    project_tests(tmp_path, **env)
 
 
 def with_runner(page: str, folder: Path, module: str, client_code: str) -> str:
@@ -188,6 +204,7 @@ def test_the_fastapi_guide_runs(r: redis.Redis, tmp_path: Path) -> None:
             """,
     )
     assert out.split("\n")[:2] == ["welcome, ann", "404"]
+    project_tests(tmp_path)
 
 
 def test_the_flask_guide_runs(r: redis.Redis, tmp_path: Path) -> None:

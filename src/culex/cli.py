@@ -160,6 +160,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     dashboard.set_defaults(command=_dashboard)
 
+    metrics = command("metrics", help="serve Prometheus metrics at /metrics")
+    metrics.add_argument("--port", type=int, required=True, help="0: a free port")
+    metrics.add_argument("--host", default="127.0.0.1", help="default 127.0.0.1 (0.0.0.0: all)")
+    metrics.add_argument("--redis-url", help="redis://... (default: the embedded server)")
+    metrics.set_defaults(command=_metrics)
+
     demo = command("demo", help="enqueue example jobs and run them, then exit")
     demo.set_defaults(command=_demo)
     return parser
@@ -676,6 +682,17 @@ def _dashboard(args: argparse.Namespace) -> int:
     settings = config.settings(**({"redis_url": args.redis_url} if args.redis_url else {}))
     dashboard = app(settings, read_only=args.read_only, basic_auth=credentials)
     uvicorn.run(dashboard, host=args.host, port=args.port, log_level=args.log_level.lower())
+    return 0
+
+
+def _metrics(args: argparse.Namespace) -> int:
+    try:
+        from .metrics import serve
+    except ImportError as exc:
+        print(f"culex metrics needs prometheus-client ({exc}): pip install 'culex[metrics]'")
+        return 2
+    settings = config.settings(**({"redis_url": args.redis_url} if args.redis_url else {}))
+    serve(settings, args.host, args.port)
     return 0
 
 

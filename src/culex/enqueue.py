@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from . import config
+from . import config, tracing
 from ._redis import commands, operations
 from ._redis.address import Address
 from ._redis.keys import queue_keys, queues_key
@@ -41,12 +41,23 @@ def enqueue_flow(
     task_id: str | None = None,
 ) -> Flow[list[Task]]:
     """Enqueue ``jobs``; the flow's value is their tasks, in order."""
+    with tracing.producing(jobs) as producing:  # made inside a span: a span of its own
+        tasks = yield from _enqueue(jobs, delay, at, task_id, producing.field)
+        producing.sent(tasks)
+    return tasks
+
+
+def _enqueue(
+    jobs: Sequence[QueuedJob],
+    delay: timedelta | float | None,
+    at: datetime | None,
+    task_id: str | None,
+    trace: str,
+) -> Flow[list[Task]]:
     settings = config.settings()
     due_ms, delay_ms = when(delay, at)
-    calls = [
-        _call(job, settings, due_ms, delay_ms, new_id() if task_id is None else check_id(task_id))
-        for job in jobs
-    ]
+    given = None if task_id is None else check_id(task_id)
+    calls = [_call(job, settings, due_ms, delay_ms, given or new_id(), trace) for job in jobs]
     new_queues = [
         q
         for q in dict.fromkeys(job.queue for job in jobs)
@@ -58,14 +69,14 @@ def enqueue_flow(
     if len(calls) == 1 and not first and confirm is None:
         outcome = yield calls[0]  # the common case: one command, no pipeline
         if outcome.existed and task_id is None:
-            outcome = yield from _redraw(jobs[0], settings, due_ms, delay_ms, confirm)
+            outcome = yield from _redraw(jobs[0], settings, due_ms, delay_ms, confirm, trace)
         return [Task(outcome.task_id, jobs[0].queue, job=type(jobs[0]))]
     for start in range(0, len(calls), CHUNK):
         replies = yield from _sent([*first, *calls[start : start + CHUNK]], confirm)
         done: list[Enqueued] = replies[len(first) :]
         for outcome, job in zip(done, jobs[start:], strict=False):
             if outcome.existed and task_id is None:
-                outcome = yield from _redraw(job, settings, due_ms, delay_ms, confirm)
+                outcome = yield from _redraw(job, settings, due_ms, delay_ms, confirm, trace)
             tasks.append(Task(outcome.task_id, job.queue, job=type(job)))
         _registered.update((settings.redis_url, settings.prefix, q) for q in new_queues)
         first = []
@@ -78,6 +89,7 @@ def _redraw(
     due_ms: int | None,
     delay_ms: int,
     confirm: Confirm | None,
+    trace: str,
 ) -> Flow[Enqueued]:
     """Enqueue ``job`` again under a new id: the id culex drew for it was taken.
 
@@ -86,7 +98,7 @@ def _redraw(
     leaves the server's task as it was, and this job would be lost: so draw again.
     """
     while True:
-        call = _call(job, settings, due_ms, delay_ms, new_id())
+        call = _call(job, settings, due_ms, delay_ms, new_id(), trace)
         outcome: Enqueued = (yield from _sent([call], confirm))[0]
         if not outcome.existed:
             return outcome
@@ -113,7 +125,12 @@ def _sent(calls: list[Call[Any]], confirm: Confirm | None) -> Flow[list[Any]]:
 
 
 def _call(
-    job: QueuedJob, settings: config.Settings, due_ms: int | None, delay_ms: int, task_id: str
+    job: QueuedJob,
+    settings: config.Settings,
+    due_ms: int | None,
+    delay_ms: int,
+    task_id: str,
+    trace: str,
 ) -> Call[Enqueued]:
     params = job.params_json()
     # A character takes at most 4 bytes: most params are measured without encoding them.
@@ -132,6 +149,7 @@ def _call(
         due_ms=due_ms,
         delay_ms=delay_ms,
         max_retries=job.max_retries,
+        trace=trace,
     )
 
 

@@ -16,7 +16,7 @@ from concurrent.futures import Executor
 from datetime import timedelta
 from typing import Any
 
-from . import logs
+from . import logs, tracing
 from ._redis.operations import Claimed
 from .config import seconds
 from .errors import JobFailure
@@ -29,9 +29,9 @@ logger = logging.getLogger("culex")
 
 class Outcome:
     """How an attempt ended: a result (success) with the job's own result_ttl, or an error
-    with the retry delay (None: dead)."""
+    with the retry delay (None: dead), and the exception behind it if any (for tracing)."""
 
-    __slots__ = ("claimed", "error", "result_json", "result_ttl", "retry_delay_ms")
+    __slots__ = ("claimed", "error", "exception", "result_json", "result_ttl", "retry_delay_ms")
 
     def __init__(
         self,
@@ -40,8 +40,10 @@ class Outcome:
         error: str | None = None,
         retry_delay_ms: int | None = None,
         result_ttl: float | timedelta | None = None,
+        exception: BaseException | None = None,
     ) -> None:
         self.claimed = claimed
+        self.exception = exception
         self.result_json = result_json
         self.error = error
         self.retry_delay_ms = retry_delay_ms
@@ -83,7 +85,12 @@ def _broken(claimed: Claimed, reason: str) -> Outcome:
 
 
 async def attempt(job: Job, claimed: Claimed, pool: Executor) -> Outcome:
-    """Run one attempt and judge it. Never raises but for cancellation."""
+    """Run one attempt and judge it, in its span when tracing is on. Never raises but for
+    cancellation."""
+    return await tracing.performing(job, claimed, _judged(job, claimed, pool))
+
+
+async def _judged(job: Job, claimed: Claimed, pool: Executor) -> Outcome:
     started = time.perf_counter()
     timeout = None if job.timeout is None else seconds(job.timeout, "timeout")
     try:
@@ -95,13 +102,13 @@ async def attempt(job: Job, claimed: Claimed, pool: Executor) -> Outcome:
         else:
             result_json = job.result_text(await _run_in_thread(job, pool, timeout))
     except JobFailure as exc:
-        return _failed(job, claimed, exc.reason, exc.retry, started)
-    except TimeoutError:
-        return _failed(job, claimed, f"timed out after {timeout} s", True, started)
+        return _failed(job, claimed, exc.reason, exc.retry, started, exc)
+    except TimeoutError as exc:
+        return _failed(job, claimed, f"timed out after {timeout} s", True, started, exc)
     except (ChildRaised, ChildDied) as exc:
-        return _failed(job, claimed, str(exc), True, started)
+        return _failed(job, claimed, str(exc), True, started, exc)
     except Exception as exc:
-        return _failed(job, claimed, f"{type(exc).__name__}: {exc}", True, started)
+        return _failed(job, claimed, f"{type(exc).__name__}: {exc}", True, started, exc)
     if logger.isEnabledFor(logging.INFO):
         logs.task_line(logger, "task %s succeeded, took %s", task_name(claimed), _took(started))
     return Outcome(claimed, result_json, result_ttl=job.result_ttl)
@@ -163,7 +170,9 @@ async def _maybe_await(hook: Callable[..., Any], *args: Any) -> None:
                 raise
 
 
-def _failed(job: Job, claimed: Claimed, reason: str, retry: bool, started: float) -> Outcome:
+def _failed(
+    job: Job, claimed: Claimed, reason: str, retry: bool, started: float, raised: BaseException
+) -> Outcome:
     reason = reason or "failed"
     delay_ms: int | None = None
     if retry:
@@ -187,7 +196,7 @@ def _failed(job: Job, claimed: Claimed, reason: str, retry: bool, started: float
             _clock(delay_ms),
             reason,
         )
-    return Outcome(claimed, error=reason, retry_delay_ms=delay_ms)
+    return Outcome(claimed, error=reason, retry_delay_ms=delay_ms, exception=raised)
 
 
 def _took(started: float) -> str:

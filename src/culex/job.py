@@ -96,6 +96,9 @@ class Job:
     result_ttl: ClassVar[float | timedelta | None] = None
     # "thread" (default) or "process": where a sync perform runs (see culex.isolation)
     isolation: ClassVar[str] = "thread"
+    # With OpenTelemetry: an attempt's span is a child of the enqueuing span (one trace),
+    # not a new trace linked to it (the default; see docs/tracing.md)
+    trace_as_child: ClassVar[bool] = False
 
     params_: ClassVar[dict[str, Param]] = {}
     # The task's ``type`` in Redis: ``name = "..."`` on the class, else the class name.
@@ -349,6 +352,8 @@ def _check_policy(cls: type[Job]) -> None:
         raise ValueError(f"{name}.max_retries must be >= 0, got {cls.max_retries}")
     if not isinstance(cls.rescheduleable, bool) and not callable(cls.rescheduleable):
         raise TypeError(f"{name}.rescheduleable must be a bool or a method taking the retry count")
+    if not isinstance(cls.trace_as_child, bool):
+        raise TypeError(f"{name}.trace_as_child must be a bool, got {cls.trace_as_child!r}")
     if cls.isolation not in ("thread", "process"):
         raise ValueError(f'{name}.isolation must be "thread" or "process", got {cls.isolation!r}')
     if cls.isolation == "process" and inspect.iscoroutinefunction(cls.perform):

@@ -404,13 +404,25 @@ def _totals(
     found = yield from _read(
         [commands.read_counter_totals(queue_keys(settings.prefix, q)) for q in queues]
     )
+    return (
+        yield from totals_with_last_minute(settings.prefix, dict(zip(queues, found, strict=True)))
+    )
+
+
+def totals_with_last_minute(
+    prefix: str, read: dict[str, dict[str, str]]
+) -> Flow[dict[tuple[str, str], Counts]]:
+    """Each (queue, job)'s counts since counting began, from each queue's totals hash as
+    read (``read``: queue -> its fields), plus the last minute counted, which the totals do
+    not hold yet (read here): what :func:`totals` returns, for a reader that read the
+    totals hashes together with other things."""
     sums = {
         (q, job): counts
-        for q, fields in zip(queues, found, strict=True)
+        for q, fields in read.items()
         for job, counts in parse_counters(fields).items()
     }
-    minutes = {q: _minute(fields) for q, fields in zip(queues, found, strict=True)}
-    late = yield from _unfolded(settings.prefix, minutes, None)
+    minutes = {q: _minute(fields) for q, fields in read.items()}
+    late = yield from _unfolded(prefix, minutes, None)
     for (q, _), by_job in late.items():
         for job, counts in by_job.items():
             sums[q, job] = sums.get((q, job), Counts()) + counts

@@ -43,18 +43,20 @@ def shipped() -> dict[str, str]:
 class Contract(NamedTuple):
     """What a script's header says it takes: how many KEYS, its ARGV in order ("1", "2",
     ..., and "2.." for a repeated tail such as complete's id, attempt, result), and how
-    many ARGV each repetition of that tail holds (0: no tail)."""
+    many ARGV each repetition of that tail holds (0: no tail); how many last ARGV the
+    header marks "optional" (a call may leave them out)."""
 
     keys: int
     argv: list[str]
     tail: int
+    optional: int = 0
 
     def takes(self, keys: int, args: int) -> bool:
         """Whether a call with this many KEYS and ARGV is one the header describes."""
         fixed = len(self.argv) - (self.tail > 0)
         if self.tail:
             return keys == self.keys and args >= fixed and (args - fixed) % self.tail == 0
-        return keys == self.keys and args == fixed
+        return keys == self.keys and fixed - self.optional <= args <= fixed
 
 
 def contract(source: str) -> Contract:
@@ -65,7 +67,8 @@ def contract(source: str) -> Contract:
     assert keys == [str(n) for n in range(1, len(keys) + 1)], keys
     tail = re.search(r"^-- ARGV\[\d+\.\.\]\s+(\w+)", header, re.MULTILINE)
     size = {"pairs": 2, "triples": 3}.get(tail[1], 1) if tail else 0
-    return Contract(len(keys), argv, size)
+    optional = re.findall(r"^-- ARGV\[\d+\]\s+\w+\s+optional", header, re.MULTILINE)
+    return Contract(len(keys), argv, size, len(optional))
 
 
 def text(value: bytes | str | None) -> str:

@@ -226,6 +226,12 @@ def runner_ids(prefix: str) -> Call[list[str]]:
     )
 
 
+def count_runners(prefix: str, now_ms: int) -> Call[int]:
+    """How many runners have a record that lives past ``now_ms`` (server clock): the
+    registry's scores are the records' expiry times."""
+    return Call((), ("ZCOUNT", runners_key(prefix), f"({now_ms}", "+inf"), int)
+
+
 def read_runner(prefix: str, runner_id: str) -> Call[dict[str, str]]:
     """One runner's record ({} when it stopped beating and its record expired)."""
     return Call((), ("HGETALL", runner_key(prefix, runner_id)), _parse_hash)

@@ -85,7 +85,9 @@ def enqueue(
     due_ms: int | None,
     delay_ms: int,
     max_retries: int,
+    trace: str = "",
 ) -> Call[Enqueued]:
+    """``trace``: the producer's trace context (tracing.py), "" for none."""
     return Call(
         (keys.task(task_id), keys.waiting, keys.scheduled, keys.signal),
         (
@@ -96,6 +98,7 @@ def enqueue(
             "" if due_ms is None else due_ms,
             delay_ms,
             max_retries,
+            trace,
         ),
         _parse_enqueue,
         scripts.ENQUEUE,
@@ -116,6 +119,7 @@ class Claimed:
         "params",
         "queue",
         "retry_count",
+        "trace",
         "type",
     )
 
@@ -128,6 +132,7 @@ class Claimed:
         self.retry_count = number(row[4])
         self.max_retries = number(row[5], -1)
         self.enqueue_time = number(row[6])
+        self.trace: bytes = row[7] if len(row) > 7 else b""  # the producer's, for tracing.py
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,8 @@
 -- ARGV[3] promote_limit   how many due scheduled tasks to promote at most
 -- ARGV[4] dead_ttl_ms     for an id found in waiting without its hash
 -- Returns: {now_us, next_due_ms or -1, task, task, ...} where each task is
---          {id, attempt, type, params, retry_count, max_retries, enqueue_time}.
+--          {id, attempt, type, params, retry_count, max_retries, enqueue_time, trace}
+--          (trace: the producer's trace context, "" for none).
 -- An empty claim writes nothing. now_us is the server time in microseconds: a runner
 -- times its wait for the next due task from it (ms would make it up to 1 ms late).
 
@@ -195,7 +196,7 @@ if limit > 0 then
     local id = popped[i]
     local key = KEYS[5] .. id
     local f = redis.pcall('HMGET', key, 'type', 'params', 'retry_count', 'max_retries',
-      'enqueue_time', 'attempt')
+      'enqueue_time', 'attempt', 'trace')
     if f['err'] then
       -- The key holds another type. Not ours to delete: the value is kept beside the
       -- record, in the same slot.
@@ -212,7 +213,7 @@ if limit > 0 then
       leases[#leases + 1] = now + lease
       leases[#leases + 1] = id
       reply[#reply + 1] = {id, attempt, f[1] or '', f[2] or '', f[3] or '0', f[4] or '',
-        f[5] or ''}
+        f[5] or '', f[7] or ''}
     end
   end
   for i = 1, #leases, 1000 do  -- unpack in slices: Lua's C stack is bounded

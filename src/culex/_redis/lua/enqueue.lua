@@ -11,6 +11,9 @@
 -- ARGV[5] due_ms         absolute due time in ms since the epoch, or "" for "now + delay_ms"
 -- ARGV[6] delay_ms       used when due_ms is ""; 0 means now
 -- ARGV[7] max_retries    retries after the first attempt (the job's max_retries)
+-- ARGV[8] trace          optional: the producer's trace context, a JSON object of
+--                        propagation fields (W3C traceparent, tracestate); stored as the
+--                        field `trace` when given and not ""
 -- Returns: {state, id} where state is "waiting" or "scheduled";
 --          {"exists", id} when a task with this id already exists (nothing changes:
 --          client-made ids make enqueue idempotent).
@@ -30,6 +33,9 @@ end
 redis.call('HSET', KEYS[1], 'id', ARGV[1], 'type', ARGV[2], 'queue', ARGV[3],
   'params', ARGV[4], 'enqueue_time', now, 'retry_count', 0, 'attempt', 0,
   'max_retries', ARGV[7], 'state', state, 'due_at', due)
+if ARGV[8] and ARGV[8] ~= '' then
+  redis.call('HSET', KEYS[1], 'trace', ARGV[8])
+end
 if state == 'waiting' then
   redis.call('ZADD', KEYS[2], now, ARGV[1])
   -- one token is enough to wake a runner; more would only make idle runners spin

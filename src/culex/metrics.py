@@ -1,0 +1,228 @@
+"""Prometheus metrics: what Redis holds about the queues, in the Prometheus text format.
+
+Optional (``pip install culex[metrics]``: prometheus-client). One scrape is one flow of
+three round trips, whatever the number of queues: the queue names and the server's clock;
+every count, latency, the runners and the counters (culex.stats) together; the last
+minute of counters, which the totals do not hold yet.
+``render`` / ``arender`` give the text; :class:`CulexCollector` joins a registry of your
+own; ``culex metrics`` serves it.
+Names and labels are fixed (alerts are written against them): docs/metrics.md.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from typing import Any
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from . import config
+from ._redis import commands
+from ._redis.keys import queue_keys, queues_key
+from ._redis.operations import Call
+from .errors import CulexError
+from .flow import Flow, run_async, run_sync
+from .inspection import STATES
+from .stats import DURATION_BUCKETS, Counts, totals_with_last_minute
+
+__all__ = ["CONTENT_TYPE", "CulexCollector", "arender", "render", "serve"]
+
+logger = logging.getLogger("culex")
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+"""The Content-Type of :func:`render`'s text (the Prometheus text format)."""
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What one scrape read: per queue, its counts by state and its latency in seconds;
+    how many runners are alive; per (queue, job), the counters since counting began."""
+
+    counts: dict[str, dict[str, int]]
+    latency: dict[str, float]
+    runners: int
+    totals: dict[tuple[str, str], Counts]
+
+
+def snapshot_flow(settings: config.Settings) -> Flow[Snapshot]:
+    """Read a :class:`Snapshot` in three round trips (two before any task was counted)."""
+    prefix = settings.prefix
+    names, now = yield from _checked(
+        [commands.known_queues(queues_key(prefix)), commands.server_time()]
+    )
+    calls: list[Call[Any]] = [commands.count_runners(prefix, now)]
+    for queue in names:
+        keys = queue_keys(prefix, queue)
+        calls += [
+            *commands.count(keys),
+            commands.oldest_waiting(keys),
+            commands.read_counter_totals(keys),
+        ]
+    runners, *replies = yield from _checked(calls)
+    counts: dict[str, dict[str, int]] = {}
+    latency: dict[str, float] = {}
+    read: dict[str, dict[str, str]] = {}
+    for i, queue in enumerate(names):
+        *sizes, oldest, counters = replies[i * 6 : i * 6 + 6]
+        counts[queue] = dict(zip(STATES, sizes, strict=True))
+        latency[queue] = 0.0 if oldest is None else max(0.0, (now - oldest) / 1000)
+        read[queue] = counters
+    # (with the last minute counted, which the totals hold only later: the counters never
+    # go back)
+    totals = yield from totals_with_last_minute(prefix, read)
+    return Snapshot(counts, latency, runners, totals)
+
+
+def _checked(calls: list[Call[Any]]) -> Flow[list[Any]]:
+    """Send ``calls`` in one round trip; a refused one raises."""
+    replies: list[Any] = yield calls
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+    return replies
+
+
+def families(snapshot: Snapshot) -> list[Metric]:
+    """The metric families of one snapshot, with their fixed names and labels."""
+    tasks = GaugeMetricFamily(
+        "culex_queue_tasks", "Tasks in each queue, by state", labels=["queue", "state"]
+    )
+    latency = GaugeMetricFamily(
+        "culex_queue_latency_seconds",
+        "How long the oldest ready task of each queue has waited (0: none waits)",
+        labels=["queue"],
+    )
+    for queue, row in snapshot.counts.items():
+        for state in STATES:
+            tasks.add_metric([queue, state], row[state])
+        latency.add_metric([queue], snapshot.latency[queue])
+    runners = GaugeMetricFamily(
+        "culex_runners", "Runners alive (beating within their lease)", value=snapshot.runners
+    )
+    return [tasks, latency, runners, *_outcomes(snapshot.totals)]
+
+
+_BOUNDS = [str(float(bound)) for bound in DURATION_BUCKETS] + ["+Inf"]  # the le labels
+
+
+def _outcomes(totals: dict[tuple[str, str], Counts]) -> list[Metric]:
+    """culex_tasks_total and culex_task_duration_seconds, from the counters in Redis."""
+    ended = CounterMetricFamily(
+        "culex_tasks",  # (exposed as culex_tasks_total)
+        "Attempts that ended, by outcome: succeeded, failed (to run again), dead",
+        labels=["queue", "job", "outcome"],
+    )
+    durations = HistogramMetricFamily(
+        "culex_task_duration_seconds",
+        "Run time of the attempts a runner reported, claim to report",
+        labels=["queue", "job"],
+    )
+    for (queue, job), counts in totals.items():
+        for outcome in ("succeeded", "failed", "dead"):
+            ended.add_metric([queue, job, outcome], getattr(counts, outcome))
+        cumulative = list(itertools.accumulate(counts.durations))
+        durations.add_metric(
+            [queue, job], list(zip(_BOUNDS, cumulative, strict=True)), counts.duration_sum
+        )
+    return [ended, durations]
+
+
+def render(settings: config.Settings | None = None) -> bytes:
+    """The metrics now, in the Prometheus text format (Content-Type: ``CONTENT_TYPE``)."""
+    settings = settings or config.settings()
+    return _text(families(run_sync(snapshot_flow(settings), settings.redis_url)))
+
+
+async def arender(settings: config.Settings | None = None) -> bytes:
+    """The async twin of :func:`render`."""
+    settings = settings or config.settings()
+    return _text(families(await run_async(snapshot_flow(settings), settings.redis_url)))
+
+
+class CulexCollector(Collector):
+    """A collector for a prometheus_client registry of your own: each scrape reads Redis
+    (``registry.register(CulexCollector())``)."""
+
+    def __init__(self, settings: config.Settings | None = None) -> None:
+        self.settings = settings
+
+    def collect(self) -> Iterator[Metric]:
+        settings = self.settings or config.settings()
+        yield from families(run_sync(snapshot_flow(settings), settings.redis_url))
+
+    def describe(self) -> Iterable[Metric]:
+        return []  # (no read when registered)
+
+
+class _Read(Collector):
+    """Families already read, as a collector (what generate_latest takes)."""
+
+    def __init__(self, found: list[Metric]) -> None:
+        self.found = found
+
+    def collect(self) -> Iterable[Metric]:
+        return self.found
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+
+def _text(found: list[Metric]) -> bytes:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Read(found))
+    return generate_latest(registry)
+
+
+# -- culex metrics: an HTTP server of /metrics alone -------------------------------------
+
+
+def serve(settings: config.Settings, host: str, port: int) -> None:
+    """Serve ``GET /metrics`` on ``host:port`` (0: a free port) until interrupted; prints
+    the address it serves. One scrape at a time (Prometheus does not send more)."""
+    server = HTTPServer((host, port), _handler(settings))
+    shown_host, shown_port = server.server_address[:2]
+    print(f"serving http://{shown_host!s}:{shown_port}/metrics", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+
+
+def _handler(settings: config.Settings) -> type[BaseHTTPRequestHandler]:
+    class MetricsHandler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path.split("?", 1)[0] != "/metrics":
+                self._reply(404, b"not found: culex serves /metrics\n", "text/plain")
+                return
+            try:
+                body = render(settings)
+            except CulexError as exc:  # the server is down or refuses: say so, not a trace
+                logger.warning("metrics: %s", exc)
+                self._reply(503, f"culex: {exc}\n".encode(), "text/plain")
+                return
+            self._reply(200, body, CONTENT_TYPE)
+
+        def _reply(self, status: int, body: bytes, content_type: str) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            logger.debug("metrics: " + format, *args)
+
+    return MetricsHandler
