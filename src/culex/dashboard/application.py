@@ -52,6 +52,7 @@ def _routes() -> list[BaseRoute]:
         Route("/", pages.overview, name="overview"),
         Route("/runners", pages.runners, name="runners"),
         Route("/series", throughput.series, name="series"),
+        Route("/metrics", pages.metrics, name="metrics"),
         Route("/dead", pages.dead, name="dead"),
         Route("/periodic", pages.periodic, name="periodic"),
         Route("/periodic/trigger", actions.trigger, methods=["POST"], name="trigger"),

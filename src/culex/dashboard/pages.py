@@ -136,6 +136,18 @@ async def task_text(request: Request) -> Response:
     return PlainTextResponse(record.get(field, ""), headers={"cache-control": "no-store"})
 
 
+async def metrics(request: Request) -> Response:
+    """Prometheus text, as ``culex metrics`` serves it (needs prometheus-client)."""
+    try:
+        from .. import metrics as prometheus
+    except ImportError as exc:
+        return PlainTextResponse(
+            f"/metrics needs prometheus-client ({exc}): pip install 'culex[dashboard]'", 501
+        )
+    text = await prometheus.arender(request.app.state.settings)
+    return Response(text, media_type=prometheus.CONTENT_TYPE)
+
+
 async def not_found(request: Request, exc: Exception) -> Response:
     detail = exc.detail if isinstance(exc, HTTPException) else "not found"
     return render(request, "missing.html", {"detail": detail, "page": ""}, status=404)
