@@ -7,6 +7,8 @@
   let timer = null;
   let chart = null;
   let charting = false;
+  let refreshes = 0;
+  let loads = 0; // the newest chart load wins: an older answer that comes late is dropped
 
   function liveOn() {
     const button = document.getElementById("live-toggle");
@@ -18,12 +20,15 @@
   }
 
   async function refresh() {
+    const mine = ++refreshes;
     const response = await fetch(window.location.href, {
       credentials: "same-origin",
       headers: { "X-Culex-Live": "1" },
     });
-    if (!response.ok || !liveOn()) return;
-    const fresh = new DOMParser().parseFromString(await response.text(), "text/html");
+    if (!response.ok || !liveOn() || mine !== refreshes) return;
+    const text = await response.text();
+    if (mine !== refreshes) return; // a newer refresh started meanwhile: it wins
+    const fresh = new DOMParser().parseFromString(text, "text/html");
     document.querySelectorAll("[data-live][id]").forEach(function (old) {
       // Keep a list whose tasks the user is ticking.
       if (old.hasAttribute("data-keep-when-selected") && anyTicked(old)) return;
@@ -98,14 +103,16 @@
   const COLORS = { processed: "#2f6fde", failed: "#e0a100", dead: "#d23f3f" };
 
   async function loadChart() {
+    const mine = ++loads;
     const box = document.getElementById("chart");
     const picked = document.querySelector("#chart-range [aria-pressed=true]");
     const range = picked ? picked.dataset.range : "hour";
     const response = await fetch(box.dataset.seriesUrl + "?range=" + range, {
       credentials: "same-origin",
     });
-    if (!response.ok) return;
+    if (!response.ok || mine !== loads) return;
     const series = await response.json();
+    if (mine !== loads) return;
     const data = [series.t, series.processed, series.failed, series.dead];
     // What the chart shows, for a reader of the page (and its tests).
     box.dataset.points = String(series.t.length);
