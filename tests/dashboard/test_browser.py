@@ -77,12 +77,17 @@ def test_every_page_loads(dashboard: str, page: Page) -> None:
         expect(page.locator(f'[data-tab="{state}"]')).to_have_attribute("aria-current", "page")
     page.get_by_role("link", name="Runners").click()
     expect(page.get_by_role("heading", name="Runners")).to_be_visible()
-    page.get_by_role("link", name="Dead").click()
+    page.get_by_role("link", name="Periodic").click()
+    expect(page.get_by_role("heading", name="Periodic jobs")).to_be_visible()
+    page.get_by_role("link", name="Dead", exact=True).click()
     expect(page.get_by_role("row").filter(has_text=task.id)).to_be_visible()
     page.get_by_role("link", name=task.id).click()
     expect(page.locator("#task-state")).to_have_text("dead")
     page.goto(f"{dashboard}/task?queue=dash_mail&id=no-such-id")
     expect(page.locator("#missing")).to_contain_text("no such task")
+    assert task.retry()
+    page.get_by_role("link", name="Dead", exact=True).click()
+    expect(page.locator("#no-dead")).to_be_visible()
 
 
 def test_the_counts_are_what_was_enqueued(dashboard: str, page: Page) -> None:
