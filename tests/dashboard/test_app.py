@@ -100,6 +100,7 @@ def _status(address: str, authorization: str | None) -> int | None:
         with urllib.request.urlopen(urllib.request.Request(address, headers=headers)) as page:
             return int(page.status)
     except urllib.error.HTTPError as answer:
+        answer.close()
         return answer.code
     except OSError:
         return None  # not listening yet

@@ -42,4 +42,5 @@ def fetch(address: str, headers: dict[str, str] | None = None) -> tuple[int, str
         with urllib.request.urlopen(urllib.request.Request(address, headers=headers or {})) as got:
             return int(got.status), got.read().decode()
     except urllib.error.HTTPError as refused:
+        refused.close()
         return refused.code, ""

@@ -37,6 +37,8 @@ async def series(request: Request) -> Response:
             request.app.state.settings,
             queues=None if queue is None else [queue],
             since=until - length,
+            # (given, not the server's now: a week from a moment ago is more than a week)
+            until=until,
             step=step,
         )
     except (TypeError, ValueError) as exc:
