@@ -338,7 +338,7 @@ async def test_the_page_examples_run(r: redis.Redis, spans: InMemorySpanExporter
             await module.welcome.aresult(timeout=30)
         request = finished(spans, "POST /signup")[0].context
         resize = await consumer_span(spans, "perform ResizeImageJob")
-        welcome = await consumer_span(spans, "perform SendWelcomeEmailJob")
+        welcome = await consumer_span(spans, "perform WelcomeEmailJob")
         assert ids(request)[0] != ids(resize.context)[0]
         assert ids(request)[0] == ids(welcome.context)[0]
     finally:

@@ -346,7 +346,7 @@ def _task(args: argparse.Namespace) -> int:
     from .task import Task
 
     settings = config.settings(**({"redis_url": args.redis_url} if args.redis_url else {}))
-    record = Task(args.id, args.queue, url=settings.redis_url).info()
+    record = Task(args.id, args.queue, settings.redis_url, prefix=settings.prefix).info()
     if not record:
         print(f"{args.queue}<{args.id}>: no such task (never enqueued, or expired)")
         return 1
@@ -642,7 +642,9 @@ def _cancel(args: argparse.Namespace) -> int:
     settings = config.settings(**({"redis_url": args.redis_url} if args.redis_url else {}))
     try:  # every id is checked before the first one is cancelled
         flows = {
-            task_id: Task(task_id, args.queue, settings.redis_url).cancel_flow(args.reason)
+            task_id: Task(
+                task_id, args.queue, settings.redis_url, prefix=settings.prefix
+            ).cancel_flow(args.reason)
             for task_id in dict.fromkeys(args.ids)
         }
     except (TypeError, ValueError) as exc:

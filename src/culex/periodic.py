@@ -401,7 +401,7 @@ def _trigger(
             f"no periodic job {job_type!r} on queue {queue!r}: no runner schedules it "
             "(see culex periodic for the jobs there are)"
         )
-    return Task(done.task_id, queue, settings.redis_url, job_class)
+    return Task(done.task_id, queue, settings.redis_url, job_class, settings.prefix)
 
 
 def _target(

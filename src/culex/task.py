@@ -82,15 +82,21 @@ class Task:
     (plain JSON when none is registered).
     """
 
-    __slots__ = ("id", "job", "queue", "url")
+    __slots__ = ("id", "job", "prefix", "queue", "url")
 
     def __init__(
-        self, task_id: str, queue: str, url: str | None = None, job: type[Job] | None = None
+        self,
+        task_id: str,
+        queue: str,
+        url: str | None = None,
+        job: type[Job] | None = None,
+        prefix: str | None = None,
     ) -> None:
         self.id = task_id
         self.queue = queue
         self.url = url
         self.job = job
+        self.prefix = prefix  # None: the configured prefix
 
     def __repr__(self) -> str:
         return f"<Task {self.queue}<{self.id}>>"
@@ -105,7 +111,8 @@ class Task:
         """Its queue's keys, once its queue and id are known to be usable: a Task can be
         built by hand (``Task(id, queue)``), so a bad one is a clear error before any I/O."""
         check_id(self.id)
-        return queue_keys(config.settings().prefix, check_queue_name(self.queue))
+        prefix = self.prefix if self.prefix is not None else config.settings().prefix
+        return queue_keys(prefix, check_queue_name(self.queue))
 
     # Each *_flow checks its arguments when it is called, before any I/O.
 

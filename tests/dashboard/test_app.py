@@ -104,3 +104,25 @@ def _status(address: str, authorization: str | None) -> int | None:
         return answer.code
     except OSError:
         return None  # not listening yet
+
+
+def test_a_dashboard_on_another_prefix_shows_that_prefix_tasks(url: str) -> None:
+    from .conftest import serve
+
+    class PrefixedJob(culex.QueuedJob):
+        note: str
+
+    try:
+        config.configure(prefix="elsewhere")
+        task = PrefixedJob(note="under another prefix").enqueue()
+    finally:
+        config.reset()
+        culex.registry.remove(PrefixedJob)
+    query = f"queue={task.queue}&id={task.id}"
+    with serve(app(config.Settings(redis_url=url, prefix="elsewhere"))) as base:
+        with urllib.request.urlopen(f"{base}/task?{query}", timeout=10) as answer:
+            shown = answer.read().decode()
+        with urllib.request.urlopen(f"{base}/task/text?{query}&field=params", timeout=10) as answer:
+            params = answer.read().decode()
+    assert "waiting" in shown  # the task page reads the record under the app's prefix
+    assert "under another prefix" in params

@@ -66,6 +66,19 @@ async def test_a_runner_that_stops_beating_drops_out_when_its_record_expires(
         assert r.zrange("culex:{runners}", 0, -1) == [runner.id.encode()]
 
 
+async def test_a_runner_lists_its_queues_again_when_their_names_were_lost(
+    r: redis.Redis,
+) -> None:
+    culex.configure(lease=0.3)  # a beat every 0.1 s
+    async with running(culex.Runner(run_from=["registry", "other"])):
+        await await_until(lambda: inspection.runners() != [], what="the runner's first beat")
+        r.delete("culex:queues")  # as a FLUSHALL or a restore would leave it
+        await await_until(
+            lambda: r.smembers("culex:queues") == {b"registry", b"other"},
+            what="the queues listed again by a beat",
+        )
+
+
 def test_culex_runners_shows_each_runner_and_its_tasks(
     r: redis.Redis, url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

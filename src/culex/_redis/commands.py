@@ -43,8 +43,8 @@ def oldest_waiting(keys: QueueKeys) -> Call[int | None]:
     return Call((), ("ZRANGE", keys.waiting, 0, 0, "WITHSCORES"), parse)
 
 
-def register_queue(registry_key: str, queue: str) -> Call[int]:
-    return Call((), ("SADD", registry_key, queue), int)
+def register_queue(registry_key: str, *queues: str) -> Call[int]:
+    return Call((), ("SADD", registry_key, *queues), int)
 
 
 def known_queues(registry_key: str) -> Call[list[str]]:

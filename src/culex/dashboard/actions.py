@@ -27,7 +27,12 @@ async def task_action(request: Request) -> Response:
         return refused
     name, task_id = task_address(request)
     action = request.path_params["action"]
-    task = Task(task_id, name, url=request.app.state.settings.redis_url)
+    task = Task(
+        task_id,
+        name,
+        request.app.state.settings.redis_url,
+        prefix=request.app.state.settings.prefix,
+    )
     if action == "retry":
         done = await task.aretry()
     elif action == "cancel":

@@ -113,7 +113,12 @@ async def dead(request: Request) -> Response:
 
 async def task(request: Request) -> Response:
     name, task_id = task_address(request)
-    record = await Task(task_id, name, url=request.app.state.settings.redis_url).ainfo()
+    record = await Task(
+        task_id,
+        name,
+        request.app.state.settings.redis_url,
+        prefix=request.app.state.settings.prefix,
+    ).ainfo()
     if not record:
         raise HTTPException(404, f"{name}<{task_id}>: no such task (never enqueued, or expired)")
     times = [(field, record[field]) for field in TIMES if record.get(field, "").isdigit()]
@@ -130,7 +135,12 @@ async def task_text(request: Request) -> Response:
     field = request.query_params.get("field", "")
     if field not in TEXT_FIELDS:
         raise HTTPException(404, f"no such field: {field}")
-    record = await Task(task_id, name, url=request.app.state.settings.redis_url).ainfo()
+    record = await Task(
+        task_id,
+        name,
+        request.app.state.settings.redis_url,
+        prefix=request.app.state.settings.prefix,
+    ).ainfo()
     if not record:
         raise HTTPException(404, f"{name}<{task_id}>: no such task (never enqueued, or expired)")
     return PlainTextResponse(record.get(field, ""), headers={"cache-control": "no-store"})

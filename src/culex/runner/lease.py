@@ -17,9 +17,9 @@ import threading
 import time
 
 from .. import config, connection
-from .._redis import operations
+from .._redis import commands, operations
 from .._redis.drivers import SyncDriverProtocol
-from .._redis.keys import queue_keys
+from .._redis.keys import queue_keys, queues_key
 from .._redis.operations import Call, Claimed
 from ..errors import ServerError
 
@@ -121,6 +121,14 @@ class LeaseKeeper:
         fields = {**self.identity, "tasks": json.dumps(tasks)}
         return operations.beat(self.settings.prefix, self.identity["id"], ttl_ms, fields)
 
+    def _listed(self) -> list[Call[int]]:
+        """The runner's queues in the registry of queue names, again with each beat: a
+        producer adds a queue once per process, so a queue whose name was lost (a FLUSHALL,
+        a restore) is listed again while a runner serves it."""
+        assert self.identity is not None
+        names = [q for q in self.identity["queues"].split(",") if q]
+        return [commands.register_queue(queues_key(self.settings.prefix), *names)] if names else []
+
     def _renew(self, driver: SyncDriverProtocol, held: list[Held]) -> None:
         groups: dict[tuple[str, int], list[Held]] = {}
         for h in held:
@@ -133,7 +141,11 @@ class LeaseKeeper:
             )
             for (queue, lease_ms), group in groups.items()
         ]
-        beats = [] if self.identity is None else [self._record(self.settings.lease_ms, held)]
+        beats = (
+            []
+            if self.identity is None
+            else [*self._listed(), self._record(self.settings.lease_ms, held)]
+        )
         try:
             replies = driver.run_many([*calls, *beats])
         except ServerError as exc:  # (the next beat tries again)
