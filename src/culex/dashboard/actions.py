@@ -11,10 +11,9 @@ from starlette.responses import RedirectResponse, Response
 from .. import bulk as bulk_actions
 from .. import periodic
 from .._redis.keys import check_queue_name
-from ..task import Task
 from . import security
 from .listing import MAX_LIMIT, Query
-from .pages import ACTIONS, task_address
+from .pages import ACTIONS, addressed_task, task_address
 from .templating import path_for
 
 CANCEL_REASON = "from the dashboard"
@@ -27,12 +26,7 @@ async def task_action(request: Request) -> Response:
         return refused
     name, task_id = task_address(request)
     action = request.path_params["action"]
-    task = Task(
-        task_id,
-        name,
-        request.app.state.settings.redis_url,
-        prefix=request.app.state.settings.prefix,
-    )
+    task = addressed_task(request, name, task_id)
     if action == "retry":
         done = await task.aretry()
     elif action == "cancel":

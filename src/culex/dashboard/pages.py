@@ -113,12 +113,7 @@ async def dead(request: Request) -> Response:
 
 async def task(request: Request) -> Response:
     name, task_id = task_address(request)
-    record = await Task(
-        task_id,
-        name,
-        request.app.state.settings.redis_url,
-        prefix=request.app.state.settings.prefix,
-    ).ainfo()
+    record = await addressed_task(request, name, task_id).ainfo()
     if not record:
         raise HTTPException(404, f"{name}<{task_id}>: no such task (never enqueued, or expired)")
     times = [(field, record[field]) for field in TIMES if record.get(field, "").isdigit()]
@@ -135,12 +130,7 @@ async def task_text(request: Request) -> Response:
     field = request.query_params.get("field", "")
     if field not in TEXT_FIELDS:
         raise HTTPException(404, f"no such field: {field}")
-    record = await Task(
-        task_id,
-        name,
-        request.app.state.settings.redis_url,
-        prefix=request.app.state.settings.prefix,
-    ).ainfo()
+    record = await addressed_task(request, name, task_id).ainfo()
     if not record:
         raise HTTPException(404, f"{name}<{task_id}>: no such task (never enqueued, or expired)")
     return PlainTextResponse(record.get(field, ""), headers={"cache-control": "no-store"})
@@ -181,6 +171,12 @@ def queue_name(request: Request) -> str:
         return check_queue_name(request.query_params.get("queue", ""))
     except ValueError as exc:
         raise HTTPException(404, str(exc)) from None
+
+
+def addressed_task(request: Request, queue: str, task_id: str) -> Task:
+    """A handle on a task, on the app's server and under its prefix."""
+    settings = request.app.state.settings
+    return Task(task_id, queue, settings.redis_url, prefix=settings.prefix)
 
 
 def task_address(request: Request) -> tuple[str, str]:
