@@ -1,0 +1,200 @@
+"""The ``culex`` command: run a runner, manage the embedded server, look at queues,
+periodic jobs and dead tasks (and retry them), cancel tasks, serve the dashboard, demo."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from .. import config, logs
+from ..errors import CulexError
+from . import dead_tasks, looking, periodic_jobs, running
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``culex`` and ``python -m culex``; returns the exit code."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    logs.configure(args.log_level, sys.stderr, _log_label(args))
+    try:
+        return int(args.command(args))
+    except CulexError as exc:
+        print(f"culex: {exc}", file=sys.stderr)
+        return 2
+
+
+LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR"]
+
+
+_STATES = ["waiting", "scheduled", "pending", "dead"]
+
+
+# Flags of settings that the guide has shown by another name too.
+_ALIASES = {"run_from": ["--queues"]}
+
+
+_METAVARS = {"seconds": "SECONDS", "count": "N", "text": "TEXT"}
+
+
+def _parser() -> argparse.ArgumentParser:
+    # (Long, but flat: one block per command, read top to bottom as the CLI's whole shape;
+    # culex run's many setting flags are made by _setting_flags, not written here.)
+    parser = argparse.ArgumentParser(prog="culex", description=__doc__)
+    parser.add_argument("--log-level", default="INFO", choices=LOG_LEVELS)
+    # The global options are also taken after the command (culex run app.jobs --log-level
+    # WARNING); there, they are left out of the result unless given, so they do not hide
+    # the ones given before the command.
+    global_options = argparse.ArgumentParser(add_help=False)
+    global_options.add_argument("--log-level", default=argparse.SUPPRESS, choices=LOG_LEVELS)
+    commands = parser.add_subparsers(required=True, metavar="COMMAND")
+
+    # Every command but run (whose settings flags hold it), server and demo takes --redis-url.
+    server_option = argparse.ArgumentParser(add_help=False)
+    server_option.add_argument("--redis-url", help="redis://... (default: the embedded server)")
+
+    def command(
+        name: str, help: str, usage: str | None = None, *, server: bool = True
+    ) -> argparse.ArgumentParser:
+        parents = [global_options, server_option] if server else [global_options]
+        return commands.add_parser(name, parents=parents, help=help, usage=usage)
+
+    run = command("run", help="run the jobs that MODULE registers", server=False)
+    run.add_argument("module", help="a module name (app.jobs) or a file (app/jobs.py)")
+    run.add_argument(
+        "--processes",
+        type=_processes,
+        default=1,
+        metavar="N",
+        help="run N runner processes under a supervisor that restarts one that dies and "
+        "passes SIGTERM/SIGINT on to all (default 1: this process is the runner)",
+    )
+    # Given by the supervisor to each runner it starts: a pipe that ends when it does.
+    run.add_argument("--supervisor-pipe", type=int, help=argparse.SUPPRESS)
+    _setting_flags(run)
+    run.set_defaults(command=running.run_command)
+
+    server = command("server", help="the embedded Valkey server", server=False)
+    server.add_argument("action", choices=["start", "stop", "status"])
+    server.add_argument("--data-dir", help="default: $CULEX_DATA_DIR or ./.culex")
+    server.set_defaults(command=running.server_command)
+
+    queues = command("queues", help="every known queue and its task counts")
+    queues.set_defaults(command=looking.queues_command)
+    stats = command(
+        "stats", help="what ended per queue (and job) lately: outcomes, rate, run times"
+    )
+    stats.add_argument(
+        "--queue", action="append", metavar="Q", help="this queue only (repeat for more)"
+    )
+    stats.add_argument(
+        "--window",
+        type=looking.window,
+        default=3600.0,
+        help="how far back: 15m, 1h (default), 1d...",
+    )
+    stats.add_argument("--jobs", action="store_true", help="a line per job of each queue")
+    stats.set_defaults(command=looking.stats_command)
+    task = command("task", help="one task's whole record, readable")
+    task.add_argument("queue")
+    task.add_argument("id")
+    task.set_defaults(command=looking.task_command)
+    runners = command("runners", help="the runners at work now, and what each runs")
+    runners.set_defaults(command=looking.runners_command)
+
+    periodic = command(
+        "periodic",
+        help="periodic jobs: next run, last run, last outcome; trigger runs one now",
+        usage="culex periodic [MODULE], or culex periodic trigger NAME [MODULE] [--queue Q]",
+    )
+    periodic.add_argument("words", nargs="*", metavar="[trigger NAME] [MODULE]")
+    periodic.add_argument("--queue", help="trigger: the job's queue (default: where it runs)")
+    periodic.set_defaults(command=periodic_jobs.periodic_command)
+
+    tasks = command("tasks", help="a page of a queue's tasks in one state, and the next cursor")
+    tasks.add_argument("queue", metavar="QUEUE")
+    tasks.add_argument("--state", default="waiting", choices=_STATES, help="default: waiting")
+    tasks.add_argument("--oldest", action="store_true", help="oldest first (default: newest)")
+    tasks.add_argument("--job", metavar="TYPE", help="only tasks of this job type")
+    tasks.add_argument("--limit", type=int, default=50, metavar="N", help="rows, 1 to 500")
+    tasks.add_argument("--after", metavar="CURSOR", help="go on from a page's next cursor")
+    tasks.set_defaults(command=looking.tasks_command)
+
+    dead = command(
+        "dead",
+        help="a queue's dead tasks; retry puts them back in waiting, purge deletes them",
+        usage="culex dead QUEUE [--limit N], or culex dead retry QUEUE (ID ... | --all "
+        "[--job TYPE]), or culex dead purge QUEUE [--job TYPE] [--yes]",
+    )
+    dead.add_argument("words", nargs="+", metavar="[retry|purge] QUEUE [ID ...]")
+    dead.add_argument("--all", action="store_true", help="retry: every dead task of QUEUE")
+    dead.add_argument(
+        "--limit",
+        type=int,
+        help="how many to show (default 50); retry --all: how many to retry, oldest first",
+    )
+    dead.add_argument("--job", metavar="TYPE", help="retry --all, purge: only this job type")
+    dead.add_argument("--yes", action="store_true", help="purge: do not ask first")
+    dead.set_defaults(command=dead_tasks.dead_command)
+
+    cancel = command(
+        "cancel", help="call off tasks that have not started: they go to dead, as if failed"
+    )
+    cancel.add_argument("queue", metavar="QUEUE")
+    cancel.add_argument("ids", nargs="+", metavar="ID")
+    cancel.add_argument("--reason", default="", help='stored as last_error "cancelled: TEXT"')
+    cancel.set_defaults(command=dead_tasks.cancel_command)
+
+    dashboard = command("dashboard", help="serve the web dashboard (needs culex[dashboard])")
+    dashboard.add_argument("--host", default="127.0.0.1", help="default 127.0.0.1")
+    dashboard.add_argument("--port", type=int, default=8000, help="default 8000")
+    dashboard.add_argument("--read-only", action="store_true", help="no actions; POSTs get 403")
+    dashboard.add_argument(
+        "--basic-auth", metavar="USER:PASSWORD", help="ask every request for these credentials"
+    )
+    dashboard.set_defaults(command=running.dashboard_command)
+
+    metrics = command("metrics", help="serve Prometheus metrics at /metrics")
+    metrics.add_argument("--port", type=int, required=True, help="0: a free port")
+    metrics.add_argument("--host", default="127.0.0.1", help="default 127.0.0.1 (0.0.0.0: all)")
+    metrics.set_defaults(command=running.metrics_command)
+
+    demo = command("demo", help="enqueue example jobs and run them, then exit", server=False)
+    demo.set_defaults(command=running.demo_command)
+    return parser
+
+
+def _setting_flags(run: argparse.ArgumentParser) -> None:
+    """A flag for every setting in config's table: ``--grace-period 5`` (seconds),
+    ``--concurrency 20``, ``--durable-enqueue`` / ``--no-durable-enqueue``, ..."""
+    group = run.add_argument_group(
+        "settings", "each also CULEX_<NAME>; precedence: flag > environment > code > default"
+    )
+    for name, kind in config.kinds().items():
+        flags = [f"--{name.replace('_', '-')}", *_ALIASES.get(name, [])]
+        env = f"as CULEX_{name.upper()}"
+        if kind == "flag":
+            group.add_argument(*flags, dest=name, action=argparse.BooleanOptionalAction, help=env)
+        else:
+            group.add_argument(*flags, dest=name, metavar=_METAVARS[kind], help=env)
+
+
+def _processes(text: str) -> int:
+    """--processes: a whole number, 1 or more."""
+    try:
+        count = int(text)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number, 1 or more (not {text!r})")
+    return count
+
+
+def _log_label(args: argparse.Namespace) -> str:
+    """What tells one process's log lines from another's when a supervisor runs several."""
+    if getattr(args, "supervisor_pipe", None) is not None:
+        return f"runner {os.getpid()}"
+    if getattr(args, "processes", 1) > 1:
+        return f"supervisor {os.getpid()}"
+    return ""

@@ -1,0 +1,131 @@
+"""culex dead and culex cancel: dead tasks shown, retried or purged; tasks called off."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING
+
+from .. import config
+from ..errors import CulexError, ServerError
+
+if TYPE_CHECKING:
+    from ..dead import DeadTask
+
+
+from .tables import local_time, one_line, print_table
+
+_DEAD_USAGE = (
+    "usage: culex dead QUEUE, or culex dead retry QUEUE (ID ... | --all [--job TYPE]), "
+    "or culex dead purge QUEUE [--job TYPE] [--yes]"
+)
+
+
+def dead_command(args: argparse.Namespace) -> int:
+    from .. import dead
+
+    settings = config.settings(**({"redis_url": args.redis_url} if args.redis_url else {}))
+    action = args.words[0] if args.words[0] in ("retry", "purge") and len(args.words) > 1 else ""
+    queue, *ids = args.words[1:] if action else args.words
+    if (
+        (ids and action != "retry")
+        or (action == "retry" and bool(ids) == args.all)
+        or (args.job is not None and not (action == "purge" or args.all))
+        or (args.job is not None and args.limit is not None)
+    ):
+        raise CulexError(_DEAD_USAGE)
+    try:
+        if action == "purge":
+            return _purge(queue, args.job, args.yes, settings)
+        if action == "retry" and args.all and args.limit is None:
+            return _retry_all(queue, args.job, settings)
+        if action == "retry":
+            outcome = dead.retry(queue, ids or None, args.limit, settings=settings)
+        else:
+            tasks = dead.dead_tasks(
+                queue, 50 if args.limit is None else args.limit, settings=settings
+            )
+    except (TypeError, ValueError) as exc:
+        raise CulexError(str(exc)) from None
+    if action == "retry":
+        print(f"put {len(outcome.retried)} dead task(s) of {queue} back in waiting")
+        if outcome.skipped:
+            print(f"skipped (not dead, or its record expired): {' '.join(outcome.skipped)}")
+        return 0
+    _show_dead(tasks, queue)
+    return 0
+
+
+def _retry_all(queue: str, job: str | None, settings: config.Settings) -> int:
+    """Every dead task of ``queue`` (of ``job``) back in waiting, with a progress bar."""
+    from ..bulk import apply
+    from ..progress import ProgressBar
+
+    done = apply("retry", queue, settings, job=job, progress=ProgressBar("retrying"))
+    print(f"put {done} dead task(s) of {queue} back in waiting")
+    return 0
+
+
+def _purge(queue: str, job: str | None, yes: bool, settings: config.Settings) -> int:
+    """Delete every dead task of ``queue`` (of ``job``), once confirmed, with a progress bar."""
+    from .._redis.keys import check_queue_name
+    from ..bulk import apply
+    from ..inspection import queue_counts
+    from ..progress import ProgressBar
+
+    held = queue_counts(settings, [check_queue_name(queue)])[queue]["dead"]
+    which = f"the dead tasks of job {job}" if job else "every dead task"
+    if not yes:
+        if not sys.stdin.isatty():
+            raise CulexError(f"culex dead purge deletes {which} of {queue} for good: add --yes")
+        print(f"delete {which} of {queue} ({held:,} in dead) for good? [y/N] ", end="",
+              file=sys.stderr, flush=True)  # fmt: skip
+        if input().strip().lower() not in ("y", "yes"):
+            print("nothing deleted")
+            return 1
+    done = apply("delete", queue, settings, state="dead", job=job, progress=ProgressBar("deleting"))
+    print(f"deleted {done} dead task(s) of {queue}")
+    return 0
+
+
+def _show_dead(tasks: list[DeadTask], queue: str) -> None:
+    if not tasks:
+        print(f"no dead tasks in {queue}")
+        return
+    columns = ("id", "type", "died at", "attempts", "reason")
+    cells = [
+        (t.id, t.type, local_time(t.died_at), str(t.attempt), one_line(t.error)) for t in tasks
+    ]
+    print_table(columns, [dict(zip(columns, row, strict=True)) for row in cells])
+
+
+def cancel_command(args: argparse.Namespace) -> int:
+    """One line per id: cancelled, or the state that refused it. Exit 1 unless all were.
+    Every id goes in the same round trip."""
+    from .._redis.operations import CANCELLED
+    from ..flow import run_sync, together
+    from ..task import Task
+
+    settings = config.settings(**({"redis_url": args.redis_url} if args.redis_url else {}))
+    try:  # every id is checked before the first one is cancelled
+        flows = {
+            task_id: Task(
+                task_id, args.queue, settings.redis_url, prefix=settings.prefix
+            ).cancel_flow(args.reason)
+            for task_id in dict.fromkeys(args.ids)
+        }
+    except (TypeError, ValueError) as exc:
+        raise CulexError(str(exc)) from None
+    batch = together(list(flows.values()), refused="return")  # one round trip
+    outcomes = run_sync(batch, settings.redis_url)
+    refused = 0
+    for task_id, outcome in zip(flows, outcomes, strict=True):
+        if outcome == CANCELLED:
+            print(f"{task_id}: cancelled")
+            continue
+        refused += 1
+        if isinstance(outcome, ServerError):  # e.g. its periodic record's key is of another type
+            print(f"{task_id}: not cancelled, {outcome}")
+        else:
+            print(f"{task_id}: not cancelled, {f'it is {outcome}' if outcome else 'not found'}")
+    return 1 if refused else 0

@@ -1,0 +1,125 @@
+"""culex periodic: the periodic jobs, their runs, and a run triggered now."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from .. import config
+from ..errors import CulexError
+
+if TYPE_CHECKING:
+    from ..periodic import PeriodicJob
+
+
+from .running import load_module
+from .tables import print_table
+
+
+def periodic_command(args: argparse.Namespace) -> int:
+    """Without MODULE, the jobs come from Redis alone (the records runners' schedulers
+    write); with it, from the module's classes, also those no runner has scheduled yet."""
+    settings = config.settings(**({"redis_url": args.redis_url} if args.redis_url else {}))
+    words = list(args.words)
+    triggering = bool(words) and words[0] == "trigger"
+    if triggering:
+        words.pop(0)
+    if (triggering and len(words) not in (1, 2)) or (not triggering and len(words) > 1):
+        raise CulexError(
+            "usage: culex periodic [MODULE], or culex periodic trigger NAME [MODULE] [--queue Q]"
+        )
+    name = words.pop(0) if triggering else None
+    module = words[0] if words else None
+    if triggering and name is not None:
+        return _trigger_periodic(name, module, args.queue, settings)
+    if module is not None:
+        return _periodic_of_module(module, settings)
+    _show_periodic(settings)
+    return 0
+
+
+def _periodic_of_module(module: str, settings: config.Settings) -> int:
+    from ..inspection import periodic_status
+
+    columns = ("job", "queue", "schedule", "next run", "last run", "last outcome")
+    print_table(columns, periodic_status(_module_periodic_jobs(module), settings))
+    return 0
+
+
+def _module_periodic_jobs(module: str) -> list[type[PeriodicJob]]:
+    from ..job_registry import registry
+    from ..periodic import PeriodicJob
+
+    load_module(module)
+    return [job for job in registry if issubclass(job, PeriodicJob)]
+
+
+def _trigger_periodic(
+    name: str, module: str | None, queue: str | None, settings: config.Settings
+) -> int:
+    from ..periodic import trigger
+
+    target: str | type[PeriodicJob] = name
+    if module is not None:
+        jobs = _module_periodic_jobs(module)
+        found = next((job for job in jobs if job.type_ == name), None)
+        if found is None:
+            known = ", ".join(job.type_ for job in jobs) or "none"
+            raise CulexError(f"no periodic job named {name!r} in {module} (known: {known})")
+        target = found
+    elif queue is None:
+        queue = _queue_of(name, settings)
+    try:
+        task = trigger(target, queue, settings)
+    except (TypeError, ValueError) as exc:
+        raise CulexError(str(exc)) from None
+    print(f"enqueued {name} as task {task.queue}<{task.id}>")
+    return 0
+
+
+def _queue_of(name: str, settings: config.Settings) -> str:
+    """The one queue whose scheduler runs the job ``name`` (else a clear error)."""
+    from ..inspection import periodic_jobs
+
+    queues = [row.queue for row in periodic_jobs(settings) if row.job == name]
+    if len(queues) != 1:
+        where = (
+            f"on queues {', '.join(queues)}: choose one with --queue"
+            if queues
+            else ("that a runner schedules (see culex periodic)")
+        )
+        raise CulexError(f"no single periodic job named {name!r} {where}")
+    return queues[0]
+
+
+def _show_periodic(settings: config.Settings) -> None:
+    from ..inspection import periodic_jobs
+
+    columns = ("job", "queue", "schedule", "next run", "last run", "last outcome", "last task")
+    rows = [
+        {
+            "job": row.job,
+            "queue": row.queue,
+            "schedule": row.schedule,
+            "next run": _periodic_time(row.next_run, row.timezone),
+            "last run": _periodic_time(row.last_run, row.timezone),
+            "last outcome": row.last_outcome or "-",
+            "last task": row.last_task or "-",
+        }
+        for row in periodic_jobs(settings)
+    ]
+    if not rows:
+        print("no periodic jobs: no runner schedules any (or give the MODULE that defines them)")
+        return
+    print_table(columns, rows)
+
+
+def _periodic_time(seconds: float | None, timezone: str) -> str:
+    """An epoch time in the job's time zone, as culex periodic MODULE shows it."""
+    from ..periodic import EPOCH, zone_of
+
+    if seconds is None:
+        return "never"
+    when = EPOCH + timedelta(seconds=seconds)
+    return when.astimezone(zone_of(timezone)).strftime("%Y-%m-%d %H:%M:%S %Z")

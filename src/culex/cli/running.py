@@ -1,0 +1,121 @@
+"""culex commands that run something: a runner, the embedded server, the dashboard, the
+metrics endpoint, the demo."""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .. import config
+from ..errors import CulexError
+
+if TYPE_CHECKING:
+    pass
+
+
+def load_module(name: str) -> None:
+    """Import the user's module (by dotted name, or by file path) so its jobs register."""
+    path = Path(name)
+    if name.endswith(".py") and path.is_file():
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        if spec is None or spec.loader is None:
+            raise CulexError(f"cannot load {name}")
+        sys.path.insert(0, str(path.parent.resolve()))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[path.stem] = module
+        spec.loader.exec_module(module)
+        return
+    sys.path.insert(0, str(Path.cwd()))
+    try:
+        importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name and name.startswith(exc.name):
+            raise CulexError(
+                f"no module named {name!r} (run culex from your project's folder)"
+            ) from None
+        raise
+
+
+def run_command(args: argparse.Namespace) -> int:
+    from ..runner import Runner
+
+    given = {name: getattr(args, name) for name in config.kinds()}
+    # For the whole process: an enqueue inside a perform sees them too.
+    flags = {name: value for name, value in given.items() if value is not None}
+    config.set_flags(flags)
+    if args.supervisor_pipe is not None:
+        from ..supervisor import follow
+
+        follow(args.supervisor_pipe)
+    load_module(args.module)
+    runner = Runner()  # (a supervisor too: a check that fails, fails here, once)
+    if args.processes > 1:
+        from ..supervisor import supervise
+
+        return supervise(args.module, flags, args.log_level, args.processes)
+    # What is loaded by now (modules, classes, functions) lives as long as the process:
+    # freeze it, so that the full collections of a busy runner skip it and stall far less
+    # (docs/fast.md; bench/collector.py measures it).
+    gc.collect()
+    gc.freeze()
+    runner.run()
+    return 0
+
+
+def server_command(args: argparse.Namespace) -> int:
+    from ..embedded import EmbeddedServer, default_data_dir
+
+    server = EmbeddedServer(args.data_dir or default_data_dir())
+    if args.action == "start":
+        print(f"culex server running at {server.ensure_running()}")
+    elif args.action == "stop":
+        print("culex server stopped" if server.stop() else "culex server was not running")
+    else:
+        for key, value in server.status().items():
+            print(f"{key}: {value}")
+    return 0
+
+
+def dashboard_command(args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+
+        from ..dashboard import app
+    except ImportError as exc:
+        raise CulexError(
+            f"the dashboard needs its extra: pip install 'culex[dashboard]' ({exc})"
+        ) from None
+    credentials = None
+    if args.basic_auth is not None:
+        user, colon, password = args.basic_auth.partition(":")
+        if not colon or not user or not password:
+            raise CulexError("--basic-auth takes USER:PASSWORD, both non-empty")
+        credentials = (user, password)
+    if not 0 < args.port < 65536:
+        raise CulexError(f"--port must be 1 to 65535, not {args.port}")
+    settings = config.settings(**({"redis_url": args.redis_url} if args.redis_url else {}))
+    dashboard = app(settings, read_only=args.read_only, basic_auth=credentials)
+    uvicorn.run(dashboard, host=args.host, port=args.port, log_level=args.log_level.lower())
+    return 0
+
+
+def metrics_command(args: argparse.Namespace) -> int:
+    try:
+        from ..metrics import serve
+    except ImportError as exc:
+        print(f"culex metrics needs prometheus-client ({exc}): pip install 'culex[metrics]'")
+        return 2
+    settings = config.settings(**({"redis_url": args.redis_url} if args.redis_url else {}))
+    serve(settings, args.host, args.port)
+    return 0
+
+
+def demo_command(args: argparse.Namespace) -> int:
+    from ..demo import main as demo
+
+    return demo()
