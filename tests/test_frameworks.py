@@ -128,12 +128,12 @@ def test_the_django_guide_runs(r: redis.Redis, url: str, tmp_path: Path) -> None
     project_tests(tmp_path, **env)
 
 
-def with_runner(page: str, folder: Path, module: str, client_code: str) -> str:
+def with_runner(page: str, folder: Path, module: str, client_code: str, **env: str) -> str:
     """The page's project, ``culex run MODULE`` running, and ``client_code`` run beside it
-    (the web side): its stdout."""
+    (the web side, with ``env``): its stdout."""
     write_project(page, folder)
     with runner(folder, module):
-        return python(folder, client_code)
+        return python(folder, client_code, **env)
 
 
 def test_django_connections_are_closed_around_each_task(url: str, tmp_path: Path) -> None:
@@ -201,9 +201,13 @@ def test_the_fastapi_guide_runs(r: redis.Redis, tmp_path: Path) -> None:
                 time.sleep(0.05)
             print(seen["result"])
             print(client.get("/signup/no-such-task").status_code)
+            print(client.get("/culex/").status_code)  # the dashboard, refused without the token
+            page = client.get("/culex/", headers={"authorization": "Bearer s3cret"})
+            print(page.status_code, "welcome_job" in page.text)
             """,
+        ADMIN_TOKEN="s3cret",
     )
-    assert out.split("\n")[:2] == ["welcome, ann", "404"]
+    assert out.split("\n")[:4] == ["welcome, ann", "404", "401", "200 True"]
     project_tests(tmp_path)
 
 
