@@ -86,8 +86,11 @@ def dashboard(r: redis.Redis) -> Iterator[str]:
         yield url
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
+    """Chromium, for one module's tests. (Not for the session: while Playwright's sync API
+    is started, its event loop counts as running in this thread, and every later test
+    that starts one of its own (asyncio.run, pytest-asyncio) fails.)"""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
