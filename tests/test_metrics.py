@@ -95,8 +95,13 @@ def metrics_command(*flags: str) -> Iterator[str]:
         assert line.startswith("serving "), line + process.communicate(timeout=10)[1]
         yield line.split()[1]
     finally:
-        process.send_signal(signal.SIGINT)
-        process.communicate(timeout=30)
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.communicate(timeout=30)
+        finally:
+            process.kill()  # (nothing when it has stopped; no process outlives its test)
+            process.communicate()
+    assert process.returncode == 0, "culex metrics did not stop cleanly on SIGTERM"
 
 
 def scrape(url: str) -> tuple[str, Samples]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import signal
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -188,17 +189,30 @@ def _text(found: list[Metric]) -> bytes:
 
 
 def serve(settings: config.Settings, host: str, port: int) -> None:
-    """Serve ``GET /metrics`` on ``host:port`` (0: a free port) until interrupted; prints
-    the address it serves. One scrape at a time (Prometheus does not send more)."""
+    """Serve ``GET /metrics`` on ``host:port`` (0: a free port) until SIGTERM or SIGINT;
+    prints the address it serves. One scrape at a time (Prometheus does not send more)."""
     server = HTTPServer((host, port), _handler(settings))
     shown_host, shown_port = server.server_address[:2]
+    # Both signals are handled here, not left to Python's default: a process started in
+    # the background by a shell inherits SIGINT ignored, and SIGTERM is what a service
+    # manager or a container runtime sends.
+    for stop in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(stop, _stop)
     print(f"serving http://{shown_host!s}:{shown_port}/metrics", flush=True)
     try:
         server.serve_forever()
-    except KeyboardInterrupt:
+    except _Stopped:
         pass
     finally:
         server.server_close()
+
+
+class _Stopped(Exception):
+    """A signal asked ``culex metrics`` to stop."""
+
+
+def _stop(signum: int, frame: object) -> None:
+    raise _Stopped
 
 
 def _handler(settings: config.Settings) -> type[BaseHTTPRequestHandler]:
