@@ -19,6 +19,16 @@ from .errors import (
 from .job import Job, QueuedJob, aenqueue_many, enqueue_many
 from .job_registry import JobRegistry, registry
 from .periodic import MonthSpan, PeriodicJob, months
+from .queue_control import (
+    QueueControl,
+    Rate,
+    alimit,
+    apause,
+    aresume,
+    limit,
+    pause,
+    resume,
+)
 from .runner import Runner
 from .serialization import register_type
 from .task import Task, TaskNotFound, TaskState
@@ -32,7 +42,9 @@ __all__ = [
     "JobRegistry",
     "MonthSpan",
     "PeriodicJob",
+    "QueueControl",
     "QueuedJob",
+    "Rate",
     "Runner",
     "ServerError",
     "ServerUnavailable",
@@ -43,13 +55,19 @@ __all__ = [
     "TaskState",
     "adead_tasks",
     "aenqueue_many",
+    "alimit",
+    "apause",
+    "aresume",
     "aretry_dead",
     "configure",
     "dead_tasks",
     "enqueue_many",
+    "limit",
     "months",
+    "pause",
     "register_type",
     "registry",
+    "resume",
     "retry_dead",
     "settings",
 ]

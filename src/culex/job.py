@@ -23,6 +23,7 @@ from .enqueue import enqueue_flow
 from .errors import JobFailure
 from .flow import run_async, run_sync
 from .job_registry import registry
+from .queue_control import QueueLimits, Rate, concurrency, rate
 from .serialization import codec_for, encode_result, params_text, result_codec
 from .task import Task
 
@@ -99,12 +100,18 @@ class Job:
     # With OpenTelemetry: an attempt's span is a child of the enqueuing span (one trace),
     # not a new trace linked to it (the default; see docs/tracing.md)
     trace_as_child: ClassVar[bool] = False
+    # Flow control, a property of the job's queue (docs/flow-control.md): at most this many
+    # starts in any window ("100/s", "10/m", culex.Rate), and at most this many running at
+    # once, across every runner. Job classes that share a queue declare the same or none.
+    rate_limit: ClassVar[Rate | str | None] = None
+    concurrency_limit: ClassVar[int | None] = None
 
     params_: ClassVar[dict[str, Param]] = {}
     # The task's ``type`` in Redis: ``name = "..."`` on the class, else the class name.
     type_: ClassVar[str] = ""
     async_perform_: ClassVar[bool] = False  # perform is ``async def`` (found once, at definition)
     result_codec_: ClassVar[Codec | None] = None  # by perform's return annotation; None: plain
+    limits_: ClassVar[QueueLimits] = QueueLimits()  # rate_limit and concurrency_limit, checked
 
     # Set by the runner on the job object it runs.
     task_id: str
@@ -124,6 +131,7 @@ class Job:
             cls.queue = inherited or snake_case(cls.__name__)
         check_queue_name(cls.queue)
         _check_policy(cls)
+        cls.limits_ = _limits(cls)
         if not abstract:
             registry.add(cls)
 
@@ -364,3 +372,13 @@ def _check_policy(cls: type[Job]) -> None:
             config.seconds(value, f"{name}.{attr}", minimum=0.001)
     if cls.result_ttl is not None:
         config.seconds(cls.result_ttl, f"{name}.result_ttl")
+
+
+def _limits(cls: type[Job]) -> QueueLimits:
+    """The flow-control limits ``cls`` declares for its queue, checked."""
+    name = cls.__name__
+    declared_rate = None if cls.rate_limit is None else rate(cls.rate_limit, f"{name}.rate_limit")
+    declared = cls.concurrency_limit
+    if declared is not None:
+        concurrency(declared, f"{name}.concurrency_limit")
+    return QueueLimits(declared_rate, declared)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from .queue_control import QueueLimits
+
 if TYPE_CHECKING:
     from .job import Job
 
@@ -29,7 +31,38 @@ class JobRegistry:
                 f'a type of its own with a class attribute, e.g. name = "{_origin(job)}" '
                 "(the type stored with its tasks: producers in other languages use it too)"
             )
+        self._check_limits(job)
         self._jobs[job.type_] = job
+
+    def _check_limits(self, job: type[Job]) -> None:
+        """Limits belong to a queue (the claim is per queue): two job classes on one queue
+        may not declare different ones."""
+        mine = job.limits_
+        for other in self._jobs.values():
+            if other.queue != job.queue or _origin(other) == _origin(job):
+                continue
+            theirs = other.limits_
+            for what, a, b in (
+                ("rate_limit", mine.rate, theirs.rate),
+                ("concurrency_limit", mine.concurrency, theirs.concurrency),
+            ):
+                if a is not None and b is not None and a != b:
+                    raise TypeError(
+                        f"{_origin(job)} declares {what} = {a} for the queue {job.queue!r}, "
+                        f"where {_origin(other)} declares {b}: limits belong to the queue, so "
+                        "declare the same on both, on one of them only, or give one "
+                        "another queue"
+                    )
+
+    def queue_limits(self, queue: str) -> QueueLimits:
+        """The limits the job classes of ``queue`` declare (each class declares the same or
+        none): what a runner's claim uses unless culex.limit set others."""
+        rate = concurrency = None
+        for job in self._jobs.values():
+            if job.queue == queue:
+                rate = rate or job.limits_.rate
+                concurrency = concurrency or job.limits_.concurrency
+        return QueueLimits(rate, concurrency)
 
     def get(self, name: str) -> type[Job] | None:
         return self._jobs.get(name)

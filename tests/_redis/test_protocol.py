@@ -109,6 +109,8 @@ class PlainRunner:
         self.periodic_prefix = f"{base}:periodic:"
         self.done_prefix = f"{base}:done:"  # a list per task that producers wait on
         self.stats_prefix = f"{base}:stats:"  # the counters (minute, hour, total)
+        self.control = f"{base}:control"  # flow control: paused, limits set at run time
+        self.starts = f"{base}:starts"  # the rate limit's window
         self.scripts = {name: client.register_script(source) for name, source in sources.items()}
         self.sent: dict[str, tuple[int, int]] = {}
         self.ids: list[str] = []
@@ -135,12 +137,16 @@ class PlainRunner:
         self.ids.append(task_id)
         return text(state)
 
-    def claim(self, limit: int = 10, lease_ms: Number = LEASE_MS) -> list[Held]:
+    def claim(
+        self, limit: int = 10, lease_ms: Number = LEASE_MS, *, rate: Number = 0,
+        rate_ms: Number = 0, concurrency: Number = 0,
+    ) -> list[Held]:  # fmt: skip
         keys = [
             self.waiting, self.pending, self.scheduled, self.dead, self.task_prefix,
-            self.done_prefix, self.stats_prefix,
+            self.done_prefix, self.stats_prefix, self.control, self.starts,
         ]  # fmt: skip
-        reply = self.send("claim", keys, [limit, lease_ms, 100, self.DEAD_TTL_MS])
+        args = [limit, lease_ms, 100, self.DEAD_TTL_MS, rate, rate_ms, concurrency]
+        reply = self.send("claim", keys, args)
         return [
             Held(text(row[0]), row[1], text(row[2]), text(row[3]), int(row[4]), int(row[5]))
             for row in reply[2:]
@@ -154,7 +160,7 @@ class PlainRunner:
             args += [held.id, held.attempt, result, ttl_ms]
         keys = [
             self.pending, self.task_prefix, self.periodic_prefix, self.done_prefix,
-            self.stats_prefix,
+            self.stats_prefix, self.control, self.signal,
         ]  # fmt: skip
         refused = self.send("complete", keys, args)
         return [text(task_id) for task_id in refused]
@@ -163,7 +169,7 @@ class PlainRunner:
         """The reply, "scheduled" or "dead" (no ``retry_delay_ms``: dead); None if refused."""
         keys = [
             self.task(held.id), self.pending, self.scheduled, self.dead, self.periodic_prefix,
-            self.done_prefix + held.id, self.stats_prefix,
+            self.done_prefix + held.id, self.stats_prefix, self.control, self.signal,
         ]  # fmt: skip
         delay = -1 if retry_delay_ms is None else retry_delay_ms
         reply = self.send(
@@ -196,6 +202,7 @@ class PlainRunner:
         keys = [
             self.pending, self.scheduled, self.dead, self.task_prefix, self.waiting,
             self.signal, self.periodic_prefix, self.done_prefix, self.stats_prefix,
+            self.control,
         ]  # fmt: skip
         pairs = self.send("reclaim", keys, [limit, self.DEAD_TTL_MS, self.DEAD_MAX])
         return {text(pairs[i]): text(pairs[i + 1]) for i in range(0, len(pairs), 2)}
@@ -253,6 +260,14 @@ class PlainRunner:
         deleted, skipped = self.send("delete", keys, list(ids))
         return [text(i) for i in deleted], [text(i) for i in skipped]
 
+    def steer(self, **fields: str) -> dict[str, str]:
+        """Pause (paused="1"), resume (paused=""), or set limits at run time."""
+        args: list[Number] = []
+        for name, value in fields.items():
+            args += [name, value]
+        reply = self.send("control", [self.control, self.signal], args)
+        return {text(reply[i]): text(reply[i + 1]) for i in range(0, len(reply), 2)}
+
     def hasten(self, limit: Number = 100) -> int:
         """Make the scheduled tasks due now (a test's drain)."""
         keys = [self.scheduled, self.waiting, self.signal, self.task_prefix]
@@ -289,6 +304,7 @@ def assert_every_key_ends(q: PlainRunner) -> None:
     totals = q.stats_prefix + "total"
     last_minute = f"{q.stats_prefix}m:{text(q.client.hget(totals, 'minute'))}"
     kept = {q.waiting, q.pending, q.scheduled, q.dead, q.signal, "culex:queues", totals}
+    kept.add(q.control)  # a queue's pause flag and limits: a few fields, set by people
     kept.add(last_minute)
     for key in q.client.scan_iter():  # the test's own server: every key is this queue's
         name, ttl = key.decode(), q.client.pttl(key)
@@ -414,6 +430,27 @@ def test_a_plain_runner_runs_every_state_change_through_the_shipped_files(r: red
     assert (hastened.id, hastened.attempt) == ("hastened", 1)
     assert q.complete([(hastened, "null")]) == []
 
+    # flow control: a paused queue starts nothing; limits hold per claim, across runners
+    q.enqueue("held-back", "AddJob")
+    assert q.steer(paused="1") == {"paused": "1"}
+    assert q.claim() == []
+    assert q.steer(paused="") == {}
+    assert q.wait(timeout=10)  # resuming signalled the queue
+    q.enqueue("second-in-line", "AddJob")
+    [one] = q.claim(concurrency=1)
+    assert q.claim(concurrency=1) == []  # one is running
+    q.client.delete(q.signal)  # (the enqueues' own wake-ups)
+    assert q.complete([(one, "null")]) == []
+    assert q.wait(timeout=10)  # the freed slot signalled the queue
+    [two] = q.claim(rate=1, rate_ms=HOUR_MS)
+    assert q.complete([(two, "null")]) == []
+    q.enqueue("over-the-rate", "AddJob")
+    assert q.claim(rate=1, rate_ms=HOUR_MS) == []  # one start this hour already
+    q.steer(rate="0", rate_ms="0")  # a limit set at run time replaces the declared one
+    [late] = q.claim(rate=1, rate_ms=HOUR_MS)
+    assert late.id == "over-the-rate"
+    assert q.complete([(late, "null")]) == []
+
     # tasks still under way when the run ends
     q.enqueue("later", "AddJob", delay_ms=HOUR_MS)
     q.enqueue("running", "AddJob")
@@ -425,6 +462,7 @@ def test_a_plain_runner_runs_every_state_change_through_the_shipped_files(r: red
         "someday": "dead", "handed-back": "succeeded", "orphan": "succeeded",
         "orphan-for-good": "dead", f"TickJob:{slot}": "succeeded", "later": "scheduled",
         "running": "pending", "queued": "waiting", "hastened": "succeeded",
+        "held-back": "succeeded", "second-in-line": "succeeded", "over-the-rate": "succeeded",
     }  # fmt: skip
     assert_every_key_ends(q)
     assert set(q.sent) == set(sources)  # every shipped script took part

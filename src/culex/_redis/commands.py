@@ -34,6 +34,11 @@ def count(keys: QueueKeys) -> list[Call[int]]:
     ]
 
 
+def read_control(keys: QueueKeys) -> Call[dict[str, str]]:
+    """A queue's control hash: paused, the limits set at run time, blocked (claim.lua)."""
+    return Call((), ("HGETALL", keys.control), _parse_hash)
+
+
 def oldest_waiting(keys: QueueKeys) -> Call[int | None]:
     """When the oldest task in ``waiting`` became ready (ms; None: waiting is empty)."""
 

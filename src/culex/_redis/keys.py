@@ -27,9 +27,11 @@ def check_queue_name(name: object) -> str:
 class QueueKeys:
     """The keys of one queue: four sorted sets, a wake-up signal, the task hashes, the
     lists that wake producers waiting for a task's end, the records of the periodic
-    jobs that run on it, and its counters (minute and hour buckets, totals)."""
+    jobs that run on it, its counters (minute and hour buckets, totals), and its flow
+    control (the control hash, the rate limit's starts)."""
 
     __slots__ = (
+        "control",
         "dead",
         "done_prefix",
         "name",
@@ -37,6 +39,7 @@ class QueueKeys:
         "periodic_prefix",
         "scheduled",
         "signal",
+        "starts",
         "stats_prefix",
         "stats_total",
         "task_prefix",
@@ -58,6 +61,10 @@ class QueueKeys:
         # <prefix>h:<start s> (an hour bucket) and <prefix>total to it (docs/wire-format.md).
         self.stats_prefix = f"{base}:stats:"
         self.stats_total = f"{base}:stats:total"
+        # Flow control: the queue's pause flag and the limits set at run time (a hash),
+        # and the starts of the rate limit's window (a sorted set, scored by start ms).
+        self.control = f"{base}:control"
+        self.starts = f"{base}:starts"
 
     def task(self, task_id: str) -> str:
         """The hash of one task."""

@@ -156,9 +156,20 @@ class ClaimReply:
 
 
 def claim(
-    keys: QueueKeys, *, limit: int, lease_ms: int, promote_limit: int, dead_ttl_ms: int
+    keys: QueueKeys,
+    *,
+    limit: int,
+    lease_ms: int,
+    promote_limit: int,
+    dead_ttl_ms: int,
+    rate: tuple[int, int] | None = None,
+    concurrency: int | None = None,
 ) -> Call[ClaimReply]:
+    """Claim up to ``limit`` tasks, within the queue's pause and limits: ``rate`` (at most
+    N starts in any window of M ms) and ``concurrency`` are what the queue's job classes
+    declare; limits set at run time (:func:`control`) replace them."""
     queue = keys.name
+    count, window_ms = rate or (0, 0)
 
     def parse(reply: list[Any]) -> ClaimReply:
         nxt = reply[1]
@@ -175,8 +186,10 @@ def claim(
             keys.task_prefix,
             keys.done_prefix,
             keys.stats_prefix,
+            keys.control,
+            keys.starts,
         ),
-        (limit, lease_ms, promote_limit, dead_ttl_ms),
+        (limit, lease_ms, promote_limit, dead_ttl_ms, count, window_ms, concurrency or 0),
         parse,
         scripts.CLAIM,
     )
@@ -206,6 +219,8 @@ def complete(keys: QueueKeys, done: Sequence[tuple[str, int, str, int]]) -> Call
             keys.periodic_prefix,
             keys.done_prefix,
             keys.stats_prefix,
+            keys.control,
+            keys.signal,
         ),
         tuple(args),
         _parse_ids,
@@ -237,6 +252,8 @@ def fail(
             keys.periodic_prefix,
             keys.done(task_id),
             keys.stats_prefix,
+            keys.control,
+            keys.signal,
         ),
         (
             task_id,
@@ -299,11 +316,28 @@ def reclaim(
             keys.periodic_prefix,
             keys.done_prefix,
             keys.stats_prefix,
+            keys.control,
         ),
         (limit, dead_ttl_ms, dead_max),
         _parse_pairs,
         scripts.RECLAIM,
     )
+
+
+# -- flow control: pause, resume, limits --------------------------------------------
+
+
+def _parse_control(reply: list[bytes]) -> dict[str, str]:
+    return dict(_parse_pairs(reply))
+
+
+def control(keys: QueueKeys, changes: dict[str, str]) -> Call[dict[str, str]]:
+    """Set (or, with "", remove) fields of a queue's control hash: paused, rate and
+    rate_ms, concurrency. The reply is the hash after the change."""
+    args: list[Arg] = []
+    for field, value in changes.items():
+        args += (field, value)
+    return Call((keys.control, keys.signal), tuple(args), _parse_control, scripts.CONTROL)
 
 
 # -- periodic jobs ----------------------------------------------------------------------

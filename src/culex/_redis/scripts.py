@@ -49,6 +49,7 @@ READ_PERIODIC = Script.load("read_periodic")
 BROWSE = Script.load("browse")
 DELETE = Script.load("delete")
 HASTEN = Script.load("hasten")
+CONTROL = Script.load("control")
 
 ALL = (
     ENQUEUE,
@@ -67,4 +68,5 @@ ALL = (
     BROWSE,
     DELETE,
     HASTEN,
+    CONTROL,
 )

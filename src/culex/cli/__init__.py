@@ -1,5 +1,6 @@
 """The ``culex`` command: run a runner, manage the embedded server, look at queues,
-periodic jobs and dead tasks (and retry them), cancel tasks, serve the dashboard, demo."""
+periodic jobs and dead tasks (and retry them), cancel tasks, pause, resume and limit
+queues, serve the dashboard, demo."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import Sequence
 
 from .. import config, logs
 from ..errors import CulexError
-from . import dead_tasks, looking, periodic_jobs, running
+from . import dead_tasks, looking, periodic_jobs, running, steering
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -145,6 +146,25 @@ def _parser() -> argparse.ArgumentParser:
     cancel.add_argument("ids", nargs="+", metavar="ID")
     cancel.add_argument("--reason", default="", help='stored as last_error "cancelled: TEXT"')
     cancel.set_defaults(command=dead_tasks.cancel_command)
+
+    pause = command("pause", help="pause a queue: it keeps taking tasks and runs none")
+    pause.add_argument("queue", metavar="QUEUE")
+    pause.set_defaults(command=steering.pause_command)
+    resume = command("resume", help="resume a paused queue")
+    resume.add_argument("queue", metavar="QUEUE")
+    resume.set_defaults(command=steering.resume_command)
+    limit = command(
+        "limit",
+        help="change a queue's rate and concurrency limits at run time (none: no limit)",
+        usage="culex limit QUEUE [--rate N/s|m|h|none] [--concurrency N|none] [--reset]",
+    )
+    limit.add_argument("queue", metavar="QUEUE")
+    limit.add_argument("--rate", help='e.g. 50/s, 10/m, 1000/h; "none" lifts it')
+    limit.add_argument("--concurrency", help='at most N running at once; "none" lifts it')
+    limit.add_argument(
+        "--reset", action="store_true", help="drop the limits set here: the jobs' own hold again"
+    )
+    limit.set_defaults(command=steering.limit_command)
 
     dashboard = command("dashboard", help="serve the web dashboard (needs culex[dashboard])")
     dashboard.add_argument("--host", default="127.0.0.1", help="default 127.0.0.1")

@@ -21,10 +21,12 @@ from .tables import one_line, print_table
 
 def queues_command(args: argparse.Namespace) -> int:
     from ..inspection import queue_counts, queue_latency
+    from ..queue_control import controls
 
     settings = config.settings(**({"redis_url": args.redis_url} if args.redis_url else {}))
     counts = queue_counts(settings)
     latency = queue_latency(settings, list(counts))
+    paused = {q for q, state in controls(settings, list(counts)).items() if state.paused}
     states = ("waiting", "pending", "scheduled", "dead")
     print(f"{'queue':<30}" + "".join(f"{s:>10}" for s in states) + f"{'latency':>10}")
     for queue, row in counts.items():
@@ -32,6 +34,7 @@ def queues_command(args: argparse.Namespace) -> int:
             f"{queue:<30}"
             + "".join(f"{row[s]:>10}" for s in states)
             + f"{latency.get(queue, 0.0):>9.1f}s"
+            + ("  paused" if queue in paused else "")
         )
     return 0
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable, Sized
+from collections.abc import Callable, Iterable, Mapping, Sized
 from typing import Any
 
 from .. import config
@@ -22,6 +22,7 @@ from .._redis.drivers import AsyncDriverProtocol
 from .._redis.keys import QueueKeys, queue_keys
 from .._redis.operations import Call, Claimed, ClaimReply
 from ..errors import ServerError, ServerUnavailable
+from ..queue_control import QueueLimits
 from .backoff import SERVER_ERROR, Backoff
 
 logger = logging.getLogger("culex")
@@ -52,6 +53,7 @@ class Claimer:
         driver: AsyncDriverProtocol,
         queues: Iterable[str],
         *,
+        limits: Mapping[str, QueueLimits] | None = None,
         start: Callable[[Claimed], None],
         running: Sized,
         slot_freed: asyncio.Event,
@@ -61,6 +63,11 @@ class Claimer:
         self.driver = driver
         self.keys = [queue_keys(settings.prefix, q) for q in queues]
         self.queue_of = {keys.signal: keys.name for keys in self.keys}  # by signal key
+        # What each queue's job classes declare (culex.limit's changes are read by the claim).
+        self.limit_args = {
+            keys.name: (limits or {}).get(keys.name, QueueLimits()).claim_args()
+            for keys in self.keys
+        }
         self.start = start
         self.running = running
         self.slot_freed = slot_freed
@@ -156,6 +163,7 @@ class Claimer:
             lease_ms=self.settings.lease_ms,
             promote_limit=PROMOTE_LIMIT,
             dead_ttl_ms=self.settings.failed_job_ttl_ms,
+            **self.limit_args[keys.name],
         )
 
     def _sick(self, queue: str, exc: ServerError) -> None:

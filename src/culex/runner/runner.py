@@ -178,6 +178,7 @@ class Runner:
             self.settings,
             driver,
             self.queues,
+            limits={q: self.jobs.queue_limits(q) for q in self.queues},
             start=self._start,
             running=self._running,
             slot_freed=self._slot_freed,

@@ -16,10 +16,24 @@
 -- ARGV[2] lease_ms
 -- ARGV[3] promote_limit   how many due scheduled tasks to promote at most
 -- ARGV[4] dead_ttl_ms     for an id found in waiting without its hash
--- Returns: {now_us, next_due_ms or -1, task, task, ...} where each task is
+-- Flow control (docs/flow-control.md); the keys and ARGV below are optional: a claim
+-- without them ignores pause and limits, as before flow control.
+-- KEYS[8] control hash <prefix>:{<queue>}:control   paused=1 holds every task back; rate,
+--         rate_ms and concurrency, when present, replace ARGV[5..7] (culex.limit; "0":
+--         no limit); the claim sets blocked=1 when the concurrency limit holds ready tasks
+--         back (include/unblock.lua: the script that frees a slot wakes a runner)
+-- KEYS[9] starts zset <prefix>:{<queue>}:starts   the rate limit's window: one member
+--         <id>:<attempt> per task started, scored by its start (ms); kept rate_ms
+-- ARGV[5] rate            optional: the most starts in any window of rate_ms (0: none)
+-- ARGV[6] rate_ms         optional: the window, ms >= 1 when rate > 0
+-- ARGV[7] concurrency     optional: the most tasks pending at once, across runners (0: none)
+-- Returns: {now_us, next_ms or -1, task, task, ...} where each task is
 --          {id, attempt, type, params, retry_count, max_retries, enqueue_time, trace}
---          (trace: the producer's trace context, "" for none).
--- An empty claim writes nothing. now_us is the server time in microseconds: a runner
+--          (trace: the producer's trace context, "" for none), and next_ms is when to
+--          claim again: the next scheduled task's due time or, when the rate limit holds
+--          ready tasks back, when the next start is allowed, whichever is sooner.
+-- An empty claim writes nothing but its bookkeeping (the promotion of due tasks, the
+-- blocked mark, the window's trim). now_us is the server time in microseconds: a runner
 -- times its wait for the next due task from it (ms would make it up to 1 ms late).
 
 -- >>> include/wake.lua
@@ -165,6 +179,23 @@ end
 if not KEYS[7] then
   return redis.error_reply('ERR claim takes 7 keys: the counters prefix is KEYS[7]')
 end
+local rate = tonumber(ARGV[5] or '0')
+local rate_ms = tonumber(ARGV[6] or '0')
+local concurrency = tonumber(ARGV[7] or '0')
+local control = {}
+if KEYS[8] then
+  control = redis.pcall('HMGET', KEYS[8], 'paused', 'rate', 'rate_ms', 'concurrency')
+  if control['err'] then control = {} end  -- (a control key of another type: no control)
+  if control[2] and control[3] then rate, rate_ms = tonumber(control[2]), tonumber(control[3]) end
+  if control[4] then concurrency = tonumber(control[4]) end
+end
+if not (rate and rate_ms and concurrency) or (rate > 0 and rate_ms < 1) then
+  return redis.error_reply('ERR claim: rate, rate_ms and concurrency must be numbers, '
+    .. 'rate_ms >= 1 with a rate')
+end
+if rate > 0 and not KEYS[9] then
+  return redis.error_reply('ERR claim: a rate limit needs the starts key, KEYS[9]')
+end
 
 local due = redis.call('ZRANGE', KEYS[3], '-inf', now, 'BYSCORE', 'LIMIT', 0,
   promote_limit, 'WITHSCORES')
@@ -188,10 +219,28 @@ local function bury(key, id, job, reason)
   wake(key, KEYS[6] .. id, dead_ttl)
 end
 
+-- Admission: how many of the `limit` asked may start now.
+local paused = control[1] == '1'
+local running, started = 0, 0
+if paused then
+  limit = 0
+elseif limit > 0 then
+  if concurrency > 0 then
+    running = redis.call('ZCARD', KEYS[2])
+    limit = math.max(0, math.min(limit, concurrency - running))
+  end
+  if rate > 0 then
+    redis.call('ZREMRANGEBYSCORE', KEYS[9], '-inf', now - rate_ms)
+    started = redis.call('ZCARD', KEYS[9])
+    limit = math.max(0, math.min(limit, rate - started))
+  end
+end
+
 local reply = {t[1] * 1000000 + t[2], -1}
 if limit > 0 then
   local popped = redis.call('ZPOPMIN', KEYS[1], limit)  -- {id, score, id, score, ...}
   local leases = {}  -- score, id pairs for one ZADD to pending
+  local starts = {}  -- score, member pairs for the rate limit's window
   for i = 1, #popped, 2 do
     local id = popped[i]
     local key = KEYS[5] .. id
@@ -212,6 +261,10 @@ if limit > 0 then
       redis.call('HSET', key, 'attempt', attempt, 'state', 'pending', 'started_at', now)
       leases[#leases + 1] = now + lease
       leases[#leases + 1] = id
+      if rate > 0 then
+        starts[#starts + 1] = now
+        starts[#starts + 1] = id .. ':' .. attempt
+      end
       reply[#reply + 1] = {id, attempt, f[1] or '', f[2] or '', f[3] or '0', f[4] or '',
         f[5] or '', f[7] or ''}
     end
@@ -219,11 +272,35 @@ if limit > 0 then
   for i = 1, #leases, 1000 do  -- unpack in slices: Lua's C stack is bounded
     redis.call('ZADD', KEYS[2], unpack(leases, i, math.min(i + 999, #leases)))
   end
+  for i = 1, #starts, 1000 do
+    redis.call('ZADD', KEYS[9], unpack(starts, i, math.min(i + 999, #starts)))
+  end
+  if #starts > 0 then
+    redis.call('PEXPIRE', KEYS[9], rate_ms)
+  end
   write_counts(KEYS[7], now, tally)
+  running = running + #leases / 2
+  started = started + #starts / 2
 end
 
 local nxt = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
 if nxt[2] then
   reply[2] = tonumber(nxt[2])
+end
+-- A limit reached with ready tasks left: the concurrency limit marks the queue blocked
+-- (the script that frees a slot wakes a runner), the rate limit says when the oldest
+-- start leaves the window. A paused queue says nothing: resuming wakes the runners.
+if not paused and ((concurrency > 0 and running >= concurrency)
+    or (rate > 0 and started >= rate)) and redis.call('ZCARD', KEYS[1]) > 0 then
+  if concurrency > 0 and running >= concurrency and KEYS[8] then
+    redis.pcall('HSET', KEYS[8], 'blocked', '1')
+  end
+  if rate > 0 and started >= rate then
+    local oldest = redis.call('ZRANGE', KEYS[9], 0, 0, 'WITHSCORES')
+    if oldest[2] then
+      local allowed = tonumber(oldest[2]) + rate_ms
+      if reply[2] < 0 or allowed < reply[2] then reply[2] = allowed end
+    end
+  end
 end
 return reply

@@ -14,6 +14,10 @@
 --         field for the whole batch. The first count in a new minute adds the minute that
 --         <prefix>total names to its hour bucket <prefix>h:<start> and to <prefix>total,
 --         and names its own: include/stats.lua)
+-- KEYS[6] control hash <prefix>:{<queue>}:control   (optional, with KEYS[7]: when a
+--         claim marked the queue blocked by its concurrency limit, a runner is woken
+--         through KEYS[7]: include/unblock.lua)
+-- KEYS[7] signal list <prefix>:{<queue>}:signal
 -- ARGV[1..] quadruples: id, attempt, result, ttl_ms
 --         attempt  the one the runner was handed: it fences stale runners
 --         result   JSON text of perform's return value
@@ -155,6 +159,21 @@ local function write_counts(prefix, now_ms, tally)
 end
 -- <<< include/stats.lua
 
+-- >>> include/unblock.lua
+-- A claim that left ready tasks in waiting because the queue ran as many as its
+-- concurrency limit allows marks blocked=1 in the queue's control hash; a script that takes
+-- a task out of pending then wakes one idle runner through the queue's signal list, so the
+-- freed slot is taken at once rather than at the runner's next idle_wait. control is nil
+-- for a caller that passes no control key (one written before flow control): no wake-up.
+local function unblock(control, signal)
+  if control and redis.pcall('HDEL', control, 'blocked') == 1 then
+    if redis.pcall('LLEN', signal) == 0 then
+      redis.pcall('RPUSH', signal, '1')
+    end
+  end
+end
+-- <<< include/unblock.lua
+
 if not KEYS[5] then  -- (before any write, as every check)
   return redis.error_reply('ERR complete takes 5 keys: the counters prefix is KEYS[5]')
 end
@@ -200,4 +219,7 @@ for i = 1, #done, 1000 do  -- unpack in slices: Lua's C stack is bounded
   redis.call('ZREM', KEYS[1], unpack(done, i, math.min(i + 999, #done)))
 end
 write_counts(KEYS[5], now, tally)
+if #done > 0 then
+  unblock(KEYS[6], KEYS[7])
+end
 return refused

@@ -12,6 +12,9 @@
 --         <type>|f<run-time bucket>, when a retry is scheduled, as dead, <type>|d<bucket>,
 --         when not, and adds its run time now - started_at to <type>|ms, in the minute
 --         bucket under it, which goes to its hour and the totals later, as in complete)
+-- KEYS[8] control hash <prefix>:{<queue>}:control   (optional, with KEYS[9]: a freed
+--         slot under the queue's concurrency limit wakes a runner, as in complete)
+-- KEYS[9] signal list <prefix>:{<queue>}:signal
 -- ARGV[1] id
 -- ARGV[2] attempt         fences stale runners, as in complete
 -- ARGV[3] error           the reason, stored as last_error
@@ -175,6 +178,21 @@ local function write_counts(prefix, now_ms, tally)
 end
 -- <<< include/stats.lua
 
+-- >>> include/unblock.lua
+-- A claim that left ready tasks in waiting because the queue ran as many as its
+-- concurrency limit allows marks blocked=1 in the queue's control hash; a script that takes
+-- a task out of pending then wakes one idle runner through the queue's signal list, so the
+-- freed slot is taken at once rather than at the runner's next idle_wait. control is nil
+-- for a caller that passes no control key (one written before flow control): no wake-up.
+local function unblock(control, signal)
+  if control and redis.pcall('HDEL', control, 'blocked') == 1 then
+    if redis.pcall('LLEN', signal) == 0 then
+      redis.pcall('RPUSH', signal, '1')
+    end
+  end
+end
+-- <<< include/unblock.lua
+
 local delay = tonumber(ARGV[4])
 local ttl = tonumber(ARGV[5])
 local dead_max = tonumber(ARGV[6])
@@ -194,6 +212,7 @@ local retries = math.floor(tonumber(f[5]) or 0) + 1
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 redis.call('ZREM', KEYS[2], ARGV[1])
+unblock(KEYS[8], KEYS[9])
 local tally = {}
 count(tally, f[4] or '', delay >= 0 and 'f' or 'd', run_time(now, f[6]))
 write_counts(KEYS[7], now, tally)

@@ -18,6 +18,8 @@
 -- KEYS[9] counters prefix <prefix>:{<queue>}:stats:   (each lost attempt counts as
 --         failed, <type>|f, when the task runs again, dead, <type>|d, when not, without a
 --         run time: no runner reported its end; in the minute bucket, as in complete)
+-- KEYS[10] control hash <prefix>:{<queue>}:control   (optional: a freed slot under the
+--         queue's concurrency limit wakes a runner through KEYS[6], as in complete)
 -- ARGV[1] limit          how many expired tasks to reclaim at most
 -- ARGV[2] dead_ttl_ms
 -- ARGV[3] dead_max
@@ -180,6 +182,21 @@ local function write_counts(prefix, now_ms, tally)
 end
 -- <<< include/stats.lua
 
+-- >>> include/unblock.lua
+-- A claim that left ready tasks in waiting because the queue ran as many as its
+-- concurrency limit allows marks blocked=1 in the queue's control hash; a script that takes
+-- a task out of pending then wakes one idle runner through the queue's signal list, so the
+-- freed slot is taken at once rather than at the runner's next idle_wait. control is nil
+-- for a caller that passes no control key (one written before flow control): no wake-up.
+local function unblock(control, signal)
+  if control and redis.pcall('HDEL', control, 'blocked') == 1 then
+    if redis.pcall('LLEN', signal) == 0 then
+      redis.pcall('RPUSH', signal, '1')
+    end
+  end
+end
+-- <<< include/unblock.lua
+
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local limit = tonumber(ARGV[1])
@@ -252,6 +269,7 @@ if woken and redis.call('LLEN', KEYS[6]) == 0 then
   redis.call('RPUSH', KEYS[6], '1')
 end
 if #out > 0 then
+  unblock(KEYS[10], KEYS[6])
   trim_dead(KEYS[3], now, ttl, dead_max)
   write_counts(KEYS[9], now, tally)
 end

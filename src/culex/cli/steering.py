@@ -1,0 +1,56 @@
+"""culex commands that steer a queue: pause, resume, limit."""
+
+from __future__ import annotations
+
+import argparse
+
+from .. import config
+from ..queue_control import QueueControl, limit, pause, resume
+
+
+def pause_command(args: argparse.Namespace) -> int:
+    print(_describe(pause(args.queue, _settings(args))))
+    return 0
+
+
+def resume_command(args: argparse.Namespace) -> int:
+    print(_describe(resume(args.queue, _settings(args))))
+    return 0
+
+
+def limit_command(args: argparse.Namespace) -> int:
+    """Set the limits given (``none`` lifts one), or drop them all with --reset; with
+    neither, show the queue's state."""
+    from ..queue_control import controls
+
+    settings = _settings(args)
+    changes: dict[str, object] = {}
+    if args.rate is not None:
+        changes["rate"] = None if args.rate == "none" else args.rate
+    if args.concurrency is not None:
+        changes["concurrency"] = None if args.concurrency == "none" else _whole(args.concurrency)
+    if changes or args.reset:
+        state = limit(args.queue, reset=args.reset, settings=settings, **changes)  # type: ignore[arg-type]
+    else:
+        state = controls(settings, [args.queue])[args.queue]
+    print(_describe(state))
+    return 0
+
+
+def _describe(state: QueueControl) -> str:
+    """One line: ``emails: paused; rate 50/s; concurrency 3`` (limits set at run time;
+    "as declared": the job classes' own)."""
+    rate = "as declared" if state.rate is None else str(state.rate)
+    concurrency = "as declared" if state.concurrency is None else str(state.concurrency)
+    running = "paused" if state.paused else "running"
+    return f"{state.queue}: {running}; rate {rate}; concurrency {concurrency}"
+
+
+def _whole(text: str) -> object:
+    """A concurrency flag's value: a whole number (checked by culex.limit), else the text
+    itself, which culex.limit refuses with its own message."""
+    return int(text) if text.isdigit() else text
+
+
+def _settings(args: argparse.Namespace) -> config.Settings:
+    return config.settings(**({"redis_url": args.redis_url} if args.redis_url else {}))

@@ -1,0 +1,240 @@
+"""Steering a queue: pause and resume it, and limit how fast and how many of its tasks run.
+
+A queue's limits are what its job classes declare (``rate_limit``, ``concurrency_limit``)
+unless :func:`limit` set others at run time. Every check happens inside the claim
+(claim.lua), with the server's clock, across all runners: a limited task waits in Redis,
+never in a runner's slot, and never spends a retry (docs/flow-control.md).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Final
+
+from . import config
+from ._redis import commands, operations
+from ._redis.keys import check_queue_name, queue_keys, queues_key
+from .errors import ConfigurationError
+from .flow import Flow, one_call, run_async, run_sync
+
+
+@dataclass(frozen=True, slots=True)
+class Rate:
+    """At most ``count`` starts in any window of ``per``: ``Rate(100, per=timedelta(seconds=1))``
+    is ``"100/s"``. A start is a claim: an attempt that begins, whatever its end."""
+
+    count: int
+    per: timedelta = timedelta(seconds=1)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.count, bool) or not isinstance(self.count, int) or self.count < 1:
+            raise ConfigurationError(
+                f"a rate's count must be a whole number >= 1, got {self.count!r}"
+            )
+        if not isinstance(self.per, timedelta) or self.per < timedelta(milliseconds=1):
+            raise ConfigurationError(
+                f"a rate's window (per) must be a timedelta >= 1 ms, got {self.per!r}"
+            )
+
+    @property
+    def window_ms(self) -> int:
+        return round(self.per / timedelta(milliseconds=1))
+
+    def __str__(self) -> str:
+        for unit, ms in _UNIT_MS.items():
+            if self.window_ms == ms:
+                return f"{self.count}/{unit}"
+        return f"{self.count}/{self.window_ms}ms"
+
+
+_UNIT_MS: Final = {"s": 1000, "m": 60_000, "h": 3_600_000}
+_RATE_TEXT = re.compile(r"(\d{1,9})\s*/\s*(\d{1,9}\s*)?(ms|s|m|h)")
+
+
+def rate(value: object, name: str = "rate") -> Rate:
+    """A :class:`Rate`, or its text ``"N/s"``, ``"N/m"``, ``"N/h"`` (also ``"N/10s"``,
+    ``"N/500ms"``), checked."""
+    if isinstance(value, Rate):
+        return value
+    if isinstance(value, str):
+        match = _RATE_TEXT.fullmatch(value.strip())
+        if match:
+            count, times, unit = match.groups()
+            window_ms = int(times or 1) * (1 if unit == "ms" else _UNIT_MS[unit])
+            return Rate(int(count), per=timedelta(milliseconds=window_ms))
+    raise ConfigurationError(
+        f'{name} must be a culex.Rate or a text like "100/s", "10/m", "1000/h" or "5/10s", '
+        f"got {value!r}"
+    )
+
+
+def concurrency(value: object, name: str = "concurrency") -> int:
+    """A concurrency limit: a whole number >= 1, checked."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigurationError(f"{name} must be a whole number >= 1, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class QueueLimits:
+    """What a queue's job classes declare: the claim's defaults for that queue."""
+
+    rate: Rate | None = None
+    concurrency: int | None = None
+
+    def claim_args(self) -> dict[str, Any]:
+        """The keyword arguments of ``operations.claim`` that carry these limits."""
+        window = None if self.rate is None else (self.rate.count, self.rate.window_ms)
+        return {"rate": window, "concurrency": self.concurrency}
+
+
+@dataclass(frozen=True, slots=True)
+class QueueControl:
+    """A queue's state of flow control in Redis: paused, and the limits set at run time
+    (None: what its job classes declare; ``"none"``: no limit, set by :func:`limit`)."""
+
+    queue: str
+    paused: bool
+    rate: Rate | str | None
+    concurrency: int | str | None
+
+
+# -- pause and resume --------------------------------------------------------------------
+
+
+def pause(queue: str, settings: config.Settings | None = None) -> QueueControl:
+    """Pause ``queue``: it keeps accepting tasks, and no runner starts one until
+    :func:`resume`. Tasks already running finish."""
+    return _run_sync(queue, {"paused": "1"}, settings)
+
+
+async def apause(queue: str, settings: config.Settings | None = None) -> QueueControl:
+    """The async twin of :func:`pause`."""
+    return await _run_async(queue, {"paused": "1"}, settings)
+
+
+def resume(queue: str, settings: config.Settings | None = None) -> QueueControl:
+    """Resume a paused queue; its runners start its tasks at once."""
+    return _run_sync(queue, {"paused": ""}, settings)
+
+
+async def aresume(queue: str, settings: config.Settings | None = None) -> QueueControl:
+    """The async twin of :func:`resume`."""
+    return await _run_async(queue, {"paused": ""}, settings)
+
+
+# -- limits at run time -----------------------------------------------------------------
+
+_UNCHANGED: Any = object()
+
+
+def limit(
+    queue: str,
+    *,
+    rate: Rate | str | None = _UNCHANGED,
+    concurrency: int | None = _UNCHANGED,
+    reset: bool = False,
+    settings: config.Settings | None = None,
+) -> QueueControl:
+    """Change a queue's limits at run time, across every runner, from its next claim on:
+    ``limit("emails", rate="50/s", concurrency=3)``. ``None`` lifts that limit (whatever
+    the job classes declare); ``reset=True`` drops every limit set here, so the classes'
+    declarations hold again. A limit not named stays as it is."""
+    return _run_sync(queue, _limit_changes(rate, concurrency, reset), settings)
+
+
+async def alimit(
+    queue: str,
+    *,
+    rate: Rate | str | None = _UNCHANGED,
+    concurrency: int | None = _UNCHANGED,
+    reset: bool = False,
+    settings: config.Settings | None = None,
+) -> QueueControl:
+    """The async twin of :func:`limit`."""
+    return await _run_async(queue, _limit_changes(rate, concurrency, reset), settings)
+
+
+def _limit_changes(rate_: object, concurrency_: object, reset: bool) -> dict[str, str]:
+    if not isinstance(reset, bool):
+        raise ConfigurationError(f"reset must be True or False, got {reset!r}")
+    changes: dict[str, str] = {}
+    if reset:
+        if rate_ is not _UNCHANGED or concurrency_ is not _UNCHANGED:
+            raise ConfigurationError("limit(reset=True) takes no rate or concurrency")
+        return {"rate": "", "rate_ms": "", "concurrency": ""}
+    if rate_ is not _UNCHANGED:
+        if rate_ is None:
+            changes.update(rate="0", rate_ms="0")
+        else:
+            checked = rate(rate_)
+            changes.update(rate=str(checked.count), rate_ms=str(checked.window_ms))
+    if concurrency_ is not _UNCHANGED:
+        changes["concurrency"] = "0" if concurrency_ is None else str(concurrency(concurrency_))
+    if not changes:
+        raise ConfigurationError("limit() needs rate=, concurrency= or reset=True")
+    return changes
+
+
+# -- reading -----------------------------------------------------------------------------
+
+
+def controls(
+    settings: config.Settings | None = None, queues: list[str] | None = None
+) -> dict[str, QueueControl]:
+    """Each queue's flow control (default: every known queue), in one round trip."""
+    settings = settings or config.settings()
+    return run_sync(_controls(settings, queues), settings.redis_url)
+
+
+async def acontrols(
+    settings: config.Settings | None = None, queues: list[str] | None = None
+) -> dict[str, QueueControl]:
+    """The async twin of :func:`controls`."""
+    settings = settings or config.settings()
+    return await run_async(_controls(settings, queues), settings.redis_url)
+
+
+def _controls(settings: config.Settings, queues: list[str] | None) -> Flow[dict[str, QueueControl]]:
+    names = (
+        queues if queues is not None else (yield commands.known_queues(queues_key(settings.prefix)))
+    )
+    if not names:
+        return {}
+    replies = yield [commands.read_control(queue_keys(settings.prefix, q)) for q in names]
+    out = {}
+    for q, reply in zip(names, replies, strict=True):
+        out[q] = _control(q, reply if isinstance(reply, dict) else {})
+    return out
+
+
+def _control(queue: str, fields: dict[str, str]) -> QueueControl:
+    limited_rate: Rate | str | None = None
+    if fields.get("rate") is not None and fields.get("rate_ms") is not None:
+        count, window = int(fields["rate"]), int(fields["rate_ms"])
+        limited_rate = "none" if count == 0 else Rate(count, timedelta(milliseconds=window))
+    limited: int | str | None = None
+    if fields.get("concurrency") is not None:
+        limited = int(fields["concurrency"]) or "none"
+    return QueueControl(queue, fields.get("paused") == "1", limited_rate, limited)
+
+
+def _change(queue: str, changes: dict[str, str], settings: config.Settings) -> Flow[QueueControl]:
+    call = operations.control(queue_keys(settings.prefix, check_queue_name(queue)), changes)
+    return one_call(call, lambda fields: _control(queue, fields))
+
+
+def _run_sync(
+    queue: str, changes: dict[str, str], settings: config.Settings | None
+) -> QueueControl:
+    settings = settings or config.settings()
+    return run_sync(_change(queue, changes, settings), settings.redis_url)
+
+
+async def _run_async(
+    queue: str, changes: dict[str, str], settings: config.Settings | None
+) -> QueueControl:
+    settings = settings or config.settings()
+    return await run_async(_change(queue, changes, settings), settings.redis_url)
