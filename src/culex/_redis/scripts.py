@@ -49,6 +49,8 @@ READ_PERIODIC = Script.load("read_periodic")
 BROWSE = Script.load("browse")
 DELETE = Script.load("delete")
 HASTEN = Script.load("hasten")
+RETRY_LATER = Script.load("retry_later")
+PROGRESS = Script.load("progress")
 
 ALL = (
     ENQUEUE,
@@ -67,4 +69,6 @@ ALL = (
     BROWSE,
     DELETE,
     HASTEN,
+    RETRY_LATER,
+    PROGRESS,
 )
