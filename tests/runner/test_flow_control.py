@@ -246,3 +246,26 @@ async def test_a_stale_attempts_progress_and_retry_later_are_refused(
         assert r.hgetall(key) == before  # neither the progress nor the push-back landed
     assert b"progress" not in before and b"retry_later_count" not in before
     assert f"report for task losing_job<{task.id}> (attempt 1) refused" in caplog.text
+
+
+# -- in a test's drain ---------------------------------------------------------------------
+
+
+class DrainedPushBackJob(culex.QueuedJob):
+    queue = "drained_push_back"
+
+    async def perform(self) -> int:
+        if self.attempt == 1:
+            raise culex.RetryLater(3600)  # a drain makes it due at once
+        return self.attempt
+
+
+async def test_a_drain_records_a_push_back_and_goes_on(r: redis.Redis) -> None:
+    from culex.testing import adrain
+
+    task = await DrainedPushBackJob().aenqueue()
+    ran = await adrain("drained_push_back")
+    assert [(a.attempt, a.outcome, a.result) for a in ran] == [
+        (1, "retry_later", None), (2, "succeeded", 2),
+    ]  # fmt: skip
+    assert (await task.ainfo())["retry_count"] == "0"
