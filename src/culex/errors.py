@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+from datetime import timedelta
+
 
 class CulexError(Exception):
     """Base class of every error culex raises on purpose."""
@@ -39,3 +42,36 @@ class JobFailure(CulexError):
         super().__init__(reason or "failed by the job")
         self.reason = reason or "failed by the job"
         self.retry = retry
+
+
+# The longest a job may push its task back: a longer wait is a new task at a time.
+MAX_RETRY_LATER = timedelta(days=365)
+
+
+class RetryLater(CulexError):
+    """Raised in ``perform`` to run the task again after ``delay`` (a timedelta or seconds)
+    without counting a failed attempt: a remote service said "slow down".
+
+    The task goes to scheduled, due after the delay; its retry_count and last_error stay as
+    they were (docs/flow-control.md). A delay that is not a number of seconds from 0 to
+    365 days is a TypeError or ValueError raised here, in perform: the attempt then fails
+    as any other exception makes it fail.
+    """
+
+    def __init__(self, delay: timedelta | float) -> None:
+        if isinstance(delay, timedelta):
+            seconds = delay.total_seconds()
+        elif isinstance(delay, int | float) and not isinstance(delay, bool):
+            seconds = float(delay)
+        else:
+            raise TypeError(
+                f"RetryLater(delay): the delay must be a timedelta or a number of seconds, "
+                f"got {delay!r}"
+            )
+        most = MAX_RETRY_LATER.total_seconds()
+        if math.isnan(seconds) or not 0 <= seconds <= most:
+            raise ValueError(
+                f"RetryLater(delay): the delay must be from 0 to {most:.0f} s, got {delay!r}"
+            )
+        self.delay_ms = round(seconds * 1000)
+        super().__init__(f"asked to run again in {self.delay_ms / 1000:g} s")

@@ -19,7 +19,7 @@ from typing import Any
 from . import logs, tracing
 from ._redis.operations import Claimed
 from .config import seconds
-from .errors import JobFailure
+from .errors import JobFailure, RetryLater
 from .isolation import ChildDied, ChildRaised, run_in_process
 from .job import Job, snake_case
 from .job_registry import JobRegistry
@@ -29,9 +29,19 @@ logger = logging.getLogger("culex")
 
 class Outcome:
     """How an attempt ended: a result (success) with the job's own result_ttl, or an error
-    with the retry delay (None: dead), and the exception behind it if any (for tracing)."""
+    with the retry delay (None: dead), and the exception behind it if any (for tracing);
+    or, with ``later_ms``, neither: the job asked to run again after that many ms
+    (culex.RetryLater), which counts no failed attempt."""
 
-    __slots__ = ("claimed", "error", "exception", "result_json", "result_ttl", "retry_delay_ms")
+    __slots__ = (
+        "claimed",
+        "error",
+        "exception",
+        "later_ms",
+        "result_json",
+        "result_ttl",
+        "retry_delay_ms",
+    )
 
     def __init__(
         self,
@@ -41,6 +51,7 @@ class Outcome:
         retry_delay_ms: int | None = None,
         result_ttl: float | timedelta | None = None,
         exception: BaseException | None = None,
+        later_ms: int | None = None,
     ) -> None:
         self.claimed = claimed
         self.exception = exception
@@ -48,6 +59,7 @@ class Outcome:
         self.error = error
         self.retry_delay_ms = retry_delay_ms
         self.result_ttl = result_ttl
+        self.later_ms = later_ms
 
 
 def task_name(claimed: Claimed) -> str:
@@ -103,6 +115,8 @@ async def _judged(job: Job, claimed: Claimed, pool: Executor) -> Outcome:
             result_json = job.result_text(await _run_in_thread(job, pool, timeout))
     except JobFailure as exc:
         return _failed(job, claimed, exc.reason, exc.retry, started, exc)
+    except RetryLater as exc:
+        return _later(job, claimed, exc, started)
     except TimeoutError as exc:
         return _failed(job, claimed, f"timed out after {timeout} s", True, started, exc)
     except (ChildRaised, ChildDied) as exc:
@@ -197,6 +211,23 @@ def _failed(
             reason,
         )
     return Outcome(claimed, error=reason, retry_delay_ms=delay_ms, exception=raised)
+
+
+def _later(job: Job, claimed: Claimed, asked: RetryLater, started: float) -> Outcome:
+    """The job pushed back: its task runs again after the delay, no failure counted. A
+    RetryLater whose delay_ms is not a whole number >= 0 (a subclass that skipped its
+    checks) fails the attempt as any error does."""
+    delay_ms = getattr(asked, "delay_ms", None)
+    if isinstance(delay_ms, bool) or not isinstance(delay_ms, int) or delay_ms < 0:
+        reason = f"RetryLater without a usable delay_ms: {delay_ms!r}"
+        return _failed(job, claimed, reason, True, started, asked)
+    logger.info(
+        "task %s asked to run again in %s, taking %s (no failure counted)",
+        task_name(claimed),
+        _clock(delay_ms),
+        _took(started),
+    )
+    return Outcome(claimed, later_ms=delay_ms)
 
 
 def _took(started: float) -> str:

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from .errors import JobFailure
+from .errors import JobFailure, RetryLater
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
@@ -37,7 +38,8 @@ class ChildRaised(Exception):
 def run_in_process(job: Job, run: Callable[[Job], Any], timeout: float | None) -> str:
     """Run ``run(job)`` in a forked child; returns the result as JSON text.
 
-    Raises TimeoutError (the child was killed), JobFailure, ChildRaised or ChildDied.
+    Raises TimeoutError (the child was killed), JobFailure, RetryLater, ChildRaised or
+    ChildDied.
     """
     import multiprocessing  # here, not at the top: most runners never use it (its memory)
 
@@ -62,6 +64,8 @@ def run_in_process(job: Job, run: Callable[[Job], Any], timeout: float | None) -
     if kind == "failure":
         reason, retry = payload
         raise JobFailure(reason, retry=retry)
+    if kind == "later":
+        raise RetryLater(timedelta(milliseconds=payload))
     if kind == "error":
         raise ChildRaised(payload)
     return str(payload)
@@ -84,6 +88,8 @@ def _child(job: Job, run: Callable[[Job], Any], send: Connection) -> None:
             send.send(("ok", job.result_text(run(job))))
         except JobFailure as exc:
             send.send(("failure", (exc.reason, exc.retry)))
+        except RetryLater as exc:
+            send.send(("later", getattr(exc, "delay_ms", None)))
         except BaseException as exc:
             send.send(("error", f"{type(exc).__name__}: {exc}"))
         send.close()

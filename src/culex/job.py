@@ -26,6 +26,7 @@ from .job_registry import registry
 from .queue_control import QueueLimits, Rate, concurrency, rate
 from .serialization import codec_for, encode_result, params_text, result_codec
 from .task import Task
+from .task_progress import Reporting, areport, report
 
 logger = logging.getLogger("culex")
 
@@ -117,6 +118,7 @@ class Job:
     task_id: str
     attempt: int
     retry_count: int
+    reporting_: Reporting  # where progress() stores (unset outside a runner: perform_now)
 
     def __init_subclass__(cls, abstract: bool = False, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -173,6 +175,22 @@ class Job:
     def fail(self, reason: str = "", retry: bool = True) -> NoReturn:
         """End this attempt as failed; ``retry=False`` sends the task to dead at once."""
         raise JobFailure(reason, retry=retry)
+
+    def progress(self, fraction: float, message: str | None = None) -> bool:
+        """Report how far this attempt has got: ``fraction`` from 0 to 1, and a message of
+        at most 1,000 characters; ``task.progress()`` reads it from anywhere.
+
+        Blocking (a round trip): call it from a sync perform, including one in a child
+        process; in an ``async def perform``, ``await self.aprogress(...)`` (this raises
+        RuntimeError there). False when it was not stored: this attempt no longer holds
+        the task (its lease was lost), or the job runs outside a runner (perform_now).
+        A fraction outside 0..1, NaN, or a message that is not a str or too long raises
+        ValueError or TypeError."""
+        return report(getattr(self, "reporting_", None), fraction, message)
+
+    async def aprogress(self, fraction: float, message: str | None = None) -> bool:
+        """The async twin of :meth:`progress`, for an ``async def perform``."""
+        return await areport(getattr(self, "reporting_", None), fraction, message)
 
     def reschedule_interval(self, retry_count: int) -> timedelta:
         """How long to wait before retry number ``retry_count`` (1, 2, ...): 2 s x n²."""

@@ -15,6 +15,7 @@ from .errors import CulexError, TaskFailed
 from .flow import Flow, one_call, run_async, run_sync
 from .job_registry import registry
 from .serialization import decode_result
+from .task_progress import Progress, read_flow
 
 if TYPE_CHECKING:
     from .job import Job
@@ -201,6 +202,15 @@ class Task:
 
     async def ainfo(self) -> dict[str, str]:
         return await run_async(self._info_flow(), self.url)
+
+    def progress(self) -> Progress | None:
+        """The last progress its job reported, ``(fraction, message)`` (message None when
+        it gave none), kept after the task ends; None when none was reported (or the task
+        has no record)."""
+        return run_sync(read_flow(self._keys(), self.id), self.url)
+
+    async def aprogress(self) -> Progress | None:
+        return await run_async(read_flow(self._keys(), self.id), self.url)
 
     def result(self, timeout: float | None = None) -> Any:
         """Wait for perform's return value. Raises TaskFailed (dead) or TimeoutError."""

@@ -194,6 +194,19 @@ class PlainRunner:
             args += [name, value]
         return int(self.send("beat", keys, args))
 
+    def retry_later(self, held: Held, delay_ms: Number) -> bool:
+        """Push a held task back to scheduled without counting a failure."""
+        keys = [self.task(held.id), self.pending, self.scheduled]
+        return bool(
+            self.send("retry_later", keys, [held.id, held.attempt, delay_ms]) == b"scheduled"
+        )
+
+    def progress(self, held: Held, fraction: Number, message: str = "") -> bool:
+        """Store how far a held task's attempt has got (fraction from "0" to "1")."""
+        return bool(
+            self.send("progress", [self.task(held.id)], [held.attempt, fraction, message]) == 1
+        )
+
     def release(self, held: Held) -> bool:
         keys = [self.task(held.id), self.pending, self.waiting, self.signal]
         return bool(self.send("release", keys, [held.id, held.attempt]) == 1)
@@ -385,6 +398,18 @@ def test_a_plain_runner_runs_every_state_change_through_the_shipped_files(r: red
     assert (again.id, again.attempt, again.retry_count) == ("handed-back", 2, 0)
     assert q.complete([(again, "null")]) == []
 
+    # a job reports its progress, then pushes back: scheduled again, no failure counted
+    q.enqueue("pushed-back", "AddJob")
+    [held] = q.claim()
+    assert q.progress(held, "0.5", "half way")
+    assert q.retry_later(held, 0)
+    assert not q.progress(held, "0.6")  # no longer pending: refused
+    assert not q.retry_later(held, 0)
+    [again] = q.claim()  # due at once: claim promotes it
+    assert (again.id, again.attempt, again.retry_count) == ("pushed-back", 2, 0)
+    assert r.hmget(q.task("pushed-back"), "progress", "progress_message") == [b"0.5", b"half way"]
+    assert q.complete([(again, "null")]) == []
+
     # a runner dies: its expired leases are reclaimed as failed attempts
     q.enqueue("orphan", "AddJob")
     q.enqueue("orphan-for-good", "AddJob", max_retries=0)
@@ -463,6 +488,7 @@ def test_a_plain_runner_runs_every_state_change_through_the_shipped_files(r: red
         "orphan-for-good": "dead", f"TickJob:{slot}": "succeeded", "later": "scheduled",
         "running": "pending", "queued": "waiting", "hastened": "succeeded",
         "held-back": "succeeded", "second-in-line": "succeeded", "over-the-rate": "succeeded",
+        "pushed-back": "succeeded",
     }  # fmt: skip
     assert_every_key_ends(q)
     assert set(q.sent) == set(sources)  # every shipped script took part
@@ -526,6 +552,16 @@ def _bury(q: PlainRunner) -> Callable[[], object]:
     return lambda: q.fail(held, "boom", retry_delay_ms=None)
 
 
+def _retry_later(q: PlainRunner) -> Callable[[], object]:
+    held = holding(q)
+    return lambda: q.retry_later(held, 0)
+
+
+def _progress(q: PlainRunner) -> Callable[[], object]:
+    held = holding(q)
+    return lambda: q.progress(held, "0.5", "half way")
+
+
 def _heartbeat(q: PlainRunner) -> Callable[[], object]:
     held = holding(q)
     return lambda: q.heartbeat([held])
@@ -572,6 +608,7 @@ NUMBERS = [  # (script, ARGV index of a number it reads, a state it acts on and 
     ("claim", 4, _claim_an_id_without_hash),
     ("complete", 4, _complete),
     ("fail", 4, _retry), ("fail", 5, _bury), ("fail", 6, _bury),
+    ("retry_later", 3, _retry_later), ("progress", 2, _progress),
     ("heartbeat", 1, _heartbeat),
     ("beat", 2, _beat),
     ("reclaim", 1, _reclaim), ("reclaim", 2, _reclaim), ("reclaim", 3, _reclaim),

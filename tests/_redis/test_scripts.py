@@ -14,7 +14,7 @@ from culex._redis import assembly, operations, scripts
 from culex._redis.drivers import SyncDriverProtocol
 from culex._redis.keys import queue_keys
 
-from ..conftest import driver_of, field, members, score, snapshot
+from ..conftest import driver_of, field, members, score, server_ms, snapshot
 
 pytestmark = pytest.mark.flows  # also run through redis-py (README's test command)
 
@@ -429,4 +429,99 @@ def test_beat_refuses_keys_of_another_type_before_any_write(r: redis.Redis) -> N
     before = snapshot(r)
     with pytest.raises(ServerError, match="WRONGTYPE"):
         drive(r).run(operations.beat("culex", "r1", 60_000, {"host": "h"}))
+    assert snapshot(r) == before
+
+
+# -- flow control: retry_later (culex.RetryLater) and progress -----------------------------
+
+
+def test_retry_later_schedules_without_counting_a_failure(r: redis.Redis) -> None:
+    d = drive(r)
+    put(d, "t")
+    first = claim(d).tasks[0]
+    d.run(operations.fail(K, "t", first.attempt, "boom", retry_delay_ms=0, dead_ttl_ms=DAY_MS,
+                          dead_max=10))  # fmt: skip
+    t = claim(d).tasks[0]  # attempt 2, after one failure
+    counters = sorted(r.keys(K.stats_prefix + "*"))
+    before = r.hgetall(K.task("t"))
+    assert d.run(operations.retry_later(K, "t", t.attempt, 5000)) is True
+    h = r.hgetall(K.task("t"))
+    assert h[b"state"] == b"scheduled" and r.zcard(K.pending) == 0
+    assert (h[b"retry_count"], h[b"last_error"], h[b"failed_at"]) == (
+        before[b"retry_count"], b"boom", before[b"failed_at"],
+    )  # fmt: skip
+    assert int(h[b"due_at"]) == int(h[b"retry_later_at"]) + 5000 == score(r, K.scheduled, "t")
+    assert h[b"retry_later_count"] == b"1"
+    assert sorted(r.keys(K.stats_prefix + "*")) == counters  # nothing counted
+    assert {k: v for k, v in h.items() if k not in (b"state", b"due_at")} == {
+        **{k: v for k, v in before.items() if k not in (b"state", b"due_at")},
+        b"retry_later_at": h[b"retry_later_at"], b"retry_later_count": b"1",
+    }  # fmt: skip
+
+
+def test_retry_later_with_no_delay_is_claimed_again_with_its_retries_intact(
+    r: redis.Redis,
+) -> None:
+    d = drive(r)
+    put(d, "t")
+    t = claim(d).tasks[0]
+    assert d.run(operations.retry_later(K, "t", t.attempt, 0)) is True
+    again = claim(d).tasks[0]  # due at once: claim promotes it
+    assert (again.id, again.attempt, again.retry_count) == ("t", 2, 0)
+    assert d.run(operations.retry_later(K, "t", again.attempt, 0)) is True
+    assert r.hget(K.task("t"), "retry_later_count") == b"2"
+
+
+def test_retry_later_refuses_a_stale_attempt_a_task_not_pending_and_a_bad_delay(
+    r: redis.Redis,
+) -> None:
+    d = drive(r)
+    put(d, "t")
+    put(d, "idle", delay_ms=60_000)
+    t = claim(d).tasks[0]
+    before = snapshot(r)
+    assert d.run(operations.retry_later(K, "t", t.attempt - 1, 0)) is False
+    assert d.run(operations.retry_later(K, "idle", 0, 0)) is False  # scheduled, not pending
+    for bad in (-1, 1.5):
+        with pytest.raises(ServerError, match="delay_ms must be a whole number"):
+            d.run(operations.retry_later(K, "t", t.attempt, bad))  # type: ignore[arg-type]
+    assert snapshot(r) == before
+
+
+def test_progress_is_stored_by_the_attempt_that_holds_the_task_and_kept_after(
+    r: redis.Redis,
+) -> None:
+    d = drive(r)
+    put(d, "t")
+    t = claim(d).tasks[0]
+    low = server_ms(r)
+    assert d.run(operations.progress(K, "t", t.attempt, 0.4, "rendered 4 of 10 pages")) is True
+    high = server_ms(r)
+    h = r.hgetall(K.task("t"))
+    assert (h[b"progress"], h[b"progress_message"]) == (b"0.4", b"rendered 4 of 10 pages")
+    assert low <= int(h[b"progress_at"]) <= high  # the server's clock
+    assert d.run(operations.progress(K, "t", t.attempt, 1, "")) is True
+    assert (field(r, K.task("t"), "progress"), field(r, K.task("t"), "progress_message")) == (
+        b"1", b"",
+    )  # fmt: skip
+    d.run(operations.complete(K, [("t", t.attempt, "null", 60_000)]))
+    before = snapshot(r)
+    assert d.run(operations.progress(K, "t", t.attempt, 0.5, "late")) is False  # ended
+    assert snapshot(r) == before  # and its last progress is kept
+
+
+def test_progress_refuses_a_stale_attempt_and_bad_arguments_before_any_write(
+    r: redis.Redis,
+) -> None:
+    d = drive(r)
+    put(d, "t")
+    t = claim(d).tasks[0]
+    before = snapshot(r)
+    assert d.run(operations.progress(K, "t", t.attempt - 1, 0.5, "stale")) is False
+    assert d.run(operations.progress(K, "gone", 1, 0.5, "")) is False
+    for fraction in (-0.1, 1.5, float("nan")):
+        with pytest.raises(ServerError, match="fraction must be a number from 0 to 1"):
+            d.run(operations.progress(K, "t", t.attempt, fraction, ""))
+    with pytest.raises(ServerError, match="at most 4000 bytes"):
+        d.run(operations.progress(K, "t", t.attempt, 0.5, "é" * 2001))
     assert snapshot(r) == before

@@ -12,6 +12,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import redis
 
 import culex
 from culex import cli, config, logs
@@ -126,3 +127,34 @@ def test_a_dashboard_on_another_prefix_shows_that_prefix_tasks(url: str) -> None
             params = answer.read().decode()
     assert "waiting" in shown  # the task page reads the record under the app's prefix
     assert "under another prefix" in params
+
+
+def test_the_task_page_shows_progress_and_push_backs_escaped(r: redis.Redis, url: str) -> None:
+    from culex._redis import operations
+    from culex._redis.keys import queue_keys
+
+    from ..conftest import driver_of
+    from .conftest import serve
+
+    class ProgressShownJob(culex.QueuedJob):
+        queue = "progress_shown"
+
+    try:
+        task = ProgressShownJob().enqueue()
+    finally:
+        culex.registry.remove(ProgressShownJob)
+    keys, d = queue_keys("culex", task.queue), driver_of(r)
+    [claimed] = d.run(
+        operations.claim(keys, limit=1, lease_ms=60_000, promote_limit=1, dead_ttl_ms=60_000)
+    ).tasks
+    message = '<script>alert("x")</script> 4 of 10 & more'
+    assert d.run(operations.progress(keys, task.id, claimed.attempt, 0.4, message))
+    assert d.run(operations.retry_later(keys, task.id, claimed.attempt, 60_000))
+    with serve(app(config.Settings(redis_url=url))) as base:
+        address = f"{base}/task?queue={task.queue}&id={task.id}"
+        with urllib.request.urlopen(address, timeout=10) as answer:
+            shown = answer.read().decode()
+    assert '<progress max="100" value="40.0">40%</progress> 40%' in shown
+    assert "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt; 4 of 10 &amp; more" in shown
+    assert "<script>alert" not in shown
+    assert "1 time(s), by RetryLater" in shown and "retry later at" in shown

@@ -278,6 +278,27 @@ def release(keys: QueueKeys, task_id: str, attempt: int) -> Call[bool]:
     )
 
 
+def retry_later(keys: QueueKeys, task_id: str, attempt: int, delay_ms: int) -> Call[bool]:
+    """Put a pending task in scheduled, due after ``delay_ms``, without counting a failed
+    attempt (culex.RetryLater). False when refused (stale attempt, or not pending)."""
+    return Call(
+        (keys.task(task_id), keys.pending, keys.scheduled),
+        (task_id, attempt, delay_ms),
+        lambda reply: reply == b"scheduled" or reply == "scheduled",
+        scripts.RETRY_LATER,
+    )
+
+
+def progress(
+    keys: QueueKeys, task_id: str, attempt: int, fraction: float, message: str
+) -> Call[bool]:
+    """Store a running attempt's progress on its task; False when refused (the attempt
+    no longer holds the task: its lease was lost, or it has ended)."""
+    return Call(
+        (keys.task(task_id),), (attempt, repr(fraction), message), _accepted, scripts.PROGRESS
+    )
+
+
 def heartbeat(keys: QueueKeys, lease_ms: int, held: Sequence[tuple[str, int]]) -> Call[list[str]]:
     """Renew leases; the reply lists the ids that were lost."""
     args: list[Arg] = [lease_ms]

@@ -50,6 +50,8 @@ BROWSE = Script.load("browse")
 DELETE = Script.load("delete")
 HASTEN = Script.load("hasten")
 CONTROL = Script.load("control")
+RETRY_LATER = Script.load("retry_later")
+PROGRESS = Script.load("progress")
 
 ALL = (
     ENQUEUE,
@@ -69,4 +71,6 @@ ALL = (
     DELETE,
     HASTEN,
     CONTROL,
+    RETRY_LATER,
+    PROGRESS,
 )

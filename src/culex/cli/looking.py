@@ -91,7 +91,8 @@ def _span(seconds: float) -> str:
 
 
 # The fields of a task hash that hold a time (ms since the epoch), and those that hold JSON.
-_TIMES = ("enqueue_time", "due_at", "started_at", "failed_at", "finished_at", "retried_at", "slot")
+_TIMES = ("enqueue_time", "due_at", "started_at", "failed_at", "finished_at", "retried_at", "slot",
+          "retry_later_at", "progress_at")  # fmt: skip
 
 
 _JSON = ("params", "result")
@@ -111,6 +112,9 @@ def task_command(args: argparse.Namespace) -> int:
         if name in _TIMES and value.isdigit():
             moment = datetime.fromtimestamp(int(value) / 1000, tz=UTC)
             shown = f"{moment.isoformat(timespec='milliseconds')} ({value})"
+        elif name == "progress":
+            with contextlib.suppress(ValueError):  # (else shown as stored)
+                shown = f"{float(value):.0%} ({value})"
         elif name in _JSON:
             with contextlib.suppress(ValueError):  # (else shown as stored)
                 shown = json.dumps(json.loads(value), indent=2, ensure_ascii=False)

@@ -23,7 +23,8 @@ ACTIONS = {
 }
 
 # The fields of a task's record that hold a time (ms since the epoch), in the order shown.
-TIMES = ("enqueue_time", "due_at", "started_at", "failed_at", "finished_at", "retried_at", "slot")
+TIMES = ("enqueue_time", "due_at", "started_at", "failed_at", "finished_at", "retried_at", "slot",
+         "retry_later_at")  # fmt: skip
 # The fields shown whole as text by the "show all" links (never as HTML).
 TEXT_FIELDS = ("params", "result", "last_error")
 
@@ -117,11 +118,28 @@ async def task(request: Request) -> Response:
     if not record:
         raise HTTPException(404, f"{name}<{task_id}>: no such task (never enqueued, or expired)")
     times = [(field, record[field]) for field in TIMES if record.get(field, "").isdigit()]
+    context = {"queue": name, "task_id": task_id, "record": record, "times": times}
     return render(
-        request,
-        "task.html",
-        {"queue": name, "task_id": task_id, "record": record, "times": times, "page": "queues"},
+        request, "task.html", {**context, "progress": _progress(record), "page": "queues"}
     )
+
+
+def _progress(record: dict[str, str]) -> dict[str, Any] | None:
+    """The task's last progress as the page shows it (None: none reported): a percentage
+    from 0 to 100 and its label, the job's message, and when it was reported (ms)."""
+    try:
+        fraction = float(record.get("progress", ""))
+    except ValueError:
+        return None
+    if not 0 <= fraction <= 1:  # (also NaN: progress.lua stores none of these)
+        return None
+    at = record.get("progress_at", "")
+    return {
+        "percent": round(fraction * 100, 1),
+        "label": f"{fraction:.0%}",
+        "message": record.get("progress_message", ""),
+        "at": at if at.isdigit() else None,
+    }
 
 
 async def task_text(request: Request) -> Response:

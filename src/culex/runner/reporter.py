@@ -1,8 +1,9 @@
 """The reporter: sends finished outcomes, fenced by attempt, in one pipelined round trip.
 
-Successes of one queue go in one complete call, each failure in a fail call; a report the
-server refuses (the lease was lost and the task handed out again) is logged and dropped;
-a batch that could not be sent is sent again after a back-off. A hand-back on stop is a
+Successes of one queue go in one complete call, each failure in a fail call, each
+push-back (culex.RetryLater) in a retry_later call; a report the server refuses (the lease
+was lost and the task handed out again) is logged and dropped; a batch that could not be
+sent is sent again after a back-off. A hand-back on stop is a
 report too: the task goes back to waiting, fenced the same way.
 """
 
@@ -73,7 +74,7 @@ class Reporter:
                     self.outbox += outcomes  # sent again after the pause
                     continue
                 refused = set(result) if isinstance(result, list) else set()
-                if result is None:  # a refused fail
+                if result is None or result is False:  # a refused fail or retry_later
                     refused = {outcomes[0].claimed.id}
                 for outcome in outcomes:
                     if outcome.claimed.id in refused:
@@ -107,12 +108,20 @@ class Reporter:
         return results
 
     def _calls(self, batch: list[Outcome]) -> tuple[list[Call[Any]], list[list[Outcome]]]:
-        """One complete call per queue for the successes, one fail call per failure."""
+        """One complete call per queue for the successes, one fail call per failure, one
+        retry_later call per push-back."""
         successes: dict[str, list[Outcome]] = {}
         calls: list[Call[Any]] = []
         owners: list[list[Outcome]] = []
         for outcome in batch:
             claimed = outcome.claimed
+            if outcome.later_ms is not None:
+                keys = queue_keys(self.settings.prefix, claimed.queue)
+                calls.append(
+                    operations.retry_later(keys, claimed.id, claimed.attempt, outcome.later_ms)
+                )
+                owners.append([outcome])
+                continue
             if outcome.error is None:
                 successes.setdefault(claimed.queue, []).append(outcome)
                 continue

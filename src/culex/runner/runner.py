@@ -30,6 +30,7 @@ from typing import Any, NoReturn
 from .. import config, connection, isolation, logs
 from .._redis import commands
 from .._redis.drivers import AsyncDriverProtocol
+from .._redis.keys import queue_keys
 from .._redis.operations import Claimed
 from .._redis.spin import loop_factory
 from ..errors import ConfigurationError, ServerError, ServerUnavailable
@@ -37,6 +38,7 @@ from ..execution import Outcome, attempt, decode, task_name
 from ..job import Job
 from ..job_registry import JobRegistry, registry
 from ..periodic import periodic_jobs
+from ..task_progress import Reporting
 from .claimer import Claimer
 from .lease import LeaseKeeper
 from .reclaimer import Reclaimer
@@ -86,6 +88,7 @@ class Runner:
         self._threaded: set[Claimed] = set()  # running tasks whose perform runs in a thread
         self._owns_process = False  # run(), not arun() on an application's loop
         self._signals = 0
+        self._url: str | None = None  # the server's, once arun resolved it
 
     # -- starting and stopping ------------------------------------------------------
 
@@ -136,7 +139,7 @@ class Runner:
         if handle_signals:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(sig, self._on_signal, sig)
-        url = connection.resolve_url(self.settings.redis_url)
+        url = self._url = connection.resolve_url(self.settings.redis_url)
         driver = await self._connect(url)
         self._keeper = keeper = LeaseKeeper(self.settings, url, self._identity())
         keeper.start()
@@ -318,6 +321,8 @@ class Runner:
                 self._keeper.hold(claimed, lease_ms)
             if not job.async_perform_ and job.isolation == "thread":
                 self._threaded.add(claimed)
+            keys = queue_keys(self.settings.prefix, claimed.queue)
+            job.reporting_ = Reporting(self._url, keys, claimed.id, claimed.attempt)
             outcome = await attempt(job, claimed, self._pool)
         if self._keeper is not None:
             self._keeper.finish(claimed)

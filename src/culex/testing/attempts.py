@@ -8,14 +8,16 @@ from typing import Any, Literal
 
 from ..errors import CulexError
 
-AttemptOutcome = Literal["succeeded", "failed", "dead"]
+AttemptOutcome = Literal["succeeded", "failed", "dead", "retry_later"]
+FAILED = ("failed", "dead")  # the outcomes a drain with fail_fast stops on
 
 
 @dataclass(frozen=True, slots=True)
 class Attempt:
     """One attempt that :func:`culex.testing.drain` ran.
 
-    ``outcome``: "succeeded", "failed" (a retry is scheduled) or "dead". ``result``: what
+    ``outcome``: "succeeded", "failed" (a retry is scheduled), "dead", or "retry_later"
+    (perform raised culex.RetryLater: scheduled again, no failure counted). ``result``: what
     perform returned, as a producer's ``task.result()`` reads it back. ``error``: the
     reason stored as the task's last_error. ``exception``: the exception the job raised,
     with its traceback (None when it raised none in this process: a time limit, a broken

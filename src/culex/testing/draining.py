@@ -28,7 +28,15 @@ from ..runner.claimer import PROMOTE_LIMIT
 from ..runner.lease import LeaseKeeper
 from ..runner.reporter import Reporter
 from ..serialization import decode_result
-from .attempts import Attempt, AttemptFailed, AttemptOutcome, DrainTimeout, params_of
+from ..task_progress import Reporting
+from .attempts import (
+    FAILED,
+    Attempt,
+    AttemptFailed,
+    AttemptOutcome,
+    DrainTimeout,
+    params_of,
+)
 
 HASTEN_LIMIT = 10_000  # scheduled tasks made due per queue and round
 
@@ -140,7 +148,7 @@ class _Drainer:
             self.outbox += [outcome for outcome, _ in done]
             await self.reporter.flush()
             self.ran += [record for _, record in done]
-            failed = next((r for r in self.ran[-len(done) :] if r.outcome != "succeeded"), None)
+            failed = next((r for r in self.ran[-len(done) :] if r.outcome in FAILED), None)
             if fail_fast and failed is not None:
                 return failed
         return None
@@ -172,6 +180,8 @@ class _Drainer:
         job = decode(claimed, registry, self.settings.max_payload_bytes)
         if isinstance(job, Outcome):
             return job, _record(claimed, job, None, None)
+        keys = queue_keys(self.settings.prefix, claimed.queue)
+        job.reporting_ = Reporting(self.settings.redis_url, keys, claimed.id, claimed.attempt)
         raised: list[BaseException] = []
         _catch(job, raised)
         outcome = await attempt(job, claimed, self.pool)
@@ -199,6 +209,9 @@ def _record(
     claimed: Claimed, outcome: Outcome, job: Job | None, raised: BaseException | None
 ) -> Attempt:
     params = params_of(claimed.params)
+    if outcome.later_ms is not None:  # (culex.RetryLater: no failure, and no result)
+        return Attempt(claimed.queue, claimed.id, claimed.type, params, claimed.attempt,
+                       "retry_later")  # fmt: skip
     if outcome.error is None:
         codec = job.result_codec_ if job is not None else None
         result = decode_result(outcome.result_json, codec, f"the result of {claimed.type}")
