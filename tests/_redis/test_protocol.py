@@ -44,19 +44,22 @@ class Contract(NamedTuple):
     """What a script's header says it takes: how many KEYS, its ARGV in order ("1", "2",
     ..., and "2.." for a repeated tail such as complete's id, attempt, result), and how
     many ARGV each repetition of that tail holds (0: no tail); how many last ARGV the
-    header marks "optional" (a call may leave them out)."""
+    header marks "optional" (a call may leave them out), and how many last KEYS (a client
+    written before they came sends fewer)."""
 
     keys: int
     argv: list[str]
     tail: int
     optional: int = 0
+    optional_keys: int = 0
 
     def takes(self, keys: int, args: int) -> bool:
         """Whether a call with this many KEYS and ARGV is one the header describes."""
         fixed = len(self.argv) - (self.tail > 0)
+        keyed = self.keys - self.optional_keys <= keys <= self.keys
         if self.tail:
-            return keys == self.keys and args >= fixed and (args - fixed) % self.tail == 0
-        return keys == self.keys and fixed - self.optional <= args <= fixed
+            return keyed and args >= fixed and (args - fixed) % self.tail == 0
+        return keyed and fixed - self.optional <= args <= fixed
 
 
 def contract(source: str) -> Contract:
@@ -68,7 +71,8 @@ def contract(source: str) -> Contract:
     tail = re.search(r"^-- ARGV\[\d+\.\.\]\s+(\w+)", header, re.MULTILINE)
     size = {"pairs": 2, "triples": 3}.get(tail[1], 1) if tail else 0
     optional = re.findall(r"^-- ARGV\[\d+\]\s+\w+\s+optional", header, re.MULTILINE)
-    return Contract(len(keys), argv, size, len(optional))
+    optional_keys = re.findall(r"^-- KEYS\[\d+\][^\n]*\soptional\b", header, re.MULTILINE)
+    return Contract(len(keys), argv, size, len(optional), len(optional_keys))
 
 
 def text(value: bytes | str | None) -> str:

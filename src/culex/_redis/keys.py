@@ -27,10 +27,12 @@ def check_queue_name(name: object) -> str:
 class QueueKeys:
     """The keys of one queue: four sorted sets, a wake-up signal, the task hashes, the
     lists that wake producers waiting for a task's end, the records of the periodic
-    jobs that run on it, and its counters (minute and hour buckets, totals)."""
+    jobs that run on it, its counters (minute and hour buckets, totals), and its dedupe
+    keys (each mapped to the live task enqueued with it)."""
 
     __slots__ = (
         "dead",
+        "dedupe",
         "done_prefix",
         "name",
         "pending",
@@ -58,6 +60,9 @@ class QueueKeys:
         # <prefix>h:<start s> (an hour bucket) and <prefix>total to it (docs/wire-format.md).
         self.stats_prefix = f"{base}:stats:"
         self.stats_total = f"{base}:stats:total"
+        # A hash: dedupe key -> the id of the live task that holds it (enqueue.lua); the
+        # scripts that end a task remove its entry (include/dedupe.lua).
+        self.dedupe = f"{base}:dedupe"
 
     def task(self, task_id: str) -> str:
         """The hash of one task."""

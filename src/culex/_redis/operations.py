@@ -62,17 +62,21 @@ def number(value: bytes | str | int | None, default: int = 0) -> int:
 
 
 class Enqueued(NamedTuple):
-    """What enqueue did: ``state`` is "waiting" or "scheduled"; ``existed``: the id was taken."""
+    """What enqueue did: ``state`` is "waiting" or "scheduled"; ``existed``: the id was taken;
+    ``deduped``: nothing was stored, ``task_id`` is the live task that holds the dedupe key."""
 
     task_id: str
     state: str
     existed: bool
+    deduped: bool = False
 
 
 def _parse_enqueue(reply: list[bytes]) -> Enqueued:
     state = text(reply[0])
     if state == "exists":
         return Enqueued(text(reply[1]), "", True)
+    if state == "deduped":
+        return Enqueued(text(reply[1]), "", False, True)
     return Enqueued(text(reply[1]), state, False)
 
 
@@ -86,10 +90,20 @@ def enqueue(
     delay_ms: int,
     max_retries: int,
     trace: str = "",
+    priority: int = 0,
+    dedupe_key: str = "",
 ) -> Call[Enqueued]:
-    """``trace``: the producer's trace context (tracing.py), "" for none."""
+    """``trace``: the producer's trace context (tracing.py), "" for none; ``priority``: higher
+    runs first (checked by the caller); ``dedupe_key``: "" for none."""
     return Call(
-        (keys.task(task_id), keys.waiting, keys.scheduled, keys.signal),
+        (
+            keys.task(task_id),
+            keys.waiting,
+            keys.scheduled,
+            keys.signal,
+            keys.dedupe,
+            keys.task_prefix,
+        ),
         (
             task_id,
             job_type,
@@ -99,6 +113,8 @@ def enqueue(
             delay_ms,
             max_retries,
             trace,
+            priority,
+            dedupe_key,
         ),
         _parse_enqueue,
         scripts.ENQUEUE,
@@ -175,6 +191,7 @@ def claim(
             keys.task_prefix,
             keys.done_prefix,
             keys.stats_prefix,
+            keys.dedupe,
         ),
         (limit, lease_ms, promote_limit, dead_ttl_ms),
         parse,
@@ -206,6 +223,7 @@ def complete(keys: QueueKeys, done: Sequence[tuple[str, int, str, int]]) -> Call
             keys.periodic_prefix,
             keys.done_prefix,
             keys.stats_prefix,
+            keys.dedupe,
         ),
         tuple(args),
         _parse_ids,
@@ -237,6 +255,7 @@ def fail(
             keys.periodic_prefix,
             keys.done(task_id),
             keys.stats_prefix,
+            keys.dedupe,
         ),
         (
             task_id,
@@ -299,6 +318,7 @@ def reclaim(
             keys.periodic_prefix,
             keys.done_prefix,
             keys.stats_prefix,
+            keys.dedupe,
         ),
         (limit, dead_ttl_ms, dead_max),
         _parse_pairs,
@@ -443,6 +463,7 @@ def cancel(
             keys.dead,
             keys.periodic_prefix,
             keys.done(task_id),
+            keys.dedupe,
         ),
         (task_id, reason, dead_ttl_ms, dead_max),
         text,
@@ -543,7 +564,14 @@ class DeleteReply(NamedTuple):
 def delete(keys: QueueKeys, ids: Sequence[str]) -> Call[DeleteReply]:
     """Delete these waiting, scheduled or dead tasks: out of their set, hash deleted."""
     return Call(
-        (keys.waiting, keys.scheduled, keys.dead, keys.task_prefix, keys.done_prefix),
+        (
+            keys.waiting,
+            keys.scheduled,
+            keys.dead,
+            keys.task_prefix,
+            keys.done_prefix,
+            keys.dedupe,
+        ),
         tuple(ids),
         lambda reply: DeleteReply(_parse_ids(reply[0]), _parse_ids(reply[1])),
         scripts.DELETE,
