@@ -514,6 +514,7 @@ class BrowsedRow(NamedTuple):
     retry_count: str
     last_error: str
     params: str
+    priority: str = ""  # (a reply of browse.lua before priorities has none)
 
 
 class BrowseReply(NamedTuple):
