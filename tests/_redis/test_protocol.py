@@ -131,10 +131,12 @@ class PlainRunner:
 
     def enqueue(
         self, task_id: str, job_type: str, params: str = "{}", *, delay_ms: Number = 0,
-        max_retries: Number = 4,
+        max_retries: Number = 4, priority: Number | None = None,
     ) -> str:  # fmt: skip
         keys = [self.task(task_id), self.waiting, self.scheduled, self.signal]
-        args = [task_id, job_type, self.queue, params, "", delay_ms, max_retries]
+        args: list[Number] = [task_id, job_type, self.queue, params, "", delay_ms, max_retries]
+        if priority is not None:  # (ARGV[8], the trace, comes before it: "" for none)
+            args += ["", priority]
         state, _ = self.send("enqueue", keys, args)
         self.ids.append(task_id)
         return text(state)
@@ -418,6 +420,13 @@ def test_a_plain_runner_runs_every_state_change_through_the_shipped_files(r: red
     assert (hastened.id, hastened.attempt) == ("hastened", 1)
     assert q.complete([(hastened, "null")]) == []
 
+    # priorities: the highest first, whatever the order of enqueue
+    q.enqueue("low", "AddJob", priority=-3)
+    q.enqueue("high", "AddJob", priority=3)
+    ranked = q.claim()
+    assert [held.id for held in ranked] == ["high", "low"]
+    assert q.complete([(held, "null") for held in ranked]) == []
+
     # tasks still under way when the run ends
     q.enqueue("later", "AddJob", delay_ms=HOUR_MS)
     q.enqueue("running", "AddJob")
@@ -429,6 +438,7 @@ def test_a_plain_runner_runs_every_state_change_through_the_shipped_files(r: red
         "someday": "dead", "handed-back": "succeeded", "orphan": "succeeded",
         "orphan-for-good": "dead", f"TickJob:{slot}": "succeeded", "later": "scheduled",
         "running": "pending", "queued": "waiting", "hastened": "succeeded",
+        "low": "succeeded", "high": "succeeded",
     }  # fmt: skip
     assert_every_key_ends(q)
     assert set(q.sent) == set(sources)  # every shipped script took part
@@ -460,6 +470,10 @@ def holding(q: PlainRunner, **enqueue: Any) -> Held:
 
 def _enqueue(q: PlainRunner) -> Callable[[], object]:
     return lambda: q.enqueue("t", "AddJob")
+
+
+def _enqueue_with_priority(q: PlainRunner) -> Callable[[], object]:
+    return lambda: q.enqueue("t", "AddJob", priority=5)
 
 
 def _claim(q: PlainRunner) -> Callable[[], object]:
@@ -533,7 +547,7 @@ def _browse(q: PlainRunner) -> Callable[[], object]:
 
 
 NUMBERS = [  # (script, ARGV index of a number it reads, a state it acts on and the call)
-    ("enqueue", 5, _enqueue), ("enqueue", 6, _enqueue),
+    ("enqueue", 5, _enqueue), ("enqueue", 6, _enqueue), ("enqueue", 9, _enqueue_with_priority),
     ("claim", 1, _claim), ("claim", 2, _claim), ("claim", 3, _claim_a_due_retry),
     ("claim", 4, _claim_an_id_without_hash),
     ("complete", 4, _complete),
