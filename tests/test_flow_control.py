@@ -20,7 +20,7 @@ from .conftest import driver_of, snapshot
 pytestmark = pytest.mark.flows  # also run through redis-py (README's test command)
 
 
-class ReportJob(culex.QueuedJob):
+class MonthlyReportJob(culex.QueuedJob):
     queue = "reports"
     priority = 3
     month: str = ""
@@ -74,13 +74,13 @@ def test_bad_enqueue_arguments_are_refused_before_any_io(
     r: redis.Redis, options: dict[str, Any], error: type, match: str
 ) -> None:
     with pytest.raises(error, match=match):
-        ReportJob().enqueue(**options)
+        MonthlyReportJob().enqueue(**options)
     assert r.dbsize() == 0
 
 
 def test_the_class_priority_and_enqueue_s_override(r: redis.Redis) -> None:
-    by_class = ReportJob().enqueue()
-    by_call = ReportJob().enqueue(priority=-4)
+    by_class = MonthlyReportJob().enqueue()
+    by_call = MonthlyReportJob().enqueue(priority=-4)
     many = culex.enqueue_many([BacklogJob(), BacklogJob()], priority=9)
     assert [int(t.info().get("priority", 0)) for t in (by_class, by_call, *many)] == [3, -4, 9, 9]
     assert [priority_of(r.zscore(K.waiting, t.id) or 0) for t in (by_class, by_call)] == [3, -4]
@@ -90,7 +90,7 @@ def test_the_class_priority_and_enqueue_s_override(r: redis.Redis) -> None:
 def test_a_backlog_runs_the_highest_priority_first_fifo_within_one(r: redis.Redis) -> None:
     low = [BacklogJob().enqueue(priority=-1) for _ in range(3)]
     plain = culex.enqueue_many([BacklogJob() for _ in range(3)])
-    high = [ReportJob().enqueue(priority=50) for _ in range(3)]
+    high = [MonthlyReportJob().enqueue(priority=50) for _ in range(3)]
     claimed = driver_of(r).run(
         culex._redis.operations.claim(K, limit=9, lease_ms=1000, promote_limit=9, dead_ttl_ms=1000)
     )
@@ -98,21 +98,21 @@ def test_a_backlog_runs_the_highest_priority_first_fifo_within_one(r: redis.Redi
 
 
 def test_dedupe_returns_the_live_task_then_frees_the_key_when_it_ends(r: redis.Redis) -> None:
-    first = ReportJob(month="2026-11").enqueue(dedupe_key="report:2026-11", delay=3600)
+    first = MonthlyReportJob(month="2026-11").enqueue(dedupe_key="report:2026-11", delay=3600)
     assert not first.deduped
     before = snapshot(r)
-    again = ReportJob(month="other").enqueue(dedupe_key="report:2026-11")
+    again = MonthlyReportJob(month="other").enqueue(dedupe_key="report:2026-11")
     assert (again, again.deduped) == (first, True)
     assert snapshot(r) == before
     assert first.cancel()
     assert r.exists(K.dedupe) == 0
-    third = ReportJob().enqueue(dedupe_key="report:2026-11")
+    third = MonthlyReportJob().enqueue(dedupe_key="report:2026-11")
     assert third != first and not third.deduped
 
 
 async def test_two_concurrent_producers_with_one_key_get_one_task(r: redis.Redis) -> None:
     tasks = await asyncio.gather(
-        *(ReportJob(month=str(i)).aenqueue(dedupe_key="once") for i in range(20))
+        *(MonthlyReportJob(month=str(i)).aenqueue(dedupe_key="once") for i in range(20))
     )
     assert len({t.id for t in tasks}) == 1
     assert sum(not t.deduped for t in tasks) == 1
@@ -121,14 +121,14 @@ async def test_two_concurrent_producers_with_one_key_get_one_task(r: redis.Redis
 
 def test_enqueue_many_takes_no_dedupe_key() -> None:
     with pytest.raises(TypeError, match="dedupe_key"):
-        culex.enqueue_many([ReportJob()], dedupe_key="k")  # type: ignore[call-arg]
+        culex.enqueue_many([MonthlyReportJob()], dedupe_key="k")  # type: ignore[call-arg]
 
 
 def test_latency_and_listings_read_the_ready_time_out_of_the_score(r: redis.Redis) -> None:
     now_ms = int(r.time()[0]) * 1000
     old = BacklogJob().enqueue(id="old")
     r.zadd(K.waiting, {old.id: now_ms - 60_000})  # priority 0, ready a minute ago
-    urgent = ReportJob().enqueue(priority=100, id="urgent")
+    urgent = MonthlyReportJob().enqueue(priority=100, id="urgent")
     latency = inspection.queue_latency(queues=["reports"])["reports"]
     # the task that runs next, ready since this test began: not "old", nor 2^42 ms off
     assert 0 <= latency < 60
