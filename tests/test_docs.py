@@ -40,6 +40,22 @@ def test_examples_run(page: str, r: redis.Redis, capsys: pytest.CaptureFixture[s
     assert "nothing to charge\nConnectionError: the bank is down\n" in out
 
 
+def test_the_flow_control_examples_run(r: redis.Redis, capsys: pytest.CaptureFixture[str]) -> None:
+    """Priorities and dedupe keys: the page's examples, in order, in one namespace."""
+    page = "flow-control-dedupe-priority.md"
+    module = types.ModuleType("culex_flow_control_example")
+    sys.modules[module.__name__] = module
+    try:
+        for block in python_blocks(DOCS / page):
+            exec(compile(block, page, "exec"), module.__dict__)
+    finally:
+        del sys.modules[module.__name__]
+        for job in list(culex.registry):
+            if job.__module__ == module.__name__:
+                culex.registry.remove(job)
+    assert capsys.readouterr().out == "alert\nreport 2026-10\nreport 2026-11\n"
+
+
 def _anchor(heading: str) -> str:
     """The anchor a Markdown renderer makes of a heading (GitHub's rule)."""
     kept = re.sub(r"[^\w\- ]", "", heading.strip().lower())

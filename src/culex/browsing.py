@@ -16,6 +16,7 @@ from . import config
 from ._redis import commands, operations
 from ._redis.keys import QueueKeys, check_queue_name, queue_keys
 from ._redis.operations import Call, number
+from ._redis.priority import ready_ms
 from .flow import Flow, run_async, run_sync
 from .task import check_id
 
@@ -33,13 +34,14 @@ class TaskRow:
     queue: str
     job: str
     state: str
-    at: float  # epoch seconds: its score in its state's set: waiting: ready since; scheduled:
+    at: float  # epoch seconds: from its score in its state's set: waiting: ready since; scheduled:
     # due; pending: when its lease ends (not when it started); dead: when it died. A task
     # found in no set (succeeded): when it finished (0.0 when unknown).
     enqueued_at: float | None
     retry_count: int
     last_error: str  # cut to 500 characters
     params: str  # the raw params text (JSON), cut to 500 characters
+    priority: int = 0  # higher runs first (a task stored without one: 0)
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,10 @@ def tasks(
     rows from ``cursor`` on (a page's ``next_cursor``; None: the start). A page is read in one
     round trip, and stays stable while tasks come and go: the cursor is a position in the
     set, not an offset.
+
+    In waiting, the order is the one the tasks run in, highest priority first and then
+    earliest ready (``newest_first=False``), or its reverse (the default: the task that
+    would run last comes first); with one priority, that is oldest or newest first.
 
     ``job``: only tasks of that job type. A page then looks at 2,000 ids at most, so it may
     hold fewer rows than ``limit``, or none, and still have a ``next_cursor``: go on until
@@ -206,11 +212,14 @@ def _page(call: Call[operations.BrowseReply], queue: str, state: str) -> Flow[Ta
 
 def _row(queue: str, state: str, row: operations.BrowsedRow) -> TaskRow:
     enqueued = number(row.enqueue_time, -1)
+    at = float(row.score)
+    if state == "waiting":  # (its score holds its priority too: _redis/priority.py)
+        at = ready_ms(at)
     return TaskRow(
-        id=row.id, queue=queue, job=row.type, state=state, at=float(row.score) / 1000,
+        id=row.id, queue=queue, job=row.type, state=state, at=at / 1000,
         enqueued_at=None if enqueued < 0 else enqueued / 1000,
         retry_count=number(row.retry_count), last_error=row.last_error[:CUT],
-        params=row.params[:CUT],
+        params=row.params[:CUT], priority=number(row.priority),
     )  # fmt: skip
 
 
@@ -235,5 +244,6 @@ def _find(keys: QueueKeys, task_id: str) -> Flow[TaskRow | None]:
     row = operations.BrowsedRow(
         task_id, str(at), fields.get("type", ""), fields.get("enqueue_time", ""),
         fields.get("retry_count", ""), fields.get("last_error", ""), fields.get("params", ""),
+        fields.get("priority", ""),
     )  # fmt: skip
     return _row(keys.name, state, row)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import config, tracing
 from ._redis import commands, operations
@@ -26,6 +26,10 @@ if TYPE_CHECKING:
 CHUNK = 1000
 # How long a durable enqueue waits for the server to confirm the fsync.
 DURABLE_TIMEOUT_MS = 5000
+# A priority is a whole number in this range (enqueue.lua checks it too): waiting's score
+# is ready_ms - priority * 2^42, exact in a double while |priority| stays far below 2^11.
+MIN_PRIORITY, MAX_PRIORITY = -100, 100
+MAX_DEDUPE_KEY = 500  # characters of a dedupe key
 
 # Queues this process has already added to the queue registry set (saves a command).
 _registered: set[tuple[str | None, str, str]] = set()
@@ -34,15 +38,51 @@ _durability_of: dict[str | None, str] = {}
 config.on_change(_durability_of.clear)
 
 
+def check_priority(priority: object, where: str = "priority=") -> int:
+    """Return ``priority`` if it is one (an int in -100 .. 100), else raise a clear error."""
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise TypeError(f"{where} must be an int, got {type(priority).__name__}")
+    if not MIN_PRIORITY <= priority <= MAX_PRIORITY:
+        raise ValueError(f"{where} must be in {MIN_PRIORITY} .. {MAX_PRIORITY}, got {priority}")
+    return priority
+
+
+def check_dedupe_key(key: object) -> str:
+    """Return ``key`` if it can be a dedupe key (a str of 1 to 500 characters), else raise."""
+    if not isinstance(key, str):
+        raise TypeError(f"dedupe_key= must be a str, got {type(key).__name__}")
+    if not key or len(key) > MAX_DEDUPE_KEY:
+        raise ValueError(f"dedupe_key= must have 1 to {MAX_DEDUPE_KEY} characters: {key!r:.80}")
+    return key
+
+
+class FlowControl(NamedTuple):
+    """What one enqueue asks beyond the job: a priority for every task (None: each job's
+    class's), a dedupe key (only for one task; "" for none)."""
+
+    priority: int | None = None
+    dedupe_key: str = ""
+
+
 def enqueue_flow(
     jobs: Sequence[QueuedJob],
     delay: timedelta | float | None,
     at: datetime | None,
     task_id: str | None = None,
+    *,
+    priority: int | None = None,
+    dedupe_key: str | None = None,
 ) -> Flow[list[Task]]:
-    """Enqueue ``jobs``; the flow's value is their tasks, in order."""
+    """Enqueue ``jobs``; the flow's value is their tasks, in order. ``priority`` overrides
+    each job's class's; ``dedupe_key`` takes one job."""
+    control = FlowControl(
+        None if priority is None else check_priority(priority),
+        "" if dedupe_key is None else check_dedupe_key(dedupe_key),
+    )
+    if control.dedupe_key and len(jobs) != 1:
+        raise TypeError("dedupe_key= names one task: enqueue one job with it")
     with tracing.producing(jobs) as producing:  # made inside a span: a span of its own
-        tasks = yield from _enqueue(jobs, delay, at, task_id, producing.field)
+        tasks = yield from _enqueue(jobs, delay, at, task_id, producing.field, control)
         producing.sent(tasks)
     return tasks
 
@@ -53,11 +93,14 @@ def _enqueue(
     at: datetime | None,
     task_id: str | None,
     trace: str,
+    control: FlowControl,
 ) -> Flow[list[Task]]:
     settings = config.settings()
     due_ms, delay_ms = when(delay, at)
     given = None if task_id is None else check_id(task_id)
-    calls = [_call(job, settings, due_ms, delay_ms, given or new_id(), trace) for job in jobs]
+    calls = [
+        _call(job, settings, due_ms, delay_ms, given or new_id(), trace, control) for job in jobs
+    ]
     new_queues = [
         q
         for q in dict.fromkeys(job.queue for job in jobs)
@@ -69,18 +112,26 @@ def _enqueue(
     if len(calls) == 1 and not first and confirm is None:
         outcome = yield calls[0]  # the common case: one command, no pipeline
         if outcome.existed and task_id is None:
-            outcome = yield from _redraw(jobs[0], settings, due_ms, delay_ms, confirm, trace)
-        return [Task(outcome.task_id, jobs[0].queue, job=type(jobs[0]))]
+            outcome = yield from _redraw(
+                jobs[0], settings, due_ms, delay_ms, confirm, trace, control
+            )
+        return [_task(outcome, jobs[0])]
     for start in range(0, len(calls), CHUNK):
         replies = yield from _sent([*first, *calls[start : start + CHUNK]], confirm)
         done: list[Enqueued] = replies[len(first) :]
         for outcome, job in zip(done, jobs[start:], strict=False):
             if outcome.existed and task_id is None:
-                outcome = yield from _redraw(job, settings, due_ms, delay_ms, confirm, trace)
-            tasks.append(Task(outcome.task_id, job.queue, job=type(job)))
+                outcome = yield from _redraw(
+                    job, settings, due_ms, delay_ms, confirm, trace, control
+                )
+            tasks.append(_task(outcome, job))
         _registered.update((settings.redis_url, settings.prefix, q) for q in new_queues)
         first = []
     return tasks
+
+
+def _task(outcome: Enqueued, job: QueuedJob) -> Task:
+    return Task(outcome.task_id, job.queue, job=type(job), deduped=outcome.deduped)
 
 
 def _redraw(
@@ -90,6 +141,7 @@ def _redraw(
     delay_ms: int,
     confirm: Confirm | None,
     trace: str,
+    control: FlowControl,
 ) -> Flow[Enqueued]:
     """Enqueue ``job`` again under a new id: the id culex drew for it was taken.
 
@@ -98,7 +150,7 @@ def _redraw(
     leaves the server's task as it was, and this job would be lost: so draw again.
     """
     while True:
-        call = _call(job, settings, due_ms, delay_ms, new_id(), trace)
+        call = _call(job, settings, due_ms, delay_ms, new_id(), trace, control)
         outcome: Enqueued = (yield from _sent([call], confirm))[0]
         if not outcome.existed:
             return outcome
@@ -131,6 +183,7 @@ def _call(
     delay_ms: int,
     task_id: str,
     trace: str,
+    control: FlowControl,
 ) -> Call[Enqueued]:
     params = job.params_json()
     # A character takes at most 4 bytes: most params are measured without encoding them.
@@ -150,6 +203,8 @@ def _call(
         delay_ms=delay_ms,
         max_retries=job.max_retries,
         trace=trace,
+        priority=job.priority if control.priority is None else control.priority,
+        dedupe_key=control.dedupe_key,
     )
 
 

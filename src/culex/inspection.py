@@ -84,8 +84,10 @@ async def aperiodic_status(
 def queue_latency(
     settings: config.Settings | None = None, queues: list[str] | None = None
 ) -> dict[str, float]:
-    """How long the oldest ready task of each queue has waited, in seconds (0 when none
-    waits), by the server's clock: how far behind its runners are."""
+    """How long the task that runs next in each queue has waited since it was ready, in
+    seconds (0 when none waits), by the server's clock: how far behind its runners are.
+    With one priority that is the oldest ready task; with several, it is the oldest of the
+    highest priority waiting (a low-priority task may have waited longer)."""
     settings = settings or config.settings()
     return run_sync(_latency(settings, queues), settings.redis_url)
 

@@ -19,7 +19,7 @@ from typing import Any, ClassVar, NoReturn
 from . import config
 from ._redis.keys import check_queue_name
 from .codecs import Codec, Deserializer, Serializer
-from .enqueue import enqueue_flow
+from .enqueue import check_priority, enqueue_flow
 from .errors import JobFailure
 from .flow import run_async, run_sync
 from .job_registry import registry
@@ -98,6 +98,9 @@ class Job:
     result_ttl: ClassVar[float | timedelta | None] = None
     # "thread" (default) or "process": where a sync perform runs (see culex.isolation)
     isolation: ClassVar[str] = "thread"
+    # Higher runs first within the queue (a whole number in -100 .. 100); FIFO by ready time
+    # within one priority. QueuedJob.enqueue(priority=) overrides it for one task.
+    priority: ClassVar[int] = 0
     # With OpenTelemetry: an attempt's span is a child of the enqueuing span (one trace),
     # not a new trace linked to it (the default; see docs/tracing.md)
     trace_as_child: ClassVar[bool] = False
@@ -257,9 +260,17 @@ class QueuedJob(Job):
         delay: timedelta | float | None = None,
         at: datetime | None = None,
         id: str | None = None,
+        priority: int | None = None,
+        dedupe_key: str | None = None,
     ) -> Task:
-        """Store a task of this job in its queue; returns a handle on it."""
-        return run_sync(enqueue_flow([self], delay, at, id))[0]
+        """Store a task of this job in its queue; returns a handle on it.
+
+        ``priority``: this task's, instead of the class's (-100 .. 100, higher runs first).
+        ``dedupe_key``: while a task enqueued with this key in this queue is waiting,
+        scheduled or running, nothing is stored and the handle is that task, with
+        ``deduped`` True; once it has ended, the key is free again."""
+        flow = enqueue_flow([self], delay, at, id, priority=priority, dedupe_key=dedupe_key)
+        return run_sync(flow)[0]
 
     async def aenqueue(
         self,
@@ -267,9 +278,12 @@ class QueuedJob(Job):
         delay: timedelta | float | None = None,
         at: datetime | None = None,
         id: str | None = None,
+        priority: int | None = None,
+        dedupe_key: str | None = None,
     ) -> Task:
         """The async twin of :meth:`enqueue`."""
-        return (await run_async(enqueue_flow([self], delay, at, id)))[0]
+        flow = enqueue_flow([self], delay, at, id, priority=priority, dedupe_key=dedupe_key)
+        return (await run_async(flow))[0]
 
 
 def enqueue_many(
@@ -277,9 +291,12 @@ def enqueue_many(
     *,
     delay: timedelta | float | None = None,
     at: datetime | None = None,
+    priority: int | None = None,
 ) -> list[Task]:
-    """Enqueue many job objects in few round trips (1,000 per pipeline); returns their tasks."""
-    return run_sync(enqueue_flow(_checked(jobs), delay, at))
+    """Enqueue many job objects in few round trips (1,000 per pipeline); returns their tasks.
+    ``priority``: every task's, instead of its class's. (No ``dedupe_key``: one key names
+    one task; enqueue each job that has one by itself.)"""
+    return run_sync(enqueue_flow(_checked(jobs), delay, at, priority=priority))
 
 
 async def aenqueue_many(
@@ -287,9 +304,10 @@ async def aenqueue_many(
     *,
     delay: timedelta | float | None = None,
     at: datetime | None = None,
+    priority: int | None = None,
 ) -> list[Task]:
     """The async twin of :func:`enqueue_many`."""
-    return await run_async(enqueue_flow(_checked(jobs), delay, at))
+    return await run_async(enqueue_flow(_checked(jobs), delay, at, priority=priority))
 
 
 def _checked(jobs: Iterable[QueuedJob]) -> list[QueuedJob]:
@@ -378,6 +396,7 @@ def _check_policy(cls: type[Job]) -> None:
         raise ValueError(f"{name}.max_retries must be >= 0, got {cls.max_retries}")
     if not isinstance(cls.rescheduleable, bool) and not callable(cls.rescheduleable):
         raise TypeError(f"{name}.rescheduleable must be a bool or a method taking the retry count")
+    check_priority(cls.priority, f"{name}.priority")
     if not isinstance(cls.trace_as_child, bool):
         raise TypeError(f"{name}.trace_as_child must be a bool, got {cls.trace_as_child!r}")
     if cls.isolation not in ("thread", "process"):

@@ -230,6 +230,11 @@ def _check(cls: type[PeriodicJob]) -> None:
             f"{name}: periodic jobs are never retried (max_retries stays 0): a failure goes "
             "to dead and the next slot runs as scheduled"
         )
+    if cls.priority != 0:
+        raise TypeError(
+            f"{name}: a periodic job's tasks run at priority 0 (schedule.lua stores none), "
+            f"got priority = {cls.priority}"
+        )
     for flag in ("run_on_start", "overlap"):
         if not isinstance(getattr(cls, flag), bool):
             raise TypeError(f"{name}.{flag} must be True or False, got {getattr(cls, flag)!r}")

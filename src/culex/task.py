@@ -81,9 +81,12 @@ class Task:
     ``job``: its job class, whose ``perform`` return annotation types the result. A task
     made by hand without it finds the class in ``culex.registry`` by the task's ``type``
     (plain JSON when none is registered).
+
+    ``deduped``: True when an enqueue with a ``dedupe_key`` stored nothing, because a live
+    task (waiting, scheduled or pending) already held the key: this handle is that task.
     """
 
-    __slots__ = ("id", "job", "prefix", "queue", "url")
+    __slots__ = ("deduped", "id", "job", "prefix", "queue", "url")
 
     def __init__(
         self,
@@ -92,8 +95,10 @@ class Task:
         url: str | None = None,
         job: type[Job] | None = None,
         prefix: str | None = None,
+        deduped: bool = False,
     ) -> None:
         self.id = task_id
+        self.deduped = deduped
         self.queue = queue
         self.url = url
         self.job = job

@@ -286,5 +286,6 @@ def test_a_call_without_the_counters_prefix_is_refused_before_any_write(
     call = calls[script]()
     before = snapshot(r)
     with pytest.raises(ServerError, match="counters prefix"):
+        # (the keys before it: the dedupe hash, an optional key, comes after it)
         d.run(call._replace(keys=call.keys[: call.keys.index(K.stats_prefix)]))
     assert snapshot(r) == before

@@ -44,19 +44,22 @@ class Contract(NamedTuple):
     """What a script's header says it takes: how many KEYS, its ARGV in order ("1", "2",
     ..., and "2.." for a repeated tail such as complete's id, attempt, result), and how
     many ARGV each repetition of that tail holds (0: no tail); how many last ARGV the
-    header marks "optional" (a call may leave them out)."""
+    header marks "optional" (a call may leave them out), and how many last KEYS (a client
+    written before they came sends fewer)."""
 
     keys: int
     argv: list[str]
     tail: int
     optional: int = 0
+    optional_keys: int = 0
 
     def takes(self, keys: int, args: int) -> bool:
         """Whether a call with this many KEYS and ARGV is one the header describes."""
         fixed = len(self.argv) - (self.tail > 0)
+        keyed = self.keys - self.optional_keys <= keys <= self.keys
         if self.tail:
-            return keys == self.keys and args >= fixed and (args - fixed) % self.tail == 0
-        return keys == self.keys and fixed - self.optional <= args <= fixed
+            return keyed and args >= fixed and (args - fixed) % self.tail == 0
+        return keyed and fixed - self.optional <= args <= fixed
 
 
 def contract(source: str) -> Contract:
@@ -68,7 +71,8 @@ def contract(source: str) -> Contract:
     tail = re.search(r"^-- ARGV\[\d+\.\.\]\s+(\w+)", header, re.MULTILINE)
     size = {"pairs": 2, "triples": 3}.get(tail[1], 1) if tail else 0
     optional = re.findall(r"^-- ARGV\[\d+\]\s+\w+\s+optional", header, re.MULTILINE)
-    return Contract(len(keys), argv, size, len(optional))
+    optional_keys = re.findall(r"^-- KEYS\[\d+\][^\n]*\soptional\b", header, re.MULTILINE)
+    return Contract(len(keys), argv, size, len(optional), len(optional_keys))
 
 
 def text(value: bytes | str | None) -> str:
@@ -129,10 +133,12 @@ class PlainRunner:
 
     def enqueue(
         self, task_id: str, job_type: str, params: str = "{}", *, delay_ms: Number = 0,
-        max_retries: Number = 4,
+        max_retries: Number = 4, priority: Number | None = None,
     ) -> str:  # fmt: skip
         keys = [self.task(task_id), self.waiting, self.scheduled, self.signal]
-        args = [task_id, job_type, self.queue, params, "", delay_ms, max_retries]
+        args: list[Number] = [task_id, job_type, self.queue, params, "", delay_ms, max_retries]
+        if priority is not None:  # (ARGV[8], the trace, comes before it: "" for none)
+            args += ["", priority]
         state, _ = self.send("enqueue", keys, args)
         self.ids.append(task_id)
         return text(state)
@@ -475,6 +481,12 @@ def test_a_plain_runner_runs_every_state_change_through_the_shipped_files(r: red
     [late] = q.claim(rate=1, rate_ms=HOUR_MS)
     assert late.id == "over-the-rate"
     assert q.complete([(late, "null")]) == []
+    # priorities: the highest first, whatever the order of enqueue
+    q.enqueue("low", "AddJob", priority=-3)
+    q.enqueue("high", "AddJob", priority=3)
+    ranked = q.claim()
+    assert [held.id for held in ranked] == ["high", "low"]
+    assert q.complete([(held, "null") for held in ranked]) == []
 
     # tasks still under way when the run ends
     q.enqueue("later", "AddJob", delay_ms=HOUR_MS)
@@ -489,6 +501,7 @@ def test_a_plain_runner_runs_every_state_change_through_the_shipped_files(r: red
         "running": "pending", "queued": "waiting", "hastened": "succeeded",
         "held-back": "succeeded", "second-in-line": "succeeded", "over-the-rate": "succeeded",
         "pushed-back": "succeeded",
+        "low": "succeeded", "high": "succeeded",
     }  # fmt: skip
     assert_every_key_ends(q)
     assert set(q.sent) == set(sources)  # every shipped script took part
@@ -520,6 +533,10 @@ def holding(q: PlainRunner, **enqueue: Any) -> Held:
 
 def _enqueue(q: PlainRunner) -> Callable[[], object]:
     return lambda: q.enqueue("t", "AddJob")
+
+
+def _enqueue_with_priority(q: PlainRunner) -> Callable[[], object]:
+    return lambda: q.enqueue("t", "AddJob", priority=5)
 
 
 def _claim(q: PlainRunner) -> Callable[[], object]:
@@ -603,7 +620,7 @@ def _browse(q: PlainRunner) -> Callable[[], object]:
 
 
 NUMBERS = [  # (script, ARGV index of a number it reads, a state it acts on and the call)
-    ("enqueue", 5, _enqueue), ("enqueue", 6, _enqueue),
+    ("enqueue", 5, _enqueue), ("enqueue", 6, _enqueue), ("enqueue", 9, _enqueue_with_priority),
     ("claim", 1, _claim), ("claim", 2, _claim), ("claim", 3, _claim_a_due_retry),
     ("claim", 4, _claim_an_id_without_hash),
     ("complete", 4, _complete),

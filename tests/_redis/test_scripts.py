@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -13,6 +14,7 @@ from culex import ServerError
 from culex._redis import assembly, operations, scripts
 from culex._redis.drivers import SyncDriverProtocol
 from culex._redis.keys import queue_keys
+from culex._redis.priority import UNIT, priority_of, ready_ms
 
 from ..conftest import driver_of, field, members, score, server_ms, snapshot
 
@@ -44,6 +46,11 @@ def reclaim(d: SyncDriverProtocol) -> dict[str, str]:
     """Reclaim every lost lease: each task's id, and the state it went to."""
     moved = d.run(operations.reclaim(K, limit=10, dead_ttl_ms=DAY_MS, dead_max=10))
     return dict(moved)
+
+
+def scripts_of(r: redis.Redis) -> dict[str, Any]:
+    """The shipped files as plain redis-py scripts: a foreign client's call, as it is."""
+    return {s.name: r.register_script(s.source) for s in scripts.ALL}
 
 
 def dirty(r: redis.Redis) -> int:
@@ -525,3 +532,199 @@ def test_progress_refuses_a_stale_attempt_and_bad_arguments_before_any_write(
     with pytest.raises(ServerError, match="at most 4000 bytes"):
         d.run(operations.progress(K, "t", t.attempt, 0.5, "é" * 2001))
     assert snapshot(r) == before
+
+
+# -- priorities: one waiting set scored ready_ms - priority * 2^42 (include/priority.lua) --
+
+
+def put_at(
+    d: SyncDriverProtocol, task_id: str, priority: int, **options: Any
+) -> operations.Enqueued:
+    options.setdefault("delay_ms", 0)
+    return d.run(
+        operations.enqueue(
+            K, task_id, "NoopJob", "{}", due_ms=None, max_retries=4, priority=priority, **options
+        )
+    )
+
+
+def test_enqueue_stores_a_priority_and_scores_it_in_waiting(r: redis.Redis) -> None:
+    d = drive(r)
+    put_at(d, "high", 7)
+    put_at(d, "plain", 0)
+    high = r.hgetall(K.task("high"))
+    assert high[b"priority"] == b"7"
+    assert r.zscore(K.waiting, "high") == int(high[b"enqueue_time"]) - 7 * UNIT
+    assert r.hget(K.task("plain"), "priority") is None  # 0: no field, as before priorities
+    assert r.zscore(K.waiting, "plain") == int(field(r, K.task("plain"), "enqueue_time"))
+    assert (ready_ms(r.zscore(K.waiting, "high") or 0), priority_of(score(r, K.waiting, "high")))\
+        == (int(high[b"enqueue_time"]), 7)  # fmt: skip
+
+
+@pytest.mark.parametrize("bad", ["x", "1.5", "101", "-101"])
+def test_enqueue_refuses_a_bad_priority_before_any_write(r: redis.Redis, bad: str) -> None:
+    before = snapshot(r)
+    with pytest.raises(redis.ResponseError, match="priority"):
+        scripts_of(r)["enqueue"](
+            keys=[K.task("t"), K.waiting, K.scheduled, K.signal],
+            args=["t", "J", "q", "{}", "", 0, 4, "", bad],
+        )
+    assert snapshot(r) == before
+
+
+def test_claim_takes_the_highest_priority_first_and_fifo_within_one(r: redis.Redis) -> None:
+    d = drive(r)
+    # ready times: ids sort in enqueue order, so equal milliseconds keep FIFO too
+    for task_id, priority in [("a0", 0), ("a1", -5), ("a2", 9), ("a3", 0), ("a4", 9), ("a5", 1)]:
+        put_at(d, task_id, priority)
+    r.zadd(K.waiting, {"old": 1})  # a task stored before priorities: priority 0, ready long ago
+    r.hset(K.task("old"), mapping={"id": "old", "type": "J", "params": "{}", "attempt": 0})
+    order = [t.id for t in claim(d, limit=3).tasks] + [t.id for t in claim(d, limit=10).tasks]
+    assert order == ["a2", "a4", "a5", "old", "a0", "a3", "a1"]
+
+
+def test_every_way_back_to_waiting_keeps_the_priority(r: redis.Redis) -> None:
+    d = drive(r)
+    put_at(d, "t", 5)
+    scored = score(r, K.waiting, "t")
+    # release: the same place in line
+    task = claim(d).tasks[0]
+    assert d.run(operations.release(K, "t", task.attempt))
+    assert score(r, K.waiting, "t") == scored
+    # fail with a retry, then claim's promotion of the due retry
+    task = claim(d).tasks[0]
+    assert d.run(
+        operations.fail(K, "t", task.attempt, "x", retry_delay_ms=0, dead_ttl_ms=DAY_MS, dead_max=9)
+    ) == "scheduled"  # fmt: skip
+    due = score(r, K.scheduled, "t")  # (scheduled keeps the due time: no priority in it)
+    d.run(operations.claim(K, limit=0, lease_ms=1000, promote_limit=10, dead_ttl_ms=DAY_MS))
+    assert (ready_ms(score(r, K.waiting, "t")), priority_of(score(r, K.waiting, "t"))) == (due, 5)
+    # reclaim of a lost lease (the first re-run is ready at once, in waiting)
+    claim(d, lease_ms=0)
+    r.hset(K.task("t"), "retry_count", 0)
+    assert reclaim(d) == {"t": "waiting"}
+    assert priority_of(score(r, K.waiting, "t")) == 5
+    # retry from dead
+    task = claim(d).tasks[0]
+    d.run(
+        operations.fail(
+            K, "t", task.attempt, "x", retry_delay_ms=-1, dead_ttl_ms=DAY_MS, dead_max=9
+        )
+    )
+    assert d.run(operations.retry_dead(K, ["t"])).retried == ["t"]
+    assert priority_of(score(r, K.waiting, "t")) == 5
+    # hasten of a scheduled task
+    put_at(d, "later", 5, delay_ms=DAY_MS)
+    assert d.run(operations.hasten(K, limit=10)) == 1
+    assert priority_of(score(r, K.waiting, "later")) == 5
+
+
+# -- dedupe keys: <prefix>:{<queue>}:dedupe maps a key to its live task ----------------------
+
+
+def put_key(d: SyncDriverProtocol, task_id: str, key: str, **options: Any) -> operations.Enqueued:
+    options.setdefault("delay_ms", 0)
+    return d.run(
+        operations.enqueue(
+            K, task_id, "NoopJob", "{}", due_ms=None, max_retries=4, dedupe_key=key, **options
+        )
+    )
+
+
+def test_a_live_task_holds_its_dedupe_key_and_a_second_enqueue_stores_nothing(
+    r: redis.Redis,
+) -> None:
+    d = drive(r)
+    assert put_key(d, "first", "report:2026-11", delay_ms=DAY_MS).state == "scheduled"
+    assert r.hgetall(K.dedupe) == {b"report:2026-11": b"first"}
+    assert field(r, K.task("first"), "dedupe_key") == b"report:2026-11"
+    for state in ("scheduled", "waiting", "pending"):
+        before = snapshot(r)
+        assert put_key(d, "second", "report:2026-11") == ("first", "", False, True), state
+        assert snapshot(r) == before, state
+        if state == "scheduled":
+            d.run(operations.hasten(K, limit=10))
+        elif state == "waiting":
+            claim(d)
+    assert put_key(d, "other", "report:2026-12").state == "waiting"  # another key is free
+
+
+def ended(d: SyncDriverProtocol, r: redis.Redis, how: str) -> None:
+    """End the task "t" (enqueued with a dedupe key) in one of the ways a task ends."""
+    if how in ("cancel", "delete"):
+        if how == "cancel":
+            assert (
+                d.run(operations.cancel(K, "t", "", dead_ttl_ms=DAY_MS, dead_max=9)) == "cancelled"
+            )
+        else:
+            assert d.run(operations.delete(K, ["t"])).deleted == ["t"]
+        return
+    if how == "claim-bury":
+        r.hset(K.task("t"), "attempt", "not a number")
+        claim(d)
+        assert r.hget(K.task("t"), "state") == b"dead"
+        return
+    task = claim(d, lease_ms=0 if how == "reclaim" else 30_000).tasks[0]
+    if how == "complete":
+        assert d.run(operations.complete(K, [("t", task.attempt, "null", 60_000)])) == []
+    elif how == "fail":
+        d.run(
+            operations.fail(
+                K, "t", task.attempt, "x", retry_delay_ms=-1, dead_ttl_ms=DAY_MS, dead_max=9
+            )
+        )
+    else:
+        r.hset(K.task("t"), "max_retries", 0)
+        assert reclaim(d) == {"t": "dead"}
+
+
+@pytest.mark.parametrize("how", ["complete", "fail", "reclaim", "cancel", "delete", "claim-bury"])
+def test_a_task_that_ends_frees_its_dedupe_key(r: redis.Redis, how: str) -> None:
+    d = drive(r)
+    put_key(d, "t", "k")
+    ended(d, r, how)
+    assert r.exists(K.dedupe) == 0
+    assert put_key(d, "next", "k") == ("next", "waiting", False, False)
+    assert r.hgetall(K.dedupe) == {b"k": b"next"}
+
+
+def test_a_retry_keeps_the_dedupe_key_and_an_end_frees_only_its_own(r: redis.Redis) -> None:
+    d = drive(r)
+    put_key(d, "t", "k")
+    task = claim(d).tasks[0]
+    d.run(
+        operations.fail(K, "t", task.attempt, "x", retry_delay_ms=0, dead_ttl_ms=DAY_MS, dead_max=9)
+    )
+    assert put_key(d, "again", "k").deduped  # scheduled for its retry: still live
+    r.hset(K.dedupe, "k", "someone-else")  # (the key names another task now)
+    task = claim(d).tasks[0]
+    d.run(operations.complete(K, [("t", task.attempt, "null", 60_000)]))
+    assert r.hgetall(K.dedupe) == {b"k": b"someone-else"}
+
+
+def test_a_dedupe_key_whose_task_ended_or_is_gone_is_free(r: redis.Redis) -> None:
+    d = drive(r)
+    r.hset(K.dedupe, mapping={"gone": "no-such-task", "over": "finished"})
+    r.hset(K.task("finished"), mapping={"id": "finished", "state": "succeeded"})
+    assert put_key(d, "a", "gone") == ("a", "waiting", False, False)
+    assert put_key(d, "b", "over") == ("b", "waiting", False, False)
+    assert r.hgetall(K.dedupe) == {b"gone": b"a", b"over": b"b"}
+
+
+def test_a_dedupe_key_without_its_keys_or_too_long_is_refused_before_any_write(
+    r: redis.Redis,
+) -> None:
+    before = snapshot(r)
+    enqueue = scripts_of(r)["enqueue"]
+    base = [K.task("t"), K.waiting, K.scheduled, K.signal]
+    with pytest.raises(redis.ResponseError, match="dedupe key"):
+        enqueue(keys=base, args=["t", "J", "q", "{}", "", 0, 4, "", "", "k"])
+    with pytest.raises(redis.ResponseError, match="dedupe key"):
+        enqueue(
+            keys=[*base, K.dedupe, K.task_prefix],
+            args=["t", "J", "q", "{}", "", 0, 4, "", "", "k" * 501],
+        )
+    assert snapshot(r) == before
+    # a producer written before priorities and dedupe keys: 4 KEYS, 7 ARGV, as before
+    assert enqueue(keys=base, args=["t", "J", "q", "{}", "", 0, 4]) == [b"waiting", b"t"]
+    assert r.zscore(K.waiting, "t") == int(field(r, K.task("t"), "enqueue_time"))

@@ -12,6 +12,7 @@ from typing import Any
 
 from .keys import QueueKeys, runner_key, runners_key
 from .operations import Call, number, text
+from .priority import ready_ms
 
 # What a listing of dead tasks reads of each.
 DEAD_FIELDS = ("type", "last_error", "retry_count", "attempt", "finished_at")
@@ -40,10 +41,11 @@ def read_control(keys: QueueKeys) -> Call[dict[str, str]]:
 
 
 def oldest_waiting(keys: QueueKeys) -> Call[int | None]:
-    """When the oldest task in ``waiting`` became ready (ms; None: waiting is empty)."""
+    """When the task that runs next (the first in ``waiting``: the highest priority, then
+    the earliest ready) became ready (ms; None: waiting is empty)."""
 
     def parse(reply: list[bytes]) -> int | None:
-        return int(float(reply[1])) if reply else None
+        return ready_ms(float(reply[1])) if reply else None
 
     return Call((), ("ZRANGE", keys.waiting, 0, 0, "WITHSCORES"), parse)
 
@@ -243,7 +245,10 @@ def read_runner(prefix: str, runner_id: str) -> Call[dict[str, str]]:
 
 
 # What find_task reads of a task's hash.
-ROW_FIELDS = ("type", "state", "enqueue_time", "retry_count", "last_error", "params", "finished_at")
+ROW_FIELDS = (
+    "type", "state", "enqueue_time", "retry_count", "last_error", "params", "finished_at",
+    "priority",
+)  # fmt: skip
 
 
 def read_row(keys: QueueKeys, task_id: str) -> Call[dict[str, str]]:

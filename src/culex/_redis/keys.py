@@ -27,12 +27,14 @@ def check_queue_name(name: object) -> str:
 class QueueKeys:
     """The keys of one queue: four sorted sets, a wake-up signal, the task hashes, the
     lists that wake producers waiting for a task's end, the records of the periodic
-    jobs that run on it, its counters (minute and hour buckets, totals), and its flow
-    control (the control hash, the rate limit's starts)."""
+    jobs that run on it, its counters (minute and hour buckets, totals), its flow
+    control (the control hash, the rate limit's starts), and its dedupe keys (each
+    mapped to the live task enqueued with it)."""
 
     __slots__ = (
         "control",
         "dead",
+        "dedupe",
         "done_prefix",
         "name",
         "pending",
@@ -65,6 +67,9 @@ class QueueKeys:
         # and the starts of the rate limit's window (a sorted set, scored by start ms).
         self.control = f"{base}:control"
         self.starts = f"{base}:starts"
+        # A hash: dedupe key -> the id of the live task that holds it (enqueue.lua); the
+        # scripts that end a task remove its entry (include/dedupe.lua).
+        self.dedupe = f"{base}:dedupe"
 
     def task(self, task_id: str) -> str:
         """The hash of one task."""

@@ -62,17 +62,21 @@ def number(value: bytes | str | int | None, default: int = 0) -> int:
 
 
 class Enqueued(NamedTuple):
-    """What enqueue did: ``state`` is "waiting" or "scheduled"; ``existed``: the id was taken."""
+    """What enqueue did: ``state`` is "waiting" or "scheduled"; ``existed``: the id was taken;
+    ``deduped``: nothing was stored, ``task_id`` is the live task that holds the dedupe key."""
 
     task_id: str
     state: str
     existed: bool
+    deduped: bool = False
 
 
 def _parse_enqueue(reply: list[bytes]) -> Enqueued:
     state = text(reply[0])
     if state == "exists":
         return Enqueued(text(reply[1]), "", True)
+    if state == "deduped":
+        return Enqueued(text(reply[1]), "", False, True)
     return Enqueued(text(reply[1]), state, False)
 
 
@@ -86,10 +90,20 @@ def enqueue(
     delay_ms: int,
     max_retries: int,
     trace: str = "",
+    priority: int = 0,
+    dedupe_key: str = "",
 ) -> Call[Enqueued]:
-    """``trace``: the producer's trace context (tracing.py), "" for none."""
+    """``trace``: the producer's trace context (tracing.py), "" for none; ``priority``: higher
+    runs first (checked by the caller); ``dedupe_key``: "" for none."""
     return Call(
-        (keys.task(task_id), keys.waiting, keys.scheduled, keys.signal),
+        (
+            keys.task(task_id),
+            keys.waiting,
+            keys.scheduled,
+            keys.signal,
+            keys.dedupe,
+            keys.task_prefix,
+        ),
         (
             task_id,
             job_type,
@@ -99,6 +113,8 @@ def enqueue(
             delay_ms,
             max_retries,
             trace,
+            priority,
+            dedupe_key,
         ),
         _parse_enqueue,
         scripts.ENQUEUE,
@@ -188,6 +204,7 @@ def claim(
             keys.stats_prefix,
             keys.control,
             keys.starts,
+            keys.dedupe,
         ),
         (limit, lease_ms, promote_limit, dead_ttl_ms, count, window_ms, concurrency or 0),
         parse,
@@ -221,6 +238,7 @@ def complete(keys: QueueKeys, done: Sequence[tuple[str, int, str, int]]) -> Call
             keys.stats_prefix,
             keys.control,
             keys.signal,
+            keys.dedupe,
         ),
         tuple(args),
         _parse_ids,
@@ -254,6 +272,7 @@ def fail(
             keys.stats_prefix,
             keys.control,
             keys.signal,
+            keys.dedupe,
         ),
         (
             task_id,
@@ -338,6 +357,7 @@ def reclaim(
             keys.done_prefix,
             keys.stats_prefix,
             keys.control,
+            keys.dedupe,
         ),
         (limit, dead_ttl_ms, dead_max),
         _parse_pairs,
@@ -498,6 +518,7 @@ def cancel(
             keys.dead,
             keys.periodic_prefix,
             keys.done(task_id),
+            keys.dedupe,
         ),
         (task_id, reason, dead_ttl_ms, dead_max),
         text,
@@ -548,6 +569,7 @@ class BrowsedRow(NamedTuple):
     retry_count: str
     last_error: str
     params: str
+    priority: str = ""  # (a reply of browse.lua before priorities has none)
 
 
 class BrowseReply(NamedTuple):
@@ -598,7 +620,14 @@ class DeleteReply(NamedTuple):
 def delete(keys: QueueKeys, ids: Sequence[str]) -> Call[DeleteReply]:
     """Delete these waiting, scheduled or dead tasks: out of their set, hash deleted."""
     return Call(
-        (keys.waiting, keys.scheduled, keys.dead, keys.task_prefix, keys.done_prefix),
+        (
+            keys.waiting,
+            keys.scheduled,
+            keys.dead,
+            keys.task_prefix,
+            keys.done_prefix,
+            keys.dedupe,
+        ),
         tuple(ids),
         lambda reply: DeleteReply(_parse_ids(reply[0]), _parse_ids(reply[1])),
         scripts.DELETE,

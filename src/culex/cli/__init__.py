@@ -116,7 +116,11 @@ def _parser() -> argparse.ArgumentParser:
     tasks = command("tasks", help="a page of a queue's tasks in one state, and the next cursor")
     tasks.add_argument("queue", metavar="QUEUE")
     tasks.add_argument("--state", default="waiting", choices=_STATES, help="default: waiting")
-    tasks.add_argument("--oldest", action="store_true", help="oldest first (default: newest)")
+    tasks.add_argument(
+        "--oldest",
+        action="store_true",
+        help="oldest first (default: newest); waiting: in run order (priority, then age)",
+    )
     tasks.add_argument("--job", metavar="TYPE", help="only tasks of this job type")
     tasks.add_argument("--limit", type=int, default=50, metavar="N", help="rows, 1 to 500")
     tasks.add_argument("--after", metavar="CURSOR", help="go on from a page's next cursor")

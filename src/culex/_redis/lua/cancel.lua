@@ -12,6 +12,8 @@
 -- KEYS[6] done list <prefix>:{<queue>}:done:<id>   (producers waiting for the task's end
 --         are woken through it: see wait.lua)
 --         (cancel writes no counter: a cancelled task never ran; see include/stats.lua)
+-- KEYS[7] dedupe hash <prefix>:{<queue>}:dedupe   optional: the cancelled task frees its
+--         dedupe key there (include/dedupe.lua)
 -- ARGV[1] id
 -- ARGV[2] reason          free text, or "": last_error becomes "cancelled: <reason>" or
 --                         "cancelled"
@@ -37,6 +39,20 @@ local function wake(task_key, done_key, ttl)
   end
 end
 -- <<< include/wake.lua
+
+-- >>> include/dedupe.lua
+-- The dedupe hash maps a key to the live task enqueued with it (enqueue.lua). A task that
+-- ends frees its key, only while the key still names it: a later task may have taken it.
+-- dedupe_hash nil (a caller that sends fewer keys, e.g. a runner of an older version) or a
+-- task without a key costs nothing; enqueue.lua treats a key whose task has ended as free,
+-- so a key left behind heals itself. pcall: a dedupe key of another type must not stop
+-- the task's own change.
+local function free_dedupe(dedupe_hash, key, id)
+  if dedupe_hash and key and redis.pcall('HGET', dedupe_hash, key) == id then
+    redis.pcall('HDEL', dedupe_hash, key)
+  end
+end
+-- <<< include/dedupe.lua
 
 -- >>> include/dead.lua
 -- The task's hash says dead with its reason, expires after ttl ms, and its id is in the
@@ -67,7 +83,7 @@ local dead_max = tonumber(ARGV[4])
 if not (ttl and dead_max) then  -- (before any write)
   return redis.error_reply('ERR cancel: ARGV[3] and ARGV[4] must be numbers')
 end
-local f = redis.pcall('HMGET', KEYS[1], 'state', 'periodic', 'type')
+local f = redis.pcall('HMGET', KEYS[1], 'state', 'periodic', 'type', 'dedupe_key')
 if f['err'] or not f[1] then  -- (a missing field arrives as false: never written back)
   return ''
 end
@@ -94,4 +110,5 @@ end
 redis.call('ZREM', set, ARGV[1])
 to_dead(KEYS[1], KEYS[4], KEYS[6], ARGV[1], reason, now, ttl)
 trim_dead(KEYS[4], now, ttl, dead_max)
+free_dedupe(KEYS[7], f[4], ARGV[1])
 return 'cancelled'

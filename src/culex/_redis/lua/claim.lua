@@ -1,5 +1,6 @@
 -- claim: promote due scheduled tasks, then take up to `limit` tasks from waiting
--- (lowest ready time first), lease them in pending, and return what a runner needs.
+-- (highest priority first, then lowest ready time: include/priority.lua), lease them in
+-- pending, and return what a runner needs.
 --
 -- KEYS[1] waiting zset
 -- KEYS[2] pending zset   score: lease deadline in ms
@@ -24,6 +25,8 @@
 --         back (include/unblock.lua: the script that frees a slot wakes a runner)
 -- KEYS[9] starts zset <prefix>:{<queue>}:starts   the rate limit's window: one member
 --         <id>:<attempt> per task started, scored by its start (ms); kept rate_ms
+-- KEYS[10] dedupe hash <prefix>:{<queue>}:dedupe   optional: a task buried as broken frees
+--         its dedupe key there (include/dedupe.lua)
 -- ARGV[5] rate            optional: the most starts in any window of rate_ms (0: none)
 -- ARGV[6] rate_ms         optional: the window, ms >= 1 when rate > 0
 -- ARGV[7] concurrency     optional: the most tasks pending at once, across runners (0: none)
@@ -47,6 +50,35 @@ local function wake(task_key, done_key, ttl)
   end
 end
 -- <<< include/wake.lua
+
+-- >>> include/priority.lua
+-- waiting is one sorted set: a task's score is ready_ms - priority * 2^42, so ZPOPMIN takes
+-- the highest priority first and, within one priority, the earliest ready (2^42 ms is the
+-- year 2109; scores stay whole numbers well below 2^53, where doubles are exact). Priority
+-- 0, every task's without a `priority` field, scores its ready time as before priorities.
+-- A priority that is not a whole number in -100 .. 100 counts as 0: a script must not stop
+-- half-way on a field a foreign producer wrote. '%.0f': Lua's own number to text conversion
+-- may round a number of 15 or more digits.
+local function waiting_score(ready_ms, priority)
+  local p = tonumber(priority)
+  if not p or p ~= math.floor(p) or p < -100 or p > 100 then p = 0 end
+  return string.format('%.0f', ready_ms - p * 4398046511104)
+end
+-- <<< include/priority.lua
+
+-- >>> include/dedupe.lua
+-- The dedupe hash maps a key to the live task enqueued with it (enqueue.lua). A task that
+-- ends frees its key, only while the key still names it: a later task may have taken it.
+-- dedupe_hash nil (a caller that sends fewer keys, e.g. a runner of an older version) or a
+-- task without a key costs nothing; enqueue.lua treats a key whose task has ended as free,
+-- so a key left behind heals itself. pcall: a dedupe key of another type must not stop
+-- the task's own change.
+local function free_dedupe(dedupe_hash, key, id)
+  if dedupe_hash and key and redis.pcall('HGET', dedupe_hash, key) == id then
+    redis.pcall('HDEL', dedupe_hash, key)
+  end
+end
+-- <<< include/dedupe.lua
 
 -- >>> include/stats.lua
 -- Counters of a queue, per job type: <job>|<o><b> counts the attempts that ended with
@@ -201,8 +233,10 @@ local due = redis.call('ZRANGE', KEYS[3], '-inf', now, 'BYSCORE', 'LIMIT', 0,
   promote_limit, 'WITHSCORES')
 for i = 1, #due, 2 do
   local id = due[i]
+  -- (pcall: a key of another type is no priority; the claim below buries it)
+  local priority = redis.pcall('HGET', KEYS[5] .. id, 'priority')
   redis.call('ZREM', KEYS[3], id)
-  redis.call('ZADD', KEYS[1], due[i + 1], id)
+  redis.call('ZADD', KEYS[1], waiting_score(tonumber(due[i + 1]), priority), id)
   redis.call('HSET', KEYS[5] .. id, 'state', 'waiting')
 end
 
@@ -210,8 +244,9 @@ end
 -- breaking the whole claim: every check below comes before the first write for its id
 -- (a script that errors half-way keeps the writes it made).
 local tally = {}
-local function bury(key, id, job, reason)
+local function bury(key, id, job, reason, dedupe)
   count(tally, job or '', 'd')
+  free_dedupe(KEYS[10], dedupe, id)
   redis.call('HSET', key, 'id', id, 'state', 'dead', 'finished_at', now, 'last_error',
     'broken task: ' .. reason)
   redis.call('PEXPIRE', key, dead_ttl)
@@ -245,7 +280,7 @@ if limit > 0 then
     local id = popped[i]
     local key = KEYS[5] .. id
     local f = redis.pcall('HMGET', key, 'type', 'params', 'retry_count', 'max_retries',
-      'enqueue_time', 'attempt', 'trace')
+      'enqueue_time', 'attempt', 'trace', 'dedupe_key')
     if f['err'] then
       -- The key holds another type. Not ours to delete: the value is kept beside the
       -- record, in the same slot.
@@ -255,7 +290,7 @@ if limit > 0 then
     elseif f[1] == false and f[2] == false and f[6] == false then
       bury(key, id, f[1], 'no task hash for this id (or one without type, params and attempt)')
     elseif f[6] and (not string.match(f[6], '^%d+$') or #f[6] > 9) then
-      bury(key, id, f[1], 'attempt is not a whole number')
+      bury(key, id, f[1], 'attempt is not a whole number', f[8])
     else
       local attempt = tonumber(f[6] or '0') + 1
       redis.call('HSET', key, 'attempt', attempt, 'state', 'pending', 'started_at', now)

@@ -18,6 +18,8 @@
 --         claim marked the queue blocked by its concurrency limit, a runner is woken
 --         through KEYS[7]: include/unblock.lua)
 -- KEYS[7] signal list <prefix>:{<queue>}:signal
+-- KEYS[8] dedupe hash <prefix>:{<queue>}:dedupe   optional: a task that has a dedupe key
+--         frees it there (include/dedupe.lua); a task without one costs nothing more
 -- ARGV[1..] quadruples: id, attempt, result, ttl_ms
 --         attempt  the one the runner was handed: it fences stale runners
 --         result   JSON text of perform's return value
@@ -39,6 +41,20 @@ local function wake(task_key, done_key, ttl)
   end
 end
 -- <<< include/wake.lua
+
+-- >>> include/dedupe.lua
+-- The dedupe hash maps a key to the live task enqueued with it (enqueue.lua). A task that
+-- ends frees its key, only while the key still names it: a later task may have taken it.
+-- dedupe_hash nil (a caller that sends fewer keys, e.g. a runner of an older version) or a
+-- task without a key costs nothing; enqueue.lua treats a key whose task has ended as free,
+-- so a key left behind heals itself. pcall: a dedupe key of another type must not stop
+-- the task's own change.
+local function free_dedupe(dedupe_hash, key, id)
+  if dedupe_hash and key and redis.pcall('HGET', dedupe_hash, key) == id then
+    redis.pcall('HDEL', dedupe_hash, key)
+  end
+end
+-- <<< include/dedupe.lua
 
 -- >>> include/stats.lua
 -- Counters of a queue, per job type: <job>|<o><b> counts the attempts that ended with
@@ -197,7 +213,7 @@ for i = 1, #ARGV, 4 do
   -- (pcall: a key of another type is refused like a stale report; an error here would
   -- stop the batch after the writes of the ids before it)
   local f = redis.pcall('HMGET', key, 'attempt', 'state', 'periodic', 'type', 'waited',
-    'started_at')
+    'started_at', 'dedupe_key')
   if not f['err'] and f[1] == ARGV[i + 1] and f[2] == 'pending' then
     local ttl = tonumber(ARGV[i + 3])
     done[#done + 1] = id
@@ -206,6 +222,9 @@ for i = 1, #ARGV, 4 do
     redis.call('PEXPIRE', key, ttl)
     if f[5] then  -- (read above: most tasks have no waiter, and cost no HDEL)
       wake(key, KEYS[4] .. id, ttl)
+    end
+    if f[7] then
+      free_dedupe(KEYS[8], f[7], id)
     end
     if f[3] == '1' then
       -- (pcall: a record key holding another type must not stop the tasks' own reports)

@@ -15,6 +15,8 @@
 -- KEYS[8] control hash <prefix>:{<queue>}:control   (optional, with KEYS[9]: a freed
 --         slot under the queue's concurrency limit wakes a runner, as in complete)
 -- KEYS[9] signal list <prefix>:{<queue>}:signal
+-- KEYS[10] dedupe hash <prefix>:{<queue>}:dedupe   optional: a task that goes to dead frees
+--         its dedupe key there (include/dedupe.lua); a retried task keeps it
 -- ARGV[1] id
 -- ARGV[2] attempt         fences stale runners, as in complete
 -- ARGV[3] error           the reason, stored as last_error
@@ -34,6 +36,20 @@ local function wake(task_key, done_key, ttl)
   end
 end
 -- <<< include/wake.lua
+
+-- >>> include/dedupe.lua
+-- The dedupe hash maps a key to the live task enqueued with it (enqueue.lua). A task that
+-- ends frees its key, only while the key still names it: a later task may have taken it.
+-- dedupe_hash nil (a caller that sends fewer keys, e.g. a runner of an older version) or a
+-- task without a key costs nothing; enqueue.lua treats a key whose task has ended as free,
+-- so a key left behind heals itself. pcall: a dedupe key of another type must not stop
+-- the task's own change.
+local function free_dedupe(dedupe_hash, key, id)
+  if dedupe_hash and key and redis.pcall('HGET', dedupe_hash, key) == id then
+    redis.pcall('HDEL', dedupe_hash, key)
+  end
+end
+-- <<< include/dedupe.lua
 
 -- >>> include/dead.lua
 -- The task's hash says dead with its reason, expires after ttl ms, and its id is in the
@@ -203,7 +219,7 @@ if not KEYS[7] then
   return redis.error_reply('ERR fail takes 7 keys: the counters prefix is KEYS[7]')
 end
 local f = redis.call('HMGET', KEYS[1], 'attempt', 'state', 'periodic', 'type', 'retry_count',
-  'started_at')
+  'started_at', 'dedupe_key')
 if f[1] ~= ARGV[2] or f[2] ~= 'pending' then
   return 0
 end
@@ -224,6 +240,7 @@ if delay >= 0 then
 end
 to_dead(KEYS[1], KEYS[4], KEYS[6], ARGV[1], ARGV[3], now, ttl, retries)
 trim_dead(KEYS[4], now, ttl, dead_max)
+free_dedupe(KEYS[10], f[7], ARGV[1])
 if f[3] == '1' then
   -- (pcall: a record key holding another type must not stop the task's own report)
   redis.pcall('HSET', KEYS[5] .. f[4], 'last_finished_at', now, 'last_outcome', 'dead')

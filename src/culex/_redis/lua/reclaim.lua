@@ -20,12 +20,44 @@
 --         run time: no runner reported its end; in the minute bucket, as in complete)
 -- KEYS[10] control hash <prefix>:{<queue>}:control   (optional: a freed slot under the
 --         queue's concurrency limit wakes a runner through KEYS[6], as in complete)
+-- KEYS[11] dedupe hash <prefix>:{<queue>}:dedupe   optional: a task that goes to dead
+--         frees its dedupe key there (include/dedupe.lua)
 -- ARGV[1] limit          how many expired tasks to reclaim at most
 -- ARGV[2] dead_ttl_ms
 -- ARGV[3] dead_max
 -- Returns: {id, outcome, id, outcome, ...} with outcome "waiting", "scheduled" or "dead".
 --          A task key that holds another type is renamed to <key>:wrongtype and its id
---          goes to dead as a broken task (as in claim).
+--          goes to dead as a broken task (as in claim). A task that runs again goes back
+--          to waiting (or scheduled) at its priority (include/priority.lua).
+
+-- >>> include/priority.lua
+-- waiting is one sorted set: a task's score is ready_ms - priority * 2^42, so ZPOPMIN takes
+-- the highest priority first and, within one priority, the earliest ready (2^42 ms is the
+-- year 2109; scores stay whole numbers well below 2^53, where doubles are exact). Priority
+-- 0, every task's without a `priority` field, scores its ready time as before priorities.
+-- A priority that is not a whole number in -100 .. 100 counts as 0: a script must not stop
+-- half-way on a field a foreign producer wrote. '%.0f': Lua's own number to text conversion
+-- may round a number of 15 or more digits.
+local function waiting_score(ready_ms, priority)
+  local p = tonumber(priority)
+  if not p or p ~= math.floor(p) or p < -100 or p > 100 then p = 0 end
+  return string.format('%.0f', ready_ms - p * 4398046511104)
+end
+-- <<< include/priority.lua
+
+-- >>> include/dedupe.lua
+-- The dedupe hash maps a key to the live task enqueued with it (enqueue.lua). A task that
+-- ends frees its key, only while the key still names it: a later task may have taken it.
+-- dedupe_hash nil (a caller that sends fewer keys, e.g. a runner of an older version) or a
+-- task without a key costs nothing; enqueue.lua treats a key whose task has ended as free,
+-- so a key left behind heals itself. pcall: a dedupe key of another type must not stop
+-- the task's own change.
+local function free_dedupe(dedupe_hash, key, id)
+  if dedupe_hash and key and redis.pcall('HGET', dedupe_hash, key) == id then
+    redis.pcall('HDEL', dedupe_hash, key)
+  end
+end
+-- <<< include/dedupe.lua
 
 -- >>> include/wake.lua
 -- A task whose hash has waited=1 (wait.lua) has producers blocked on its done list: one
@@ -218,7 +250,7 @@ local ids = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, li
 local found = {}
 for i, id in ipairs(ids) do
   found[i] = redis.pcall('HMGET', KEYS[4] .. id, 'retry_count', 'max_retries', 'periodic',
-    'type')
+    'type', 'priority', 'dedupe_key')
 end
 for i, id in ipairs(ids) do
   redis.call('ZREM', KEYS[1], id)
@@ -245,7 +277,7 @@ for i, id in ipairs(ids) do
       'due_at', due)
     if due <= now then
       outcome = 'waiting'
-      redis.call('ZADD', KEYS[5], due, id)
+      redis.call('ZADD', KEYS[5], waiting_score(due, f[5]), id)
       woken = true
     else
       outcome = 'scheduled'
@@ -257,6 +289,7 @@ for i, id in ipairs(ids) do
     outcome = 'dead'
     count(tally, f[4] or '', 'd')
     to_dead(key, KEYS[3], KEYS[8] .. id, id, why, now, ttl, retries)
+    free_dedupe(KEYS[11], f[6], id)
     if f[3] == '1' then
       -- (pcall: a record key holding another type must not stop the reclaim of the others)
       redis.pcall('HSET', KEYS[7] .. f[4], 'last_finished_at', now, 'last_outcome', 'dead')

@@ -12,9 +12,26 @@
 -- Returns: {retried, skipped}: two arrays of ids. An id is retried when it is in dead and
 --          its hash says state "dead": it leaves dead, its hash is persisted, state
 --          "waiting", retry_count 0, retried_at and due_at = now, finished_at removed
---          (last_error, failed_at and attempt are kept), and it is added to waiting with
---          score now. Any other id is skipped and changes nothing, except an id in dead
+--          (last_error, failed_at, attempt and priority are kept), and it is added to
+--          waiting, ready now at its priority (include/priority.lua). Its dedupe key is not
+--          taken again: the key was freed when it died, and may name another task now. Any other id is skipped and changes nothing, except an id in dead
 --          whose hash is gone (expired): it can never run, so it is removed from dead.
+
+-- >>> include/priority.lua
+-- waiting is one sorted set: a task's score is ready_ms - priority * 2^42, so ZPOPMIN takes
+-- the highest priority first and, within one priority, the earliest ready (2^42 ms is the
+-- year 2109; scores stay whole numbers well below 2^53, where doubles are exact). Priority
+-- 0, every task's without a `priority` field, scores its ready time as before priorities.
+-- A priority that is not a whole number in -100 .. 100 counts as 0: a script must not stop
+-- half-way on a field a foreign producer wrote. '%.0f': Lua's own number to text conversion
+-- may round a number of 15 or more digits.
+local function waiting_score(ready_ms, priority)
+  local p = tonumber(priority)
+  if not p or p ~= math.floor(p) or p < -100 or p > 100 then p = 0 end
+  return string.format('%.0f', ready_ms - p * 4398046511104)
+end
+-- <<< include/priority.lua
+
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local limit = tonumber(ARGV[1])
@@ -31,20 +48,25 @@ local retried = {}
 local skipped = {}
 for _, id in ipairs(ids) do
   local key = KEYS[4] .. id
+  local f  -- the hash's state and priority, read once the id is known to be in dead
   if not redis.call('ZSCORE', KEYS[1], id) then
     skipped[#skipped + 1] = id
   elseif redis.call('EXISTS', key) == 0 then
     redis.call('ZREM', KEYS[1], id)
     skipped[#skipped + 1] = id
-  elseif redis.pcall('HGET', key, 'state') ~= 'dead' then  -- (a key of another type: an error)
-    skipped[#skipped + 1] = id
   else
+    -- (a key of another type: an error, so no state and skipped)
+    f = redis.pcall('HMGET', key, 'state', 'priority')
+  end
+  if f and (f['err'] or f[1] ~= 'dead') then
+    skipped[#skipped + 1] = id
+  elseif f then
     redis.call('ZREM', KEYS[1], id)
     redis.call('PERSIST', key)
     redis.call('HSET', key, 'state', 'waiting', 'retry_count', 0, 'retried_at', now,
       'due_at', now)
     redis.call('HDEL', key, 'finished_at')
-    redis.call('ZADD', KEYS[2], now, id)
+    redis.call('ZADD', KEYS[2], waiting_score(now, f[2]), id)
     retried[#retried + 1] = id
   end
 end
