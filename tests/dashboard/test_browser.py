@@ -13,7 +13,7 @@ import pytest
 import redis
 
 import culex
-from culex import config, inspection
+from culex import config, inspection, queue_control
 from culex.task import Task, TaskState
 
 from ..conftest import wait_until
@@ -123,6 +123,24 @@ def test_cancel_on_a_waiting_task_sends_it_to_dead(dashboard: str, page: Page) -
     page.get_by_role("button", name="Cancel").click()
     expect(page.locator("#task-state")).to_have_text("dead")
     assert task.state() == TaskState.DEAD
+
+
+def test_pause_and_resume_a_queue(dashboard: str, page: Page) -> None:
+    DashboardMailJob(to="a@example.com").enqueue()
+    accept_dialogs(page)
+    page.goto(f"{dashboard}/queue?queue=dash_mail")
+    expect(page.locator("#paused")).to_have_count(0)
+    page.get_by_role("button", name="Pause").click()
+    expect(page.locator("#notice")).to_contain_text("Paused")
+    expect(page.locator("#paused")).to_have_text("paused")
+    assert queue_control.controls(queues=["dash_mail"])["dash_mail"].paused
+    page.goto(dashboard)
+    expect(page.locator('tr[data-queue="dash_mail"] [data-paused]')).to_have_text("paused")
+    page.goto(f"{dashboard}/queue?queue=dash_mail")
+    page.get_by_role("button", name="Resume").click()
+    expect(page.locator("#notice")).to_contain_text("Resumed")
+    expect(page.locator("#paused")).to_have_count(0)
+    assert not queue_control.controls(queues=["dash_mail"])["dash_mail"].paused
 
 
 def test_bulk_retry_of_the_ticked_tasks(dashboard: str, page: Page) -> None:
@@ -314,7 +332,10 @@ def test_read_only_mode_shows_no_action_and_refuses_posts(r: redis.Redis, page: 
         expect(page.locator("form[method=post], input[type=checkbox]")).to_have_count(0)
         refused = page.request.post(f"{url}/task/retry?queue=dash_mail&id={task.id}")
         assert refused.status == 403 and "read-only" in refused.text()
+        refused = page.request.post(f"{url}/queue/pause", form={"queue": "dash_mail"})
+        assert refused.status == 403
     assert task.state() == TaskState.DEAD
+    assert not queue_control.controls(queues=["dash_mail"])["dash_mail"].paused
 
 
 def test_basic_auth(r: redis.Redis, browser: Browser) -> None:

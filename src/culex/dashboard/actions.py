@@ -9,7 +9,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from .. import bulk as bulk_actions
-from .. import periodic
+from .. import periodic, queue_control
 from .._redis.keys import check_queue_name
 from . import security
 from .listing import MAX_LIMIT, Query
@@ -104,6 +104,24 @@ async def trigger(request: Request) -> Response:
     url = path_for(request, "periodic").include_query_params(
         done="trigger", queue=task.queue, id=task.id
     )
+    return RedirectResponse(str(url), status_code=303)
+
+
+async def steer(request: Request) -> Response:
+    """Pause or resume a queue (flow control: it keeps taking tasks, and runs none)."""
+    form = await request.form()
+    refused = security.refusal(request, form.get(security.CSRF_FIELD))
+    if refused is not None:
+        return refused
+    name, action = _form_queue(form), request.path_params["action"]
+    settings = request.app.state.settings
+    if action == "pause":
+        await queue_control.apause(name, settings)
+    elif action == "resume":
+        await queue_control.aresume(name, settings)
+    else:
+        raise HTTPException(404, f"no such action: {action}")
+    url = path_for(request, "queue").include_query_params(queue=name, done=action)
     return RedirectResponse(str(url), status_code=303)
 
 

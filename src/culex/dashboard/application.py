@@ -59,6 +59,7 @@ def _routes() -> list[BaseRoute]:
         # Queue names and task ids go in the query: either may hold "/", "?" or "#".
         Route("/queue", pages.queue, name="queue"),
         Route("/queue/bulk", actions.bulk, methods=["POST"], name="bulk"),
+        Route("/queue/{action}", actions.steer, methods=["POST"], name="steer"),
         Route("/task", pages.task, name="task"),
         Route("/task/text", pages.task_text, name="task_text"),
         Route("/task/{action}", actions.task_action, methods=["POST"], name="task_action"),

@@ -9,7 +9,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 
-from .. import inspection, stats
+from .. import inspection, queue_control, stats
 from .._redis.keys import check_queue_name
 from ..task import Task, check_id
 from . import listing
@@ -33,6 +33,7 @@ async def overview(request: Request) -> Response:
     settings = request.app.state.settings
     counts = await inspection.aqueue_counts(settings)
     latency = await inspection.aqueue_latency(settings, list(counts)) if counts else {}
+    controls = await queue_control.acontrols(settings, list(counts)) if counts else {}
     totals = {state: sum(row[state] for row in counts.values()) for state in inspection.STATES}
     at_work = await inspection.arunners(settings)
     hour = await stats.asummary(settings, window=3600)
@@ -41,6 +42,7 @@ async def overview(request: Request) -> Response:
             "name": name,
             **row,
             "latency": latency.get(name, 0.0),
+            "paused": name in controls and controls[name].paused,
             "hour": hour.get(name) or stats.Counts(),
         }
         for name, row in sorted(counts.items())
@@ -77,11 +79,13 @@ async def queue(request: Request) -> Response:
     # The dead tab offers every queue in a selector: it reads them all.
     everyone = await inspection.aqueue_counts(settings, None if query.state == "dead" else [name])
     counts = everyone.get(name) or (await inspection.aqueue_counts(settings, [name]))[name]
+    control = (await queue_control.acontrols(settings, [name]))[name]
     return render(
         request,
         "queue.html",
         {
             "queue": name,
+            "control": control,
             "counts": counts,
             "all_counts": everyone if query.state == "dead" else {},
             "query": query,
