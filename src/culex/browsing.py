@@ -133,29 +133,46 @@ def check_job(job: object) -> str:
 
 
 def state_set(keys: QueueKeys, state: str) -> str:
-    """The sorted set of ``state`` among ``keys``."""
+    """The sorted set of ``state`` among ``keys`` (for waiting: the tasks without a group)."""
     return {"waiting": keys.waiting, "pending": keys.pending, "scheduled": keys.scheduled,
             "dead": keys.dead}[state]  # fmt: skip
 
 
-def encode_cursor(position: tuple[str, str] | None) -> str | None:
-    """A page's position (score, id) as an opaque text, safe in URLs and shells."""
+def state_sets(keys: QueueKeys, state: str) -> list[str]:
+    """Every sorted set that lists tasks of ``state``: waiting's tasks without a group, then
+    the ready tasks of the queue's groups (include/groups.lua); one set for the others."""
+    if state == "waiting":
+        return [keys.waiting, keys.grouped_ready]
+    return [state_set(keys, state)]
+
+
+def encode_cursor(position: tuple[str, str] | None, part: int = 0) -> str | None:
+    """A page's position (score, id) in the ``part``-th set of its state (state_sets) as an
+    opaque text, safe in URLs and shells."""
     if position is None:
         return None
-    raw = f"{position[0]}:{position[1]}".encode()
+    raw = ("~" * part + f"{position[0]}:{position[1]}").encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def decode_cursor(cursor: object) -> tuple[str, str]:
-    """The position (score, id) in a cursor that :func:`tasks` gave, else a clear error."""
+def decode_part_cursor(cursor: object) -> tuple[int, tuple[str, str] | None]:
+    """The set (its place in state_sets) and the position (score, id) of a cursor that
+    :func:`tasks` gave, else a clear error."""
     if not isinstance(cursor, str):
         raise TypeError(f"a cursor must be a str, got {type(cursor).__name__}")
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        score, _, task_id = raw.partition(":")
+        part = len(raw) - len(raw.lstrip("~"))
+        if part and not raw[part:]:  # the start of a later set
+            if part > 1:
+                raise ValueError(part)
+            return part, None
+        score, _, task_id = raw[part:].partition(":")
         if not math.isfinite(float(score)):
             raise ValueError(score)
-        return score, check_id(task_id)
+        if part > 1:
+            raise ValueError(part)
+        return part, (score, check_id(task_id))
     except (ValueError, binascii.Error, UnicodeDecodeError):
         raise ValueError(f"not a cursor that a page of tasks gave: {cursor!r}") from None
 
@@ -169,11 +186,13 @@ def browse_call(
     limit: int,
     job: str | None,
     examine: int = EXAMINE,
+    in_set: str | None = None,
 ) -> Call[operations.BrowseReply]:
     """The call that reads one page (its arguments already checked): ``limit`` rows at
-    most, looking at ``examine`` ids at most (never fewer than ``limit``)."""
+    most, looking at ``examine`` ids at most (never fewer than ``limit``), of ``in_set``
+    (one of state_sets; default: state_set)."""
     return operations.browse(
-        keys, state_set(keys, state), ascending=ascending, after=after, limit=limit,
+        keys, in_set or state_set(keys, state), ascending=ascending, after=after, limit=limit,
         examine=max(limit, examine), job=job or "", cut=CUT * 4,  # (bytes: 4 per character)
     )  # fmt: skip
 
@@ -196,18 +215,54 @@ def _page_flow(
         raise TypeError(f"limit must be an int, got {type(limit).__name__}")
     if not 1 <= limit <= MAX_PAGE:
         raise ValueError(f"limit must be 1 to {MAX_PAGE}, got {limit}")
-    after = None if cursor is None else decode_cursor(cursor)
-    call = browse_call(
-        keys, state, ascending=not newest_first, after=after, limit=limit,
-        job=None if job is None else check_job(job),
-    )  # fmt: skip
-    return _page(call, queue, state)
+    part, after = (0, None) if cursor is None else decode_part_cursor(cursor)
+    sets = state_sets(keys, state)
+    if newest_first:
+        sets.reverse()  # (newest first: the grouped tasks, then waiting's, each newest first)
+    if part >= len(sets):
+        raise ValueError(f"not a cursor that a page of {state} tasks gave: {cursor!r}")
+    job = None if job is None else check_job(job)
+
+    def call(index: int, position: tuple[str, str] | None, rows: int) -> Call[Any]:
+        return browse_call(
+            keys, state, ascending=not newest_first, after=position, limit=rows, job=job,
+            in_set=sets[index],
+        )  # fmt: skip
+
+    return _page(call, sets, part, after, limit, queue, state)
 
 
-def _page(call: Call[operations.BrowseReply], queue: str, state: str) -> Flow[TaskPage]:
-    reply = yield call
+def _page(
+    call: Any, sets: list[str], part: int, after: tuple[str, str] | None, limit: int,
+    queue: str, state: str,
+) -> Flow[TaskPage]:  # fmt: skip
+    """A page that goes on into the state's next set when one ends before the page does
+    (waiting: the groups' ready tasks); the total counts every set."""
+    others = [commands.set_size(key) for i, key in enumerate(sets) if i != part]
+    reply, *sizes = _raised((yield [call(part, after, limit), *others]))
     rows = [_row(queue, state, row) for row in reply.rows]
-    return TaskPage(rows, reply.total, encode_cursor(reply.cursor))
+    total = reply.total + sum(sizes)
+    cursor = encode_cursor(reply.cursor, part)
+    while cursor is None and part + 1 < len(sets) and len(rows) < limit:
+        part += 1
+        reply = _raised((yield [call(part, None, limit - len(rows))]))[0]
+        rows += [_row(queue, state, row) for row in reply.rows]
+        cursor = encode_cursor(reply.cursor, part)
+    if cursor is None and part + 1 < len(sets):  # (this page ends where a set ends)
+        cursor = _start_of(part + 1)
+    return TaskPage(rows, total, cursor)
+
+
+def _start_of(part: int) -> str:
+    """The cursor of the start of the ``part``-th set of a state (part >= 1)."""
+    return base64.urlsafe_b64encode(b"~" * part).decode().rstrip("=")
+
+
+def _raised(replies: list[Any]) -> list[Any]:
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+    return replies
 
 
 def _row(queue: str, state: str, row: operations.BrowsedRow) -> TaskRow:
@@ -231,14 +286,15 @@ def _find_flow(queue: str, task_id: str, settings: config.Settings) -> Flow[Task
 
 def _find(keys: QueueKeys, task_id: str) -> Flow[TaskRow | None]:
     calls: list[Call[Any]] = [commands.read_row(keys, task_id)]
-    calls += [commands.set_score(state_set(keys, s), task_id) for s in STATES]
+    places = [(state, key) for state in STATES for key in state_sets(keys, state)]
+    calls += [commands.set_score(key, task_id) for _, key in places]
     fields, *scores = yield calls
     for reply in (fields, *scores):
         if isinstance(reply, Exception):
             raise reply
     if not fields:
         return None
-    found = [(s, score) for s, score in zip(STATES, scores, strict=True) if score is not None]
+    found = [(s, score) for (s, _), score in zip(places, scores, strict=True) if score is not None]
     # In no set: succeeded (or between the sets of a script that failed half-way).
     state, at = found[0] if found else (fields.get("state", ""), number(fields.get("finished_at")))
     row = operations.BrowsedRow(

@@ -16,7 +16,7 @@ from . import config
 from ._redis import commands, operations
 from ._redis.keys import QueueKeys, check_queue_name, queue_keys
 from ._redis.operations import Call
-from .browsing import EXAMINE, browse_call, check_job, check_state, state_set
+from .browsing import EXAMINE, browse_call, check_job, check_state, state_sets
 from .errors import ServerError
 from .flow import Flow, run_async, run_sync
 from .task import check_id
@@ -165,17 +165,37 @@ def _these(act: _Act, ids: list[str], progress: Progress | None) -> Flow[int]:
 def _walk(
     act: _Act, keys: QueueKeys, state: str, job: str | None, progress: Progress | None
 ) -> Flow[int]:
-    """Every task of ``state`` (of ``job``), oldest first, one chunk a round trip: the
-    action on a chunk goes with the read of the next one (its cursor is a position, so
-    the ids the action moves away do not shift it)."""
+    """Every task of ``state`` (of ``job``): each of the state's sets in turn (waiting: the
+    tasks without a group, then the groups')."""
+    changed = 0
+    for index, key in enumerate(state_sets(keys, state)):
+        shown = progress if index == 0 else _unless_empty(progress)
+        changed += yield from _walk_set(act, keys, state, key, job, shown)
+    return changed
+
+
+def _unless_empty(progress: Progress | None) -> Progress | None:
+    """``progress``, told nothing of a set that held no task (waiting's second set)."""
+    if progress is None:
+        return None
+    shown = progress
+    return lambda done, total: shown(done, total) if total else None
+
+
+def _walk_set(
+    act: _Act, keys: QueueKeys, state: str, key: str, job: str | None, progress: Progress | None
+) -> Flow[int]:
+    """Every task in the set ``key`` of ``state`` (of ``job``), oldest first, one chunk a
+    round trip: the action on a chunk goes with the read of the next one (its cursor is a
+    position, so the ids the action moves away do not shift it)."""
 
     def page(after: tuple[str, str] | None, left: int) -> Call[operations.BrowseReply]:
         # never looking at more ids than the state held at the start: not those added since
         examine = min(EXAMINE, left)
         return browse_call(keys, state, ascending=True, after=after, limit=min(CHUNK, examine),
-                           job=job, examine=examine)  # fmt: skip
+                           job=job, examine=examine, in_set=key)  # fmt: skip
 
-    size = commands.set_size(state_set(keys, state))
+    size = commands.set_size(key)
     total, reply = _raised((yield [size, page(None, EXAMINE)]))
     changed = looked = 0
     while True:

@@ -30,6 +30,7 @@ DURABLE_TIMEOUT_MS = 5000
 # is ready_ms - priority * 2^42, exact in a double while |priority| stays far below 2^11.
 MIN_PRIORITY, MAX_PRIORITY = -100, 100
 MAX_DEDUPE_KEY = 500  # characters of a dedupe key
+MAX_GROUP_BYTES = 500  # a group's name, UTF-8 (enqueue.lua checks it too)
 
 # Queues this process has already added to the queue registry set (saves a command).
 _registered: set[tuple[str | None, str, str]] = set()
@@ -56,12 +57,22 @@ def check_dedupe_key(key: object) -> str:
     return key
 
 
+def check_group(group: object) -> str:
+    """Return ``group`` if it can name a group (a str of 1 to 500 bytes), else raise."""
+    if not isinstance(group, str):
+        raise TypeError(f"group= must be a str, got {type(group).__name__}")
+    if not group or len(group.encode()) > MAX_GROUP_BYTES:
+        raise ValueError(f"group= must have 1 to {MAX_GROUP_BYTES} bytes: {group!r:.80}")
+    return group
+
+
 class FlowControl(NamedTuple):
     """What one enqueue asks beyond the job: a priority for every task (None: each job's
-    class's), a dedupe key (only for one task; "" for none)."""
+    class's), a dedupe key (only for one task; "" for none), a group ("" for none)."""
 
     priority: int | None = None
     dedupe_key: str = ""
+    group: str = ""
 
 
 def enqueue_flow(
@@ -72,12 +83,14 @@ def enqueue_flow(
     *,
     priority: int | None = None,
     dedupe_key: str | None = None,
+    group: str | None = None,
 ) -> Flow[list[Task]]:
     """Enqueue ``jobs``; the flow's value is their tasks, in order. ``priority`` overrides
-    each job's class's; ``dedupe_key`` takes one job."""
+    each job's class's; ``dedupe_key`` takes one job; ``group``: every task's group."""
     control = FlowControl(
         None if priority is None else check_priority(priority),
         "" if dedupe_key is None else check_dedupe_key(dedupe_key),
+        "" if group is None else check_group(group),
     )
     if control.dedupe_key and len(jobs) != 1:
         raise TypeError("dedupe_key= names one task: enqueue one job with it")
@@ -205,6 +218,7 @@ def _call(
         trace=trace,
         priority=job.priority if control.priority is None else control.priority,
         dedupe_key=control.dedupe_key,
+        group=control.group,
     )
 
 

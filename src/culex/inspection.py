@@ -106,15 +106,15 @@ def _latency(settings: config.Settings, queues: list[str] | None) -> Flow[dict[s
     )
     if not names:
         return {}
-    replies = yield [
-        commands.server_time(),
-        *(commands.oldest_waiting(queue_keys(settings.prefix, q)) for q in names),
-    ]
-    now, oldest = replies[0], replies[1:]
-    return {
-        q: 0.0 if not isinstance(ready, int) else max(0.0, (now - ready) / 1000)
-        for q, ready in zip(names, oldest, strict=True)
-    }
+    calls: list[Call[Any]] = [commands.server_time()]
+    for q in names:
+        calls += commands.oldest_waiting(queue_keys(settings.prefix, q))
+    now, *heads = yield calls
+    latency = {}
+    for i, q in enumerate(names):
+        ready = commands.earliest(heads[i * 2 : i * 2 + 2])
+        latency[q] = 0.0 if ready is None else max(0.0, (now - ready) / 1000)
+    return latency
 
 
 def runners(settings: config.Settings | None = None) -> list[dict[str, Any]]:
@@ -164,9 +164,8 @@ def _counts(settings: config.Settings, queues: list[str] | None) -> Flow[dict[st
     )
     calls = [call for q in names for call in commands.count(queue_keys(settings.prefix, q))]
     results = (yield calls) if calls else []
-    return {
-        q: dict(zip(STATES, results[i * 4 : i * 4 + 4], strict=True)) for i, q in enumerate(names)
-    }
+    size = commands.COUNT_CALLS
+    return {q: commands.sizes(results[i * size : (i + 1) * size]) for i, q in enumerate(names)}
 
 
 def _records(

@@ -109,6 +109,9 @@ class Job:
     # once, across every runner. Job classes that share a queue declare the same or none.
     rate_limit: ClassVar[Rate | str | None] = None
     concurrency_limit: ClassVar[int | None] = None
+    # The same, per group of the queue's tasks (enqueue(group=...)): each group on its own.
+    group_rate_limit: ClassVar[Rate | str | None] = None
+    group_concurrency: ClassVar[int | None] = None
 
     params_: ClassVar[dict[str, Param]] = {}
     # The task's ``type`` in Redis: ``name = "..."`` on the class, else the class name.
@@ -262,14 +265,19 @@ class QueuedJob(Job):
         id: str | None = None,
         priority: int | None = None,
         dedupe_key: str | None = None,
+        group: str | None = None,
     ) -> Task:
         """Store a task of this job in its queue; returns a handle on it.
 
         ``priority``: this task's, instead of the class's (-100 .. 100, higher runs first).
         ``dedupe_key``: while a task enqueued with this key in this queue is waiting,
         scheduled or running, nothing is stored and the handle is that task, with
-        ``deduped`` True; once it has ended, the key is free again."""
-        flow = enqueue_flow([self], delay, at, id, priority=priority, dedupe_key=dedupe_key)
+        ``deduped`` True; once it has ended, the key is free again.
+        ``group``: the task's group (e.g. ``"customer:42"``): the queue's groups take turns,
+        each within the queue's group limits (``group_concurrency``, ``group_rate_limit``)."""
+        flow = enqueue_flow(
+            [self], delay, at, id, priority=priority, dedupe_key=dedupe_key, group=group
+        )
         return run_sync(flow)[0]
 
     async def aenqueue(
@@ -280,9 +288,12 @@ class QueuedJob(Job):
         id: str | None = None,
         priority: int | None = None,
         dedupe_key: str | None = None,
+        group: str | None = None,
     ) -> Task:
         """The async twin of :meth:`enqueue`."""
-        flow = enqueue_flow([self], delay, at, id, priority=priority, dedupe_key=dedupe_key)
+        flow = enqueue_flow(
+            [self], delay, at, id, priority=priority, dedupe_key=dedupe_key, group=group
+        )
         return (await run_async(flow))[0]
 
 
@@ -292,11 +303,12 @@ def enqueue_many(
     delay: timedelta | float | None = None,
     at: datetime | None = None,
     priority: int | None = None,
+    group: str | None = None,
 ) -> list[Task]:
     """Enqueue many job objects in few round trips (1,000 per pipeline); returns their tasks.
-    ``priority``: every task's, instead of its class's. (No ``dedupe_key``: one key names
-    one task; enqueue each job that has one by itself.)"""
-    return run_sync(enqueue_flow(_checked(jobs), delay, at, priority=priority))
+    ``priority``: every task's, instead of its class's; ``group``: every task's group. (No
+    ``dedupe_key``: one key names one task; enqueue each job that has one by itself.)"""
+    return run_sync(enqueue_flow(_checked(jobs), delay, at, priority=priority, group=group))
 
 
 async def aenqueue_many(
@@ -305,9 +317,11 @@ async def aenqueue_many(
     delay: timedelta | float | None = None,
     at: datetime | None = None,
     priority: int | None = None,
+    group: str | None = None,
 ) -> list[Task]:
     """The async twin of :func:`enqueue_many`."""
-    return await run_async(enqueue_flow(_checked(jobs), delay, at, priority=priority))
+    flow = enqueue_flow(_checked(jobs), delay, at, priority=priority, group=group)
+    return await run_async(flow)
 
 
 def _checked(jobs: Iterable[QueuedJob]) -> list[QueuedJob]:
@@ -414,8 +428,18 @@ def _check_policy(cls: type[Job]) -> None:
 def _limits(cls: type[Job]) -> QueueLimits:
     """The flow-control limits ``cls`` declares for its queue, checked."""
     name = cls.__name__
-    declared_rate = None if cls.rate_limit is None else rate(cls.rate_limit, f"{name}.rate_limit")
-    declared = cls.concurrency_limit
-    if declared is not None:
-        concurrency(declared, f"{name}.concurrency_limit")
-    return QueueLimits(declared_rate, declared)
+
+    def checked_rate(attr: str) -> Rate | None:
+        value = getattr(cls, attr)
+        return None if value is None else rate(value, f"{name}.{attr}")
+
+    def checked_concurrency(attr: str) -> int | None:
+        value = getattr(cls, attr)
+        return None if value is None else concurrency(value, f"{name}.{attr}")
+
+    return QueueLimits(
+        checked_rate("rate_limit"),
+        checked_concurrency("concurrency_limit"),
+        checked_rate("group_rate_limit"),
+        checked_concurrency("group_concurrency"),
+    )

@@ -45,6 +45,8 @@ class JobRegistry:
             for what, a, b in (
                 ("rate_limit", mine.rate, theirs.rate),
                 ("concurrency_limit", mine.concurrency, theirs.concurrency),
+                ("group_rate_limit", mine.group_rate, theirs.group_rate),
+                ("group_concurrency", mine.group_concurrency, theirs.group_concurrency),
             ):
                 if a is not None and b is not None and a != b:
                     raise TypeError(
@@ -57,12 +59,13 @@ class JobRegistry:
     def queue_limits(self, queue: str) -> QueueLimits:
         """The limits the job classes of ``queue`` declare (each class declares the same or
         none): what a runner's claim uses unless culex.limit set others."""
-        rate = concurrency = None
-        for job in self._jobs.values():
-            if job.queue == queue:
-                rate = rate or job.limits_.rate
-                concurrency = concurrency or job.limits_.concurrency
-        return QueueLimits(rate, concurrency)
+        found = [job.limits_ for job in self._jobs.values() if job.queue == queue]
+        return QueueLimits(
+            next((f.rate for f in found if f.rate), None),
+            next((f.concurrency for f in found if f.concurrency), None),
+            next((f.group_rate for f in found if f.group_rate), None),
+            next((f.group_concurrency for f in found if f.group_concurrency), None),
+        )
 
     def get(self, name: str) -> type[Job] | None:
         return self._jobs.get(name)

@@ -67,16 +67,18 @@ def snapshot_flow(settings: config.Settings) -> Flow[Snapshot]:
         keys = queue_keys(prefix, queue)
         calls += [
             *commands.count(keys),
-            commands.oldest_waiting(keys),
+            *commands.oldest_waiting(keys),
             commands.read_counter_totals(keys),
         ]
     runners, *replies = yield from _checked(calls)
     counts: dict[str, dict[str, int]] = {}
     latency: dict[str, float] = {}
     read: dict[str, dict[str, str]] = {}
+    per_queue = commands.COUNT_CALLS + 3
     for i, queue in enumerate(names):
-        *sizes, oldest, counters = replies[i * 6 : i * 6 + 6]
-        counts[queue] = dict(zip(STATES, sizes, strict=True))
+        *sizes, first, first_grouped, counters = replies[i * per_queue : (i + 1) * per_queue]
+        counts[queue] = commands.sizes(sizes)
+        oldest = commands.earliest((first, first_grouped))
         latency[queue] = 0.0 if oldest is None else max(0.0, (now - oldest) / 1000)
         read[queue] = counters
     # (with the last minute counted, which the totals hold only later: the counters never

@@ -83,11 +83,21 @@ class QueueLimits:
 
     rate: Rate | None = None
     concurrency: int | None = None
+    group_rate: Rate | None = None
+    group_concurrency: int | None = None
 
     def claim_args(self) -> dict[str, Any]:
         """The keyword arguments of ``operations.claim`` that carry these limits."""
-        window = None if self.rate is None else (self.rate.count, self.rate.window_ms)
-        return {"rate": window, "concurrency": self.concurrency}
+        return {
+            "rate": _window(self.rate),
+            "concurrency": self.concurrency,
+            "group_rate": _window(self.group_rate),
+            "group_concurrency": self.group_concurrency,
+        }
+
+
+def _window(limit: Rate | None) -> tuple[int, int] | None:
+    return None if limit is None else (limit.count, limit.window_ms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +109,8 @@ class QueueControl:
     paused: bool
     rate: Rate | str | None
     concurrency: int | str | None
+    group_rate: Rate | str | None = None
+    group_concurrency: int | str | None = None
 
 
 # -- pause and resume --------------------------------------------------------------------
@@ -135,14 +147,18 @@ def limit(
     *,
     rate: Rate | str | None = _UNCHANGED,
     concurrency: int | None = _UNCHANGED,
+    group_rate: Rate | str | None = _UNCHANGED,
+    group_concurrency: int | None = _UNCHANGED,
     reset: bool = False,
     settings: config.Settings | None = None,
 ) -> QueueControl:
     """Change a queue's limits at run time, across every runner, from its next claim on:
-    ``limit("emails", rate="50/s", concurrency=3)``. ``None`` lifts that limit (whatever
-    the job classes declare); ``reset=True`` drops every limit set here, so the classes'
+    ``limit("emails", rate="50/s", concurrency=3)``, and per group of its tasks with
+    ``group_rate=`` and ``group_concurrency=``. ``None`` lifts that limit (whatever the job
+    classes declare); ``reset=True`` drops every limit set here, so the classes'
     declarations hold again. A limit not named stays as it is."""
-    return _run_sync(queue, _limit_changes(rate, concurrency, reset), settings)
+    changes = _limit_changes(rate, concurrency, group_rate, group_concurrency, reset)
+    return _run_sync(queue, changes, settings)
 
 
 async def alimit(
@@ -150,31 +166,45 @@ async def alimit(
     *,
     rate: Rate | str | None = _UNCHANGED,
     concurrency: int | None = _UNCHANGED,
+    group_rate: Rate | str | None = _UNCHANGED,
+    group_concurrency: int | None = _UNCHANGED,
     reset: bool = False,
     settings: config.Settings | None = None,
 ) -> QueueControl:
     """The async twin of :func:`limit`."""
-    return await _run_async(queue, _limit_changes(rate, concurrency, reset), settings)
+    changes = _limit_changes(rate, concurrency, group_rate, group_concurrency, reset)
+    return await _run_async(queue, changes, settings)
 
 
-def _limit_changes(rate_: object, concurrency_: object, reset: bool) -> dict[str, str]:
+def _limit_changes(
+    rate_: object, concurrency_: object, group_rate: object, group_concurrency: object, reset: bool
+) -> dict[str, str]:
+    """The control hash's fields for these limits: "0" lifts one, "" drops what was set."""
     if not isinstance(reset, bool):
         raise ConfigurationError(f"reset must be True or False, got {reset!r}")
-    changes: dict[str, str] = {}
+    given = {
+        "rate": rate_,
+        "concurrency": concurrency_,
+        "group_rate": group_rate,
+        "group_concurrency": group_concurrency,
+    }
+    named = {field: value for field, value in given.items() if value is not _UNCHANGED}
     if reset:
-        if rate_ is not _UNCHANGED or concurrency_ is not _UNCHANGED:
-            raise ConfigurationError("limit(reset=True) takes no rate or concurrency")
-        return {"rate": "", "rate_ms": "", "concurrency": ""}
-    if rate_ is not _UNCHANGED:
-        if rate_ is None:
-            changes.update(rate="0", rate_ms="0")
+        if named:
+            raise ConfigurationError("limit(reset=True) takes no limit")
+        return {field: "" for field in (*given, "rate_ms", "group_rate_ms")}
+    if not named:
+        raise ConfigurationError(
+            "limit() needs rate=, concurrency=, group_rate=, group_concurrency= or reset=True"
+        )
+    changes: dict[str, str] = {}
+    for field, value in named.items():
+        if field.endswith("rate"):
+            checked = None if value is None else rate(value, field)
+            changes[field] = "0" if checked is None else str(checked.count)
+            changes[f"{field}_ms"] = "0" if checked is None else str(checked.window_ms)
         else:
-            checked = rate(rate_)
-            changes.update(rate=str(checked.count), rate_ms=str(checked.window_ms))
-    if concurrency_ is not _UNCHANGED:
-        changes["concurrency"] = "0" if concurrency_ is None else str(concurrency(concurrency_))
-    if not changes:
-        raise ConfigurationError("limit() needs rate=, concurrency= or reset=True")
+            changes[field] = "0" if value is None else str(concurrency(value, field))
     return changes
 
 
@@ -211,14 +241,23 @@ def _controls(settings: config.Settings, queues: list[str] | None) -> Flow[dict[
 
 
 def _control(queue: str, fields: dict[str, str]) -> QueueControl:
-    limited_rate: Rate | str | None = None
-    if fields.get("rate") is not None and fields.get("rate_ms") is not None:
-        count, window = int(fields["rate"]), int(fields["rate_ms"])
-        limited_rate = "none" if count == 0 else Rate(count, timedelta(milliseconds=window))
-    limited: int | str | None = None
-    if fields.get("concurrency") is not None:
-        limited = int(fields["concurrency"]) or "none"
-    return QueueControl(queue, fields.get("paused") == "1", limited_rate, limited)
+    def set_rate(name: str) -> Rate | str | None:
+        if fields.get(name) is None or fields.get(f"{name}_ms") is None:
+            return None
+        count, window = int(fields[name]), int(fields[f"{name}_ms"])
+        return "none" if count == 0 else Rate(count, timedelta(milliseconds=window))
+
+    def set_concurrency(name: str) -> int | str | None:
+        return None if fields.get(name) is None else (int(fields[name]) or "none")
+
+    return QueueControl(
+        queue,
+        fields.get("paused") == "1",
+        set_rate("rate"),
+        set_concurrency("concurrency"),
+        set_rate("group_rate"),
+        set_concurrency("group_concurrency"),
+    )
 
 
 def _change(queue: str, changes: dict[str, str], settings: config.Settings) -> Flow[QueueControl]:

@@ -19,8 +19,10 @@ LOG_DIR_ENV = "FLOW_LOG_DIR"
 _lock = threading.Lock()
 
 
-def record(job: culex.Job, event: str) -> None:
-    line = json.dumps({"ev": event, "id": job.task_id, "type": job.type_, "t": time.time()})
+def record(job: culex.Job, event: str, group: str = "") -> None:
+    line = json.dumps(
+        {"ev": event, "id": job.task_id, "type": job.type_, "t": time.time(), "group": group}
+    )
     path = os.path.join(os.environ[LOG_DIR_ENV], f"exec-{os.getpid()}.jsonl")
     with _lock:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -66,3 +68,16 @@ class OpenJob(culex.QueuedJob):
 
     def perform(self) -> None:
         record(self, "start")
+
+
+class CustomerJob(culex.QueuedJob):
+    """One at a time per customer (its group), across every runner."""
+
+    queue = "fc-groups"
+    group_concurrency = 1
+    customer: str
+
+    def perform(self) -> None:
+        record(self, "start", self.customer)
+        time.sleep(0.02)
+        record(self, "end", self.customer)

@@ -20,7 +20,7 @@ from culex import inspection, queue_control
 
 from ..conftest import wait_until
 from . import flow_jobs
-from .flow_jobs import BoundedJob, OpenJob, PausedJob, RatedJob
+from .flow_jobs import BoundedJob, CustomerJob, OpenJob, PausedJob, RatedJob
 
 RUNNERS = 3
 JOBS_FILE = Path(flow_jobs.__file__).resolve()
@@ -130,6 +130,24 @@ def test_a_paused_queue_runs_nothing_until_resumed(fleet: Fleet) -> None:
     for task in paused:
         task.result(timeout=10)
     assert fleet.started(PausedJob) == 10
+
+
+def test_group_limits_hold_per_group_and_a_busy_group_cannot_starve_a_quiet_one(
+    fleet: Fleet,
+) -> None:
+    culex.enqueue_many((CustomerJob(customer="busy") for _ in range(30)), group="busy")
+    for customer in ("quiet", "calm", "still"):
+        CustomerJob(customer=customer).enqueue(group=customer)
+    wait_until(lambda: fleet.started(CustomerJob) == 33 and _ended(fleet, CustomerJob), 60, "33")
+    events = fleet.events(CustomerJob)
+    for customer in ("busy", "quiet", "calm", "still"):  # one at a time in each group
+        assert most_at_once([e for e in events if e["group"] == customer]) == 1
+    assert most_at_once(events) > 1  # while the groups ran beside each other
+    starts = [e for e in events if e["ev"] == "start"]
+    busy = [e["t"] for e in starts if e["group"] == "busy"]
+    for customer in ("quiet", "calm", "still"):  # each came in turn, not after the backlog
+        (started,) = [e["t"] for e in starts if e["group"] == customer]
+        assert started < busy[3]
 
 
 def _ended(fleet: Fleet, job: type[culex.Job]) -> bool:

@@ -23,6 +23,8 @@ def put(r: redis.Redis, task_id: str, delay_ms: int) -> None:
 
 def test_hasten_moves_every_scheduled_task_to_waiting_due_now(r: redis.Redis) -> None:
     put(r, "ready", 0)
+    # (ready a ms before the hasten: in the same ms, the two would tie and sort by id)
+    r.zadd(K.waiting, {"ready": server_ms(r) - 1})
     put(r, "later", HOUR_MS)
     put(r, "past", 1)
     r.zadd(K.scheduled, {"past": 5})  # due long ago (as a retry a claim has not promoted)

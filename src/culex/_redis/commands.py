@@ -27,12 +27,25 @@ def read_task(keys: QueueKeys, task_id: str) -> Call[dict[str, str]]:
     return Call((), ("HGETALL", keys.task(task_id)), _parse_hash)
 
 
+COUNTED = ("waiting", "pending", "scheduled", "dead")
+
+
 def count(keys: QueueKeys) -> list[Call[int]]:
-    """The sizes of a queue's four sets (run together with ``run_many``)."""
+    """The sizes of a queue's sets, run together with ``run_many``; :func:`sizes` reads the
+    replies as a count per state (waiting holds the tasks of groups too)."""
     return [
         Call((), ("ZCARD", key), int)
-        for key in (keys.waiting, keys.pending, keys.scheduled, keys.dead)
+        for key in (keys.waiting, keys.pending, keys.scheduled, keys.dead, keys.grouped_ready)
     ]
+
+
+COUNT_CALLS = 5  # how many calls count() makes for one queue
+
+
+def sizes(replies: Sequence[int]) -> dict[str, int]:
+    """The replies of :func:`count` as {state: how many tasks}."""
+    waiting, pending, scheduled, dead, grouped = replies
+    return {"waiting": waiting + grouped, "pending": pending, "scheduled": scheduled, "dead": dead}
 
 
 def read_control(keys: QueueKeys) -> Call[dict[str, str]]:
@@ -40,14 +53,24 @@ def read_control(keys: QueueKeys) -> Call[dict[str, str]]:
     return Call((), ("HGETALL", keys.control), _parse_hash)
 
 
-def oldest_waiting(keys: QueueKeys) -> Call[int | None]:
-    """When the task that runs next (the first in ``waiting``: the highest priority, then
-    the earliest ready) became ready (ms; None: waiting is empty)."""
+def oldest_waiting(keys: QueueKeys) -> list[Call[int | None]]:
+    """When the task that runs next became ready (ms; None: none is ready), as two calls
+    (:func:`earliest` reads their replies): the first in ``waiting`` (the highest priority,
+    then the earliest ready), and the first of the groups' ready tasks."""
 
     def parse(reply: list[bytes]) -> int | None:
         return ready_ms(float(reply[1])) if reply else None
 
-    return Call((), ("ZRANGE", keys.waiting, 0, 0, "WITHSCORES"), parse)
+    return [
+        Call((), ("ZRANGE", key, 0, 0, "WITHSCORES"), parse)
+        for key in (keys.waiting, keys.grouped_ready)
+    ]
+
+
+def earliest(replies: Sequence[int | None]) -> int | None:
+    """The replies of :func:`oldest_waiting` as one time (ms), or None."""
+    found = [ready for ready in replies if ready is not None]
+    return min(found) if found else None
 
 
 def register_queue(registry_key: str, *queues: str) -> Call[int]:

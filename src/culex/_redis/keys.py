@@ -28,14 +28,16 @@ class QueueKeys:
     """The keys of one queue: four sorted sets, a wake-up signal, the task hashes, the
     lists that wake producers waiting for a task's end, the records of the periodic
     jobs that run on it, its counters (minute and hour buckets, totals), its flow
-    control (the control hash, the rate limit's starts), and its dedupe keys (each
-    mapped to the live task enqueued with it)."""
+    control (the control hash, the rate limit's starts), its dedupe keys (each
+    mapped to the live task enqueued with it), and its groups' ready sets and turns."""
 
     __slots__ = (
         "control",
         "dead",
         "dedupe",
         "done_prefix",
+        "grouped_ready",
+        "groups_prefix",
         "name",
         "pending",
         "periodic_prefix",
@@ -70,6 +72,11 @@ class QueueKeys:
         # A hash: dedupe key -> the id of the live task that holds it (enqueue.lua); the
         # scripts that end a task remove its entry (include/dedupe.lua).
         self.dedupe = f"{base}:dedupe"
+        # Groups (enqueue(group=)): <prefix>g:<group> (a group's ready tasks), ready (every
+        # grouped ready task), ring (the groups' turns), running, delayed, s:<group> (a
+        # group's rate window): include/groups.lua and claim.lua.
+        self.groups_prefix = f"{base}:groups:"
+        self.grouped_ready = f"{self.groups_prefix}ready"
 
     def task(self, task_id: str) -> str:
         """The hash of one task."""

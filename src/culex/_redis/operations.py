@@ -92,9 +92,10 @@ def enqueue(
     trace: str = "",
     priority: int = 0,
     dedupe_key: str = "",
+    group: str = "",
 ) -> Call[Enqueued]:
     """``trace``: the producer's trace context (tracing.py), "" for none; ``priority``: higher
-    runs first (checked by the caller); ``dedupe_key``: "" for none."""
+    runs first (checked by the caller); ``dedupe_key``, ``group``: "" for none."""
     return Call(
         (
             keys.task(task_id),
@@ -103,6 +104,7 @@ def enqueue(
             keys.signal,
             keys.dedupe,
             keys.task_prefix,
+            keys.groups_prefix,
         ),
         (
             task_id,
@@ -115,6 +117,7 @@ def enqueue(
             trace,
             priority,
             dedupe_key,
+            group,
         ),
         _parse_enqueue,
         scripts.ENQUEUE,
@@ -180,12 +183,15 @@ def claim(
     dead_ttl_ms: int,
     rate: tuple[int, int] | None = None,
     concurrency: int | None = None,
+    group_rate: tuple[int, int] | None = None,
+    group_concurrency: int | None = None,
 ) -> Call[ClaimReply]:
     """Claim up to ``limit`` tasks, within the queue's pause and limits: ``rate`` (at most
     N starts in any window of M ms) and ``concurrency`` are what the queue's job classes
     declare; limits set at run time (:func:`control`) replace them."""
     queue = keys.name
     count, window_ms = rate or (0, 0)
+    group_count, group_window_ms = group_rate or (0, 0)
 
     def parse(reply: list[Any]) -> ClaimReply:
         nxt = reply[1]
@@ -205,8 +211,20 @@ def claim(
             keys.control,
             keys.starts,
             keys.dedupe,
+            keys.groups_prefix,
         ),
-        (limit, lease_ms, promote_limit, dead_ttl_ms, count, window_ms, concurrency or 0),
+        (
+            limit,
+            lease_ms,
+            promote_limit,
+            dead_ttl_ms,
+            count,
+            window_ms,
+            concurrency or 0,
+            group_concurrency or 0,
+            group_count,
+            group_window_ms,
+        ),
         parse,
         scripts.CLAIM,
     )
@@ -239,6 +257,7 @@ def complete(keys: QueueKeys, done: Sequence[tuple[str, int, str, int]]) -> Call
             keys.control,
             keys.signal,
             keys.dedupe,
+            keys.groups_prefix,
         ),
         tuple(args),
         _parse_ids,
@@ -273,6 +292,7 @@ def fail(
             keys.control,
             keys.signal,
             keys.dedupe,
+            keys.groups_prefix,
         ),
         (
             task_id,
@@ -290,7 +310,7 @@ def fail(
 def release(keys: QueueKeys, task_id: str, attempt: int) -> Call[bool]:
     """Hand a pending task back to waiting without counting a failure."""
     return Call(
-        (keys.task(task_id), keys.pending, keys.waiting, keys.signal),
+        (keys.task(task_id), keys.pending, keys.waiting, keys.signal, keys.groups_prefix),
         (task_id, attempt),
         _accepted,
         scripts.RELEASE,
@@ -301,7 +321,14 @@ def retry_later(keys: QueueKeys, task_id: str, attempt: int, delay_ms: int) -> C
     """Put a pending task in scheduled, due after ``delay_ms``, without counting a failed
     attempt (culex.RetryLater). False when refused (stale attempt, or not pending)."""
     return Call(
-        (keys.task(task_id), keys.pending, keys.scheduled),
+        (
+            keys.task(task_id),
+            keys.pending,
+            keys.scheduled,
+            keys.control,
+            keys.signal,
+            keys.groups_prefix,
+        ),
         (task_id, attempt, delay_ms),
         lambda reply: reply == b"scheduled" or reply == "scheduled",
         scripts.RETRY_LATER,
@@ -358,6 +385,7 @@ def reclaim(
             keys.stats_prefix,
             keys.control,
             keys.dedupe,
+            keys.groups_prefix,
         ),
         (limit, dead_ttl_ms, dead_max),
         _parse_pairs,
@@ -458,7 +486,10 @@ def hasten(keys: QueueKeys, *, limit: int) -> Call[int]:
     """Make up to ``limit`` scheduled tasks due now (culex.testing's drain); the reply is
     how many went to waiting."""
     return Call(
-        (keys.scheduled, keys.waiting, keys.signal, keys.task_prefix), (limit,), int, scripts.HASTEN
+        (keys.scheduled, keys.waiting, keys.signal, keys.task_prefix, keys.groups_prefix),
+        (limit,),
+        int,
+        scripts.HASTEN,
     )
 
 
@@ -482,7 +513,7 @@ def retry_dead(keys: QueueKeys, ids: Sequence[str]) -> Call[RetryReply]:
     if not ids:  # no ids would mean "the oldest in dead" to the script
         raise ValueError("retry_dead needs at least one id (see retry_oldest_dead)")
     return Call(
-        (keys.dead, keys.waiting, keys.signal, keys.task_prefix),
+        (keys.dead, keys.waiting, keys.signal, keys.task_prefix, keys.groups_prefix),
         (len(ids), *ids),
         _parse_retry,
         scripts.RETRY_DEAD,
@@ -492,7 +523,7 @@ def retry_dead(keys: QueueKeys, ids: Sequence[str]) -> Call[RetryReply]:
 def retry_oldest_dead(keys: QueueKeys, limit: int) -> Call[RetryReply]:
     """Put the oldest ``limit`` dead tasks back in waiting."""
     return Call(
-        (keys.dead, keys.waiting, keys.signal, keys.task_prefix),
+        (keys.dead, keys.waiting, keys.signal, keys.task_prefix, keys.groups_prefix),
         (limit,),
         _parse_retry,
         scripts.RETRY_DEAD,
@@ -519,6 +550,7 @@ def cancel(
             keys.periodic_prefix,
             keys.done(task_id),
             keys.dedupe,
+            keys.groups_prefix,
         ),
         (task_id, reason, dead_ttl_ms, dead_max),
         text,
@@ -627,6 +659,7 @@ def delete(keys: QueueKeys, ids: Sequence[str]) -> Call[DeleteReply]:
             keys.task_prefix,
             keys.done_prefix,
             keys.dedupe,
+            keys.groups_prefix,
         ),
         tuple(ids),
         lambda reply: DeleteReply(_parse_ids(reply[0]), _parse_ids(reply[1])),

@@ -160,11 +160,14 @@ def _parser() -> argparse.ArgumentParser:
     limit = command(
         "limit",
         help="change a queue's rate and concurrency limits at run time (none: no limit)",
-        usage="culex limit QUEUE [--rate N/s|m|h|none] [--concurrency N|none] [--reset]",
+        usage="culex limit QUEUE [--rate N/s|m|h|none] [--concurrency N|none] [--group-rate "
+        "N/s|m|h|none] [--group-concurrency N|none] [--reset]",
     )
     limit.add_argument("queue", metavar="QUEUE")
     limit.add_argument("--rate", help='e.g. 50/s, 10/m, 1000/h; "none" lifts it')
     limit.add_argument("--concurrency", help='at most N running at once; "none" lifts it')
+    limit.add_argument("--group-rate", help="the same as --rate, for each group of the queue")
+    limit.add_argument("--group-concurrency", help="at most N of each group running at once")
     limit.add_argument(
         "--reset", action="store_true", help="drop the limits set here: the jobs' own hold again"
     )

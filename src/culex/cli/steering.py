@@ -25,10 +25,13 @@ def limit_command(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     changes: dict[str, object] = {}
-    if args.rate is not None:
-        changes["rate"] = None if args.rate == "none" else args.rate
-    if args.concurrency is not None:
-        changes["concurrency"] = None if args.concurrency == "none" else _whole(args.concurrency)
+    for name in ("rate", "group_rate"):
+        if getattr(args, name) is not None:
+            changes[name] = None if getattr(args, name) == "none" else getattr(args, name)
+    for name in ("concurrency", "group_concurrency"):
+        if getattr(args, name) is not None:
+            given = getattr(args, name)
+            changes[name] = None if given == "none" else _whole(given)
     if changes or args.reset:
         state = limit(args.queue, reset=args.reset, settings=settings, **changes)  # type: ignore[arg-type]
     else:
@@ -43,7 +46,12 @@ def _describe(state: QueueControl) -> str:
     rate = "as declared" if state.rate is None else str(state.rate)
     concurrency = "as declared" if state.concurrency is None else str(state.concurrency)
     running = "paused" if state.paused else "running"
-    return f"{state.queue}: {running}; rate {rate}; concurrency {concurrency}"
+    line = f"{state.queue}: {running}; rate {rate}; concurrency {concurrency}"
+    if state.group_rate is not None:
+        line += f"; group rate {state.group_rate}"
+    if state.group_concurrency is not None:
+        line += f"; group concurrency {state.group_concurrency}"
+    return line
 
 
 def _whole(text: str) -> object:

@@ -195,9 +195,11 @@ class _Drainer:
         calls = [call for keys in self.keys for call in commands.count(keys)]
         counts = await self.driver.run_many(calls)
         left: dict[str, dict[str, int]] = {}
+        size = commands.COUNT_CALLS
         for index, keys in enumerate(self.keys):
-            waiting, pending, scheduled, _ = counts[4 * index : 4 * index + 4]
-            left[keys.name] = {"waiting": waiting, "scheduled": scheduled, "pending": pending}
+            found = commands.sizes(counts[size * index : size * (index + 1)])
+            found.pop("dead")
+            left[keys.name] = found
         return left
 
     def close(self) -> None:

@@ -14,6 +14,8 @@
 --         (cancel writes no counter: a cancelled task never ran; see include/stats.lua)
 -- KEYS[7] dedupe hash <prefix>:{<queue>}:dedupe   optional: the cancelled task frees its
 --         dedupe key there (include/dedupe.lua)
+-- KEYS[8] groups prefix <prefix>:{<queue>}:groups:   optional: a waiting task of a group
+--         is taken out of its group's ready set (include/groups.lua)
 -- ARGV[1] id
 -- ARGV[2] reason          free text, or "": last_error becomes "cancelled: <reason>" or
 --                         "cancelled"
@@ -54,6 +56,64 @@ local function free_dedupe(dedupe_hash, key, id)
 end
 -- <<< include/dedupe.lua
 
+-- >>> include/groups.lua
+-- A task enqueued with a group (its hash's `group`) waits in its group's own ready set
+-- <groups>g:<group>, not in waiting; <groups>ready lists every grouped ready task (the
+-- queue's counts and listings of waiting add it), and the ring <groups>ring holds the
+-- groups that have ready tasks, scored by their turn (µs): claim takes one task from the
+-- group whose turn is first, then moves it to the back. <groups>running counts each group's
+-- tasks in pending. groups is the KEY <prefix>:{<queue>}:groups: (nil: a caller that passes
+-- none, written before groups: its tasks go to waiting, as before). Scores are the same as
+-- in waiting (include/priority.lua).
+
+-- The sorted set that lists a ready task of `group` for counts and listings.
+local function ready_set(waiting, groups, group)
+  if groups and group and group ~= '' then
+    return groups .. 'ready'
+  end
+  return waiting
+end
+
+-- Make task `id` ready with `score`: in waiting, or in its group's ready set, the grouped
+-- ready set and (at the back, if not there yet) the ring. turn_us: the server's time, µs.
+local function make_ready(waiting, groups, id, score, group, turn_us)
+  if groups and group and group ~= '' then
+    redis.call('ZADD', groups .. 'g:' .. group, score, id)
+    redis.call('ZADD', groups .. 'ready', score, id)
+    redis.call('ZADD', groups .. 'ring', 'NX', turn_us, group)
+  else
+    redis.call('ZADD', waiting, score, id)
+  end
+end
+
+-- Take ready task `id` out of where it waits (cancel, delete): the set ready_set names,
+-- and its group's own set.
+local function unready(waiting, groups, id, group)
+  redis.call('ZREM', ready_set(waiting, groups, group), id)
+  if groups and group and group ~= '' then
+    redis.call('ZREM', groups .. 'g:' .. group, id)
+  end
+end
+
+-- A task that claim took through its group (its hash's group_held=1) left pending: its
+-- group runs one task fewer, and, when it has more ready, takes its turn again (a group
+-- held back by its concurrency limit left the ring). The hash's mark goes, so a later
+-- report of the same task cannot count twice. Wakes an idle runner through `signal`.
+local function group_ended(groups, task_key, group, signal, turn_us)
+  if not (groups and group and group ~= '') then return end
+  redis.call('HDEL', task_key, 'group_held')
+  local running = groups .. 'running'
+  if redis.call('HINCRBY', running, group, -1) <= 0 then
+    redis.call('HDEL', running, group)
+  end
+  if redis.call('EXISTS', groups .. 'g:' .. group) == 1
+      and redis.call('ZADD', groups .. 'ring', 'NX', turn_us, group) == 1
+      and signal and redis.call('LLEN', signal) == 0 then
+    redis.call('RPUSH', signal, '1')
+  end
+end
+-- <<< include/groups.lua
+
 -- >>> include/dead.lua
 -- The task's hash says dead with its reason, expires after ttl ms, and its id is in the
 -- dead zset with score now; producers waiting for its end are woken through done_key. A
@@ -83,13 +143,13 @@ local dead_max = tonumber(ARGV[4])
 if not (ttl and dead_max) then  -- (before any write)
   return redis.error_reply('ERR cancel: ARGV[3] and ARGV[4] must be numbers')
 end
-local f = redis.pcall('HMGET', KEYS[1], 'state', 'periodic', 'type', 'dedupe_key')
+local f = redis.pcall('HMGET', KEYS[1], 'state', 'periodic', 'type', 'dedupe_key', 'group')
 if f['err'] or not f[1] then  -- (a missing field arrives as false: never written back)
   return ''
 end
 local set
 if f[1] == 'waiting' then
-  set = KEYS[2]
+  set = ready_set(KEYS[2], KEYS[8], f[5])
 elseif f[1] == 'scheduled' then
   set = KEYS[3]
 end
@@ -107,7 +167,11 @@ end
 if f[2] == '1' and f[3] then
   redis.call('HSET', KEYS[5] .. f[3], 'last_finished_at', now, 'last_outcome', 'dead')
 end
-redis.call('ZREM', set, ARGV[1])
+if f[1] == 'waiting' then
+  unready(KEYS[2], KEYS[8], ARGV[1], f[5])
+else
+  redis.call('ZREM', set, ARGV[1])
+end
 to_dead(KEYS[1], KEYS[4], KEYS[6], ARGV[1], reason, now, ttl)
 trim_dead(KEYS[4], now, ttl, dead_max)
 free_dedupe(KEYS[7], f[4], ARGV[1])

@@ -19,22 +19,33 @@
 -- ARGV[4] dead_ttl_ms     for an id found in waiting without its hash
 -- Flow control (docs/flow-control.md); the keys and ARGV below are optional: a claim
 -- without them ignores pause and limits, as before flow control.
--- KEYS[8] control hash <prefix>:{<queue>}:control   paused=1 holds every task back; rate,
+-- KEYS[8] control hash <prefix>:{<queue>}:control   optional: paused=1 holds every task back; rate,
 --         rate_ms and concurrency, when present, replace ARGV[5..7] (culex.limit; "0":
 --         no limit); the claim sets blocked=1 when the concurrency limit holds ready tasks
 --         back (include/unblock.lua: the script that frees a slot wakes a runner)
--- KEYS[9] starts zset <prefix>:{<queue>}:starts   the rate limit's window: one member
+-- KEYS[9] starts zset <prefix>:{<queue>}:starts   optional: the rate limit's window: one member
 --         <id>:<attempt> per task started, scored by its start (ms); kept rate_ms
 -- KEYS[10] dedupe hash <prefix>:{<queue>}:dedupe   optional: a task buried as broken frees
 --         its dedupe key there (include/dedupe.lua)
 -- ARGV[5] rate            optional: the most starts in any window of rate_ms (0: none)
 -- ARGV[6] rate_ms         optional: the window, ms >= 1 when rate > 0
 -- ARGV[7] concurrency     optional: the most tasks pending at once, across runners (0: none)
+-- KEYS[11] groups prefix <prefix>:{<queue>}:groups:   optional: the ready sets of the
+--         queue's groups, their ring, running counts, rate windows and the groups held back
+--         until a time (include/groups.lua); with it, the groups and the tasks without a
+--         group (one more turn in the ring, '') are taken in turns, one task a turn
+-- ARGV[8] group_concurrency  optional: the most tasks of one group pending at once (0: none)
+-- ARGV[9] group_rate         optional: the most starts of one group in any window of
+--                            group_rate_ms (0: none)
+-- ARGV[10] group_rate_ms     optional: that window, ms >= 1 with a group rate
+-- (the control hash's group_concurrency, group_rate and group_rate_ms replace them, as its
+-- rate and concurrency replace ARGV[5..7])
 -- Returns: {now_us, next_ms or -1, task, task, ...} where each task is
 --          {id, attempt, type, params, retry_count, max_retries, enqueue_time, trace}
 --          (trace: the producer's trace context, "" for none), and next_ms is when to
 --          claim again: the next scheduled task's due time or, when the rate limit holds
---          ready tasks back, when the next start is allowed, whichever is sooner.
+--          ready tasks back, when the next start is allowed (of the queue, or of a group
+--          held back by its rate), whichever is sooner.
 -- An empty claim writes nothing but its bookkeeping (the promotion of due tasks, the
 -- blocked mark, the window's trim). now_us is the server time in microseconds: a runner
 -- times its wait for the next due task from it (ms would make it up to 1 ms late).
@@ -65,6 +76,64 @@ local function waiting_score(ready_ms, priority)
   return string.format('%.0f', ready_ms - p * 4398046511104)
 end
 -- <<< include/priority.lua
+
+-- >>> include/groups.lua
+-- A task enqueued with a group (its hash's `group`) waits in its group's own ready set
+-- <groups>g:<group>, not in waiting; <groups>ready lists every grouped ready task (the
+-- queue's counts and listings of waiting add it), and the ring <groups>ring holds the
+-- groups that have ready tasks, scored by their turn (µs): claim takes one task from the
+-- group whose turn is first, then moves it to the back. <groups>running counts each group's
+-- tasks in pending. groups is the KEY <prefix>:{<queue>}:groups: (nil: a caller that passes
+-- none, written before groups: its tasks go to waiting, as before). Scores are the same as
+-- in waiting (include/priority.lua).
+
+-- The sorted set that lists a ready task of `group` for counts and listings.
+local function ready_set(waiting, groups, group)
+  if groups and group and group ~= '' then
+    return groups .. 'ready'
+  end
+  return waiting
+end
+
+-- Make task `id` ready with `score`: in waiting, or in its group's ready set, the grouped
+-- ready set and (at the back, if not there yet) the ring. turn_us: the server's time, µs.
+local function make_ready(waiting, groups, id, score, group, turn_us)
+  if groups and group and group ~= '' then
+    redis.call('ZADD', groups .. 'g:' .. group, score, id)
+    redis.call('ZADD', groups .. 'ready', score, id)
+    redis.call('ZADD', groups .. 'ring', 'NX', turn_us, group)
+  else
+    redis.call('ZADD', waiting, score, id)
+  end
+end
+
+-- Take ready task `id` out of where it waits (cancel, delete): the set ready_set names,
+-- and its group's own set.
+local function unready(waiting, groups, id, group)
+  redis.call('ZREM', ready_set(waiting, groups, group), id)
+  if groups and group and group ~= '' then
+    redis.call('ZREM', groups .. 'g:' .. group, id)
+  end
+end
+
+-- A task that claim took through its group (its hash's group_held=1) left pending: its
+-- group runs one task fewer, and, when it has more ready, takes its turn again (a group
+-- held back by its concurrency limit left the ring). The hash's mark goes, so a later
+-- report of the same task cannot count twice. Wakes an idle runner through `signal`.
+local function group_ended(groups, task_key, group, signal, turn_us)
+  if not (groups and group and group ~= '') then return end
+  redis.call('HDEL', task_key, 'group_held')
+  local running = groups .. 'running'
+  if redis.call('HINCRBY', running, group, -1) <= 0 then
+    redis.call('HDEL', running, group)
+  end
+  if redis.call('EXISTS', groups .. 'g:' .. group) == 1
+      and redis.call('ZADD', groups .. 'ring', 'NX', turn_us, group) == 1
+      and signal and redis.call('LLEN', signal) == 0 then
+    redis.call('RPUSH', signal, '1')
+  end
+end
+-- <<< include/groups.lua
 
 -- >>> include/dedupe.lua
 -- The dedupe hash maps a key to the live task enqueued with it (enqueue.lua). A task that
@@ -214,30 +283,54 @@ end
 local rate = tonumber(ARGV[5] or '0')
 local rate_ms = tonumber(ARGV[6] or '0')
 local concurrency = tonumber(ARGV[7] or '0')
+local group_concurrency = tonumber(ARGV[8] or '0')
+local group_rate = tonumber(ARGV[9] or '0')
+local group_rate_ms = tonumber(ARGV[10] or '0')
 local control = {}
 if KEYS[8] then
-  control = redis.pcall('HMGET', KEYS[8], 'paused', 'rate', 'rate_ms', 'concurrency')
+  control = redis.pcall('HMGET', KEYS[8], 'paused', 'rate', 'rate_ms', 'concurrency',
+    'group_concurrency', 'group_rate', 'group_rate_ms')
   if control['err'] then control = {} end  -- (a control key of another type: no control)
   if control[2] and control[3] then rate, rate_ms = tonumber(control[2]), tonumber(control[3]) end
   if control[4] then concurrency = tonumber(control[4]) end
+  if control[5] then group_concurrency = tonumber(control[5]) end
+  if control[6] and control[7] then
+    group_rate, group_rate_ms = tonumber(control[6]), tonumber(control[7])
+  end
 end
 if not (rate and rate_ms and concurrency) or (rate > 0 and rate_ms < 1) then
   return redis.error_reply('ERR claim: rate, rate_ms and concurrency must be numbers, '
     .. 'rate_ms >= 1 with a rate')
 end
+if not (group_concurrency and group_rate and group_rate_ms)
+    or (group_rate > 0 and group_rate_ms < 1) then
+  return redis.error_reply('ERR claim: group_concurrency, group_rate and group_rate_ms must '
+    .. 'be numbers, group_rate_ms >= 1 with a group rate')
+end
 if rate > 0 and not KEYS[9] then
   return redis.error_reply('ERR claim: a rate limit needs the starts key, KEYS[9]')
 end
+local groups = KEYS[11]
+local turn = t[1] * 1000000 + t[2]  -- a group's place in the ring: the back, now (µs)
 
 local due = redis.call('ZRANGE', KEYS[3], '-inf', now, 'BYSCORE', 'LIMIT', 0,
   promote_limit, 'WITHSCORES')
 for i = 1, #due, 2 do
   local id = due[i]
   -- (pcall: a key of another type is no priority; the claim below buries it)
-  local priority = redis.pcall('HGET', KEYS[5] .. id, 'priority')
+  local f = redis.pcall('HMGET', KEYS[5] .. id, 'priority', 'group')
+  if f['err'] then f = {} end
   redis.call('ZREM', KEYS[3], id)
-  redis.call('ZADD', KEYS[1], waiting_score(tonumber(due[i + 1]), priority), id)
+  make_ready(KEYS[1], groups, id, waiting_score(tonumber(due[i + 1]), f[1]), f[2], turn)
   redis.call('HSET', KEYS[5] .. id, 'state', 'waiting')
+end
+if groups then  -- groups held back by their rate whose window has moved on: back in turn
+  local back = redis.call('ZRANGE', groups .. 'delayed', '-inf', now, 'BYSCORE', 'LIMIT', 0,
+    1000)
+  for _, group in ipairs(back) do
+    redis.call('ZREM', groups .. 'delayed', group)
+    redis.call('ZADD', groups .. 'ring', 'NX', turn, group)
+  end
 end
 
 -- A task that can never run goes to dead with its reason instead of vanishing or
@@ -271,14 +364,88 @@ elseif limit > 0 then
   end
 end
 
+-- Whether `group` may start one more task now, counting the `taken` in this claim; one
+-- that may not leaves the ring: at its concurrency limit until one of its tasks ends
+-- (include/groups.lua's group_ended puts it back), at its rate until its window moves on.
+local taken = {}
+local function group_may_start(group)
+  local more = taken[group] or 0
+  if group_concurrency > 0 then
+    local running_now = tonumber(redis.call('HGET', groups .. 'running', group)) or 0
+    if running_now + more >= group_concurrency then
+      redis.call('ZREM', groups .. 'ring', group)
+      return false
+    end
+  end
+  if group_rate > 0 then
+    local window = groups .. 's:' .. group
+    redis.call('ZREMRANGEBYSCORE', window, '-inf', now - group_rate_ms)
+    if redis.call('ZCARD', window) + more >= group_rate then
+      local oldest = redis.call('ZRANGE', window, 0, 0, 'WITHSCORES')
+      local allowed = oldest[2] and tonumber(oldest[2]) + group_rate_ms or now + group_rate_ms
+      redis.call('ZREM', groups .. 'ring', group)
+      redis.call('ZADD', groups .. 'delayed', allowed, group)
+      return false
+    end
+  end
+  return true
+end
+
+-- Up to `want` ready tasks, {id, group or false} each: the group first in the ring gives
+-- one and goes to the back, the tasks without a group taking the turn ''. At most
+-- want + 100 turns are looked at (each held-back group leaves the ring as it is seen).
+local function take_in_turns(want)
+  local out = {}
+  local ring = groups .. 'ring'
+  if redis.call('EXISTS', KEYS[1]) == 1 then
+    redis.call('ZADD', ring, 'NX', turn, '')
+  end
+  local looked = 0
+  while #out < want and looked < want + 100 do
+    looked = looked + 1
+    local head = redis.call('ZRANGE', ring, 0, 0)[1]
+    if not head then break end
+    local set = KEYS[1]
+    if head ~= '' then set = groups .. 'g:' .. head end
+    if head == '' or group_may_start(head) then
+      local popped = redis.call('ZPOPMIN', set)
+      if popped[1] then
+        if head ~= '' then
+          redis.call('ZREM', groups .. 'ready', popped[1])
+          taken[head] = (taken[head] or 0) + 1
+        end
+        out[#out + 1] = {popped[1], head ~= '' and head}
+      end
+      if popped[1] and redis.call('EXISTS', set) == 1 then
+        turn = turn + 1
+        redis.call('ZADD', ring, turn, head)
+      else
+        redis.call('ZREM', ring, head)
+      end
+    end
+  end
+  return out
+end
+
 local reply = {t[1] * 1000000 + t[2], -1}
 if limit > 0 then
-  local popped = redis.call('ZPOPMIN', KEYS[1], limit)  -- {id, score, id, score, ...}
+  local picked
+  if groups and redis.call('EXISTS', groups .. 'ring') == 1 then
+    picked = take_in_turns(limit)
+  else
+    picked = {}
+    local popped = redis.call('ZPOPMIN', KEYS[1], limit)  -- {id, score, id, score, ...}
+    for i = 1, #popped, 2 do
+      picked[#picked + 1] = {popped[i], false}
+    end
+  end
   local leases = {}  -- score, id pairs for one ZADD to pending
   local starts = {}  -- score, member pairs for the rate limit's window
-  for i = 1, #popped, 2 do
-    local id = popped[i]
+  local buried_in = {}  -- groups whose pick was buried: it counted in `taken`, not in running
+  for _, pick in ipairs(picked) do
+    local id, group = pick[1], pick[2]
     local key = KEYS[5] .. id
+    if group then buried_in[group] = true end  -- (undone below when the task starts)
     local f = redis.pcall('HMGET', key, 'type', 'params', 'retry_count', 'max_retries',
       'enqueue_time', 'attempt', 'trace', 'dedupe_key')
     if f['err'] then
@@ -293,7 +460,18 @@ if limit > 0 then
       bury(key, id, f[1], 'attempt is not a whole number', f[8])
     else
       local attempt = tonumber(f[6] or '0') + 1
-      redis.call('HSET', key, 'attempt', attempt, 'state', 'pending', 'started_at', now)
+      if group then
+        buried_in[group] = nil
+        redis.call('HSET', key, 'attempt', attempt, 'state', 'pending', 'started_at', now,
+          'group_held', '1')
+        redis.call('HINCRBY', groups .. 'running', group, 1)
+        if group_rate > 0 then
+          redis.call('ZADD', groups .. 's:' .. group, now, id .. ':' .. attempt)
+          redis.call('PEXPIRE', groups .. 's:' .. group, group_rate_ms)
+        end
+      else
+        redis.call('HSET', key, 'attempt', attempt, 'state', 'pending', 'started_at', now)
+      end
       leases[#leases + 1] = now + lease
       leases[#leases + 1] = id
       if rate > 0 then
@@ -313,6 +491,13 @@ if limit > 0 then
   if #starts > 0 then
     redis.call('PEXPIRE', KEYS[9], rate_ms)
   end
+  -- A group held back in this claim by a pick that was then buried has nothing running
+  -- to put it back: it takes its turn again now.
+  for group in pairs(buried_in) do
+    if redis.call('EXISTS', groups .. 'g:' .. group) == 1 then
+      redis.call('ZADD', groups .. 'ring', 'NX', turn, group)
+    end
+  end
   write_counts(KEYS[7], now, tally)
   running = running + #leases / 2
   started = started + #starts / 2
@@ -322,11 +507,18 @@ local nxt = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
 if nxt[2] then
   reply[2] = tonumber(nxt[2])
 end
+if groups then  -- a group held back by its rate: when it may start again
+  local first = redis.call('ZRANGE', groups .. 'delayed', 0, 0, 'WITHSCORES')
+  if first[2] and (reply[2] < 0 or tonumber(first[2]) < reply[2]) then
+    reply[2] = tonumber(first[2])
+  end
+end
 -- A limit reached with ready tasks left: the concurrency limit marks the queue blocked
 -- (the script that frees a slot wakes a runner), the rate limit says when the oldest
 -- start leaves the window. A paused queue says nothing: resuming wakes the runners.
 if not paused and ((concurrency > 0 and running >= concurrency)
-    or (rate > 0 and started >= rate)) and redis.call('ZCARD', KEYS[1]) > 0 then
+    or (rate > 0 and started >= rate)) and (redis.call('ZCARD', KEYS[1]) > 0
+    or (groups and redis.call('ZCARD', groups .. 'ready') > 0)) then
   if concurrency > 0 and running >= concurrency and KEYS[8] then
     redis.pcall('HSET', KEYS[8], 'blocked', '1')
   end

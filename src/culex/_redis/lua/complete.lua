@@ -14,12 +14,15 @@
 --         field for the whole batch. The first count in a new minute adds the minute that
 --         <prefix>total names to its hour bucket <prefix>h:<start> and to <prefix>total,
 --         and names its own: include/stats.lua)
--- KEYS[6] control hash <prefix>:{<queue>}:control   (optional, with KEYS[7]: when a
+-- KEYS[6] control hash <prefix>:{<queue>}:control   optional, with KEYS[7]: when a
 --         claim marked the queue blocked by its concurrency limit, a runner is woken
---         through KEYS[7]: include/unblock.lua)
--- KEYS[7] signal list <prefix>:{<queue>}:signal
+--         through KEYS[7] (include/unblock.lua)
+-- KEYS[7] signal list <prefix>:{<queue>}:signal   optional, with KEYS[6]
 -- KEYS[8] dedupe hash <prefix>:{<queue>}:dedupe   optional: a task that has a dedupe key
 --         frees it there (include/dedupe.lua); a task without one costs nothing more
+-- KEYS[9] groups prefix <prefix>:{<queue>}:groups:   optional: a task that ran as one of
+--         its group's (group_held=1) frees its place, and the group takes its turn again
+--         when it has more ready (include/groups.lua)
 -- ARGV[1..] quadruples: id, attempt, result, ttl_ms
 --         attempt  the one the runner was handed: it fences stale runners
 --         result   JSON text of perform's return value
@@ -55,6 +58,64 @@ local function free_dedupe(dedupe_hash, key, id)
   end
 end
 -- <<< include/dedupe.lua
+
+-- >>> include/groups.lua
+-- A task enqueued with a group (its hash's `group`) waits in its group's own ready set
+-- <groups>g:<group>, not in waiting; <groups>ready lists every grouped ready task (the
+-- queue's counts and listings of waiting add it), and the ring <groups>ring holds the
+-- groups that have ready tasks, scored by their turn (µs): claim takes one task from the
+-- group whose turn is first, then moves it to the back. <groups>running counts each group's
+-- tasks in pending. groups is the KEY <prefix>:{<queue>}:groups: (nil: a caller that passes
+-- none, written before groups: its tasks go to waiting, as before). Scores are the same as
+-- in waiting (include/priority.lua).
+
+-- The sorted set that lists a ready task of `group` for counts and listings.
+local function ready_set(waiting, groups, group)
+  if groups and group and group ~= '' then
+    return groups .. 'ready'
+  end
+  return waiting
+end
+
+-- Make task `id` ready with `score`: in waiting, or in its group's ready set, the grouped
+-- ready set and (at the back, if not there yet) the ring. turn_us: the server's time, µs.
+local function make_ready(waiting, groups, id, score, group, turn_us)
+  if groups and group and group ~= '' then
+    redis.call('ZADD', groups .. 'g:' .. group, score, id)
+    redis.call('ZADD', groups .. 'ready', score, id)
+    redis.call('ZADD', groups .. 'ring', 'NX', turn_us, group)
+  else
+    redis.call('ZADD', waiting, score, id)
+  end
+end
+
+-- Take ready task `id` out of where it waits (cancel, delete): the set ready_set names,
+-- and its group's own set.
+local function unready(waiting, groups, id, group)
+  redis.call('ZREM', ready_set(waiting, groups, group), id)
+  if groups and group and group ~= '' then
+    redis.call('ZREM', groups .. 'g:' .. group, id)
+  end
+end
+
+-- A task that claim took through its group (its hash's group_held=1) left pending: its
+-- group runs one task fewer, and, when it has more ready, takes its turn again (a group
+-- held back by its concurrency limit left the ring). The hash's mark goes, so a later
+-- report of the same task cannot count twice. Wakes an idle runner through `signal`.
+local function group_ended(groups, task_key, group, signal, turn_us)
+  if not (groups and group and group ~= '') then return end
+  redis.call('HDEL', task_key, 'group_held')
+  local running = groups .. 'running'
+  if redis.call('HINCRBY', running, group, -1) <= 0 then
+    redis.call('HDEL', running, group)
+  end
+  if redis.call('EXISTS', groups .. 'g:' .. group) == 1
+      and redis.call('ZADD', groups .. 'ring', 'NX', turn_us, group) == 1
+      and signal and redis.call('LLEN', signal) == 0 then
+    redis.call('RPUSH', signal, '1')
+  end
+end
+-- <<< include/groups.lua
 
 -- >>> include/stats.lua
 -- Counters of a queue, per job type: <job>|<o><b> counts the attempts that ended with
@@ -213,7 +274,7 @@ for i = 1, #ARGV, 4 do
   -- (pcall: a key of another type is refused like a stale report; an error here would
   -- stop the batch after the writes of the ids before it)
   local f = redis.pcall('HMGET', key, 'attempt', 'state', 'periodic', 'type', 'waited',
-    'started_at', 'dedupe_key')
+    'started_at', 'dedupe_key', 'group', 'group_held')
   if not f['err'] and f[1] == ARGV[i + 1] and f[2] == 'pending' then
     local ttl = tonumber(ARGV[i + 3])
     done[#done + 1] = id
@@ -225,6 +286,9 @@ for i = 1, #ARGV, 4 do
     end
     if f[7] then
       free_dedupe(KEYS[8], f[7], id)
+    end
+    if f[9] == '1' then  -- (read above: a task without a group costs nothing more)
+      group_ended(KEYS[9], key, f[8], KEYS[7], t[1] * 1000000 + t[2])
     end
     if f[3] == '1' then
       -- (pcall: a record key holding another type must not stop the tasks' own reports)

@@ -5,14 +5,16 @@
 -- KEYS[2] signal list  <prefix>:{<queue>}:signal   (a change wakes one idle runner, so a
 --         resumed queue, or one whose limit was raised, starts at once)
 -- ARGV[1..] pairs: field, value. Fields: paused ("1"), rate and rate_ms (set together:
---         the most starts in any window of rate_ms ms; rate "0": no rate limit), and
---         concurrency (the most tasks pending at once; "0": no limit). A value "" removes
---         the field: the claim then uses what the queue's job classes declare.
+--         the most starts in any window of rate_ms ms; rate "0": no rate limit),
+--         concurrency (the most tasks pending at once; "0": no limit), and the same per
+--         group: group_rate with group_rate_ms, group_concurrency. A value "" removes the
+--         field: the claim then uses what the queue's job classes declare.
 -- Returns: the control hash after the change, as field, value pairs (without the claim's
 --          own mark, blocked). An error, and nothing written, for an unknown field, a
 --          value that is not a whole number (paused: only "1"), rate without rate_ms, or
 --          rate_ms < 1 with a rate.
-local known = {paused = true, rate = true, rate_ms = true, concurrency = true}
+local known = {paused = true, rate = true, rate_ms = true, concurrency = true,
+  group_rate = true, group_rate_ms = true, group_concurrency = true}
 if #ARGV % 2 ~= 0 then
   return redis.error_reply('ERR control: ARGV must be field, value pairs')
 end
@@ -30,11 +32,14 @@ for i = 1, #ARGV, 2 do
   end
   given[field] = value
 end
-if (given.rate == nil) ~= (given.rate_ms == nil) or (given.rate == '') ~= (given.rate_ms == '') then
-  return redis.error_reply('ERR control: rate and rate_ms are set together')
-end
-if given.rate and given.rate ~= '' and given.rate ~= '0' and tonumber(given.rate_ms) < 1 then
-  return redis.error_reply('ERR control: rate_ms must be >= 1 with a rate')
+for _, name in ipairs({'rate', 'group_rate'}) do
+  local count, window = given[name], given[name .. '_ms']
+  if (count == nil) ~= (window == nil) or (count == '') ~= (window == '') then
+    return redis.error_reply('ERR control: ' .. name .. ' and ' .. name .. '_ms are set together')
+  end
+  if count and count ~= '' and count ~= '0' and tonumber(window) < 1 then
+    return redis.error_reply('ERR control: ' .. name .. '_ms must be >= 1 with a ' .. name)
+  end
 end
 for i = 1, #ARGV, 2 do
   if ARGV[i + 1] == '' then

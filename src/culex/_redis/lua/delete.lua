@@ -11,6 +11,8 @@
 -- KEYS[5] done list prefix <prefix>:{<queue>}:done:
 -- KEYS[6] dedupe hash <prefix>:{<queue>}:dedupe   optional: a deleted task frees its
 --         dedupe key there (include/dedupe.lua)
+-- KEYS[7] groups prefix <prefix>:{<queue>}:groups:   optional: a waiting task of a group
+--         is taken out of its group's ready set (include/groups.lua)
 -- ARGV[1..] ids             the ids to delete
 -- Returns: {deleted, skipped}: two arrays of ids. An id is deleted when its hash says state
 --          "waiting", "scheduled" or "dead" and the id is in that set: it leaves the set, the
@@ -33,14 +35,73 @@ local function free_dedupe(dedupe_hash, key, id)
 end
 -- <<< include/dedupe.lua
 
+-- >>> include/groups.lua
+-- A task enqueued with a group (its hash's `group`) waits in its group's own ready set
+-- <groups>g:<group>, not in waiting; <groups>ready lists every grouped ready task (the
+-- queue's counts and listings of waiting add it), and the ring <groups>ring holds the
+-- groups that have ready tasks, scored by their turn (µs): claim takes one task from the
+-- group whose turn is first, then moves it to the back. <groups>running counts each group's
+-- tasks in pending. groups is the KEY <prefix>:{<queue>}:groups: (nil: a caller that passes
+-- none, written before groups: its tasks go to waiting, as before). Scores are the same as
+-- in waiting (include/priority.lua).
+
+-- The sorted set that lists a ready task of `group` for counts and listings.
+local function ready_set(waiting, groups, group)
+  if groups and group and group ~= '' then
+    return groups .. 'ready'
+  end
+  return waiting
+end
+
+-- Make task `id` ready with `score`: in waiting, or in its group's ready set, the grouped
+-- ready set and (at the back, if not there yet) the ring. turn_us: the server's time, µs.
+local function make_ready(waiting, groups, id, score, group, turn_us)
+  if groups and group and group ~= '' then
+    redis.call('ZADD', groups .. 'g:' .. group, score, id)
+    redis.call('ZADD', groups .. 'ready', score, id)
+    redis.call('ZADD', groups .. 'ring', 'NX', turn_us, group)
+  else
+    redis.call('ZADD', waiting, score, id)
+  end
+end
+
+-- Take ready task `id` out of where it waits (cancel, delete): the set ready_set names,
+-- and its group's own set.
+local function unready(waiting, groups, id, group)
+  redis.call('ZREM', ready_set(waiting, groups, group), id)
+  if groups and group and group ~= '' then
+    redis.call('ZREM', groups .. 'g:' .. group, id)
+  end
+end
+
+-- A task that claim took through its group (its hash's group_held=1) left pending: its
+-- group runs one task fewer, and, when it has more ready, takes its turn again (a group
+-- held back by its concurrency limit left the ring). The hash's mark goes, so a later
+-- report of the same task cannot count twice. Wakes an idle runner through `signal`.
+local function group_ended(groups, task_key, group, signal, turn_us)
+  if not (groups and group and group ~= '') then return end
+  redis.call('HDEL', task_key, 'group_held')
+  local running = groups .. 'running'
+  if redis.call('HINCRBY', running, group, -1) <= 0 then
+    redis.call('HDEL', running, group)
+  end
+  if redis.call('EXISTS', groups .. 'g:' .. group) == 1
+      and redis.call('ZADD', groups .. 'ring', 'NX', turn_us, group) == 1
+      and signal and redis.call('LLEN', signal) == 0 then
+    redis.call('RPUSH', signal, '1')
+  end
+end
+-- <<< include/groups.lua
+
 local sets = {waiting = KEYS[1], scheduled = KEYS[2], dead = KEYS[3]}
 local deleted, skipped = {}, {}
 for _, id in ipairs(ARGV) do
   local key = KEYS[4] .. id
-  local f = redis.pcall('HMGET', key, 'state', 'waited', 'dedupe_key')
+  local f = redis.pcall('HMGET', key, 'state', 'waited', 'dedupe_key', 'group')
   local set = not f['err'] and f[1] and sets[f[1]]
+  if set and f[1] == 'waiting' then set = ready_set(KEYS[1], KEYS[7], f[4]) end
   if set and redis.call('ZSCORE', set, id) then
-    redis.call('ZREM', set, id)
+    if f[1] == 'waiting' then unready(KEYS[1], KEYS[7], id, f[4]) else redis.call('ZREM', set, id) end
     redis.call('DEL', key)
     free_dedupe(KEYS[6], f[3], id)
     if f[2] == '1' then

@@ -8,6 +8,8 @@
 --                        key (ARGV[10]); maps each key to the live task enqueued with it
 -- KEYS[6] task key prefix <prefix>:{<queue>}:task:   optional, as KEYS[5]: where the task
 --                        that holds the dedupe key is read
+-- KEYS[7] groups prefix  <prefix>:{<queue>}:groups:   optional: needed only with a group
+--         (ARGV[11]): the task waits in its group's ready set (include/groups.lua)
 -- ARGV[1] id
 -- ARGV[2] type           the job class name, e.g. "SendEmailJob"
 -- ARGV[3] queue          the queue name (stored for producers and dashboards)
@@ -26,6 +28,9 @@
 --                        nothing is stored and the reply names that task; otherwise the
 --                        new task takes the key (field `dedupe_key`). A key whose task has
 --                        ended or is gone counts as free.
+-- ARGV[11] group        optional: 1 to 500 bytes, "" or absent for none. A task of a group
+--                        waits in its group's ready set; claim takes the groups in turns,
+--                        within the queue's group limits (docs/flow-control.md)
 -- Returns: {state, id} where state is "waiting" or "scheduled";
 --          {"exists", id} when a task with this id already exists (nothing changes:
 --          client-made ids make enqueue idempotent);
@@ -48,6 +53,64 @@ local function waiting_score(ready_ms, priority)
 end
 -- <<< include/priority.lua
 
+-- >>> include/groups.lua
+-- A task enqueued with a group (its hash's `group`) waits in its group's own ready set
+-- <groups>g:<group>, not in waiting; <groups>ready lists every grouped ready task (the
+-- queue's counts and listings of waiting add it), and the ring <groups>ring holds the
+-- groups that have ready tasks, scored by their turn (µs): claim takes one task from the
+-- group whose turn is first, then moves it to the back. <groups>running counts each group's
+-- tasks in pending. groups is the KEY <prefix>:{<queue>}:groups: (nil: a caller that passes
+-- none, written before groups: its tasks go to waiting, as before). Scores are the same as
+-- in waiting (include/priority.lua).
+
+-- The sorted set that lists a ready task of `group` for counts and listings.
+local function ready_set(waiting, groups, group)
+  if groups and group and group ~= '' then
+    return groups .. 'ready'
+  end
+  return waiting
+end
+
+-- Make task `id` ready with `score`: in waiting, or in its group's ready set, the grouped
+-- ready set and (at the back, if not there yet) the ring. turn_us: the server's time, µs.
+local function make_ready(waiting, groups, id, score, group, turn_us)
+  if groups and group and group ~= '' then
+    redis.call('ZADD', groups .. 'g:' .. group, score, id)
+    redis.call('ZADD', groups .. 'ready', score, id)
+    redis.call('ZADD', groups .. 'ring', 'NX', turn_us, group)
+  else
+    redis.call('ZADD', waiting, score, id)
+  end
+end
+
+-- Take ready task `id` out of where it waits (cancel, delete): the set ready_set names,
+-- and its group's own set.
+local function unready(waiting, groups, id, group)
+  redis.call('ZREM', ready_set(waiting, groups, group), id)
+  if groups and group and group ~= '' then
+    redis.call('ZREM', groups .. 'g:' .. group, id)
+  end
+end
+
+-- A task that claim took through its group (its hash's group_held=1) left pending: its
+-- group runs one task fewer, and, when it has more ready, takes its turn again (a group
+-- held back by its concurrency limit left the ring). The hash's mark goes, so a later
+-- report of the same task cannot count twice. Wakes an idle runner through `signal`.
+local function group_ended(groups, task_key, group, signal, turn_us)
+  if not (groups and group and group ~= '') then return end
+  redis.call('HDEL', task_key, 'group_held')
+  local running = groups .. 'running'
+  if redis.call('HINCRBY', running, group, -1) <= 0 then
+    redis.call('HDEL', running, group)
+  end
+  if redis.call('EXISTS', groups .. 'g:' .. group) == 1
+      and redis.call('ZADD', groups .. 'ring', 'NX', turn_us, group) == 1
+      and signal and redis.call('LLEN', signal) == 0 then
+    redis.call('RPUSH', signal, '1')
+  end
+end
+-- <<< include/groups.lua
+
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local priority = 0
@@ -61,6 +124,10 @@ local dedupe = ARGV[10] or ''
 if dedupe ~= '' and (#dedupe > 500 or not KEYS[6]) then
   return redis.error_reply('ERR enqueue: a dedupe key (ARGV[10]) takes 1 to 500 bytes and '
     .. 'KEYS[5] and KEYS[6]')
+end
+local group = ARGV[11] or ''
+if group ~= '' and (#group > 500 or not KEYS[7]) then
+  return redis.error_reply('ERR enqueue: a group (ARGV[11]) takes 1 to 500 bytes and KEYS[7]')
 end
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return {'exists', ARGV[1]}
@@ -91,12 +158,16 @@ end
 if priority ~= 0 then
   redis.call('HSET', KEYS[1], 'priority', priority)
 end
+if group ~= '' then
+  redis.call('HSET', KEYS[1], 'group', group)
+end
 if dedupe ~= '' then
   redis.call('HSET', KEYS[1], 'dedupe_key', dedupe)
   redis.call('HSET', KEYS[5], dedupe, ARGV[1])
 end
 if state == 'waiting' then
-  redis.call('ZADD', KEYS[2], waiting_score(now, priority), ARGV[1])
+  make_ready(KEYS[2], KEYS[7], ARGV[1], waiting_score(now, priority), group,
+    t[1] * 1000000 + t[2])
   -- one token is enough to wake a runner; more would only make idle runners spin
   if redis.call('LLEN', KEYS[4]) == 0 then
     redis.call('RPUSH', KEYS[4], '1')

@@ -12,11 +12,13 @@
 --         <type>|f<run-time bucket>, when a retry is scheduled, as dead, <type>|d<bucket>,
 --         when not, and adds its run time now - started_at to <type>|ms, in the minute
 --         bucket under it, which goes to its hour and the totals later, as in complete)
--- KEYS[8] control hash <prefix>:{<queue>}:control   (optional, with KEYS[9]: a freed
+-- KEYS[8] control hash <prefix>:{<queue>}:control   optional, with KEYS[9]: a freed
 --         slot under the queue's concurrency limit wakes a runner, as in complete)
--- KEYS[9] signal list <prefix>:{<queue>}:signal
+-- KEYS[9] signal list <prefix>:{<queue>}:signal   optional, with KEYS[8]
 -- KEYS[10] dedupe hash <prefix>:{<queue>}:dedupe   optional: a task that goes to dead frees
 --         its dedupe key there (include/dedupe.lua); a retried task keeps it
+-- KEYS[11] groups prefix <prefix>:{<queue>}:groups:   optional: a task that ran as one of
+--         its group's frees its place there, as in complete
 -- ARGV[1] id
 -- ARGV[2] attempt         fences stale runners, as in complete
 -- ARGV[3] error           the reason, stored as last_error
@@ -50,6 +52,64 @@ local function free_dedupe(dedupe_hash, key, id)
   end
 end
 -- <<< include/dedupe.lua
+
+-- >>> include/groups.lua
+-- A task enqueued with a group (its hash's `group`) waits in its group's own ready set
+-- <groups>g:<group>, not in waiting; <groups>ready lists every grouped ready task (the
+-- queue's counts and listings of waiting add it), and the ring <groups>ring holds the
+-- groups that have ready tasks, scored by their turn (µs): claim takes one task from the
+-- group whose turn is first, then moves it to the back. <groups>running counts each group's
+-- tasks in pending. groups is the KEY <prefix>:{<queue>}:groups: (nil: a caller that passes
+-- none, written before groups: its tasks go to waiting, as before). Scores are the same as
+-- in waiting (include/priority.lua).
+
+-- The sorted set that lists a ready task of `group` for counts and listings.
+local function ready_set(waiting, groups, group)
+  if groups and group and group ~= '' then
+    return groups .. 'ready'
+  end
+  return waiting
+end
+
+-- Make task `id` ready with `score`: in waiting, or in its group's ready set, the grouped
+-- ready set and (at the back, if not there yet) the ring. turn_us: the server's time, µs.
+local function make_ready(waiting, groups, id, score, group, turn_us)
+  if groups and group and group ~= '' then
+    redis.call('ZADD', groups .. 'g:' .. group, score, id)
+    redis.call('ZADD', groups .. 'ready', score, id)
+    redis.call('ZADD', groups .. 'ring', 'NX', turn_us, group)
+  else
+    redis.call('ZADD', waiting, score, id)
+  end
+end
+
+-- Take ready task `id` out of where it waits (cancel, delete): the set ready_set names,
+-- and its group's own set.
+local function unready(waiting, groups, id, group)
+  redis.call('ZREM', ready_set(waiting, groups, group), id)
+  if groups and group and group ~= '' then
+    redis.call('ZREM', groups .. 'g:' .. group, id)
+  end
+end
+
+-- A task that claim took through its group (its hash's group_held=1) left pending: its
+-- group runs one task fewer, and, when it has more ready, takes its turn again (a group
+-- held back by its concurrency limit left the ring). The hash's mark goes, so a later
+-- report of the same task cannot count twice. Wakes an idle runner through `signal`.
+local function group_ended(groups, task_key, group, signal, turn_us)
+  if not (groups and group and group ~= '') then return end
+  redis.call('HDEL', task_key, 'group_held')
+  local running = groups .. 'running'
+  if redis.call('HINCRBY', running, group, -1) <= 0 then
+    redis.call('HDEL', running, group)
+  end
+  if redis.call('EXISTS', groups .. 'g:' .. group) == 1
+      and redis.call('ZADD', groups .. 'ring', 'NX', turn_us, group) == 1
+      and signal and redis.call('LLEN', signal) == 0 then
+    redis.call('RPUSH', signal, '1')
+  end
+end
+-- <<< include/groups.lua
 
 -- >>> include/dead.lua
 -- The task's hash says dead with its reason, expires after ttl ms, and its id is in the
@@ -219,7 +279,7 @@ if not KEYS[7] then
   return redis.error_reply('ERR fail takes 7 keys: the counters prefix is KEYS[7]')
 end
 local f = redis.call('HMGET', KEYS[1], 'attempt', 'state', 'periodic', 'type', 'retry_count',
-  'started_at', 'dedupe_key')
+  'started_at', 'dedupe_key', 'group', 'group_held')
 if f[1] ~= ARGV[2] or f[2] ~= 'pending' then
   return 0
 end
@@ -229,6 +289,9 @@ local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 redis.call('ZREM', KEYS[2], ARGV[1])
 unblock(KEYS[8], KEYS[9])
+if f[9] == '1' then
+  group_ended(KEYS[11], KEYS[1], f[8], KEYS[9], t[1] * 1000000 + t[2])
+end
 local tally = {}
 count(tally, f[4] or '', delay >= 0 and 'f' or 'd', run_time(now, f[6]))
 write_counts(KEYS[7], now, tally)

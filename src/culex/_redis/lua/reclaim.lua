@@ -18,10 +18,13 @@
 -- KEYS[9] counters prefix <prefix>:{<queue>}:stats:   (each lost attempt counts as
 --         failed, <type>|f, when the task runs again, dead, <type>|d, when not, without a
 --         run time: no runner reported its end; in the minute bucket, as in complete)
--- KEYS[10] control hash <prefix>:{<queue>}:control   (optional: a freed slot under the
+-- KEYS[10] control hash <prefix>:{<queue>}:control   optional: a freed slot under the
 --         queue's concurrency limit wakes a runner through KEYS[6], as in complete)
 -- KEYS[11] dedupe hash <prefix>:{<queue>}:dedupe   optional: a task that goes to dead
 --         frees its dedupe key there (include/dedupe.lua)
+-- KEYS[12] groups prefix <prefix>:{<queue>}:groups:   optional: a task that ran as one of
+--         its group's frees its place there (as in complete), and one that runs again at
+--         once waits in its group's ready set
 -- ARGV[1] limit          how many expired tasks to reclaim at most
 -- ARGV[2] dead_ttl_ms
 -- ARGV[3] dead_max
@@ -58,6 +61,64 @@ local function free_dedupe(dedupe_hash, key, id)
   end
 end
 -- <<< include/dedupe.lua
+
+-- >>> include/groups.lua
+-- A task enqueued with a group (its hash's `group`) waits in its group's own ready set
+-- <groups>g:<group>, not in waiting; <groups>ready lists every grouped ready task (the
+-- queue's counts and listings of waiting add it), and the ring <groups>ring holds the
+-- groups that have ready tasks, scored by their turn (µs): claim takes one task from the
+-- group whose turn is first, then moves it to the back. <groups>running counts each group's
+-- tasks in pending. groups is the KEY <prefix>:{<queue>}:groups: (nil: a caller that passes
+-- none, written before groups: its tasks go to waiting, as before). Scores are the same as
+-- in waiting (include/priority.lua).
+
+-- The sorted set that lists a ready task of `group` for counts and listings.
+local function ready_set(waiting, groups, group)
+  if groups and group and group ~= '' then
+    return groups .. 'ready'
+  end
+  return waiting
+end
+
+-- Make task `id` ready with `score`: in waiting, or in its group's ready set, the grouped
+-- ready set and (at the back, if not there yet) the ring. turn_us: the server's time, µs.
+local function make_ready(waiting, groups, id, score, group, turn_us)
+  if groups and group and group ~= '' then
+    redis.call('ZADD', groups .. 'g:' .. group, score, id)
+    redis.call('ZADD', groups .. 'ready', score, id)
+    redis.call('ZADD', groups .. 'ring', 'NX', turn_us, group)
+  else
+    redis.call('ZADD', waiting, score, id)
+  end
+end
+
+-- Take ready task `id` out of where it waits (cancel, delete): the set ready_set names,
+-- and its group's own set.
+local function unready(waiting, groups, id, group)
+  redis.call('ZREM', ready_set(waiting, groups, group), id)
+  if groups and group and group ~= '' then
+    redis.call('ZREM', groups .. 'g:' .. group, id)
+  end
+end
+
+-- A task that claim took through its group (its hash's group_held=1) left pending: its
+-- group runs one task fewer, and, when it has more ready, takes its turn again (a group
+-- held back by its concurrency limit left the ring). The hash's mark goes, so a later
+-- report of the same task cannot count twice. Wakes an idle runner through `signal`.
+local function group_ended(groups, task_key, group, signal, turn_us)
+  if not (groups and group and group ~= '') then return end
+  redis.call('HDEL', task_key, 'group_held')
+  local running = groups .. 'running'
+  if redis.call('HINCRBY', running, group, -1) <= 0 then
+    redis.call('HDEL', running, group)
+  end
+  if redis.call('EXISTS', groups .. 'g:' .. group) == 1
+      and redis.call('ZADD', groups .. 'ring', 'NX', turn_us, group) == 1
+      and signal and redis.call('LLEN', signal) == 0 then
+    redis.call('RPUSH', signal, '1')
+  end
+end
+-- <<< include/groups.lua
 
 -- >>> include/wake.lua
 -- A task whose hash has waited=1 (wait.lua) has producers blocked on its done list: one
@@ -250,7 +311,7 @@ local ids = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, li
 local found = {}
 for i, id in ipairs(ids) do
   found[i] = redis.pcall('HMGET', KEYS[4] .. id, 'retry_count', 'max_retries', 'periodic',
-    'type', 'priority', 'dedupe_key')
+    'type', 'priority', 'dedupe_key', 'group', 'group_held')
 end
 for i, id in ipairs(ids) do
   redis.call('ZREM', KEYS[1], id)
@@ -270,6 +331,9 @@ for i, id in ipairs(ids) do
     retries = (tonumber(f[1]) or 0) + 1
     max_retries = tonumber(f[2]) or 4
   end
+  if f[8] == '1' then
+    group_ended(KEYS[12], key, f[7], KEYS[6], t[1] * 1000000 + t[2])
+  end
   local outcome
   if retries <= max_retries then
     local due = now + 2000 * (retries - 1) * (retries - 1)
@@ -277,7 +341,7 @@ for i, id in ipairs(ids) do
       'due_at', due)
     if due <= now then
       outcome = 'waiting'
-      redis.call('ZADD', KEYS[5], waiting_score(due, f[5]), id)
+      make_ready(KEYS[5], KEYS[12], id, waiting_score(due, f[5]), f[7], t[1] * 1000000 + t[2])
       woken = true
     else
       outcome = 'scheduled'

@@ -7,6 +7,8 @@
 -- KEYS[3] signal list
 -- KEYS[4] task key prefix <prefix>:{<queue>}:task:   (the ids read from dead are unknown to
 --         the caller; the prefix keeps every key in the queue's slot)
+-- KEYS[5] groups prefix <prefix>:{<queue>}:groups:   optional: a task of a group goes back
+--         to its group's ready set (include/groups.lua)
 -- ARGV[1] limit           how many ids to look at at most (> 0)
 -- ARGV[2..] ids           the ids to retry; none: the oldest `limit` ids in dead
 -- Returns: {retried, skipped}: two arrays of ids. An id is retried when it is in dead and
@@ -32,6 +34,64 @@ local function waiting_score(ready_ms, priority)
 end
 -- <<< include/priority.lua
 
+-- >>> include/groups.lua
+-- A task enqueued with a group (its hash's `group`) waits in its group's own ready set
+-- <groups>g:<group>, not in waiting; <groups>ready lists every grouped ready task (the
+-- queue's counts and listings of waiting add it), and the ring <groups>ring holds the
+-- groups that have ready tasks, scored by their turn (µs): claim takes one task from the
+-- group whose turn is first, then moves it to the back. <groups>running counts each group's
+-- tasks in pending. groups is the KEY <prefix>:{<queue>}:groups: (nil: a caller that passes
+-- none, written before groups: its tasks go to waiting, as before). Scores are the same as
+-- in waiting (include/priority.lua).
+
+-- The sorted set that lists a ready task of `group` for counts and listings.
+local function ready_set(waiting, groups, group)
+  if groups and group and group ~= '' then
+    return groups .. 'ready'
+  end
+  return waiting
+end
+
+-- Make task `id` ready with `score`: in waiting, or in its group's ready set, the grouped
+-- ready set and (at the back, if not there yet) the ring. turn_us: the server's time, µs.
+local function make_ready(waiting, groups, id, score, group, turn_us)
+  if groups and group and group ~= '' then
+    redis.call('ZADD', groups .. 'g:' .. group, score, id)
+    redis.call('ZADD', groups .. 'ready', score, id)
+    redis.call('ZADD', groups .. 'ring', 'NX', turn_us, group)
+  else
+    redis.call('ZADD', waiting, score, id)
+  end
+end
+
+-- Take ready task `id` out of where it waits (cancel, delete): the set ready_set names,
+-- and its group's own set.
+local function unready(waiting, groups, id, group)
+  redis.call('ZREM', ready_set(waiting, groups, group), id)
+  if groups and group and group ~= '' then
+    redis.call('ZREM', groups .. 'g:' .. group, id)
+  end
+end
+
+-- A task that claim took through its group (its hash's group_held=1) left pending: its
+-- group runs one task fewer, and, when it has more ready, takes its turn again (a group
+-- held back by its concurrency limit left the ring). The hash's mark goes, so a later
+-- report of the same task cannot count twice. Wakes an idle runner through `signal`.
+local function group_ended(groups, task_key, group, signal, turn_us)
+  if not (groups and group and group ~= '') then return end
+  redis.call('HDEL', task_key, 'group_held')
+  local running = groups .. 'running'
+  if redis.call('HINCRBY', running, group, -1) <= 0 then
+    redis.call('HDEL', running, group)
+  end
+  if redis.call('EXISTS', groups .. 'g:' .. group) == 1
+      and redis.call('ZADD', groups .. 'ring', 'NX', turn_us, group) == 1
+      and signal and redis.call('LLEN', signal) == 0 then
+    redis.call('RPUSH', signal, '1')
+  end
+end
+-- <<< include/groups.lua
+
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local limit = tonumber(ARGV[1])
@@ -56,7 +116,7 @@ for _, id in ipairs(ids) do
     skipped[#skipped + 1] = id
   else
     -- (a key of another type: an error, so no state and skipped)
-    f = redis.pcall('HMGET', key, 'state', 'priority')
+    f = redis.pcall('HMGET', key, 'state', 'priority', 'group')
   end
   if f and (f['err'] or f[1] ~= 'dead') then
     skipped[#skipped + 1] = id
@@ -66,7 +126,7 @@ for _, id in ipairs(ids) do
     redis.call('HSET', key, 'state', 'waiting', 'retry_count', 0, 'retried_at', now,
       'due_at', now)
     redis.call('HDEL', key, 'finished_at')
-    redis.call('ZADD', KEYS[2], waiting_score(now, f[2]), id)
+    make_ready(KEYS[2], KEYS[5], id, waiting_score(now, f[2]), f[3], t[1] * 1000000 + t[2])
     retried[#retried + 1] = id
   end
 end

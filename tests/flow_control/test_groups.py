@@ -1,0 +1,204 @@
+"""Groups: a task enqueued with a group waits in its group's ready set; claim takes the
+groups (and the tasks without a group) in turns, within each group's own limits."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+import culex
+from culex import bulk, inspection
+from culex._redis import operations
+from culex._redis.drivers import SyncDriverProtocol
+from culex._redis.keys import queue_keys
+from culex.errors import ConfigurationError
+
+from ..conftest import driver_of, server_ms
+
+K = queue_keys("culex", "grouped")
+G = K.groups_prefix
+DAY_MS = 86_400_000
+
+
+class GroupedJob(culex.QueuedJob):
+    queue = "grouped"
+    n: int = 0
+
+    def perform(self) -> None:
+        pass
+
+
+@pytest.fixture
+def d(r: redis.Redis) -> Iterator[SyncDriverProtocol]:
+    yield driver_of(r)
+
+
+def claim(
+    d: SyncDriverProtocol,
+    limit: int = 1,
+    *,
+    group_concurrency: int | None = None,
+    group_rate: tuple[int, int] | None = None,
+) -> operations.ClaimReply:
+    return d.run(
+        operations.claim(
+            K, limit=limit, lease_ms=30_000, promote_limit=100, dead_ttl_ms=DAY_MS,
+            group_concurrency=group_concurrency, group_rate=group_rate,
+        )
+    )  # fmt: skip
+
+
+def enqueue(group: str | None, n: int) -> culex.Task:
+    return GroupedJob(n=n).enqueue(group=group)
+
+
+def groups_of(r: redis.Redis, tasks: list[operations.Claimed]) -> list[str]:
+    found = [r.hget(K.task(t.id), "group") for t in tasks]
+    return [g.decode() if isinstance(g, bytes) else "-" for g in found]
+
+
+def test_a_task_of_a_group_waits_in_its_groups_set_and_counts_as_waiting(r: redis.Redis) -> None:
+    task = enqueue("customer:42", 1)
+    assert r.zscore(K.waiting, task.id) is None
+    assert r.zscore(G + "g:customer:42", task.id) is not None
+    assert r.zscore(K.grouped_ready, task.id) is not None
+    assert r.zrange(G + "ring", 0, -1) == [b"customer:42"]
+    assert r.hget(K.task(task.id), "group") == b"customer:42"
+    assert task.state() is culex.TaskState.WAITING
+    assert inspection.queue_counts(queues=["grouped"])["grouped"]["waiting"] == 1
+    assert inspection.queue_latency(queues=["grouped"])["grouped"] >= 0
+    page = inspection.tasks("grouped", "waiting")
+    assert [row.id for row in page.rows] == [task.id] and page.total == 1
+    found = inspection.find_task("grouped", task.id)
+    assert found is not None and found.state == "waiting"
+
+
+def test_no_group_no_ring_the_claim_is_as_before(r: redis.Redis, d: SyncDriverProtocol) -> None:
+    enqueue(None, 1)
+    assert r.exists(G + "ring") == 0
+    assert len(claim(d, 10).tasks) == 1
+    assert [k for k in r.keys("*groups*")] == []
+
+
+def test_groups_and_the_tasks_without_one_take_turns(r: redis.Redis, d: SyncDriverProtocol) -> None:
+    for n in range(5):
+        enqueue("busy", n)
+    enqueue(None, 10)
+    enqueue(None, 11)
+    enqueue("quiet", 20)
+    taken = [claim(d).tasks[0] for _ in range(8)]
+    order = groups_of(r, taken)
+    # the busy group came first, and still the quiet group and the tasks without a group
+    # are not kept waiting behind it: each lane takes one turn in three
+    assert sorted(order[:3]) == ["-", "busy", "quiet"] and order[0] == "busy"
+    assert sorted(order) == sorted(["busy"] * 5 + ["-"] * 2 + ["quiet"])
+    assert claim(d).tasks == [] and r.exists(G + "ring") == 0
+
+
+def test_a_group_concurrency_limit_holds_while_other_groups_run(
+    r: redis.Redis, d: SyncDriverProtocol
+) -> None:
+    for n in range(3):
+        enqueue("a", n)
+    enqueue("b", 10)
+    first = claim(d, 10, group_concurrency=1).tasks
+    assert sorted(groups_of(r, first)) == ["a", "b"]  # one of a, though three are ready
+    assert r.hgetall(G + "running") == {b"a": b"1", b"b": b"1"}
+    assert claim(d, 10, group_concurrency=1).tasks == []
+    assert r.zrange(G + "ring", 0, -1) == []  # a waits for its running task to end
+    held = next(t for t in first if groups_of(r, [t]) == ["a"])
+    r.delete(K.signal)
+    assert d.run(operations.complete(K, [(held.id, held.attempt, "null", 1000)])) == []
+    assert r.llen(K.signal) == 1  # a's turn came back: an idle runner is woken
+    assert r.hgetall(G + "running") == {b"b": b"1"}
+    assert groups_of(r, claim(d, 10, group_concurrency=1).tasks) == ["a"]
+
+
+def test_a_group_rate_limit_holds_the_group_back_until_its_window_moves_on(
+    r: redis.Redis, d: SyncDriverProtocol
+) -> None:
+    for n in range(3):
+        enqueue("a", n)
+    enqueue("b", 10)
+    started = server_ms(r)
+    taken = claim(d, 10, group_rate=(2, 60_000))
+    assert sorted(groups_of(r, taken.tasks)) == ["a", "a", "b"]
+    later = claim(d, 10, group_rate=(2, 60_000))
+    assert later.tasks == []
+    assert r.zrange(G + "delayed", 0, -1) == [b"a"]
+    # the claim says when a may start again: a minute after its first start
+    assert started <= later.next_due_ms - 60_000 <= started + 100  # type: ignore[operator]
+
+
+def test_a_retried_released_or_reclaimed_task_goes_back_to_its_group(
+    r: redis.Redis, d: SyncDriverProtocol
+) -> None:
+    enqueue("a", 1)
+    enqueue("a", 2)
+    (one,) = claim(d, 1, group_concurrency=1).tasks
+    assert d.run(operations.release(K, one.id, one.attempt))
+    assert r.zscore(G + "g:a", one.id) is not None and r.exists(G + "running") == 0
+    (again,) = claim(d, 1, group_concurrency=1).tasks
+    retried = d.run(
+        operations.fail(K, again.id, again.attempt, "x", retry_delay_ms=0, dead_ttl_ms=DAY_MS,
+                        dead_max=10)
+    )  # fmt: skip
+    assert retried == "scheduled" and r.exists(G + "running") == 0
+    # the retry is promoted into its group by the next claim, and leases run out
+    lost = claim(d, 2, group_concurrency=2).tasks
+    assert groups_of(r, lost) == ["a", "a"]
+    r.zadd(K.pending, {t.id: 1 for t in lost})  # (their leases ran out)
+    assert len(d.run(operations.reclaim(K, limit=10, dead_ttl_ms=DAY_MS, dead_max=10))) == 2
+    assert r.exists(G + "running") == 0
+
+
+def test_cancel_and_delete_take_a_waiting_task_out_of_its_group(r: redis.Redis) -> None:
+    cancelled, deleted, kept = enqueue("a", 1), enqueue("a", 2), enqueue("a", 3)
+    assert cancelled.cancel()
+    assert bulk.apply("delete", "grouped", ids=[deleted.id]) == 1
+    assert r.zrange(G + "g:a", 0, -1) == [kept.id.encode()]
+    assert r.zrange(K.grouped_ready, 0, -1) == [kept.id.encode()]
+
+
+def test_a_bad_group_is_refused_before_anything_is_written(r: redis.Redis) -> None:
+    for bad, error in (("", ValueError), ("x" * 501, ValueError), (42, TypeError)):
+        with pytest.raises(error, match="group"):
+            GroupedJob().enqueue(group=bad)  # type: ignore[arg-type]
+    assert r.dbsize() == 0
+
+
+def test_group_limits_are_declared_by_the_queues_jobs_and_set_at_run_time(r: redis.Redis) -> None:
+    class PerCustomerJob(culex.QueuedJob):
+        queue = "per_customer"
+        group_concurrency = 1
+        group_rate_limit = "10/m"
+
+    limits = culex.registry.queue_limits("per_customer")
+    assert (limits.group_concurrency, str(limits.group_rate)) == (1, "10/m")
+    with pytest.raises(ConfigurationError, match="group_concurrency"):
+
+        class BadGroupJob(culex.QueuedJob):
+            group_concurrency = -1
+
+    state = culex.limit("per_customer", group_concurrency=2, group_rate="5/s")
+    assert (state.group_concurrency, str(state.group_rate)) == (2, "5/s")
+    culex.registry.remove(PerCustomerJob)
+
+
+def test_a_pages_cursor_crosses_from_waiting_into_the_groups(r: redis.Redis) -> None:
+    plain = [enqueue(None, n).id for n in range(3)]
+    grouped = [enqueue(f"g{n}", n).id for n in range(3)]
+    seen: list[str] = []
+    cursor = None
+    while True:
+        page = inspection.tasks("grouped", "waiting", newest_first=False, limit=2, cursor=cursor)
+        assert page.total == 6
+        seen += [row.id for row in page.rows]
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    assert seen == plain + grouped
+    newest = inspection.tasks("grouped", "waiting", limit=6)
+    assert [row.id for row in newest.rows] == grouped[::-1] + plain[::-1]
