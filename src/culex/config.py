@@ -154,7 +154,7 @@ def _queues(value: object, name: str) -> tuple[str, ...]:
     seen: set[str] = set()
     for queue, _ in pairs:
         if queue in seen:
-            raise ConfigurationError(f"{name} names the queue {queue!r} twice")
+            raise ConfigurationError(f"{name}: the queue {queue!r} is named twice")
         seen.add(queue)
     return tuple(f"{q}:{w}" if w != 1 or _weight_part(q) is not None else q for q, w in pairs)
 
