@@ -460,3 +460,25 @@ def test_culex_task_shows_the_whole_record_readably(
     assert cli.main(["task", "shown", "nope", "--redis-url", url]) == 1
     assert "shown<nope>: no such task" in capsys.readouterr().out
     culex.registry.remove(ShownJob)
+
+
+@pytest.mark.parametrize(
+    ("queues", "message"),
+    [
+        ("critical:6,default:0", "the weight of queue 'default' must be a whole number from 1"),
+        ("critical:6,critical", "the queue 'critical' is named twice"),
+        ("critical:", "'critical:' has a colon but no weight after it"),
+    ],
+)
+def test_culex_run_refuses_bad_queue_weights_clearly(queues: str, message: str) -> None:
+    done = subprocess.run(
+        culex_command("run", "app.jobs", "--queues", queues, "--strict"),
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2 and f"command line: run_from: {message}" in done.stderr
+
+
+def test_strict_is_the_short_flag_of_strict_queues() -> None:
+    parsed = cli._parser().parse_args(["run", "app.jobs", "--queues", "a:6,b", "--strict"])
+    assert (parsed.run_from, parsed.strict_queues) == ("a:6,b", True)

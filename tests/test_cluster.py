@@ -326,6 +326,22 @@ async def test_result_waits_for_a_task_that_a_runner_starts_later(on_cluster: Cl
         assert await sync_waiter == 4
 
 
+async def test_weighted_queues_on_three_shards_are_taken_in_their_proportions(
+    on_cluster: Cluster,
+) -> None:
+    """The order logic is the same on a cluster: counted over the first 100 tasks run."""
+    ran.clear()
+    heavy, middle, light = (QUEUES[0], 6), (QUEUES[2], 3), (QUEUES[4], 1)
+    jobs = [ECHO_JOBS[0], ECHO_JOBS[2], ECHO_JOBS[4]]
+    await culex.aenqueue_many(job(n=n) for job in jobs for n in range(100))
+    weighted = [f"{queue}:{weight}" for queue, weight in (heavy, middle, light)]
+    async with running(culex.Runner(run_from=weighted, concurrency=1)):
+        await await_until(lambda: len(ran) >= 100, what="100 tasks to run")
+    counts = collections.Counter(queue for queue, _ in ran[:100])
+    assert counts[heavy[0]] > counts[middle[0]] > counts[light[0]] > 0, counts
+    assert 50 <= counts[heavy[0]] <= 70 and 5 <= counts[light[0]] <= 15, counts
+
+
 async def test_enqueue_many_writes_to_every_shard_in_one_call(on_cluster: Cluster) -> None:
     ran.clear()
     jobs = [ECHO_JOBS[i % 6](n=i) for i in range(60)]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 import culex
@@ -62,3 +64,43 @@ def test_bad_values_are_refused_with_clear_errors(monkeypatch: pytest.MonkeyPatc
         config.settings()
     monkeypatch.delenv("CULEX_IDLE_WAIT")
     config.reset()
+
+
+def test_run_from_takes_weights_and_keeps_plain_names_as_they_are(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert config.check({"run_from": "a,b:c"}, "t") == {"run_from": ("a", "b:c")}
+    weighted = config.check({"run_from": ["critical:6", "default: 3", "low:1"]}, "t")
+    assert weighted == {"run_from": ("critical:6", "default:3", "low")}
+    assert config.queue_weights(weighted["run_from"]) == {"critical": 6, "default": 3, "low": 1}
+    # A dict takes any queue name, even one that ends in a colon and a number.
+    kept = config.check({"run_from": {"v:2": 1, "x": 1000}}, "t")["run_from"]
+    assert config.queue_weights(kept) == {"v:2": 1, "x": 1000}
+    monkeypatch.setenv("CULEX_RUN_FROM", "critical:6,default:3")
+    monkeypatch.setenv("CULEX_STRICT_QUEUES", "yes")
+    config.reset()
+    try:
+        s = config.settings()
+        assert (s.run_from, s.strict_queues) == (("critical:6", "default:3"), True)
+    finally:
+        monkeypatch.undo()
+        config.reset()
+
+
+@pytest.mark.parametrize(
+    ("run_from", "message"),
+    [
+        ("a:0", "the weight of queue 'a' must be a whole number from 1 to 1000, got 0"),
+        ("a:1001", "got 1001"),
+        ("a:1.5", "got '1.5'"),
+        ("a:-2", "got '-2'"),
+        ({"a": "6"}, "got '6'"),
+        ({"a": True}, "got True"),
+        ("a:", "'a:' has a colon but no weight after it"),
+        ("a,b:2,a:3", "the queue 'a' is named twice"),
+        (7, "must be a list of queue names"),
+    ],
+)
+def test_bad_weights_are_refused_with_clear_errors(run_from: object, message: str) -> None:
+    with pytest.raises(culex.ConfigurationError, match=f"run_from.*{re.escape(message)}"):
+        culex.configure(run_from=run_from)

@@ -31,7 +31,9 @@ class Settings:
     # how long a task that returned a value (not None) keeps it; 0: successful_job_ttl
     result_ttl: float = 3600.0
     run_cron_scheduler: bool = True
-    run_from: tuple[str, ...] = ()  # queues a runner takes tasks from; () = every job's queue
+    # queues a runner takes tasks from, each "name" or "name:weight"; () = every job's queue
+    run_from: tuple[str, ...] = ()
+    strict_queues: bool = False  # ask the queues in run_from's order, not in turns
     lease: float = 30.0  # how long a runner may hold a task without a heartbeat
     concurrency: int = 10
     prefix: str = "culex"
@@ -132,15 +134,74 @@ def _driver(value: object, name: str) -> str:
     return value
 
 
+MAX_WEIGHT = 1000
+
+
 def _queues(value: object, name: str) -> tuple[str, ...]:
+    """run_from: a list of "name" or "name:weight" (or that list as comma-separated text),
+    or a dict of names to weights; kept as text, "name:weight" where a weight is not 1."""
     if isinstance(value, str):
         value = [part for part in value.split(",") if part.strip()]
-    if not isinstance(value, list | tuple | set | frozenset):
-        raise ConfigurationError(f"{name} must be a list of queue names, got {value!r}")
+    if isinstance(value, Mapping):
+        pairs = [(_queue_name(q, name), _weight(w, q, name)) for q, w in value.items()]
+    elif isinstance(value, list | tuple | set | frozenset):
+        pairs = [_queue_spec(spec, name) for spec in value]
+    else:
+        raise ConfigurationError(
+            f"{name} must be a list of queue names (each may end in :WEIGHT) or a dict of "
+            f"names to weights, got {value!r}"
+        )
+    seen: set[str] = set()
+    for queue, _ in pairs:
+        if queue in seen:
+            raise ConfigurationError(f"{name}: the queue {queue!r} is named twice")
+        seen.add(queue)
+    return tuple(f"{q}:{w}" if w != 1 or _weight_part(q) is not None else q for q, w in pairs)
+
+
+def queue_weights(run_from: tuple[str, ...]) -> dict[str, int]:
+    """The queues of a checked ``run_from``, in its order, with their weights (1 where
+    none is given)."""
+    return dict(_queue_spec(spec, "run_from") for spec in run_from)
+
+
+def _weight_part(spec: str) -> str | None:
+    """The text after the last colon when it reads as a weight (empty, or starting with a
+    digit or a sign). Other text after a colon is part of the name: "a:b" names a queue, as
+    it always has."""
+    _, colon, tail = spec.rpartition(":")
+    tail = tail.strip()
+    return tail if colon and (not tail or tail[0] in "+-.0123456789") else None
+
+
+def _queue_spec(spec: object, name: str) -> tuple[str, int]:
+    if not isinstance(spec, str):
+        return _queue_name(spec, name), 1
+    spec = spec.strip()
+    weight = _weight_part(spec)
+    if weight is None:
+        return _queue_name(spec, name), 1
+    queue = spec.rpartition(":")[0].strip()
+    if not weight:
+        raise ConfigurationError(f"{name}: {spec!r} has a colon but no weight after it")
+    number = int(weight) if weight.isascii() and weight.isdigit() else weight
+    return _queue_name(queue, name), _weight(number, queue, name)
+
+
+def _queue_name(queue: object, name: str) -> str:
     try:
-        return tuple(check_queue_name(q.strip() if isinstance(q, str) else q) for q in value)
+        return check_queue_name(queue)
     except (TypeError, ValueError) as exc:
         raise ConfigurationError(f"{name}: {exc}") from None
+
+
+def _weight(weight: object, queue: object, name: str) -> int:
+    if isinstance(weight, bool) or not isinstance(weight, int) or not 1 <= weight <= MAX_WEIGHT:
+        raise ConfigurationError(
+            f"{name}: the weight of queue {queue!r} must be a whole number from 1 to "
+            f"{MAX_WEIGHT}, got {weight!r}"
+        )
+    return weight
 
 
 def _prefix(value: object, name: str) -> str:
@@ -157,6 +218,7 @@ _CHECKS: dict[str, Callable[[object, str], Any]] = {
     "result_ttl": seconds,
     "run_cron_scheduler": _flag,
     "run_from": _queues,
+    "strict_queues": _flag,
     "lease": lambda v, n: seconds(v, n, minimum=0.1),
     "concurrency": _positive_int,
     "prefix": _prefix,

@@ -33,7 +33,7 @@ _STATES = ["waiting", "scheduled", "pending", "dead"]
 
 
 # Flags of settings that the guide has shown by another name too.
-_ALIASES = {"run_from": ["--queues"]}
+_ALIASES = {"run_from": ["--queues"], "strict_queues": ["--strict"]}
 
 
 _METAVARS = {"seconds": "SECONDS", "count": "N", "text": "TEXT"}

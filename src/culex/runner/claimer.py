@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sized
+from collections.abc import Callable, Iterable, Mapping, Sequence, Sized
 from typing import Any
 
 from .. import config
@@ -23,6 +23,7 @@ from .._redis.keys import QueueKeys, queue_keys
 from .._redis.operations import Call, Claimed, ClaimReply
 from ..errors import ServerError, ServerUnavailable
 from ..queue_control import QueueLimits
+from . import queue_order
 from .backoff import SERVER_ERROR, Backoff
 
 logger = logging.getLogger("culex")
@@ -43,8 +44,10 @@ SETTLE_LIMIT = 1.0
 class Claimer:
     """Claims tasks of ``queues`` into the runner's free slots until ``stopping`` is set.
 
-    It is given the runner's ``running`` tasks (to count the free slots), the event set
-    when a slot frees, and ``start``, which starts one claimed task.
+    The queues are asked in turns (culex.runner.queue_order): in rotation, in their
+    order (``strict_queues``), or by their ``weights``. It is given the runner's
+    ``running`` tasks (to count the free slots), the event set when a slot frees, and
+    ``start``, which starts one claimed task.
     """
 
     def __init__(
@@ -54,6 +57,7 @@ class Claimer:
         queues: Iterable[str],
         *,
         limits: Mapping[str, QueueLimits] | None = None,
+        weights: Mapping[str, int] | None = None,
         start: Callable[[Claimed], None],
         running: Sized,
         slot_freed: asyncio.Event,
@@ -63,6 +67,7 @@ class Claimer:
         self.driver = driver
         self.keys = [queue_keys(settings.prefix, q) for q in queues]
         self.queue_of = {keys.signal: keys.name for keys in self.keys}  # by signal key
+        self.order = queue_order.choose(self.keys, weights or {}, settings.strict_queues)
         # What each queue's job classes declare (culex.limit's changes are read by the claim).
         self.limit_args = {
             keys.name: (limits or {}).get(keys.name, QueueLimits()).claim_args()
@@ -82,28 +87,27 @@ class Claimer:
 
     async def run(self) -> None:
         """Claim and wait, in turns, until a stop is asked."""
-        keys = self.keys
-        signals = [k.signal for k in keys]
+        signals = [k.signal for k in self.keys]
         # One wait over every queue, or one per queue where keys are spread over slots.
         groups: list[tuple[str, ...]] = (
             [(s,) for s in signals] if self.driver.cluster else [tuple(signals)]
         )
-        turn = 0
+        plan = self.order.plan
         while not self.stopping.is_set():
             free = self.free()
             if free <= 0:
                 self.slot_freed.clear()
                 await self._until(self.slot_freed.wait())
                 continue
-            # Rotate the first queue asked, so one busy queue cannot starve the others.
-            order = keys[turn:] + keys[:turn]
-            turn = (turn + 1) % len(keys)
-            claimed, due_in = await self._claim(order, free)
+            order, shares = plan(free)
+            claimed, due_in, filled = await self._claim(order, shares)
             if claimed:
                 await asyncio.sleep(0)  # the tasks just started run before the next claim
-            # Fewer than asked: every queue was emptied, so claiming again at once would
-            # only cost a round trip. A task enqueued since leaves a wake-up token.
-            if claimed < free and not self.stopping.is_set():
+            # No queue gave all that was asked of it: every queue was emptied, so claiming
+            # again at once would only cost a round trip. A task enqueued since leaves a
+            # wake-up token. (A queue that gave all it was asked may hold more: the next
+            # turn asks it again.)
+            if not filled and not self.stopping.is_set():
                 await self._wait_for_work(groups, order[0], due_in)
 
     def free(self) -> int:
@@ -125,22 +129,32 @@ class Claimer:
                 future.cancel()
                 await asyncio.gather(future, return_exceptions=True)
 
-    async def _claim(self, order: list[QueueKeys], free: int) -> tuple[int, float | None]:
-        """Claim up to ``free`` tasks; returns how many, and when the next task is due (s)."""
+    async def _claim(
+        self, order: list[QueueKeys], shares: Sequence[int]
+    ) -> tuple[int, float | None, bool]:
+        """Ask each queue of ``order`` once, for its share of the free slots plus what the
+        queues before it left; returns how many were claimed, when the next task is due
+        (s), and whether some queue gave all that was asked of it."""
         due_in: float | None = None
-        total = 0
+        total = wanted = 0
+        filled = False
         now = time.monotonic()
-        for keys in order:
+        for i, keys in enumerate(order):
+            if i < len(shares):
+                wanted += shares[i]
+            ask = wanted - total
+            if ask <= 0:  # the shares never grow along the order: none is left to ask
+                break
             if keys.name in self._unhealthy and self._unhealthy[keys.name][0] > now:
                 continue
             try:
-                reply = await self.driver.run(self._claim_call(keys, free - total))
+                reply = await self.driver.run(self._claim_call(keys, ask))
             except ServerUnavailable as exc:
                 if self.driver.cluster:  # one node out of reach: the others' queues go on
                     self._sick(keys.name, exc)
                     continue
                 logger.warning("%s", exc)
-                return 0, self.backoff.failed()
+                return 0, self.backoff.failed(), False
             except ServerError as exc:
                 self._sick(keys.name, exc)
                 continue
@@ -152,9 +166,8 @@ class Claimer:
             for claimed in reply.tasks:
                 self.start(claimed)
             total += len(reply.tasks)
-            if total >= free:
-                break
-        return total, due_in
+            filled = filled or len(reply.tasks) >= ask
+        return total, due_in, filled
 
     def _claim_call(self, keys: QueueKeys, limit: int) -> Call[ClaimReply]:
         return operations.claim(

@@ -23,7 +23,7 @@ import signal
 import socket
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NoReturn
 
@@ -51,11 +51,14 @@ HELPER_STOP_TIMEOUT = 5.0  # seconds a helper loop may take to stop
 
 
 class Runner:
-    """Runs the tasks of the given queues (default: every registered job's queue)."""
+    """Runs the tasks of the given queues (default: every registered job's queue).
+
+    ``run_from`` names the queues, each with a weight if it should be asked more often
+    than others: ``["critical:6", "default:3", "low:1"]`` or ``{"critical": 6, ...}``."""
 
     def __init__(
         self,
-        run_from: Iterable[str] | None = None,
+        run_from: Iterable[str] | Mapping[str, int] | None = None,
         concurrency: int | None = None,
         *,
         redis_url: str | None = None,
@@ -63,14 +66,15 @@ class Runner:
     ) -> None:
         flags: dict[str, object] = {}
         if run_from is not None:
-            flags["run_from"] = list(run_from) if not isinstance(run_from, str) else run_from
+            flags["run_from"] = run_from if isinstance(run_from, str | Mapping) else list(run_from)
         if concurrency is not None:
             flags["concurrency"] = concurrency
         if redis_url is not None:
             flags["redis_url"] = redis_url
         self.settings = config.settings(**flags)
         self.jobs = jobs
-        self.queues = list(self.settings.run_from) or jobs.queues()
+        self.weights = config.queue_weights(self.settings.run_from)
+        self.queues = list(self.weights) or jobs.queues()
         if not self.queues:
             raise ConfigurationError(
                 "nothing to run: no job class is registered and run_from names no queue"
@@ -126,6 +130,14 @@ class Runner:
             "started": str(round(time.time() * 1000)),
         }
 
+    def _queues_said(self) -> str:
+        """The queues as the log says them: with their weights, or in strict order."""
+        if self.settings.strict_queues:
+            return ", ".join(self.queues) + " (strict: in this order)"
+        if len(set(self.weights.values())) > 1:
+            return ", ".join(f"{q}:{w}" for q, w in self.weights.items()) + " (weighted)"
+        return ", ".join(self.queues)
+
     def stop(self) -> None:
         """Ask the runner to stop: no more claims; running tasks finish or go back."""
         self._stopping.set()
@@ -144,7 +156,7 @@ class Runner:
         self._keeper = keeper = LeaseKeeper(self.settings, url, self._identity())
         keeper.start()
         logger.info("culex is buzzing...")
-        logger.info("Queues: %s", ", ".join(self.queues))
+        logger.info("Queues: %s", self._queues_said())
         logger.info("Server: %s", driver.where)  # (without its password)
         claimer, reporter, helpers = self._start_loops(driver, keeper)
         try:
@@ -182,6 +194,7 @@ class Runner:
             driver,
             self.queues,
             limits={q: self.jobs.queue_limits(q) for q in self.queues},
+            weights=self.weights,
             start=self._start,
             running=self._running,
             slot_freed=self._slot_freed,
