@@ -27,10 +27,12 @@ def check_queue_name(name: object) -> str:
 class QueueKeys:
     """The keys of one queue: four sorted sets, a wake-up signal, the task hashes, the
     lists that wake producers waiting for a task's end, the records of the periodic
-    jobs that run on it, its counters (minute and hour buckets, totals), and its flow
-    control (the control hash, the rate limit's starts)."""
+    jobs that run on it, its counters (minute and hour buckets, totals), its flow
+    control (the control hash, the rate limit's starts), and the cancels requested for
+    its running tasks."""
 
     __slots__ = (
+        "cancels",
         "control",
         "dead",
         "done_prefix",
@@ -65,6 +67,10 @@ class QueueKeys:
         # and the starts of the rate limit's window (a sorted set, scored by start ms).
         self.control = f"{base}:control"
         self.starts = f"{base}:starts"
+        # The running (pending) tasks whose cancel was requested (cancel.lua), scored by
+        # the request's time in ms: their runners read it about once a second. An id
+        # leaves it when its task leaves pending (fail, complete, reclaim).
+        self.cancels = f"{base}:cancels"
 
     def task(self, task_id: str) -> str:
         """The hash of one task."""

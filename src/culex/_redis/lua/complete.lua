@@ -18,6 +18,9 @@
 --         claim marked the queue blocked by its concurrency limit, a runner is woken
 --         through KEYS[7]: include/unblock.lua)
 -- KEYS[7] signal list <prefix>:{<queue>}:signal
+-- KEYS[8] cancels zset <prefix>:{<queue>}:cancels   (optional: a task whose cancel was
+--         requested leaves it. Its success stands: it ended before its runner learned of
+--         the request, and the work is done; see cancel.lua)
 -- ARGV[1..] quadruples: id, attempt, result, ttl_ms
 --         attempt  the one the runner was handed: it fences stale runners
 --         result   JSON text of perform's return value
@@ -197,7 +200,7 @@ for i = 1, #ARGV, 4 do
   -- (pcall: a key of another type is refused like a stale report; an error here would
   -- stop the batch after the writes of the ids before it)
   local f = redis.pcall('HMGET', key, 'attempt', 'state', 'periodic', 'type', 'waited',
-    'started_at')
+    'started_at', 'cancel_requested')
   if not f['err'] and f[1] == ARGV[i + 1] and f[2] == 'pending' then
     local ttl = tonumber(ARGV[i + 3])
     done[#done + 1] = id
@@ -210,6 +213,9 @@ for i = 1, #ARGV, 4 do
     if f[3] == '1' then
       -- (pcall: a record key holding another type must not stop the tasks' own reports)
       redis.pcall('HSET', KEYS[3] .. f[4], 'last_finished_at', now, 'last_outcome', 'succeeded')
+    end
+    if f[7] and KEYS[8] then  -- (read above: most tasks have no request, and cost no ZREM)
+      redis.pcall('ZREM', KEYS[8], id)
     end
   else
     refused[#refused + 1] = id

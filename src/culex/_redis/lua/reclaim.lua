@@ -20,6 +20,9 @@
 --         run time: no runner reported its end; in the minute bucket, as in complete)
 -- KEYS[10] control hash <prefix>:{<queue>}:control   (optional: a freed slot under the
 --         queue's concurrency limit wakes a runner through KEYS[6], as in complete)
+-- KEYS[11] cancels zset <prefix>:{<queue>}:cancels   (optional: a task leaves it. A task
+--         whose hash has cancel_requested (cancel.lua) goes to dead with that as its
+--         last_error, never to a retry: its runner is gone before it could end it)
 -- ARGV[1] limit          how many expired tasks to reclaim at most
 -- ARGV[2] dead_ttl_ms
 -- ARGV[3] dead_max
@@ -218,7 +221,7 @@ local ids = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, li
 local found = {}
 for i, id in ipairs(ids) do
   found[i] = redis.pcall('HMGET', KEYS[4] .. id, 'retry_count', 'max_retries', 'periodic',
-    'type')
+    'type', 'cancel_requested')
 end
 for i, id in ipairs(ids) do
   redis.call('ZREM', KEYS[1], id)
@@ -237,6 +240,10 @@ for i, id in ipairs(ids) do
   else
     retries = (tonumber(f[1]) or 0) + 1
     max_retries = tonumber(f[2]) or 4
+    if f[5] then
+      max_retries = -1
+      why = f[5]
+    end
   end
   local outcome
   if retries <= max_retries then
@@ -257,6 +264,12 @@ for i, id in ipairs(ids) do
     outcome = 'dead'
     count(tally, f[4] or '', 'd')
     to_dead(key, KEYS[3], KEYS[8] .. id, id, why, now, ttl, retries)
+    if f[5] then  -- (the request is answered: a retry_dead of the task runs it again)
+      redis.call('HDEL', key, 'cancel_requested')
+      if KEYS[11] then  -- (pcall: a key of another type must not stop the reclaim)
+        redis.pcall('ZREM', KEYS[11], id)
+      end
+    end
     if f[3] == '1' then
       -- (pcall: a record key holding another type must not stop the reclaim of the others)
       redis.pcall('HSET', KEYS[7] .. f[4], 'last_finished_at', now, 'last_outcome', 'dead')

@@ -7,9 +7,12 @@
 -- KEYS[4] signal list
 -- ARGV[1] id
 -- ARGV[2] attempt         fences stale runners, as in complete
--- Returns: 1 when released; 0 when refused (stale attempt or not pending).
-local f = redis.call('HMGET', KEYS[1], 'attempt', 'state', 'enqueue_time', 'due_at')
-if f[1] ~= ARGV[2] or f[2] ~= 'pending' then
+-- Returns: 1 when released; 0 when refused (stale attempt or not pending, or its cancel
+--          was requested: cancel.lua. Such a task must not run again: its runner ends it
+--          with fail, or, when it cannot, its lease runs out and reclaim sends it to dead).
+local f = redis.call('HMGET', KEYS[1], 'attempt', 'state', 'enqueue_time', 'due_at',
+  'cancel_requested')
+if f[1] ~= ARGV[2] or f[2] ~= 'pending' or f[5] then
   return 0
 end
 redis.call('ZREM', KEYS[2], ARGV[1])
