@@ -144,7 +144,7 @@ def counted(r: redis.Redis, job: str) -> dict[str, int]:
     found: dict[str, int] = {}
     for key in r.scan_iter(match=K.stats_prefix + "m:*"):
         for name, value in r.hgetall(key).items():
-            kind, rest = name.decode().split("|", 1)
+            kind, rest = (name.decode() if isinstance(name, bytes) else name).split("|", 1)
             if kind == job and rest[0] in "sfd":
                 found[rest[0]] = found.get(rest[0], 0) + int(value)
     return found
@@ -227,7 +227,8 @@ def test_reclaim_buries_a_task_whose_runner_is_gone_before_it_could_cancel_it(
     ).tasks  # a lease of 0 ms has run out at once
     assert cancel(d, "orphan", "stop it") == "cancelling"
     reclaim = operations.reclaim(K, limit=100, dead_ttl_ms=DAY_MS, dead_max=10)
-    assert sorted(d.run(reclaim)) == [("orphan", "dead"), ("other", "waiting")]
+    reclaimed: list[tuple[str, str]] = d.run(reclaim)
+    assert sorted(reclaimed) == [("orphan", "dead"), ("other", "waiting")]
     after = r.hgetall(K.task("orphan"))
     assert after[b"state"] == b"dead" and after[b"last_error"] == b"cancelled: stop it"
     assert b"cancel_requested" not in after and after[b"retry_count"] == b"1"
@@ -246,7 +247,7 @@ def test_requests_left_by_a_client_that_sent_no_cancels_key_end_at_the_next_requ
     d = driver_of(r)
     for task_id in ("a", "b"):
         put(d, task_id)
-    a, b = claim(d)
+    a, _ = claim(d)
     assert cancel(d, "a") == "cancelling"
     # a foreign runner reports "a" with fail's older key list: its request stays behind
     old_fail = operations.fail(

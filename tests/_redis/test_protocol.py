@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from hashlib import sha1
 from importlib import resources
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import pytest
 import redis
@@ -210,8 +210,8 @@ class PlainRunner:
         return {text(pairs[i]): text(pairs[i + 1]) for i in range(0, len(pairs), 2)}
 
     def cancel(self, task_id: str, reason: str = "") -> str:
-        """"cancelled" (it had not started), "cancelling" (running: requested), or the
-        state that refused it."""
+        """The reply: "cancelled" (it had not started), "cancelling" (running: requested),
+        or the state that refused it."""
         keys = [
             self.task(task_id), self.waiting, self.scheduled, self.dead, self.periodic_prefix,
             self.done_prefix + task_id, self.pending, self.cancels, self.task_prefix,
@@ -220,7 +220,8 @@ class PlainRunner:
 
     def cancel_requests(self) -> list[str]:
         """The running tasks whose cancel was requested: a runner stops those it holds."""
-        return [text(task_id) for task_id in self.client.zrange(self.cancels, 0, 999)]
+        ids = cast(list[bytes], self.client.zrange(self.cancels, 0, 999))
+        return [text(task_id) for task_id in ids]
 
     def end(self, task_id: str, block: float = 0.0) -> tuple[str | None, str | None]:
         """The task's (state, result) once ended, as a producer waits for it: wait.lua, and
