@@ -338,12 +338,13 @@ class Runner:
             outcome = await run
         except asyncio.CancelledError:
             current = asyncio.current_task()
-            if not job.cancelled or (current is not None and current.cancelling()):
+            if not job._cancel_requested or (current is not None and current.cancelling()):
                 raise  # (the runner stops: the task goes back, as before)
             outcome = None
         finally:
             self._attempts.pop(key, None)
-        if job.cancelled:
+        # (the field, not the property: a job class may have a `cancelled` of its own)
+        if job._cancel_requested:
             # Whatever perform did once told (returned early, raised, was killed): the task
             # ends as cancelled. fail.lua stores the request's reason and never retries it.
             logger.warning("task %s was cancelled while running", task_name(claimed))
@@ -364,7 +365,7 @@ class Runner:
             job._cancel_requested = True
             asyncio.get_running_loop().run_in_executor(None, isolation.kill, [task_id])
             return
-        if job.cancelled:
+        if job._cancel_requested:
             return
         job._cancel_requested = True
         if job.async_perform_:
