@@ -20,7 +20,7 @@ from culex._redis.operations import Call
 from culex.errors import ServerError
 from culex.flow import Flow, run_sync, together
 
-from .conftest import count_exchanges, driver_of, running, snapshot, writes
+from .conftest import count_exchanges, driver_of, running, score, snapshot, writes
 
 pytestmark = pytest.mark.flows  # also run through redis-py (README's test command)
 
@@ -123,15 +123,141 @@ def test_a_task_waiting_for_its_retry_can_be_cancelled(r: redis.Redis) -> None:
     assert r.hget(K.task("flaky"), "retry_count") == b"1"  # the failed attempt still counts
 
 
-def test_a_running_task_is_refused_and_nothing_changes(r: redis.Redis) -> None:
+def test_without_the_running_keys_a_running_task_is_refused_and_nothing_changes(
+    r: redis.Redis,
+) -> None:
     d = driver_of(r)
     put(d, "running")
     [t] = claim(d)
     before = snapshot(r)
-    assert cancel(d, "running", "too late") == "pending"
+    call = operations.cancel(K, "running", "too late", dead_ttl_ms=DAY_MS, dead_max=100,
+                             running=False)  # fmt: skip
+    assert len(call.keys) == 8  # as a caller from before running tasks could be cancelled
+    assert d.run(call) == "pending"
     assert snapshot(r) == before
     # its runner's report still lands
     assert d.run(operations.complete(K, [("running", t.attempt, '"done"', 60_000)])) == []
+
+
+def counted(r: redis.Redis, job: str) -> dict[str, int]:
+    """The counters of ``job`` in every minute bucket of K, by outcome letter (s, f, d)."""
+    found: dict[str, int] = {}
+    for key in r.scan_iter(match=K.stats_prefix + "m:*"):
+        for name, value in r.hgetall(key).items():
+            kind, rest = (name.decode() if isinstance(name, bytes) else name).split("|", 1)
+            if kind == job and rest[0] in "sfd":
+                found[rest[0]] = found.get(rest[0], 0) + int(value)
+    return found
+
+
+def test_a_running_task_s_cancel_is_requested_once(r: redis.Redis) -> None:
+    d = driver_of(r)
+    put(d, "running")
+    claim(d)
+    before = r.hgetall(K.task("running"))
+
+    assert cancel(d, "running", "user left") == "cancelling"
+
+    after = r.hgetall(K.task("running"))
+    assert after.pop(b"cancel_requested") == b"cancelled: user left"
+    assert after == before  # still pending, under the same attempt
+    assert r.zscore(K.pending, "running") is not None
+    assert r.zrange(K.cancels, 0, -1) == [b"running"]
+    assert 0 < score(r, K.cancels, "running") <= int(r.time()[0]) * 1000 + 1000
+    # a duplicate changes nothing: the first request and its reason stand
+    snap, written = snapshot(r), writes(r)
+    assert cancel(d, "running", "again") == "cancelling"
+    assert snapshot(r) == snap and writes(r) == written
+
+
+def test_the_runner_s_report_of_a_cancelled_attempt_buries_it_counted_once_as_dead(
+    r: redis.Redis,
+) -> None:
+    d = driver_of(r)
+    put(d, "running")
+    [t] = claim(d)
+    assert cancel(d, "running") == "cancelling"
+    # even a report that asks for a retry: a cancelled task is never retried
+    fail = operations.fail(
+        K, "running", t.attempt, "whatever", retry_delay_ms=0, dead_ttl_ms=DAY_MS, dead_max=10
+    )
+    assert d.run(fail) == "dead"
+    after = r.hgetall(K.task("running"))
+    assert after[b"state"] == b"dead" and after[b"last_error"] == b"cancelled"
+    assert b"cancel_requested" not in after  # answered: a retry from dead runs it again
+    assert r.zscore(K.dead, "running") is not None and r.zscore(K.pending, "running") is None
+    assert r.exists(K.cancels) == 0  # the request ended with the task
+    assert counted(r, "CalledOffJob") == {"d": 1}
+    assert d.run(fail) is None  # a duplicate report is refused (fenced)
+    assert counted(r, "CalledOffJob") == {"d": 1}
+    assert d.run(operations.retry_dead(K, ["running"])).retried == ["running"]
+    [again] = claim(d)
+    assert d.run(operations.complete(K, [("running", again.attempt, "1", 60_000)])) == []
+
+
+def test_a_success_that_lands_before_the_runner_learns_stands(r: redis.Redis) -> None:
+    d = driver_of(r)
+    put(d, "quick")
+    [t] = claim(d)
+    assert cancel(d, "quick") == "cancelling"
+    assert d.run(operations.complete(K, [("quick", t.attempt, '"done"', 60_000)])) == []
+    assert r.hget(K.task("quick"), "state") == b"succeeded"
+    assert r.exists(K.cancels) == 0
+    assert cancel(d, "quick") == "succeeded"  # a stale cancel after the end does nothing
+
+
+def test_a_task_whose_cancel_was_requested_is_not_handed_back(r: redis.Redis) -> None:
+    d = driver_of(r)
+    put(d, "running")
+    [t] = claim(d)
+    assert cancel(d, "running") == "cancelling"
+    before = snapshot(r)
+    assert d.run(operations.release(K, "running", t.attempt)) is False
+    assert snapshot(r) == before
+
+
+def test_reclaim_buries_a_task_whose_runner_is_gone_before_it_could_cancel_it(
+    r: redis.Redis,
+) -> None:
+    d = driver_of(r)
+    put(d, "orphan")
+    put(d, "other")
+    lost = d.run(
+        operations.claim(K, limit=10, lease_ms=0, promote_limit=100, dead_ttl_ms=DAY_MS)
+    ).tasks  # a lease of 0 ms has run out at once
+    assert cancel(d, "orphan", "stop it") == "cancelling"
+    reclaim = operations.reclaim(K, limit=100, dead_ttl_ms=DAY_MS, dead_max=10)
+    reclaimed: list[tuple[str, str]] = d.run(reclaim)
+    assert sorted(reclaimed) == [("orphan", "dead"), ("other", "waiting")]
+    after = r.hgetall(K.task("orphan"))
+    assert after[b"state"] == b"dead" and after[b"last_error"] == b"cancelled: stop it"
+    assert b"cancel_requested" not in after and after[b"retry_count"] == b"1"
+    assert r.exists(K.cancels) == 0
+    assert counted(r, "CalledOffJob") == {"d": 1, "f": 1}  # "other" failed, to run again
+    stale = next(t for t in lost if t.id == "orphan")
+    fail = operations.fail(
+        K, "orphan", stale.attempt, "late", retry_delay_ms=0, dead_ttl_ms=DAY_MS, dead_max=10
+    )
+    assert d.run(fail) is None  # the lost runner's late report is refused
+
+
+def test_requests_left_by_a_client_that_sent_no_cancels_key_end_at_the_next_request(
+    r: redis.Redis,
+) -> None:
+    d = driver_of(r)
+    for task_id in ("a", "b"):
+        put(d, task_id)
+    a, _ = claim(d)
+    assert cancel(d, "a") == "cancelling"
+    # a foreign runner reports "a" with fail's older key list: its request stays behind
+    old_fail = operations.fail(
+        K, "a", a.attempt, "x", retry_delay_ms=None, dead_ttl_ms=DAY_MS, dead_max=10
+    )
+    assert d.run(old_fail._replace(keys=old_fail.keys[:9])) == "dead"
+    assert r.zrange(K.cancels, 0, -1) == [b"a"]
+    r.zadd(K.cancels, {"ghost": 1})  # (and an id without a task)
+    assert cancel(d, "b") == "cancelling"
+    assert r.zrange(K.cancels, 0, -1) == [b"b"]  # the next request swept them
 
 
 def test_a_finished_task_and_an_unknown_id_are_refused_and_nothing_changes(
@@ -206,14 +332,17 @@ def test_a_cancelled_periodic_task_is_recorded_dead(r: redis.Redis) -> None:
 # -- the Python API ------------------------------------------------------------------------------
 
 
-def test_task_cancel_only_before_the_task_starts(r: redis.Redis) -> None:
+def test_task_cancel_ends_a_task_that_has_not_started_and_asks_for_a_running_one(
+    r: redis.Redis,
+) -> None:
     d = driver_of(r)
     busy = CalledOffJob().enqueue()
     [claimed] = claim(d)  # a runner is running it
     task = CalledOffJob().enqueue()
     later = CalledOffJob().enqueue(delay=60)
-    assert busy.cancel() is False
+    assert busy.cancel() is True  # requested: its runner ends it
     assert busy.state() is culex.TaskState.PENDING
+    assert busy.info()["cancel_requested"] == "cancelled"
     assert task.cancel() is True
     assert later.cancel("  not needed  ") is True  # the reason is stripped
     assert task.cancel() is False  # dead already
@@ -225,6 +354,7 @@ def test_task_cancel_only_before_the_task_starts(r: redis.Redis) -> None:
     assert failed.value.reason == "cancelled" and failed.value.task_id == task.id
     listed = {t.id: t.error for t in culex.dead_tasks(K.name)}  # `culex dead` lists them
     assert listed == {task.id: "cancelled", later.id: "cancelled: not needed"}
+    # (this runner never learned of the request: its success stands)
     assert d.run(operations.complete(K, [(busy.id, claimed.attempt, "1", 60_000)])) == []
     assert busy.cancel() is False  # succeeded
 
@@ -308,7 +438,7 @@ def test_culex_cancel_says_what_happened_to_each_id(r: redis.Redis, url: str) ->
     assert done.stdout.splitlines() == [
         "ready: cancelled",
         "later: cancelled",
-        "busy: not cancelled, it is pending",
+        "busy: cancelling, it is running: its runner stops it",
         "ghost: not cancelled, not found",
     ]  # each id once
     assert r.hget(K.task("later"), "last_error") == b"cancelled: duplicate"

@@ -121,7 +121,10 @@ def _act(action: str, keys: QueueKeys, settings: config.Settings) -> _Act:
     ttl, most = settings.failed_job_ttl_ms, settings.dead_max
     return _Act(
         lambda chunk: [
-            operations.cancel(keys, i, "", dead_ttl_ms=ttl, dead_max=most) for i in chunk
+            # (running=False: a bulk cancel calls off what has not started; a running task
+            # is cancelled one by one, by task.cancel(), culex cancel or its page)
+            operations.cancel(keys, i, "", dead_ttl_ms=ttl, dead_max=most, running=False)
+            for i in chunk
         ],
         _count_cancelled,
         alone=True,

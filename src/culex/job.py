@@ -125,6 +125,8 @@ class Job:
     attempt: int
     retry_count: int
     reporting_: Reporting  # where progress() stores (unset outside a runner: perform_now)
+    # Set by the runner when the task's cancel is requested while this attempt runs.
+    _cancel_requested: bool = False
 
     def __init_subclass__(cls, abstract: bool = False, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -173,6 +175,16 @@ class Job:
 
     def after_perform(self) -> None:
         """Runs after perform, whether it succeeded or not."""
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the task's cancel was requested while this attempt runs
+        (``task.cancel()``; its runner learns it within about a second). A sync perform
+        polls it and returns early: Python cannot stop a thread from outside. An async
+        perform needs not look: it is cancelled (CancelledError at its next await), and a
+        perform with ``isolation = "process"`` is killed. Either way the task goes to dead
+        as "cancelled", whatever perform returns."""
+        return self._cancel_requested
 
     def log(self, message: str) -> None:
         """Log ``message`` as ``[JobName] message`` on the ``culex`` logger."""

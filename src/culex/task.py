@@ -176,7 +176,8 @@ class Task:
 
     def cancel_flow(self, reason: str) -> Flow[str]:
         """The flow of cancel and acancel (and of ``culex cancel``). Its value is the
-        script's reply: "cancelled", the state that refused it, or "" (no record)."""
+        script's reply: "cancelled", "cancelling" (running: its runner was asked to stop
+        it), the state that refused it, or "" (no record)."""
         if not isinstance(reason, str):
             raise TypeError(f"a cancel reason must be a str, got {type(reason).__name__}")
         if len(reason) > MAX_CANCEL_REASON:
@@ -233,18 +234,26 @@ class Task:
         return await run_async(self._retry_flow(), self.url)
 
     def cancel(self, reason: str = "") -> bool:
-        """Call off the task if it has not started. A waiting or scheduled task (delayed, or
-        due for a retry) goes to dead with last_error "cancelled" (or "cancelled: <reason>"),
-        as a task that failed for good: ``result()`` raises TaskFailed, ``culex dead`` lists
-        it and ``retry()`` can put it back. False: it is already running, succeeded or dead,
-        or has no record; nothing changes.
+        """Call off the task. True when it is called off; False when it has already ended
+        (succeeded or dead) or has no record: nothing changes.
 
-        A running task is not interrupted: its runner holds it under a lease, and only that
-        runner's report (fenced by the attempt) may end it. culex runs a task at least once,
-        and a run that has begun may already have done its work: only the runner knows."""
+        A waiting or scheduled task (delayed, or due for a retry) goes to dead at once with
+        last_error "cancelled" (or "cancelled: <reason>"), as a task that failed for good:
+        ``result()`` raises TaskFailed, ``culex dead`` lists it and ``retry()`` can put it
+        back.
+
+        A running (pending) task's cancel is requested, and True means only that: it is
+        still pending when this returns. Its runner learns it within about a second and
+        stops the attempt (an async perform is cancelled, a perform with ``isolation =
+        "process"`` is killed, a sync perform in a thread sees ``self.cancelled`` become
+        True and should return early: Python cannot stop a thread), then it goes to dead
+        with that last_error and is never retried; when its runner is gone, the end of its
+        lease does the same. ``result()`` (raising TaskFailed) or ``state()`` becoming dead
+        tells when it has ended. An attempt that ended before its runner learned of the
+        request ends as it did: a success stands, since its work was done."""
         outcome = run_sync(self.cancel_flow(reason), self.url)
-        return outcome == operations.CANCELLED
+        return outcome in (operations.CANCELLED, operations.CANCELLING)
 
     async def acancel(self, reason: str = "") -> bool:
         outcome = await run_async(self.cancel_flow(reason), self.url)
-        return outcome == operations.CANCELLED
+        return outcome in (operations.CANCELLED, operations.CANCELLING)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from hashlib import sha1
 from importlib import resources
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import pytest
 import redis
@@ -115,6 +115,9 @@ class PlainRunner:
         self.stats_prefix = f"{base}:stats:"  # the counters (minute, hour, total)
         self.control = f"{base}:control"  # flow control: paused, limits set at run time
         self.starts = f"{base}:starts"  # the rate limit's window
+        self.cancels = f"{base}:cancels"  # running tasks whose cancel was requested
+        self.dedupe = f"{base}:dedupe"  # dedupe key -> the live task that holds it
+        self.groups = f"{base}:groups:"  # the groups' ready sets, ring, running counts
         self.scripts = {name: client.register_script(source) for name, source in sources.items()}
         self.sent: dict[str, tuple[int, int]] = {}
         self.ids: list[str] = []
@@ -166,7 +169,8 @@ class PlainRunner:
             args += [held.id, held.attempt, result, ttl_ms]
         keys = [
             self.pending, self.task_prefix, self.periodic_prefix, self.done_prefix,
-            self.stats_prefix, self.control, self.signal,
+            self.stats_prefix, self.control, self.signal, self.dedupe, self.groups,
+            self.cancels,
         ]  # fmt: skip
         refused = self.send("complete", keys, args)
         return [text(task_id) for task_id in refused]
@@ -176,6 +180,7 @@ class PlainRunner:
         keys = [
             self.task(held.id), self.pending, self.scheduled, self.dead, self.periodic_prefix,
             self.done_prefix + held.id, self.stats_prefix, self.control, self.signal,
+            self.dedupe, self.groups, self.cancels,
         ]  # fmt: skip
         delay = -1 if retry_delay_ms is None else retry_delay_ms
         reply = self.send(
@@ -221,17 +226,25 @@ class PlainRunner:
         keys = [
             self.pending, self.scheduled, self.dead, self.task_prefix, self.waiting,
             self.signal, self.periodic_prefix, self.done_prefix, self.stats_prefix,
-            self.control,
+            self.control, self.dedupe, self.groups, self.cancels,
         ]  # fmt: skip
         pairs = self.send("reclaim", keys, [limit, self.DEAD_TTL_MS, self.DEAD_MAX])
         return {text(pairs[i]): text(pairs[i + 1]) for i in range(0, len(pairs), 2)}
 
     def cancel(self, task_id: str, reason: str = "") -> str:
+        """The reply: "cancelled" (it had not started), "cancelling" (running: requested),
+        or the state that refused it."""
         keys = [
             self.task(task_id), self.waiting, self.scheduled, self.dead, self.periodic_prefix,
-            self.done_prefix + task_id,
+            self.done_prefix + task_id, self.dedupe, self.groups, self.pending, self.cancels,
+            self.task_prefix,
         ]  # fmt: skip
         return text(self.send("cancel", keys, [task_id, reason, self.DEAD_TTL_MS, self.DEAD_MAX]))
+
+    def cancel_requests(self) -> list[str]:
+        """The running tasks whose cancel was requested: a runner stops those it holds."""
+        ids = cast(list[bytes], self.client.zrange(self.cancels, 0, 999))
+        return [text(task_id) for task_id in ids]
 
     def end(self, task_id: str, block: float = 0.0) -> tuple[str | None, str | None]:
         """The task's (state, result) once ended, as a producer waits for it: wait.lua, and
@@ -394,10 +407,21 @@ def test_a_plain_runner_runs_every_state_change_through_the_shipped_files(r: red
     assert r.hget(q.task("someday"), "last_error") == b"cancelled: not needed"
     assert q.cancel("unwanted") == "dead"
 
+    # cancel a running task: requested; its runner reads the requests, stops the attempt
+    # and reports it with fail, which buries it with the request's reason, never retried
+    q.enqueue("stopped", "AddJob")
+    [held] = q.claim()
+    assert q.cancel("stopped", "user left") == "cancelling"
+    assert q.cancel("stopped") == "cancelling"  # asked twice: the first reason stands
+    assert q.cancel_requests() == ["stopped"]
+    assert not q.release(held)  # not handed back to run again
+    assert q.fail(held, "stopped", retry_delay_ms=0) == "dead"
+    assert r.hget(q.task("stopped"), "last_error") == b"cancelled: user left"
+    assert q.cancel_requests() == []
+
     # a graceful stop hands a task back without counting a failure
     q.enqueue("handed-back", "AddJob")
     [held] = q.claim()
-    assert q.cancel("handed-back") == "pending"
     assert q.release(held)
     assert not q.release(held)
     [again] = q.claim()
@@ -442,9 +466,9 @@ def test_a_plain_runner_runs_every_state_change_through_the_shipped_files(r: red
     )  # fmt: skip
 
     # browse a state's tasks page by page; delete tasks that are not running
-    dead = {"doomed", "unwanted", "someday", "orphan-for-good"}
+    dead = {"doomed", "unwanted", "someday", "stopped", "orphan-for-good"}
     total, cursor, rows = q.browse("dead", limit=3)
-    assert (total, len(rows)) == (4, 3) and cursor is not None
+    assert (total, len(rows)) == (5, 3) and cursor is not None
     _, end, more = q.browse("dead", limit=3, after=cursor)
     assert end is None and {row[0] for row in rows + more} == dead
     assert [row[0] for row in q.browse("dead", 9, job="Nobody")[2]] == []
@@ -496,6 +520,7 @@ def test_a_plain_runner_runs_every_state_change_through_the_shipped_files(r: red
 
     assert places(q) == {
         "done": "succeeded", "flaky": "succeeded", "doomed": "dead", "unwanted": "dead",
+        "stopped": "dead",
         "someday": "dead", "handed-back": "succeeded", "orphan": "succeeded",
         "orphan-for-good": "dead", f"TickJob:{slot}": "succeeded", "later": "scheduled",
         "running": "pending", "queued": "waiting", "hastened": "succeeded",

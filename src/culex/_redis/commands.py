@@ -332,3 +332,12 @@ def unfolded_minute(keys: QueueKeys) -> Call[int | None]:
         return number(reply, -1) if reply is not None and number(reply, -1) >= 0 else None
 
     return Call((), ("HGET", keys.stats_total, "minute"), parse)
+
+
+MAX_CANCEL_REQUESTS = 1000  # read per queue and check; more wait for the next check
+
+
+def cancel_requests(keys: QueueKeys) -> Call[list[str]]:
+    """The ids of the running tasks of a queue whose cancel was requested (cancel.lua),
+    oldest first."""
+    return first_ids(keys.cancels, MAX_CANCEL_REQUESTS)

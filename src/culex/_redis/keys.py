@@ -29,9 +29,11 @@ class QueueKeys:
     lists that wake producers waiting for a task's end, the records of the periodic
     jobs that run on it, its counters (minute and hour buckets, totals), its flow
     control (the control hash, the rate limit's starts), its dedupe keys (each
-    mapped to the live task enqueued with it), and its groups' ready sets and turns."""
+    mapped to the live task enqueued with it), its groups' ready sets and turns, and the
+    cancels requested for its running tasks."""
 
     __slots__ = (
+        "cancels",
         "control",
         "dead",
         "dedupe",
@@ -69,6 +71,10 @@ class QueueKeys:
         # and the starts of the rate limit's window (a sorted set, scored by start ms).
         self.control = f"{base}:control"
         self.starts = f"{base}:starts"
+        # The running (pending) tasks whose cancel was requested (cancel.lua), scored by
+        # the request's time in ms: their runners read it about once a second. An id
+        # leaves it when its task leaves pending (fail, complete, reclaim).
+        self.cancels = f"{base}:cancels"
         # A hash: dedupe key -> the id of the live task that holds it (enqueue.lua); the
         # scripts that end a task remove its entry (include/dedupe.lua).
         self.dedupe = f"{base}:dedupe"

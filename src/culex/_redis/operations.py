@@ -258,6 +258,7 @@ def complete(keys: QueueKeys, done: Sequence[tuple[str, int, str, int]]) -> Call
             keys.signal,
             keys.dedupe,
             keys.groups_prefix,
+            keys.cancels,
         ),
         tuple(args),
         _parse_ids,
@@ -279,7 +280,8 @@ def fail(
     dead_ttl_ms: int,
     dead_max: int,
 ) -> Call[str | None]:
-    """ "scheduled" or "dead"; None when refused (stale attempt). No delay: dead."""
+    """ "scheduled" or "dead"; None when refused (stale attempt). No delay: dead; and dead
+    with the request's reason when the task's cancel was requested (cancel)."""
     return Call(
         (
             keys.task(task_id),
@@ -293,6 +295,7 @@ def fail(
             keys.signal,
             keys.dedupe,
             keys.groups_prefix,
+            keys.cancels,
         ),
         (
             task_id,
@@ -386,6 +389,7 @@ def reclaim(
             keys.control,
             keys.dedupe,
             keys.groups_prefix,
+            keys.cancels,
         ),
         (limit, dead_ttl_ms, dead_max),
         _parse_pairs,
@@ -530,17 +534,29 @@ def retry_oldest_dead(keys: QueueKeys, limit: int) -> Call[RetryReply]:
     )
 
 
-# -- cancel: call off a task that has not started ---------------------------------------------
+# -- cancel: call off a task, or ask the runner of a running one to stop it ---------------------
 
 CANCELLED = "cancelled"
-"""cancel's reply when the task went to dead; any other reply is the state that refused it."""
+"""cancel's reply when the task went to dead."""
+CANCELLING = "cancelling"
+"""cancel's reply when the task is running and its cancel was requested; any other reply
+is the state that refused it."""
 
 
 def cancel(
-    keys: QueueKeys, task_id: str, reason: str, *, dead_ttl_ms: int, dead_max: int
+    keys: QueueKeys,
+    task_id: str,
+    reason: str,
+    *,
+    dead_ttl_ms: int,
+    dead_max: int,
+    running: bool = True,
 ) -> Call[str]:
-    """Move a waiting or scheduled task to dead ("cancelled"). Else nothing changes and the
-    reply is the state it is in ("pending", "succeeded", "dead"), or "" when it has no hash."""
+    """Move a waiting or scheduled task to dead ("cancelled"); with ``running``, request the
+    cancel of a running (pending) one ("cancelling": its runner ends it). Else nothing
+    changes and the reply is the state it is in ("pending", "succeeded", "dead"), or ""
+    when it has no hash."""
+    running_keys = (keys.pending, keys.cancels, keys.task_prefix) if running else ()
     return Call(
         (
             keys.task(task_id),
@@ -551,6 +567,7 @@ def cancel(
             keys.done(task_id),
             keys.dedupe,
             keys.groups_prefix,
+            *running_keys,
         ),
         (task_id, reason, dead_ttl_ms, dead_max),
         text,

@@ -144,7 +144,9 @@ def _parser() -> argparse.ArgumentParser:
     dead.set_defaults(command=dead_tasks.dead_command)
 
     cancel = command(
-        "cancel", help="call off tasks that have not started: they go to dead, as if failed"
+        "cancel",
+        help="call off tasks: they go to dead, as if failed (a running one once its runner "
+        "has stopped it)",
     )
     cancel.add_argument("queue", metavar="QUEUE")
     cancel.add_argument("ids", nargs="+", metavar="ID")

@@ -100,9 +100,10 @@ def _show_dead(tasks: list[DeadTask], queue: str) -> None:
 
 
 def cancel_command(args: argparse.Namespace) -> int:
-    """One line per id: cancelled, or the state that refused it. Exit 1 unless all were.
-    Every id goes in the same round trip."""
-    from .._redis.operations import CANCELLED
+    """One line per id: cancelled, cancelling (running: its runner was asked to stop it),
+    or the state that refused it. Exit 1 unless all were called off. Every id goes in the
+    same round trip."""
+    from .._redis.operations import CANCELLED, CANCELLING
     from ..flow import run_sync, together
     from ..task import Task
 
@@ -122,6 +123,9 @@ def cancel_command(args: argparse.Namespace) -> int:
     for task_id, outcome in zip(flows, outcomes, strict=True):
         if outcome == CANCELLED:
             print(f"{task_id}: cancelled")
+            continue
+        if outcome == CANCELLING:
+            print(f"{task_id}: cancelling, it is running: its runner stops it")
             continue
         refused += 1
         if isinstance(outcome, ServerError):  # e.g. its periodic record's key is of another type

@@ -11,6 +11,8 @@ from starlette.responses import RedirectResponse, Response
 from .. import bulk as bulk_actions
 from .. import periodic, queue_control
 from .._redis.keys import check_queue_name
+from .._redis.operations import CANCELLED, CANCELLING
+from ..flow import run_async
 from . import security
 from .listing import MAX_LIMIT, Query
 from .pages import ACTIONS, addressed_task, task_address
@@ -30,7 +32,10 @@ async def task_action(request: Request) -> Response:
     if action == "retry":
         done = await task.aretry()
     elif action == "cancel":
-        done = await task.acancel(CANCEL_REASON)
+        outcome = await run_async(task.cancel_flow(CANCEL_REASON), task.url)
+        if outcome == CANCELLING:  # a running task: its runner stops it
+            action = "cancelling"
+        done = outcome in (CANCELLED, CANCELLING)
     elif action == "delete":
         settings = request.app.state.settings
         count = await bulk_actions.aapply("delete", name, settings, ids=[task_id])

@@ -39,6 +39,7 @@ from ..job import Job
 from ..job_registry import JobRegistry, registry
 from ..periodic import periodic_jobs
 from ..task_progress import Reporting
+from .cancels import CancelWatcher
 from .claimer import Claimer
 from .lease import LeaseKeeper
 from .reclaimer import Reclaimer
@@ -90,6 +91,8 @@ class Runner:
         self._claimer: Claimer | None = None
         self._pool = _Pool(self.settings.concurrency)
         self._threaded: set[Claimed] = set()  # running tasks whose perform runs in a thread
+        # The attempts running now, by (queue, id): a cancel request stops them.
+        self._attempts: dict[tuple[str, str], tuple[Job, asyncio.Task[Outcome]]] = {}
         self._owns_process = False  # run(), not arun() on an application's loop
         self._signals = 0
         self._url: str | None = None  # the server's, once arun resolved it
@@ -202,9 +205,11 @@ class Runner:
         )
         reporter = Reporter(self.settings, driver, keeper, self._reports, self._report_ready)
         reclaimer = Reclaimer(self.settings, driver, self.queues)
+        watcher = CancelWatcher(self.settings, driver, self._attempts.keys, self._cancel)
         helpers = [
             asyncio.create_task(reporter.run(), name="culex-reporter"),
             asyncio.create_task(reclaimer.run(self._stopping), name="culex-reclaim"),
+            asyncio.create_task(watcher.run(self._stopping), name="culex-cancels"),
         ]
         periodic = periodic_jobs(self.jobs, self.queues)
         if self.settings.run_cron_scheduler and periodic:
@@ -336,11 +341,53 @@ class Runner:
                 self._threaded.add(claimed)
             keys = queue_keys(self.settings.prefix, claimed.queue)
             job.reporting_ = Reporting(self._url, keys, claimed.id, claimed.attempt)
-            outcome = await attempt(job, claimed, self._pool)
+            outcome = await self._attempt(job, claimed)
         if self._keeper is not None:
             self._keeper.finish(claimed)
         self._reports.append(outcome)
         self._report_ready.set()
+
+    async def _attempt(self, job: Job, claimed: Claimed) -> Outcome:
+        """Run one attempt, as a task of its own that :meth:`_cancel` may stop."""
+        key = (claimed.queue, claimed.id)
+        run = asyncio.create_task(attempt(job, claimed, self._pool))
+        self._attempts[key] = (job, run)
+        try:
+            outcome = await run
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if not job._cancel_requested or (current is not None and current.cancelling()):
+                raise  # (the runner stops: the task goes back, as before)
+            outcome = None
+        finally:
+            self._attempts.pop(key, None)
+        # (the field, not the property: a job class may have a `cancelled` of its own)
+        if job._cancel_requested:
+            # Whatever perform did once told (returned early, raised, was killed): the task
+            # ends as cancelled. fail.lua stores the request's reason and never retries it.
+            logger.warning("task %s was cancelled while running", task_name(claimed))
+            return Outcome(claimed, error="cancelled", retry_delay_ms=None)
+        assert outcome is not None
+        return outcome
+
+    def _cancel(self, queue: str, task_id: str) -> None:
+        """The task's cancel was requested (CancelWatcher): stop its attempt. Python cannot
+        stop a thread: a sync perform sees ``job.cancelled`` and returns early."""
+        held = self._attempts.get((queue, task_id))
+        if held is None:
+            return
+        job, run = held
+        if job.isolation == "process" and not job.async_perform_:
+            # Asked again at each check while it runs: a child forked just after a kill
+            # found none is killed at the next.
+            job._cancel_requested = True
+            asyncio.get_running_loop().run_in_executor(None, isolation.kill, [task_id])
+            return
+        if job._cancel_requested:
+            return
+        job._cancel_requested = True
+        if job.async_perform_:
+            run.cancel()
 
     def _lease_ms(self, job: Job) -> int:
         if job.lease is None:

@@ -1,7 +1,12 @@
--- cancel: call off a task that has not started. It goes to dead as a task that failed for
--- good does (there is no state of its own), so a producer waiting for its result is told it
--- died, `culex dead` lists it and retry_dead can put it back. A running (pending) task is
--- refused: its runner holds it under a lease, and only that runner's report ends it.
+-- cancel: call off a task. A task that has not started goes to dead as a task that failed
+-- for good does (there is no state of its own), so a producer waiting for its result is
+-- told it died, `culex dead` lists it and retry_dead can put it back. A running (pending)
+-- task is left to its runner, which holds it under a lease: with KEYS[9] to KEYS[11] the
+-- cancel is requested, and the runner, which reads the requests about once a second,
+-- stops the attempt and reports it with fail, which sends a task whose cancel was
+-- requested to dead with that reason, never to a retry (as reclaim does when its runner
+-- is gone). Without them a running task is refused, as before running tasks could be
+-- cancelled.
 --
 -- KEYS[1] task hash
 -- KEYS[2] waiting zset
@@ -11,11 +16,21 @@
 --         that is cancelled writes last_finished_at and last_outcome there, as in fail)
 -- KEYS[6] done list <prefix>:{<queue>}:done:<id>   (producers waiting for the task's end
 --         are woken through it: see wait.lua)
---         (cancel writes no counter: a cancelled task never ran; see include/stats.lua)
+--         (cancel writes no counter: a cancelled task never ran, and a running one is
+--         counted once, as dead, by the script that ends it; see include/stats.lua)
 -- KEYS[7] dedupe hash <prefix>:{<queue>}:dedupe   optional: the cancelled task frees its
 --         dedupe key there (include/dedupe.lua)
 -- KEYS[8] groups prefix <prefix>:{<queue>}:groups:   optional: a waiting task of a group
 --         is taken out of its group's ready set (include/groups.lua)
+-- KEYS[9] pending zset   optional, with KEYS[10] and KEYS[11]: a running task's cancel is
+--         requested; without them a running task is refused
+-- KEYS[10] cancels zset <prefix>:{<queue>}:cancels   optional: the running tasks whose
+--         cancel was requested, scored by the request's time (ms); fail, complete and
+--         reclaim remove an id when its task leaves pending. Up to 10 of its oldest ids
+--         whose task is no longer pending under a request (ended by a client that sent
+--         those scripts no cancels key) leave it on each new request, so the set ends.
+-- KEYS[11] task key prefix <prefix>:{<queue>}:task:   optional: to read those oldest ids'
+--         tasks
 -- ARGV[1] id
 -- ARGV[2] reason          free text, or "": last_error becomes "cancelled: <reason>" or
 --                         "cancelled"
@@ -25,6 +40,11 @@
 --          that set: it left the set, its hash says state "dead" with last_error, failed_at
 --          and finished_at = now (retry_count and attempt are kept), the hash expires after
 --          dead_ttl_ms, and the id is in dead with score now (dead is trimmed as in fail).
+--          "cancelling" (with KEYS[9] to KEYS[11]) when the hash said "pending" and the id
+--          was in pending: the hash gets cancel_requested = the last_error it will end
+--          with, and the id is in the cancels zset with score now; the task stays pending
+--          until its runner (or reclaim) ends it. A second cancel of it changes nothing and
+--          says "cancelling" again (the first reason stands).
 --          Otherwise nothing changes and the reply is the state the hash holds ("pending",
 --          "succeeded", "dead"; "waiting" or "scheduled" only if the id is missing from that
 --          set, which no culex script leaves), or "" when there is no task hash (never
@@ -143,9 +163,35 @@ local dead_max = tonumber(ARGV[4])
 if not (ttl and dead_max) then  -- (before any write)
   return redis.error_reply('ERR cancel: ARGV[3] and ARGV[4] must be numbers')
 end
-local f = redis.pcall('HMGET', KEYS[1], 'state', 'periodic', 'type', 'dedupe_key', 'group')
+local f = redis.pcall('HMGET', KEYS[1], 'state', 'periodic', 'type', 'dedupe_key', 'group',
+  'cancel_requested')
 if f['err'] or not f[1] then  -- (a missing field arrives as false: never written back)
   return ''
+end
+local reason = 'cancelled'
+if ARGV[2] ~= '' then
+  reason = reason .. ': ' .. ARGV[2]
+end
+if f[1] == 'pending' and KEYS[11] then
+  if f[6] then  -- (asked already: the first request and its reason stand)
+    return 'cancelling'
+  end
+  if not redis.call('ZSCORE', KEYS[9], ARGV[1]) then
+    return f[1]
+  end
+  local t = redis.call('TIME')
+  local now = t[1] * 1000 + math.floor(t[2] / 1000)
+  -- A request whose task ended through a script that was sent no cancels key (a foreign
+  -- or older runner) would stay: the oldest few are checked on each new request.
+  for _, old in ipairs(redis.call('ZRANGE', KEYS[10], 0, 9)) do
+    local g = redis.pcall('HMGET', KEYS[11] .. old, 'state', 'cancel_requested')
+    if g['err'] or g[1] ~= 'pending' or not g[2] then
+      redis.call('ZREM', KEYS[10], old)
+    end
+  end
+  redis.call('HSET', KEYS[1], 'cancel_requested', reason)
+  redis.call('ZADD', KEYS[10], now, ARGV[1])
+  return 'cancelling'
 end
 local set
 if f[1] == 'waiting' then
@@ -158,10 +204,6 @@ if not set or not redis.call('ZSCORE', set, ARGV[1]) then
 end
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
-local reason = 'cancelled'
-if ARGV[2] ~= '' then
-  reason = reason .. ': ' .. ARGV[2]
-end
 -- The one write that can fail for this id alone (its periodic record's key holds another
 -- type) goes first: a script that stops on an error keeps the writes before it.
 if f[2] == '1' and f[3] then

@@ -23,6 +23,9 @@
 -- KEYS[9] groups prefix <prefix>:{<queue>}:groups:   optional: a task that ran as one of
 --         its group's (group_held=1) frees its place, and the group takes its turn again
 --         when it has more ready (include/groups.lua)
+-- KEYS[10] cancels zset <prefix>:{<queue>}:cancels   optional: a task whose cancel was
+--         requested leaves it. Its success stands: it ended before its runner learned of
+--         the request, and the work is done; see cancel.lua
 -- ARGV[1..] quadruples: id, attempt, result, ttl_ms
 --         attempt  the one the runner was handed: it fences stale runners
 --         result   JSON text of perform's return value
@@ -274,7 +277,7 @@ for i = 1, #ARGV, 4 do
   -- (pcall: a key of another type is refused like a stale report; an error here would
   -- stop the batch after the writes of the ids before it)
   local f = redis.pcall('HMGET', key, 'attempt', 'state', 'periodic', 'type', 'waited',
-    'started_at', 'dedupe_key', 'group', 'group_held')
+    'started_at', 'dedupe_key', 'group', 'group_held', 'cancel_requested')
   if not f['err'] and f[1] == ARGV[i + 1] and f[2] == 'pending' then
     local ttl = tonumber(ARGV[i + 3])
     done[#done + 1] = id
@@ -289,6 +292,9 @@ for i = 1, #ARGV, 4 do
     end
     if f[9] == '1' then  -- (read above: a task without a group costs nothing more)
       group_ended(KEYS[9], key, f[8], KEYS[7], t[1] * 1000000 + t[2])
+    end
+    if f[10] and KEYS[10] then  -- (read above: most tasks have no request, and cost no ZREM)
+      redis.pcall('ZREM', KEYS[10], id)
     end
     if f[3] == '1' then
       -- (pcall: a record key holding another type must not stop the tasks' own reports)

@@ -19,6 +19,9 @@
 --         its dedupe key there (include/dedupe.lua); a retried task keeps it
 -- KEYS[11] groups prefix <prefix>:{<queue>}:groups:   optional: a task that ran as one of
 --         its group's frees its place there, as in complete
+-- KEYS[12] cancels zset <prefix>:{<queue>}:cancels   optional: the task leaves it. A task
+--         whose hash has cancel_requested (cancel.lua) goes to dead with that as its
+--         last_error, whatever ARGV[3] and ARGV[4] say: a cancelled task is never retried
 -- ARGV[1] id
 -- ARGV[2] attempt         fences stale runners, as in complete
 -- ARGV[3] error           the reason, stored as last_error
@@ -26,6 +29,8 @@
 -- ARGV[5] dead_ttl_ms     failed_job_ttl in ms: the hash expires, and dead is trimmed by age
 -- ARGV[6] dead_max        dead keeps at most this many ids (the oldest go first)
 -- Returns: "scheduled" or "dead"; 0 when refused (stale attempt or not pending).
+--          A runner that stops an attempt because its cancel was requested reports it
+--          here, with ARGV[4] = -1: it is counted once, as dead.
 
 -- >>> include/wake.lua
 -- A task whose hash has waited=1 (wait.lua) has producers blocked on its done list: one
@@ -279,15 +284,23 @@ if not KEYS[7] then
   return redis.error_reply('ERR fail takes 7 keys: the counters prefix is KEYS[7]')
 end
 local f = redis.call('HMGET', KEYS[1], 'attempt', 'state', 'periodic', 'type', 'retry_count',
-  'started_at', 'dedupe_key', 'group', 'group_held')
+  'started_at', 'dedupe_key', 'group', 'group_held', 'cancel_requested')
 if f[1] ~= ARGV[2] or f[2] ~= 'pending' then
   return 0
+end
+local reason = ARGV[3]
+if f[10] then
+  delay = -1
+  reason = f[10]
 end
 -- (a retry_count that is not a number counts as 0: no write below can fail)
 local retries = math.floor(tonumber(f[5]) or 0) + 1
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 redis.call('ZREM', KEYS[2], ARGV[1])
+if f[10] and KEYS[12] then  -- (pcall: a key of another type must not stop the report)
+  redis.pcall('ZREM', KEYS[12], ARGV[1])
+end
 unblock(KEYS[8], KEYS[9])
 if f[9] == '1' then
   group_ended(KEYS[11], KEYS[1], f[8], KEYS[9], t[1] * 1000000 + t[2])
@@ -297,11 +310,14 @@ count(tally, f[4] or '', delay >= 0 and 'f' or 'd', run_time(now, f[6]))
 write_counts(KEYS[7], now, tally)
 if delay >= 0 then
   redis.call('HSET', KEYS[1], 'state', 'scheduled', 'retry_count', retries,
-    'last_error', ARGV[3], 'failed_at', now, 'due_at', now + delay)
+    'last_error', reason, 'failed_at', now, 'due_at', now + delay)
   redis.call('ZADD', KEYS[3], now + delay, ARGV[1])
   return 'scheduled'
 end
-to_dead(KEYS[1], KEYS[4], KEYS[6], ARGV[1], ARGV[3], now, ttl, retries)
+to_dead(KEYS[1], KEYS[4], KEYS[6], ARGV[1], reason, now, ttl, retries)
+if f[10] then  -- (the request is answered: a retry_dead of the task runs it again)
+  redis.call('HDEL', KEYS[1], 'cancel_requested')
+end
 trim_dead(KEYS[4], now, ttl, dead_max)
 free_dedupe(KEYS[10], f[7], ARGV[1])
 if f[3] == '1' then

@@ -25,6 +25,9 @@
 -- KEYS[12] groups prefix <prefix>:{<queue>}:groups:   optional: a task that ran as one of
 --         its group's frees its place there (as in complete), and one that runs again at
 --         once waits in its group's ready set
+-- KEYS[13] cancels zset <prefix>:{<queue>}:cancels   optional: a task leaves it. A task
+--         whose hash has cancel_requested (cancel.lua) goes to dead with that as its
+--         last_error, never to a retry: its runner is gone before it could end it
 -- ARGV[1] limit          how many expired tasks to reclaim at most
 -- ARGV[2] dead_ttl_ms
 -- ARGV[3] dead_max
@@ -311,7 +314,7 @@ local ids = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, li
 local found = {}
 for i, id in ipairs(ids) do
   found[i] = redis.pcall('HMGET', KEYS[4] .. id, 'retry_count', 'max_retries', 'periodic',
-    'type', 'priority', 'dedupe_key', 'group', 'group_held')
+    'type', 'priority', 'dedupe_key', 'group', 'group_held', 'cancel_requested')
 end
 for i, id in ipairs(ids) do
   redis.call('ZREM', KEYS[1], id)
@@ -330,6 +333,10 @@ for i, id in ipairs(ids) do
   else
     retries = (tonumber(f[1]) or 0) + 1
     max_retries = tonumber(f[2]) or 4
+    if f[9] then
+      max_retries = -1
+      why = f[9]
+    end
   end
   if f[8] == '1' then
     group_ended(KEYS[12], key, f[7], KEYS[6], t[1] * 1000000 + t[2])
@@ -353,6 +360,12 @@ for i, id in ipairs(ids) do
     outcome = 'dead'
     count(tally, f[4] or '', 'd')
     to_dead(key, KEYS[3], KEYS[8] .. id, id, why, now, ttl, retries)
+    if f[9] then  -- (the request is answered: a retry_dead of the task runs it again)
+      redis.call('HDEL', key, 'cancel_requested')
+      if KEYS[13] then  -- (pcall: a key of another type must not stop the reclaim)
+        redis.pcall('ZREM', KEYS[13], id)
+      end
+    end
     free_dedupe(KEYS[11], f[6], id)
     if f[3] == '1' then
       -- (pcall: a record key holding another type must not stop the reclaim of the others)

@@ -11,7 +11,9 @@
 --         (include/groups.lua)
 -- ARGV[1] id
 -- ARGV[2] attempt         fences stale runners, as in complete
--- Returns: 1 when released; 0 when refused (stale attempt or not pending).
+-- Returns: 1 when released; 0 when refused (stale attempt or not pending, or its cancel
+--          was requested: cancel.lua. Such a task must not run again: its runner ends it
+--          with fail, or, when it cannot, its lease runs out and reclaim sends it to dead).
 
 -- >>> include/priority.lua
 -- waiting is one sorted set: a task's score is ready_ms - priority * 2^42, so ZPOPMIN takes
@@ -87,8 +89,8 @@ end
 -- <<< include/groups.lua
 
 local f = redis.call('HMGET', KEYS[1], 'attempt', 'state', 'enqueue_time', 'due_at',
-  'priority', 'group', 'group_held')
-if f[1] ~= ARGV[2] or f[2] ~= 'pending' then
+  'priority', 'group', 'group_held', 'cancel_requested')
+if f[1] ~= ARGV[2] or f[2] ~= 'pending' or f[8] then
   return 0
 end
 redis.call('ZREM', KEYS[2], ARGV[1])
