@@ -41,8 +41,8 @@ def test_examples_run(page: str, r: redis.Redis, capsys: pytest.CaptureFixture[s
 
 
 def test_the_flow_control_examples_run(r: redis.Redis, capsys: pytest.CaptureFixture[str]) -> None:
-    """Priorities and dedupe keys: the page's examples, in order, in one namespace."""
-    page = "flow-control-dedupe-priority.md"
+    """docs/flow-control.md: the page's examples, in order, in one namespace."""
+    page = "flow-control.md"
     module = types.ModuleType("culex_flow_control_example")
     sys.modules[module.__name__] = module
     try:
@@ -53,7 +53,24 @@ def test_the_flow_control_examples_run(r: redis.Redis, capsys: pytest.CaptureFix
         for job in list(culex.registry):
             if job.__module__ == module.__name__:
                 culex.registry.remove(job)
-    assert capsys.readouterr().out == "alert\nreport 2026-10\nreport 2026-11\n"
+    assert capsys.readouterr().out.splitlines() == [
+        "paused, waiting: 1",  # pause
+        "sent to a@example.com",
+        "invoice 0",  # limits
+        "invoice 1",
+        "waiting: 1",
+        "invoice 2",
+        "['big', 'big', 'big', 'small']",  # groups
+        "alert",  # priorities
+        "report 2026-10",
+        "report 2026-11",
+        "['retry_later', 'succeeded']",  # RetryLater
+        "pushed 0 1",
+        "None",  # progress
+        "Progress(fraction=1.0, message='rendered 10 of 10 pages')",
+        "True",  # cancelling a running task
+        "cancelled: the user closed the page",
+    ]
 
 
 def _anchor(heading: str) -> str:
