@@ -81,3 +81,13 @@ class CustomerJob(culex.QueuedJob):
         record(self, "start", self.customer)
         time.sleep(0.02)
         record(self, "end", self.customer)
+
+
+class UrgentJob(culex.QueuedJob):
+    """A backlog of mixed priorities."""
+
+    queue = "fc-priority"
+    level: int
+
+    def perform(self) -> None:
+        record(self, "start", str(self.level))

@@ -202,3 +202,19 @@ def test_a_pages_cursor_crosses_from_waiting_into_the_groups(r: redis.Redis) -> 
     assert seen == plain + grouped
     newest = inspection.tasks("grouped", "waiting", limit=6)
     assert [row.id for row in newest.rows] == grouped[::-1] + plain[::-1]
+
+
+def test_a_cancelled_running_task_of_a_group_frees_its_place(
+    r: redis.Redis, d: SyncDriverProtocol
+) -> None:
+    first, second = enqueue("a", 1), enqueue("a", 2)
+    (running,) = claim(d, 10, group_concurrency=1).tasks
+    assert running.id == first.id and claim(d, 10, group_concurrency=1).tasks == []
+    cancel = operations.cancel(K, first.id, "", dead_ttl_ms=DAY_MS, dead_max=10)
+    assert d.run(cancel) == operations.CANCELLING
+    ended = operations.fail(
+        K, first.id, running.attempt, "stopped", retry_delay_ms=0, dead_ttl_ms=DAY_MS, dead_max=10
+    )
+    assert d.run(ended) == "dead"  # (a cancelled task is never retried)
+    assert r.exists(G + "running") == 0
+    assert [t.id for t in claim(d, 10, group_concurrency=1).tasks] == [second.id]

@@ -20,7 +20,7 @@ from culex import inspection, queue_control
 
 from ..conftest import wait_until
 from . import flow_jobs
-from .flow_jobs import BoundedJob, CustomerJob, OpenJob, PausedJob, RatedJob
+from .flow_jobs import BoundedJob, CustomerJob, OpenJob, PausedJob, RatedJob, UrgentJob
 
 RUNNERS = 3
 JOBS_FILE = Path(flow_jobs.__file__).resolve()
@@ -148,6 +148,23 @@ def test_group_limits_hold_per_group_and_a_busy_group_cannot_starve_a_quiet_one(
     for customer in ("quiet", "calm", "still"):  # each came in turn, not after the backlog
         (started,) = [e["t"] for e in starts if e["group"] == customer]
         assert started < busy[3]
+
+
+def test_priorities_order_a_backlog_across_runners(r: redis.Redis, fleet: Fleet) -> None:
+    culex.pause("fc-priority")  # (the backlog builds up before any runner takes from it)
+    low = culex.enqueue_many((UrgentJob(level=-5) for _ in range(15)), priority=-5)
+    plain = culex.enqueue_many(UrgentJob(level=0) for _ in range(15))
+    high = culex.enqueue_many((UrgentJob(level=5) for _ in range(15)), priority=5)
+    culex.resume("fc-priority")
+    for task in high + plain + low:
+        task.result(timeout=20)
+
+    def started(tasks: list[culex.Task]) -> list[int]:  # the claim's own time, ms
+        return [int(r.hget(f"culex:{{fc-priority}}:task:{t.id}", "started_at") or 0) for t in tasks]
+
+    # every higher priority was claimed before any lower one, across the three runners
+    assert max(started(high)) <= min(started(plain))
+    assert max(started(plain)) <= min(started(low))
 
 
 def _ended(fleet: Fleet, job: type[culex.Job]) -> bool:
