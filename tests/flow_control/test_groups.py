@@ -218,3 +218,15 @@ def test_a_cancelled_running_task_of_a_group_frees_its_place(
     assert d.run(ended) == "dead"  # (a cancelled task is never retried)
     assert r.exists(G + "running") == 0
     assert [t.id for t in claim(d, 10, group_concurrency=1).tasks] == [second.id]
+
+
+def test_once_the_groups_are_done_the_claim_pops_waiting_again(
+    r: redis.Redis, d: SyncDriverProtocol
+) -> None:
+    enqueue("a", 1)
+    for n in range(3):
+        enqueue(None, n)
+    assert sorted(groups_of(r, claim(d, 2).tasks)) == ["-", "a"]
+    assert r.zrange(G + "ring", 0, -1) == [b""]  # only the turn of the tasks without a group
+    assert len(claim(d, 10).tasks) == 2
+    assert r.exists(G + "ring") == 0

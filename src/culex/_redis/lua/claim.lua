@@ -430,7 +430,13 @@ end
 local reply = {t[1] * 1000000 + t[2], -1}
 if limit > 0 then
   local picked
-  if groups and redis.call('EXISTS', groups .. 'ring') == 1 then
+  local ring = groups and redis.call('ZRANGE', groups .. 'ring', 0, 1)
+  if ring and ring[1] == '' and not ring[2] then
+    -- (only the turn of the tasks without a group is left: no ring, one ZPOPMIN again)
+    redis.call('DEL', groups .. 'ring')
+    ring = nil
+  end
+  if ring and ring[1] then
     picked = take_in_turns(limit)
   else
     picked = {}
