@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import logging
 import signal
+import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -195,26 +196,23 @@ def serve(settings: config.Settings, host: str, port: int) -> None:
     prints the address it serves. One scrape at a time (Prometheus does not send more)."""
     server = HTTPServer((host, port), _handler(settings))
     shown_host, shown_port = server.server_address[:2]
+
     # Both signals are handled here, not left to Python's default: a process started in
     # the background by a shell inherits SIGINT ignored, and SIGTERM is what a service
-    # manager or a container runtime sends.
-    for stop in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(stop, _stop)
+    # manager or a container runtime sends. The handler asks the loop to stop from a
+    # thread of its own (shutdown() waits for the loop): an exception raised in the
+    # handler would be swallowed, and the server kept serving, when the signal lands
+    # while a scrape is answered (socketserver reports a handler's exceptions and goes on).
+    def stop(signum: int, frame: object) -> None:
+        threading.Thread(target=server.shutdown, name="culex-metrics-stop", daemon=True).start()
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, stop)
     print(f"serving http://{shown_host!s}:{shown_port}/metrics", flush=True)
     try:
         server.serve_forever()
-    except _Stopped:
-        pass
     finally:
         server.server_close()
-
-
-class _Stopped(Exception):
-    """A signal asked ``culex metrics`` to stop."""
-
-
-def _stop(signum: int, frame: object) -> None:
-    raise _Stopped
 
 
 def _handler(settings: config.Settings) -> type[BaseHTTPRequestHandler]:
