@@ -160,6 +160,7 @@ def test_a_running_task_s_cancel_is_requested_once(r: redis.Redis) -> None:
 
     after = r.hgetall(K.task("running"))
     assert after.pop(b"cancel_requested") == b"cancelled: user left"
+    assert after.pop(b"on_end") == b"1"  # (complete reads the request only then)
     assert after == before  # still pending, under the same attempt
     assert r.zscore(K.pending, "running") is not None
     assert r.zrange(K.cancels, 0, -1) == [b"running"]

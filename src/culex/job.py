@@ -204,11 +204,19 @@ class Job:
         the task (its lease was lost), or the job runs outside a runner (perform_now).
         A fraction outside 0..1, NaN, or a message that is not a str or too long raises
         ValueError or TypeError."""
-        return report(getattr(self, "reporting_", None), fraction, message)
+        reporting = getattr(self, "reporting_", None)
+        return report(reporting, self._task_id(), self._attempt(), fraction, message)
 
     async def aprogress(self, fraction: float, message: str | None = None) -> bool:
         """The async twin of :meth:`progress`, for an ``async def perform``."""
-        return await areport(getattr(self, "reporting_", None), fraction, message)
+        reporting = getattr(self, "reporting_", None)
+        return await areport(reporting, self._task_id(), self._attempt(), fraction, message)
+
+    def _task_id(self) -> str:
+        return getattr(self, "task_id", "")  # (set by the runner; unset in perform_now)
+
+    def _attempt(self) -> int:
+        return getattr(self, "attempt", 0)
 
     def reschedule_interval(self, retry_count: int) -> timedelta:
         """How long to wait before retry number ``retry_count`` (1, 2, ...): 2 s x n²."""

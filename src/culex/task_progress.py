@@ -31,12 +31,12 @@ class Progress(NamedTuple):
 
 
 class Reporting(NamedTuple):
-    """Where a running attempt reports its progress: the runner sets one on the job."""
+    """Where the running attempts of a queue report their progress: the runner sets its
+    queue's on each job it runs (one per queue, not per task: the job knows its task id
+    and attempt)."""
 
     url: str | None  # the runner's server (None: the configured one)
     keys: QueueKeys
-    task_id: str
-    attempt: int
 
 
 def checked(fraction: object, message: object) -> tuple[float, str]:
@@ -56,9 +56,12 @@ def checked(fraction: object, message: object) -> tuple[float, str]:
     return float(fraction), message
 
 
-def report(reporting: Reporting | None, fraction: object, message: object) -> bool:
-    """Store the progress (blocking); see :meth:`culex.Job.progress`."""
-    flow = _report_flow(reporting, fraction, message)
+def report(
+    reporting: Reporting | None, task_id: str, attempt: int, fraction: object, message: object
+) -> bool:
+    """Store the progress of attempt ``attempt`` of ``task_id`` (blocking); see
+    :meth:`culex.Job.progress`."""
+    flow = _report_flow(reporting, task_id, attempt, fraction, message)
     try:
         asyncio.get_running_loop()
     except RuntimeError:
@@ -70,21 +73,23 @@ def report(reporting: Reporting | None, fraction: object, message: object) -> bo
     )
 
 
-async def areport(reporting: Reporting | None, fraction: object, message: object) -> bool:
+async def areport(
+    reporting: Reporting | None, task_id: str, attempt: int, fraction: object, message: object
+) -> bool:
     """The async twin of :func:`report`."""
-    flow = _report_flow(reporting, fraction, message)
+    flow = _report_flow(reporting, task_id, attempt, fraction, message)
     return False if flow is None else await run_async(flow, _url(reporting))
 
 
 def _report_flow(
-    reporting: Reporting | None, fraction: object, message: object
+    reporting: Reporting | None, task_id: str, attempt: int, fraction: object, message: object
 ) -> Flow[bool] | None:
     """The arguments checked (outside a runner too), and the flow that stores them; None
     outside a runner (perform_now): there is no task to store them on."""
     number, text = checked(fraction, message)
     if reporting is None:
         return None
-    call = operations.progress(reporting.keys, reporting.task_id, reporting.attempt, number, text)
+    call = operations.progress(reporting.keys, task_id, attempt, number, text)
     return one_call(call)
 
 

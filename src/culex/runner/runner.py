@@ -49,6 +49,7 @@ from .scheduler import Scheduler
 logger = logging.getLogger("culex")
 
 HELPER_STOP_TIMEOUT = 5.0  # seconds a helper loop may take to stop
+CANCEL_REQUESTED = "culex: the task's cancel was requested"  # the message of that cancel
 
 
 class Runner:
@@ -92,10 +93,11 @@ class Runner:
         self._pool = _Pool(self.settings.concurrency)
         self._threaded: set[Claimed] = set()  # running tasks whose perform runs in a thread
         # The attempts running now, by (queue, id): a cancel request stops them.
-        self._attempts: dict[tuple[str, str], tuple[Job, asyncio.Task[Outcome]]] = {}
+        self._jobs: dict[Claimed, Job] = {}  # the attempts running now: a cancel stops them
         self._owns_process = False  # run(), not arun() on an application's loop
         self._signals = 0
         self._url: str | None = None  # the server's, once arun resolved it
+        self._reporting: dict[str, Reporting] = {}  # where each queue's jobs report progress
 
     # -- starting and stopping ------------------------------------------------------
 
@@ -155,6 +157,9 @@ class Runner:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(sig, self._on_signal, sig)
         url = self._url = connection.resolve_url(self.settings.redis_url)
+        self._reporting = {
+            q: Reporting(url, queue_keys(self.settings.prefix, q)) for q in self.queues
+        }
         driver = await self._connect(url)
         self._keeper = keeper = LeaseKeeper(self.settings, url, self._identity())
         keeper.start()
@@ -205,7 +210,7 @@ class Runner:
         )
         reporter = Reporter(self.settings, driver, keeper, self._reports, self._report_ready)
         reclaimer = Reclaimer(self.settings, driver, self.queues)
-        watcher = CancelWatcher(self.settings, driver, self._attempts.keys, self._cancel)
+        watcher = CancelWatcher(self.settings, driver, self._held, self._cancel)
         helpers = [
             asyncio.create_task(reporter.run(), name="culex-reporter"),
             asyncio.create_task(reclaimer.run(self._stopping), name="culex-reclaim"),
@@ -339,44 +344,37 @@ class Runner:
                 self._keeper.hold(claimed, lease_ms)
             if not job.async_perform_ and job.isolation == "thread":
                 self._threaded.add(claimed)
-            keys = queue_keys(self.settings.prefix, claimed.queue)
-            job.reporting_ = Reporting(self._url, keys, claimed.id, claimed.attempt)
-            outcome = await self._attempt(job, claimed)
+            job.reporting_ = self._reporting[claimed.queue]
+            self._jobs[claimed] = job
+            try:
+                outcome = await attempt(job, claimed, self._pool)
+            except asyncio.CancelledError as exc:
+                _check_cancel_requested(job, exc)
+            finally:
+                del self._jobs[claimed]
+            # (the field, not the property: a job class may have a `cancelled` of its own)
+            if job._cancel_requested:
+                # Whatever perform did once told (returned early, raised, was killed): the
+                # task ends as cancelled; fail.lua stores the request's reason, no retry.
+                logger.warning("task %s was cancelled while running", task_name(claimed))
+                outcome = Outcome(claimed, error="cancelled", retry_delay_ms=None)
         if self._keeper is not None:
             self._keeper.finish(claimed)
         self._reports.append(outcome)
         self._report_ready.set()
 
-    async def _attempt(self, job: Job, claimed: Claimed) -> Outcome:
-        """Run one attempt, as a task of its own that :meth:`_cancel` may stop."""
-        key = (claimed.queue, claimed.id)
-        run = asyncio.create_task(attempt(job, claimed, self._pool))
-        self._attempts[key] = (job, run)
-        try:
-            outcome = await run
-        except asyncio.CancelledError:
-            current = asyncio.current_task()
-            if not job._cancel_requested or (current is not None and current.cancelling()):
-                raise  # (the runner stops: the task goes back, as before)
-            outcome = None
-        finally:
-            self._attempts.pop(key, None)
-        # (the field, not the property: a job class may have a `cancelled` of its own)
-        if job._cancel_requested:
-            # Whatever perform did once told (returned early, raised, was killed): the task
-            # ends as cancelled. fail.lua stores the request's reason and never retries it.
-            logger.warning("task %s was cancelled while running", task_name(claimed))
-            return Outcome(claimed, error="cancelled", retry_delay_ms=None)
-        assert outcome is not None
-        return outcome
+    def _held(self) -> list[tuple[str, str]]:
+        """The (queue, id) of each attempt running now (CancelWatcher reads their queues)."""
+        return [(claimed.queue, claimed.id) for claimed in self._jobs]
 
     def _cancel(self, queue: str, task_id: str) -> None:
         """The task's cancel was requested (CancelWatcher): stop its attempt. Python cannot
         stop a thread: a sync perform sees ``job.cancelled`` and returns early."""
-        held = self._attempts.get((queue, task_id))
+        held = next((c for c in self._jobs if c.id == task_id and c.queue == queue), None)
         if held is None:
             return
-        job, run = held
+        job = self._jobs[held]
+        run = next(task for task, claimed in self._running.items() if claimed is held)
         if job.isolation == "process" and not job.async_perform_:
             # Asked again at each check while it runs: a child forked just after a kill
             # found none is killed at the next.
@@ -387,7 +385,7 @@ class Runner:
             return
         job._cancel_requested = True
         if job.async_perform_:
-            run.cancel()
+            run.cancel(CANCEL_REQUESTED)
 
     def _lease_ms(self, job: Job) -> int:
         if job.lease is None:
@@ -443,3 +441,14 @@ def _exit_now(code: int) -> NoReturn:
     them), once the log is written out."""
     logs.flush_all()
     os._exit(code)
+
+
+def _check_cancel_requested(job: Job, exc: asyncio.CancelledError) -> None:
+    """An attempt's task was cancelled: by Runner._cancel (its cancel was requested: the
+    attempt ends, as cancelled), or by a stop of the runner, which goes on as a stop (the
+    task is handed back): ``exc`` is raised again then."""
+    if not job._cancel_requested or exc.args != (CANCEL_REQUESTED,):
+        raise exc
+    current = asyncio.current_task()
+    if current is not None and current.uncancel():  # (a stop asked as well)
+        raise exc

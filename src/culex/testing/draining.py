@@ -181,7 +181,7 @@ class _Drainer:
         if isinstance(job, Outcome):
             return job, _record(claimed, job, None, None)
         keys = queue_keys(self.settings.prefix, claimed.queue)
-        job.reporting_ = Reporting(self.settings.redis_url, keys, claimed.id, claimed.attempt)
+        job.reporting_ = Reporting(self.settings.redis_url, keys)
         raised: list[BaseException] = []
         _catch(job, raised)
         outcome = await attempt(job, claimed, self.pool)

@@ -189,7 +189,7 @@ if f[1] == 'pending' and KEYS[11] then
       redis.call('ZREM', KEYS[10], old)
     end
   end
-  redis.call('HSET', KEYS[1], 'cancel_requested', reason)
+  redis.call('HSET', KEYS[1], 'cancel_requested', reason, 'on_end', '1')
   redis.call('ZADD', KEYS[10], now, ARGV[1])
   return 'cancelling'
 end

@@ -324,7 +324,11 @@ for i = 1, #due, 2 do
   make_ready(KEYS[1], groups, id, waiting_score(tonumber(due[i + 1]), f[1]), f[2], turn)
   redis.call('HSET', KEYS[5] .. id, 'state', 'waiting')
 end
-if groups then  -- groups held back by their rate whose window has moved on: back in turn
+-- Whether the queue has groups at work (ready in the ring, or held back by their rate):
+-- one EXISTS, and a claim of a queue without groups looks at nothing more of them. (A group
+-- held back by its concurrency limit comes back to the ring when one of its tasks ends.)
+local grouped = groups and redis.call('EXISTS', groups .. 'ring', groups .. 'delayed') > 0
+if grouped then  -- groups held back by their rate whose window has moved on: back in turn
   local back = redis.call('ZRANGE', groups .. 'delayed', '-inf', now, 'BYSCORE', 'LIMIT', 0,
     1000)
   for _, group in ipairs(back) do
@@ -337,9 +341,11 @@ end
 -- breaking the whole claim: every check below comes before the first write for its id
 -- (a script that errors half-way keeps the writes it made).
 local tally = {}
-local function bury(key, id, job, reason, dedupe)
+local function bury(key, id, job, reason)
   count(tally, job or '', 'd')
-  free_dedupe(KEYS[10], dedupe, id)
+  -- (its dedupe key read here, not for every task claimed: a buried task is rare)
+  local dedupe = KEYS[10] and redis.pcall('HGET', key, 'dedupe_key')
+  free_dedupe(KEYS[10], type(dedupe) == 'string' and dedupe or nil, id)
   redis.call('HSET', key, 'id', id, 'state', 'dead', 'finished_at', now, 'last_error',
     'broken task: ' .. reason)
   redis.call('PEXPIRE', key, dead_ttl)
@@ -368,92 +374,96 @@ end
 -- that may not leaves the ring: at its concurrency limit until one of its tasks ends
 -- (include/groups.lua's group_ended puts it back), at its rate until its window moves on.
 local taken = {}
-local function group_may_start(group)
-  local more = taken[group] or 0
-  if group_concurrency > 0 then
-    local running_now = tonumber(redis.call('HGET', groups .. 'running', group)) or 0
-    if running_now + more >= group_concurrency then
-      redis.call('ZREM', groups .. 'ring', group)
-      return false
+local take_in_turns  -- (made only for a queue with groups: a claim without pays nothing)
+if grouped then
+  local function group_may_start(group)
+    local more = taken[group] or 0
+    if group_concurrency > 0 then
+      local running_now = tonumber(redis.call('HGET', groups .. 'running', group)) or 0
+      if running_now + more >= group_concurrency then
+        redis.call('ZREM', groups .. 'ring', group)
+        return false
+      end
     end
-  end
-  if group_rate > 0 then
-    local window = groups .. 's:' .. group
-    redis.call('ZREMRANGEBYSCORE', window, '-inf', now - group_rate_ms)
-    if redis.call('ZCARD', window) + more >= group_rate then
-      local oldest = redis.call('ZRANGE', window, 0, 0, 'WITHSCORES')
-      local allowed = oldest[2] and tonumber(oldest[2]) + group_rate_ms or now + group_rate_ms
-      redis.call('ZREM', groups .. 'ring', group)
-      redis.call('ZADD', groups .. 'delayed', allowed, group)
-      return false
+    if group_rate > 0 then
+      local window = groups .. 's:' .. group
+      redis.call('ZREMRANGEBYSCORE', window, '-inf', now - group_rate_ms)
+      if redis.call('ZCARD', window) + more >= group_rate then
+        local oldest = redis.call('ZRANGE', window, 0, 0, 'WITHSCORES')
+        local allowed = oldest[2] and tonumber(oldest[2]) + group_rate_ms or now + group_rate_ms
+        redis.call('ZREM', groups .. 'ring', group)
+        redis.call('ZADD', groups .. 'delayed', allowed, group)
+        return false
+      end
     end
+    return true
   end
-  return true
-end
 
--- Up to `want` ready tasks, {id, group or false} each: the group first in the ring gives
--- one and goes to the back, the tasks without a group taking the turn ''. At most
--- want + 100 turns are looked at (each held-back group leaves the ring as it is seen).
-local function take_in_turns(want)
-  local out = {}
-  local ring = groups .. 'ring'
-  if redis.call('EXISTS', KEYS[1]) == 1 then
-    redis.call('ZADD', ring, 'NX', turn, '')
-  end
-  local looked = 0
-  while #out < want and looked < want + 100 do
-    looked = looked + 1
-    local head = redis.call('ZRANGE', ring, 0, 0)[1]
-    if not head then break end
-    local set = KEYS[1]
-    if head ~= '' then set = groups .. 'g:' .. head end
-    if head == '' or group_may_start(head) then
-      local popped = redis.call('ZPOPMIN', set)
-      if popped[1] then
-        if head ~= '' then
-          redis.call('ZREM', groups .. 'ready', popped[1])
-          taken[head] = (taken[head] or 0) + 1
+  -- Up to `want` ready tasks, as id, group (false: none), id, group, ...: the group first
+  -- in the ring gives one and goes to the back, the tasks without a group taking the turn
+  -- ''. At most want + 100 turns are looked at (each held-back group leaves the ring as it
+  -- is seen).
+  take_in_turns = function(want)
+    local out = {}
+    local ring = groups .. 'ring'
+    if redis.call('EXISTS', KEYS[1]) == 1 then
+      redis.call('ZADD', ring, 'NX', turn, '')
+    end
+    local looked = 0
+    while #out < 2 * want and looked < want + 100 do
+      looked = looked + 1
+      local head = redis.call('ZRANGE', ring, 0, 0)[1]
+      if not head then break end
+      local set = KEYS[1]
+      if head ~= '' then set = groups .. 'g:' .. head end
+      if head == '' or group_may_start(head) then
+        local popped = redis.call('ZPOPMIN', set)
+        if popped[1] then
+          if head ~= '' then
+            redis.call('ZREM', groups .. 'ready', popped[1])
+            taken[head] = (taken[head] or 0) + 1
+          end
+          out[#out + 1] = popped[1]
+        out[#out + 1] = head ~= '' and head
         end
-        out[#out + 1] = {popped[1], head ~= '' and head}
-      end
-      if popped[1] and redis.call('EXISTS', set) == 1 then
-        turn = turn + 1
-        redis.call('ZADD', ring, turn, head)
-      else
-        redis.call('ZREM', ring, head)
+        if popped[1] and redis.call('EXISTS', set) == 1 then
+          turn = turn + 1
+          redis.call('ZADD', ring, turn, head)
+        else
+          redis.call('ZREM', ring, head)
+        end
       end
     end
+    return out
   end
-  return out
 end
 
 local reply = {t[1] * 1000000 + t[2], -1}
 if limit > 0 then
   local picked
-  local ring = groups and redis.call('ZRANGE', groups .. 'ring', 0, 1)
+  local ring = grouped and redis.call('ZRANGE', groups .. 'ring', 0, 1)
   if ring and ring[1] == '' and not ring[2] then
     -- (only the turn of the tasks without a group is left: no ring, one ZPOPMIN again)
     redis.call('DEL', groups .. 'ring')
     ring = nil
   end
-  if ring and ring[1] then
+  -- picked: id, group, id, group, ... (taken in turns), or ZPOPMIN's id, score, ... (no
+  -- group: no table made per task)
+  local in_turns = ring and ring[1]
+  if in_turns then
     picked = take_in_turns(limit)
   else
-    picked = {}
-    local popped = redis.call('ZPOPMIN', KEYS[1], limit)  -- {id, score, id, score, ...}
-    for i = 1, #popped, 2 do
-      picked[#picked + 1] = {popped[i], false}
-    end
+    picked = redis.call('ZPOPMIN', KEYS[1], limit)
   end
   local leases = {}  -- score, id pairs for one ZADD to pending
   local starts = {}  -- score, member pairs for the rate limit's window
   local buried_in = {}  -- groups whose pick was buried: it counted in `taken`, not in running
-  for _, pick in ipairs(picked) do
-    local id, group = pick[1], pick[2]
+  for i = 1, #picked, 2 do
+    local id, group = picked[i], in_turns and picked[i + 1]
     local key = KEYS[5] .. id
     if group then buried_in[group] = true end  -- (undone below when the task starts)
     local f = redis.pcall('HMGET', key, 'type', 'params', 'retry_count', 'max_retries',
-      'enqueue_time', 'attempt', 'trace', 'dedupe_key')
+      'enqueue_time', 'attempt', 'trace')
     if f['err'] then
       -- The key holds another type. Not ours to delete: the value is kept beside the
       -- record, in the same slot.
@@ -463,13 +473,13 @@ if limit > 0 then
     elseif f[1] == false and f[2] == false and f[6] == false then
       bury(key, id, f[1], 'no task hash for this id (or one without type, params and attempt)')
     elseif f[6] and (not string.match(f[6], '^%d+$') or #f[6] > 9) then
-      bury(key, id, f[1], 'attempt is not a whole number', f[8])
+      bury(key, id, f[1], 'attempt is not a whole number')
     else
       local attempt = tonumber(f[6] or '0') + 1
       if group then
         buried_in[group] = nil
         redis.call('HSET', key, 'attempt', attempt, 'state', 'pending', 'started_at', now,
-          'group_held', '1')
+          'group_held', '1', 'on_end', '1')
         redis.call('HINCRBY', groups .. 'running', group, 1)
         if group_rate > 0 then
           redis.call('ZADD', groups .. 's:' .. group, now, id .. ':' .. attempt)
@@ -513,7 +523,7 @@ local nxt = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
 if nxt[2] then
   reply[2] = tonumber(nxt[2])
 end
-if groups then  -- a group held back by its rate: when it may start again
+if grouped then  -- a group held back by its rate: when it may start again
   local first = redis.call('ZRANGE', groups .. 'delayed', 0, 0, 'WITHSCORES')
   if first[2] and (reply[2] < 0 or tonumber(first[2]) < reply[2]) then
     reply[2] = tonumber(first[2])

@@ -277,8 +277,15 @@ for i = 1, #ARGV, 4 do
   -- (pcall: a key of another type is refused like a stale report; an error here would
   -- stop the batch after the writes of the ids before it)
   local f = redis.pcall('HMGET', key, 'attempt', 'state', 'periodic', 'type', 'waited',
-    'started_at', 'dedupe_key', 'group', 'group_held', 'cancel_requested')
+    'started_at', 'on_end')
   if not f['err'] and f[1] == ARGV[i + 1] and f[2] == 'pending' then
+    -- on_end=1: the task has a dedupe key, a place among its group's running tasks, or a
+    -- cancel request, to clear as it ends (read only then: a field a task lacks costs a
+    -- scan of its hash)
+    local e = {}
+    if f[7] then
+      e = redis.call('HMGET', key, 'dedupe_key', 'group', 'group_held', 'cancel_requested')
+    end
     local ttl = tonumber(ARGV[i + 3])
     done[#done + 1] = id
     count(tally, f[4] or '', 's', run_time(now, f[6]))
@@ -287,13 +294,13 @@ for i = 1, #ARGV, 4 do
     if f[5] then  -- (read above: most tasks have no waiter, and cost no HDEL)
       wake(key, KEYS[4] .. id, ttl)
     end
-    if f[7] then
-      free_dedupe(KEYS[8], f[7], id)
+    if e[1] then
+      free_dedupe(KEYS[8], e[1], id)
     end
-    if f[9] == '1' then  -- (read above: a task without a group costs nothing more)
-      group_ended(KEYS[9], key, f[8], KEYS[7], t[1] * 1000000 + t[2])
+    if e[3] == '1' then
+      group_ended(KEYS[9], key, e[2], KEYS[7], t[1] * 1000000 + t[2])
     end
-    if f[10] and KEYS[10] then  -- (read above: most tasks have no request, and cost no ZREM)
+    if e[4] and KEYS[10] then
       redis.pcall('ZREM', KEYS[10], id)
     end
     if f[3] == '1' then

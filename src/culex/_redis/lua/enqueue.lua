@@ -162,7 +162,7 @@ if group ~= '' then
   redis.call('HSET', KEYS[1], 'group', group)
 end
 if dedupe ~= '' then
-  redis.call('HSET', KEYS[1], 'dedupe_key', dedupe)
+  redis.call('HSET', KEYS[1], 'dedupe_key', dedupe, 'on_end', '1')
   redis.call('HSET', KEYS[5], dedupe, ARGV[1])
 end
 if state == 'waiting' then
