@@ -2,6 +2,7 @@
 commandstats), with no control set, with limits, with priorities, and with groups.
 
     python bench/flow_control.py [--tasks 100000] [--calls 2000] [--server auto|redis|valkey|PATH]
+    python bench/flow_control.py --before /tmp/culex-before/src   # claim.lua before and after
 
 Each scenario fills one queue on a private server flushed in between (with
 ``enqueue_many``, as producers do), then makes ``--calls`` claims of 10 tasks (the tasks
@@ -10,11 +11,18 @@ control; rate and concurrency limits that never bite; 1,000,000 waiting tasks of
 priorities; 10,000 groups of 10 tasks; and 10,000 groups at their group_concurrency (each
 holds a running task, so every group has left the ring and a claim finds nothing to take).
 Prints the figures; asserts nothing.
+
+``--before`` compares this checkout's claim.lua, sent with no control, with the claim.lua
+of another checkout (e.g. the one before flow control: ``git archive <commit> src | tar
+-x -C /tmp/culex-before``), sent with the 7 keys and 4 arguments it takes: rounds of
+1,000 claims of 10 from 400,000 waiting tasks, the two in turns, the server's µs a claim.
 """
 
 from __future__ import annotations
 
+import statistics
 import time
+from pathlib import Path
 
 import redis
 from server import arguments, private_server
@@ -78,14 +86,41 @@ def scenario(name: str, client: redis.Redis, setup: object, run: object) -> None
     print(f"{name:<58} {per_call:>8.1f} µs a call   (filled in {filled:.1f} s)", flush=True)
 
 
+def before_and_after(client: redis.Redis, before: Path, rounds: int = 10) -> None:
+    """This claim.lua against ``before``'s, in turns: the server's µs per claim of 10."""
+    fill(400_000)
+    old = client.script_load((before / "culex/_redis/lua/claim.lua").read_text())
+    new = operations.claim(K, limit=10, lease_ms=1, promote_limit=1, dead_ttl_ms=1)
+    new_sha = client.script_load(new.script.source)
+    old_keys = new.keys[:7]
+    took: dict[str, list[float]] = {"before": [], "after": []}
+    for turn in range(rounds):
+        for name in ("before", "after") if turn % 2 == 0 else ("after", "before"):
+            client.config_resetstat()
+            for _ in range(1000):
+                if name == "before":
+                    client.evalsha(old, 7, *old_keys, 10, 3_600_000, 100, DAY_MS)
+                else:
+                    client.evalsha(new_sha, len(new.keys), *new.keys, 10, 3_600_000, 100, DAY_MS)
+            stats = client.info("commandstats")["cmdstat_evalsha"]
+            took[name].append(float(stats["usec"]) / int(stats["calls"]))
+    for name, values in took.items():
+        shown = ", ".join(f"{v:.1f}" for v in values)
+        print(f"{name:<7} claim of 10: median {statistics.median(values):.1f} µs ({shown})")
+
+
 def main() -> None:
     parser = arguments(__doc__)
     parser.add_argument("--tasks", type=int, default=100_000)
     parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--before", type=Path, help="src of a checkout to compare claim.lua with")
     args = parser.parse_args()
     with private_server(args.server) as server:
         culex.configure(redis_url=server.url)
         client = redis.Redis.from_url(server.url)
+        if args.before is not None:
+            before_and_after(client, args.before)
+            return
         n, calls = args.tasks, args.calls
         print(f"claim.lua, 10 tasks a call, {calls} calls, server µs a call (INFO commandstats)")
         scenario("no control", client, lambda: fill(n), lambda: claims(calls))
