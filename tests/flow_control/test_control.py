@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from datetime import timedelta
+from typing import Any
 
 import pytest
 import redis
@@ -13,10 +14,11 @@ import redis
 import culex
 from culex import config, enqueue
 from culex._redis import operations
-from culex._redis.keys import queue_keys
+from culex._redis.keys import QueueKeys, queue_keys
 from culex.cli import main
 from culex.errors import ConfigurationError, ServerError
 from culex.queue_control import Rate, controls, rate
+from culex.runner.claimer import Claimer
 
 from ..conftest import driver_of, running, server_ms, snapshot
 from ..topology import Cluster
@@ -207,6 +209,30 @@ async def test_a_runner_waits_for_the_rate_window_then_runs_the_rest(r: redis.Re
     starts = sorted(int(r.hget(K.task(t.id), "started_at") or 0) for t in tasks)
     assert all(b - a >= 300 for a, b in zip(starts, starts[2:], strict=False))  # 2 in any 300 ms
     assert sorted(SteeredJob.ran) == list(range(6))
+
+
+async def test_a_runner_held_by_the_rate_limit_claims_again_only_when_a_start_is_allowed(
+    r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    claims: list[int] = []
+    original = Claimer._claim_call
+
+    def counted(self: Claimer, keys: QueueKeys, limit: int) -> operations.Call[Any]:
+        if keys.name == "steered":
+            claims.append(limit)
+        return original(self, keys, limit)
+
+    monkeypatch.setattr(Claimer, "_claim_call", counted)
+    culex.limit("steered", rate=Rate(1, per=timedelta(seconds=2)))
+    first, second = SteeredJob(n=1).enqueue(), SteeredJob(n=2).enqueue()
+    async with running(culex.Runner(run_from=["steered"])):
+        await first.aresult(timeout=10)
+        before = len(claims)
+        await second.aresult(timeout=10)
+    # Polling would claim at each wake-up (every idle_wait, 0.1 s: some 20 claims in the
+    # 2 s the rate holds the second task back); held, the runner claims the queue when the
+    # reply said a start is allowed, and not before.
+    assert len(claims) - before <= 3, claims
 
 
 def test_an_old_claim_without_the_control_keys_ignores_flow_control(r: redis.Redis) -> None:

@@ -161,10 +161,19 @@ class ClaimReply:
     now_us: int
     next_due_ms: int | None
     tasks: list[Claimed]
+    held_until_ms: int | None = None  # the queue's rate limit holds ready tasks back till then
 
     @property
     def now_ms(self) -> int:
         return self.now_us // 1000
+
+    @property
+    def held_for(self) -> float | None:
+        """Seconds until the queue's rate limit allows a start again, when it held ready
+        tasks back (None: it did not)."""
+        if self.held_until_ms is None:
+            return None
+        return max(0.0, (self.held_until_ms * 1000 - self.now_us) / 1e6)
 
     @property
     def next_due_in(self) -> float | None:
@@ -195,8 +204,10 @@ def claim(
 
     def parse(reply: list[Any]) -> ClaimReply:
         nxt = reply[1]
+        rows = reply[2:]
+        held = rows.pop() if rows and isinstance(rows[-1], int) else None
         return ClaimReply(
-            reply[0], None if nxt < 0 else nxt, [Claimed(queue, row) for row in reply[2:]]
+            reply[0], None if nxt < 0 else nxt, [Claimed(queue, row) for row in rows], held
         )
 
     return Call(
@@ -224,6 +235,7 @@ def claim(
             group_concurrency or 0,
             group_count,
             group_window_ms,
+            1,  # say when the rate limit holds ready tasks back (ClaimReply.held_until_ms)
         ),
         parse,
         scripts.CLAIM,

@@ -84,6 +84,9 @@ class Claimer:
         self._stopped: asyncio.Future[Any] | None = None  # done once a stop is asked
         # Queues whose keys the server refused (e.g. WRONGTYPE): skipped until this time.
         self._unhealthy: dict[str, tuple[float, Backoff]] = {}
+        # Queues whose rate limit holds their ready tasks back: not claimed until this
+        # time (the claim's reply says when), whatever wakes the runner meanwhile.
+        self._held: dict[str, float] = {}
 
     async def run(self) -> None:
         """Claim and wait, in turns, until a stop is asked."""
@@ -147,6 +150,8 @@ class Claimer:
                 break
             if keys.name in self._unhealthy and self._unhealthy[keys.name][0] > now:
                 continue
+            if self._held and self._held.get(keys.name, 0.0) > now:
+                continue
             try:
                 reply = await self.driver.run(self._claim_call(keys, ask))
             except ServerUnavailable as exc:
@@ -163,11 +168,21 @@ class Claimer:
             due = reply.next_due_in
             if due is not None:
                 due_in = due if due_in is None else min(due_in, due)
+            self._hold(keys.name, reply)
             for claimed in reply.tasks:
                 self.start(claimed)
             total += len(reply.tasks)
             filled = filled or len(reply.tasks) >= ask
         return total, due_in, filled
+
+    def _hold(self, queue: str, reply: ClaimReply) -> None:
+        """Skip ``queue`` until its rate limit allows a start again, when the claim said
+        it holds ready tasks back (a claim before then would only be refused)."""
+        held_for = reply.held_for
+        if held_for:
+            self._held[queue] = time.monotonic() + held_for
+        elif self._held:
+            self._held.pop(queue, None)
 
     def _claim_call(self, keys: QueueKeys, limit: int) -> Call[ClaimReply]:
         return operations.claim(
@@ -256,7 +271,8 @@ class Claimer:
         cluster, only the wait on ``first``'s own signal carries it: one slot.)
         """
         calls: list[Call[Any]] = [commands.wait_signal(signals, self.settings.idle_wait)]
-        if self.free() < 2 or first.name in self._unhealthy or first.signal not in signals:
+        held = self._held.get(first.name, 0.0) > time.monotonic()
+        if self.free() < 2 or first.name in self._unhealthy or held or first.signal not in signals:
             return asyncio.ensure_future(self.driver.run_many(calls))
         calls.append(self._claim_call(first, 1))
         self.reserved += 1
@@ -277,6 +293,7 @@ class Claimer:
             self._sick(queue, reply)
         else:
             self._unhealthy.pop(queue, None)
+            self._hold(queue, reply)
             for claimed in reply.tasks:
                 self.start(claimed)
         return replies

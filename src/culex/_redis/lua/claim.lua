@@ -38,6 +38,11 @@
 -- ARGV[9] group_rate         optional: the most starts of one group in any window of
 --                            group_rate_ms (0: none)
 -- ARGV[10] group_rate_ms     optional: that window, ms >= 1 with a group rate
+-- ARGV[11] say_hold          optional: "1": when the queue's rate limit holds ready tasks
+--                            back, the reply ends with one more element, a number after
+--                            the tasks: when the next start is allowed (ms). A runner
+--                            then skips the queue until that time instead of claiming it
+--                            again at each wake-up.
 -- (the control hash's group_concurrency, group_rate and group_rate_ms replace them, as its
 -- rate and concurrency replace ARGV[5..7])
 -- Returns: {now_us, next_ms or -1, task, task, ...} where each task is
@@ -45,7 +50,7 @@
 --          (trace: the producer's trace context, "" for none), and next_ms is when to
 --          claim again: the next scheduled task's due time or, when the rate limit holds
 --          ready tasks back, when the next start is allowed (of the queue, or of a group
---          held back by its rate), whichever is sooner.
+--          held back by its rate), whichever is sooner; with ARGV[11], then the hold.
 -- An empty claim writes nothing but its bookkeeping (the promotion of due tasks, the
 -- blocked mark, the window's trim). now_us is the server time in microseconds: a runner
 -- times its wait for the next due task from it (ms would make it up to 1 ms late).
@@ -543,6 +548,9 @@ if not paused and ((concurrency > 0 and running >= concurrency)
     if oldest[2] then
       local allowed = tonumber(oldest[2]) + rate_ms
       if reply[2] < 0 or allowed < reply[2] then reply[2] = allowed end
+      if ARGV[11] == '1' then
+        reply[#reply + 1] = allowed
+      end
     end
   end
 end
