@@ -7,6 +7,7 @@ it, so no operation is written twice.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, NamedTuple, TypeVar
@@ -198,32 +199,11 @@ def claim(
     """Claim up to ``limit`` tasks, within the queue's pause and limits: ``rate`` (at most
     N starts in any window of M ms) and ``concurrency`` are what the queue's job classes
     declare; limits set at run time (:func:`control`) replace them."""
-    queue = keys.name
     count, window_ms = rate or (0, 0)
     group_count, group_window_ms = group_rate or (0, 0)
-
-    def parse(reply: list[Any]) -> ClaimReply:
-        nxt = reply[1]
-        rows = reply[2:]
-        held = rows.pop() if rows and isinstance(rows[-1], int) else None
-        return ClaimReply(
-            reply[0], None if nxt < 0 else nxt, [Claimed(queue, row) for row in rows], held
-        )
-
+    claim_keys, parse = _claim_parts(keys)
     return Call(
-        (
-            keys.waiting,
-            keys.pending,
-            keys.scheduled,
-            keys.dead,
-            keys.task_prefix,
-            keys.done_prefix,
-            keys.stats_prefix,
-            keys.control,
-            keys.starts,
-            keys.dedupe,
-            keys.groups_prefix,
-        ),
+        claim_keys,
         (
             limit,
             lease_ms,
@@ -240,6 +220,35 @@ def claim(
         parse,
         scripts.CLAIM,
     )
+
+
+@functools.lru_cache(maxsize=1024)
+def _claim_parts(keys: QueueKeys) -> tuple[tuple[str, ...], Callable[[list[Any]], ClaimReply]]:
+    """A queue's claim KEYS and reply parser, made once (a runner claims many times)."""
+    queue = keys.name
+
+    def parse(reply: list[Any]) -> ClaimReply:
+        nxt = reply[1]
+        rows = reply[2:]
+        held = rows.pop() if rows and isinstance(rows[-1], int) else None
+        return ClaimReply(
+            reply[0], None if nxt < 0 else nxt, [Claimed(queue, row) for row in rows], held
+        )
+
+    claim_keys = (
+        keys.waiting,
+        keys.pending,
+        keys.scheduled,
+        keys.dead,
+        keys.task_prefix,
+        keys.done_prefix,
+        keys.stats_prefix,
+        keys.control,
+        keys.starts,
+        keys.dedupe,
+        keys.groups_prefix,
+    )
+    return claim_keys, parse
 
 
 # -- reports from a runner: complete, fail, release, heartbeat ------------------------

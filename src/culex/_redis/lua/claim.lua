@@ -102,14 +102,16 @@ end
 
 -- Make task `id` ready with `score`: in waiting, or in its group's ready set, the grouped
 -- ready set and (at the back, if not there yet) the ring. turn_us: the server's time, µs.
+-- True when the task went to its group.
 local function make_ready(waiting, groups, id, score, group, turn_us)
   if groups and group and group ~= '' then
     redis.call('ZADD', groups .. 'g:' .. group, score, id)
     redis.call('ZADD', groups .. 'ready', score, id)
     redis.call('ZADD', groups .. 'ring', 'NX', turn_us, group)
-  else
-    redis.call('ZADD', waiting, score, id)
+    return true
   end
+  redis.call('ZADD', waiting, score, id)
+  return false
 end
 
 -- Take ready task `id` out of where it waits (cancel, delete): the set ready_set names,
@@ -291,8 +293,17 @@ local concurrency = tonumber(ARGV[7] or '0')
 local group_concurrency = tonumber(ARGV[8] or '0')
 local group_rate = tonumber(ARGV[9] or '0')
 local group_rate_ms = tonumber(ARGV[10] or '0')
+local groups = KEYS[11]
+-- One look for the common case, a queue with no control and no groups at work: none of
+-- these keys exists, and nothing more is read of them.
+local steered = 0
+if groups then
+  steered = redis.call('EXISTS', KEYS[8], groups .. 'ring', groups .. 'delayed')
+elseif KEYS[8] then
+  steered = redis.call('EXISTS', KEYS[8])
+end
 local control = {}
-if KEYS[8] then
+if steered > 0 then
   control = redis.pcall('HMGET', KEYS[8], 'paused', 'rate', 'rate_ms', 'concurrency',
     'group_concurrency', 'group_rate', 'group_rate_ms')
   if control['err'] then control = {} end  -- (a control key of another type: no control)
@@ -315,7 +326,6 @@ end
 if rate > 0 and not KEYS[9] then
   return redis.error_reply('ERR claim: a rate limit needs the starts key, KEYS[9]')
 end
-local groups = KEYS[11]
 local turn = t[1] * 1000000 + t[2]  -- a group's place in the ring: the back, now (µs)
 
 local due = redis.call('ZRANGE', KEYS[3], '-inf', now, 'BYSCORE', 'LIMIT', 0,
@@ -326,13 +336,16 @@ for i = 1, #due, 2 do
   local f = redis.pcall('HMGET', KEYS[5] .. id, 'priority', 'group')
   if f['err'] then f = {} end
   redis.call('ZREM', KEYS[3], id)
-  make_ready(KEYS[1], groups, id, waiting_score(tonumber(due[i + 1]), f[1]), f[2], turn)
+  if make_ready(KEYS[1], groups, id, waiting_score(tonumber(due[i + 1]), f[1]), f[2], turn) then
+    steered = steered + 1  -- (a group's task is ready: its ring exists now)
+  end
   redis.call('HSET', KEYS[5] .. id, 'state', 'waiting')
 end
--- Whether the queue has groups at work (ready in the ring, or held back by their rate):
--- one EXISTS, and a claim of a queue without groups looks at nothing more of them. (A group
--- held back by its concurrency limit comes back to the ring when one of its tasks ends.)
-local grouped = groups and redis.call('EXISTS', groups .. 'ring', groups .. 'delayed') > 0
+-- Whether the queue has groups at work (ready in the ring, or held back by their rate);
+-- a claim of a queue without groups looks at nothing more of them. (A group held back by
+-- its concurrency limit comes back to the ring when one of its tasks ends.)
+local grouped = steered > 0 and groups
+  and redis.call('EXISTS', groups .. 'ring', groups .. 'delayed') > 0
 if grouped then  -- groups held back by their rate whose window has moved on: back in turn
   local back = redis.call('ZRANGE', groups .. 'delayed', '-inf', now, 'BYSCORE', 'LIMIT', 0,
     1000)

@@ -53,14 +53,16 @@ end
 
 -- Make task `id` ready with `score`: in waiting, or in its group's ready set, the grouped
 -- ready set and (at the back, if not there yet) the ring. turn_us: the server's time, µs.
+-- True when the task went to its group.
 local function make_ready(waiting, groups, id, score, group, turn_us)
   if groups and group and group ~= '' then
     redis.call('ZADD', groups .. 'g:' .. group, score, id)
     redis.call('ZADD', groups .. 'ready', score, id)
     redis.call('ZADD', groups .. 'ring', 'NX', turn_us, group)
-  else
-    redis.call('ZADD', waiting, score, id)
+    return true
   end
+  redis.call('ZADD', waiting, score, id)
+  return false
 end
 
 -- Take ready task `id` out of where it waits (cancel, delete): the set ready_set names,
