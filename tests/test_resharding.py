@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -15,7 +16,7 @@ from culex import config
 from culex._redis import redispy
 from culex._redis.connections import ReplyError
 
-from .conftest import await_until, running
+from .conftest import await_until, running, wait_until
 from .topology import Cluster, Node, keyslot
 
 QUEUE = "moving"
@@ -35,10 +36,18 @@ def node_id(cluster: Cluster, node: Node) -> str:
     return str(node.client().execute_command("CLUSTER", "MYID"))
 
 
-def move_slot(cluster: Cluster, slot: int, source: Node, target: Node, batch: int = 5) -> int:
+def move_slot(
+    cluster: Cluster,
+    slot: int,
+    source: Node,
+    target: Node,
+    batch: int = 5,
+    before_handover: Callable[[], object] = lambda: None,
+) -> int:
     """Move ``slot`` from ``source`` to ``target`` a few keys at a time, as a resharding
     tool does (CLUSTER SETSLOT IMPORTING / MIGRATING, MIGRATE, SETSLOT NODE); the number of
-    keys moved."""
+    keys moved. ``before_handover`` runs once every key is on the target and the slot is
+    still migrating (a call there is sent along with ASK)."""
     source_id, target_id = node_id(cluster, source), node_id(cluster, target)
     src, dst = source.client(), target.client()
     dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
@@ -51,6 +60,7 @@ def move_slot(cluster: Cluster, slot: int, source: Node, target: Node, batch: in
         src.execute_command("MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", *keys)
         moved += len(keys)
         time.sleep(0.02)  # the clients meanwhile find some keys here and some there
+    before_handover()
     for node in cluster.masters():
         node.client().execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
     return moved
@@ -101,7 +111,14 @@ async def test_a_queue_moved_to_another_master_under_load_loses_nothing(
         producer = threading.Thread(target=produce)
         producer.start()
         await await_until(lambda: len(done_ids) >= 50, what="the first tasks to run")
-        moved = await asyncio.to_thread(move_slot, private_cluster, queue_slot, source, target)
+        # (the last keys may move between two calls of the clients: the handover waits for
+        # one to be sent along with ASK, which any call of the slot is while it migrates)
+        moved = await asyncio.to_thread(
+            move_slot, private_cluster, queue_slot, source, target,
+            before_handover=lambda: wait_until(
+                lambda: "ASK" in refusals, timeout=30, what="an ASK while the slot migrates"
+            ),
+        )  # fmt: skip
         await asyncio.to_thread(producer.join, 60)
         await await_until(lambda: len(set(done_ids)) >= total, timeout=60, what="every task")
         assert moved > 0  # the slot held keys while it moved
