@@ -17,7 +17,7 @@ from ._redis import commands, operations
 from ._redis.keys import QueueKeys, check_queue_name, queue_keys
 from ._redis.operations import Call, number
 from ._redis.priority import ready_ms
-from .flow import Flow, run_async, run_sync
+from .flow import Flow, raised, run_async, run_sync
 from .task import check_id
 
 STATES = ("waiting", "pending", "scheduled", "dead")
@@ -239,13 +239,13 @@ def _page(
     """A page that goes on into the state's next set when one ends before the page does
     (waiting: the groups' ready tasks); the total counts every set."""
     others = [commands.set_size(key) for i, key in enumerate(sets) if i != part]
-    reply, *sizes = _raised((yield [call(part, after, limit), *others]))
+    reply, *sizes = raised((yield [call(part, after, limit), *others]))
     rows = [_row(queue, state, row) for row in reply.rows]
     total = reply.total + sum(sizes)
     cursor = encode_cursor(reply.cursor, part)
     while cursor is None and part + 1 < len(sets) and len(rows) < limit:
         part += 1
-        reply = _raised((yield [call(part, None, limit - len(rows))]))[0]
+        reply = raised((yield [call(part, None, limit - len(rows))]))[0]
         rows += [_row(queue, state, row) for row in reply.rows]
         cursor = encode_cursor(reply.cursor, part)
     if cursor is None and part + 1 < len(sets):  # (this page ends where a set ends)
@@ -256,13 +256,6 @@ def _page(
 def _start_of(part: int) -> str:
     """The cursor of the start of the ``part``-th set of a state (part >= 1)."""
     return base64.urlsafe_b64encode(b"~" * part).decode().rstrip("=")
-
-
-def _raised(replies: list[Any]) -> list[Any]:
-    for reply in replies:
-        if isinstance(reply, Exception):
-            raise reply
-    return replies
 
 
 def _row(queue: str, state: str, row: operations.BrowsedRow) -> TaskRow:

@@ -18,7 +18,7 @@ from ._redis.keys import QueueKeys, check_queue_name, queue_keys
 from ._redis.operations import Call
 from .browsing import EXAMINE, browse_call, check_job, check_state, state_sets
 from .errors import ServerError
-from .flow import Flow, run_async, run_sync
+from .flow import Flow, raised, run_async, run_sync
 from .task import check_id
 
 Action = Literal["retry", "delete", "cancel"]
@@ -199,7 +199,7 @@ def _walk_set(
                            job=job, examine=examine, in_set=key)  # fmt: skip
 
     size = commands.set_size(key)
-    total, reply = _raised((yield [size, page(None, EXAMINE)]))
+    total, reply = raised((yield [size, page(None, EXAMINE)]))
     changed = looked = 0
     while True:
         looked += reply.looked
@@ -212,14 +212,7 @@ def _walk_set(
             progress(min(looked, total) if more else total, total)
         if not more:
             return changed
-        reply = _raised(replies[-1:])[0]
-
-
-def _raised(replies: list[Any]) -> list[Any]:
-    for reply in replies:
-        if isinstance(reply, Exception):
-            raise reply
-    return replies
+        reply = raised(replies[-1:])[0]
 
 
 def _checked(ids: Iterable[str]) -> list[str]:

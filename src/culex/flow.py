@@ -35,6 +35,14 @@ def one_call(call: Call[Any], then: Callable[[Any], Any] | None = None) -> Flow[
     return reply if then is None else then(reply)
 
 
+def raised(replies: list[Any]) -> list[Any]:
+    """The replies of one round trip (a list of calls), raising the first a server refused."""
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+    return replies
+
+
 def together(
     flows: list[Flow[Any]], *, refused: Literal["raise", "return"] = "raise"
 ) -> Flow[list[Any]]:

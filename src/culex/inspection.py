@@ -21,7 +21,7 @@ from .browsing import afind_task as afind_task
 from .browsing import atasks as atasks
 from .browsing import find_task as find_task
 from .browsing import tasks as tasks
-from .flow import Flow, run_async, run_sync
+from .flow import Flow, raised, run_async, run_sync
 
 if TYPE_CHECKING:
     from .periodic import PeriodicJob
@@ -215,11 +215,7 @@ def _status(
 
 def _all(calls: list[Call[Any]]) -> Flow[list[Any]]:
     """Send ``calls`` in one round trip (none when there are none); a refused one raises."""
-    results = (yield calls) if calls else []
-    for result in results:
-        if isinstance(result, Exception):
-            raise result
-    return results
+    return raised((yield calls)) if calls else []
 
 
 # -- every periodic job, found by its record: no job classes needed ------------------------
