@@ -11,7 +11,7 @@ import inspect
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from datetime import timedelta
 from typing import Any
@@ -77,7 +77,7 @@ def decode(claimed: Claimed, registry: JobRegistry, max_payload_bytes: int) -> J
     if job_class is None:
         return _broken(claimed, f"unknown job type {claimed.type!r}")
     try:
-        raw = json.loads(claimed.params) if claimed.params else {}
+        raw = _params(claimed.params)
     except ValueError as exc:  # also bytes that are not UTF-8
         return _broken(claimed, f"params are not valid JSON: {exc}")
     try:
@@ -90,16 +90,26 @@ def decode(claimed: Claimed, registry: JobRegistry, max_payload_bytes: int) -> J
     return job
 
 
+_read_json = json.JSONDecoder().decode
+
+
+def _params(stored: bytes) -> object:
+    """The params a task stored: JSON in UTF-8 (wire-format.md); none is no params."""
+    if not stored or stored == b"{}":  # (a job without params: the common case, no parse)
+        return {}
+    return _read_json(stored.decode())
+
+
 def _broken(claimed: Claimed, reason: str) -> Outcome:
     reason = f"broken task: {reason}"
     logger.error("task %s cannot run and goes to dead: %s", task_name(claimed), reason)
     return Outcome(claimed, error=reason)
 
 
-async def attempt(job: Job, claimed: Claimed, pool: Executor) -> Outcome:
-    """Run one attempt and judge it, in its span when tracing is on. Never raises but for
-    cancellation."""
-    return await tracing.performing(job, claimed, _judged(job, claimed, pool))
+def attempt(job: Job, claimed: Claimed, pool: Executor) -> Awaitable[Outcome]:
+    """One attempt, judged, in its span when tracing is on. Its await never raises but
+    for cancellation."""
+    return tracing.performing(job, claimed, _judged(job, claimed, pool))
 
 
 async def _judged(job: Job, claimed: Claimed, pool: Executor) -> Outcome:
@@ -154,13 +164,16 @@ def _run_sync(job: Job) -> Any:
 
 
 async def _run_async(job: Job, timeout: float | None) -> Any:
+    kind = type(job)  # (a hook the class leaves as Job's does nothing: it is not called)
     try:
-        await _maybe_await(job.before_perform)
+        if kind.before_perform is not Job.before_perform:
+            await _maybe_await(job.before_perform)
         if timeout is None:
             return await job.perform()
         return await asyncio.wait_for(job.perform(), timeout)
     finally:
-        await _maybe_await(_after, job)
+        if kind.after_perform is not Job.after_perform:
+            await _maybe_await(_after, job)
 
 
 def _after(job: Job) -> Any:

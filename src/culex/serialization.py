@@ -177,14 +177,20 @@ def result_codec(
     return codec_for(annotation, custom, where)
 
 
+# json.dumps(value, allow_nan=False), without making a JSONEncoder on every call
+_strict_json = json.JSONEncoder(allow_nan=False).encode
+
+
 def encode_result(value: object, codec: Codec | None = None, where: str = "") -> str:
     """JSON text of a task's return value. With a codec, by its type: TypeError (naming
     ``where``) when the value does not fit. Without one, never raises (what JSON cannot
     hold becomes text)."""
     if codec is not None:
-        return json.dumps(codec.encode(codec.validate(value, where)), allow_nan=False)
+        return _strict_json(codec.encode(codec.validate(value, where)))
+    if value is None:  # (what most performs return)
+        return "null"
     try:
-        return json.dumps(_result_json(value), allow_nan=False)
+        return _strict_json(_result_json(value))
     except Exception:  # e.g. a reference cycle
         return json.dumps(short(value, 10_000))
 

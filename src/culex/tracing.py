@@ -38,6 +38,8 @@ TRACER = "culex"  # the instrumentation scope's name
 
 
 _tracer: trace.Tracer | None = None
+# What get_tracer_provider() gives while no SDK's provider is set: its spans record nothing.
+_NO_PROVIDER = () if trace is None else (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
 
 
 def _get_tracer() -> trace.Tracer:
@@ -118,11 +120,21 @@ def producing(jobs: Sequence[Job]) -> _Producing | _Untraced:
     return _Producing(jobs)
 
 
-async def performing(job: Job, claimed: Claimed, run: Awaitable[Outcome]) -> Outcome:
-    """Await ``run`` (one attempt of ``job``) inside its CONSUMER span, current meanwhile;
-    just await it without OpenTelemetry."""
-    if trace is None:
-        return await run
+def performing(job: Job, claimed: Claimed, run: Awaitable[Outcome]) -> Awaitable[Outcome]:
+    """``run`` (one attempt of ``job``) inside its CONSUMER span, current meanwhile; or
+    ``run`` itself when no span would be seen: without OpenTelemetry, or with its API but
+    no tracer provider set (every span would be a non-recording one), for a task with no
+    producer context, run from a context with no span in it."""
+    if trace is None or (
+        not claimed.trace
+        and isinstance(trace.get_tracer_provider(), _NO_PROVIDER)
+        and not trace.get_current_span().get_span_context().is_valid
+    ):
+        return run
+    return _performing(job, claimed, run)
+
+
+async def _performing(job: Job, claimed: Claimed, run: Awaitable[Outcome]) -> Outcome:
     parent = otel_context.Context()  # a new trace by default, never the runner's context
     links: list[trace.Link] = []
     producer = _producer_context(claimed)

@@ -55,6 +55,7 @@ class LeaseKeeper:
         self.settings = settings
         self.url = url
         self.identity = identity
+        self._default_lease_ms = settings.lease_ms  # (read per task: computed once)
         self._held: dict[tuple[str, str], Held] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -73,7 +74,7 @@ class LeaseKeeper:
         """Keep renewing ``claimed``; a lease other than the claim's is set at once."""
         with self._lock:
             self._held[(claimed.queue, claimed.id)] = Held(claimed, lease_ms)
-        if lease_ms != self.settings.lease_ms:
+        if lease_ms != self._default_lease_ms:
             self._wake.set()
 
     def finish(self, claimed: Claimed) -> None:

@@ -92,8 +92,8 @@ class Runner:
         self._claimer: Claimer | None = None
         self._pool = _Pool(self.settings.concurrency)
         self._threaded: set[Claimed] = set()  # running tasks whose perform runs in a thread
-        # The attempts running now, by (queue, id): a cancel request stops them.
         self._jobs: dict[Claimed, Job] = {}  # the attempts running now: a cancel stops them
+        self._default_lease_ms = self.settings.lease_ms  # (read per task: computed once)
         self._owns_process = False  # run(), not arun() on an application's loop
         self._signals = 0
         self._url: str | None = None  # the server's, once arun resolved it
@@ -328,7 +328,7 @@ class Runner:
         if logger.isEnabledFor(logging.INFO):
             logs.task_line(logger, "Running task %s from %s", task_name(claimed), claimed.queue)
         assert self._keeper is not None
-        self._keeper.hold(claimed, self.settings.lease_ms)
+        self._keeper.hold(claimed, self._default_lease_ms)
         task = asyncio.create_task(self._execute(claimed))
         self._running[task] = claimed
         task.add_done_callback(self._done)
@@ -338,10 +338,10 @@ class Runner:
         if isinstance(job, Outcome):
             outcome = job
         else:
-            lease_ms = self._lease_ms(job)
-            if lease_ms != self.settings.lease_ms:
-                assert self._keeper is not None
-                self._keeper.hold(claimed, lease_ms)
+            if job.lease is not None:  # the job's own lease, set at once
+                lease_ms = round(config.seconds(job.lease, "lease") * 1000)
+                if lease_ms != self._default_lease_ms and self._keeper is not None:
+                    self._keeper.hold(claimed, lease_ms)
             if not job.async_perform_ and job.isolation == "thread":
                 self._threaded.add(claimed)
             job.reporting_ = self._reporting[claimed.queue]
@@ -386,11 +386,6 @@ class Runner:
         job._cancel_requested = True
         if job.async_perform_:
             run.cancel(CANCEL_REQUESTED)
-
-    def _lease_ms(self, job: Job) -> int:
-        if job.lease is None:
-            return self.settings.lease_ms
-        return round(config.seconds(job.lease, "lease") * 1000)
 
     def _drop(self, claimed: Claimed) -> None:
         if self._keeper is not None:
