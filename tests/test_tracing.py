@@ -400,5 +400,61 @@ def test_a_traced_task_runs_where_opentelemetry_is_absent(
     assert trace_field(r, culex.Task(untraced_id, "untraced")) is None
 
 
+WITHOUT_A_PROVIDER = textwrap.dedent(
+    """
+    import asyncio, sys
+    import culex
+    from opentelemetry import trace
+
+    class ContextJob(culex.QueuedJob):
+        queue = "no_provider"
+        trace_as_child = True
+
+        async def perform(self) -> str:
+            context = trace.get_current_span().get_span_context()
+            return format(context.trace_id, "032x") if context.is_valid else "none"
+
+    async def main() -> None:
+        untraced = await ContextJob().aenqueue()
+        runner = culex.Runner(run_from=["no_provider"])
+        run = asyncio.create_task(runner.arun())
+        for task_id in (sys.argv[1], untraced.id):
+            print(await culex.Task(task_id, "no_provider").aresult(timeout=30))
+        runner.stop()
+        await run
+        assert isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)  # (none set)
+
+    asyncio.run(main())
+    """
+)
+
+
+def test_without_a_provider_a_producer_context_is_still_current_in_perform(
+    r: redis.Redis, spans: InMemorySpanExporter
+) -> None:
+    """The API installed, no SDK: an attempt makes no span of its own when nothing would
+    see it, but a task's producer context is still the current one (calls in perform
+    propagate it), and a task without one runs with no valid span."""
+
+    class ContextJob(culex.QueuedJob):
+        queue = "no_provider"
+
+        def perform(self) -> None: ...
+
+    with tracer.start_as_current_span("request") as request:
+        task = ContextJob().enqueue()
+    producer_trace = format(request.get_span_context().trace_id, "032x")
+    env: dict[str, Any] = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run(
+        [sys.executable, "-c", WITHOUT_A_PROVIDER, task.id],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [producer_trace, "none"]
+
+
 def test_tracing_is_on_here() -> None:
     assert tracing.AVAILABLE
