@@ -339,3 +339,9 @@ def settings(**flags: object) -> Settings:
     if not flags:
         _current.append(resolved)
     return resolved
+
+
+def settings_for(redis_url: str | None) -> Settings:
+    """The settings in force, on the server ``redis_url`` names when one is given (a
+    command's ``--redis-url``)."""
+    return settings(redis_url=redis_url) if redis_url else settings()

@@ -24,7 +24,7 @@ _DEAD_USAGE = (
 def dead_command(args: argparse.Namespace) -> int:
     from .. import dead
 
-    settings = config.settings(**({"redis_url": args.redis_url} if args.redis_url else {}))
+    settings = config.settings_for(args.redis_url)
     action = args.words[0] if args.words[0] in ("retry", "purge") and len(args.words) > 1 else ""
     queue, *ids = args.words[1:] if action else args.words
     if (
@@ -107,7 +107,7 @@ def cancel_command(args: argparse.Namespace) -> int:
     from ..flow import run_sync, together
     from ..task import Task
 
-    settings = config.settings(**({"redis_url": args.redis_url} if args.redis_url else {}))
+    settings = config.settings_for(args.redis_url)
     try:  # every id is checked before the first one is cancelled
         flows = {
             task_id: Task(

@@ -7,15 +7,9 @@ import contextlib
 import json
 import time
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
 
 from .. import config
 from ..errors import CulexError
-
-if TYPE_CHECKING:
-    pass
-
-
 from .tables import one_line, print_table
 
 
@@ -23,7 +17,7 @@ def queues_command(args: argparse.Namespace) -> int:
     from ..inspection import queue_counts, queue_latency
     from ..queue_control import controls
 
-    settings = config.settings(**({"redis_url": args.redis_url} if args.redis_url else {}))
+    settings = config.settings_for(args.redis_url)
     counts = queue_counts(settings)
     latency = queue_latency(settings, list(counts))
     paused = {q for q, state in controls(settings, list(counts)).items() if state.paused}
@@ -53,7 +47,7 @@ def window(text: str) -> float:
 def stats_command(args: argparse.Namespace) -> int:
     from ..stats import Counts, job_summary, summary
 
-    settings = config.settings(**({"redis_url": args.redis_url} if args.redis_url else {}))
+    settings = config.settings_for(args.redis_url)
     rows: dict[tuple[str, ...], Counts]
     if args.jobs:
         rows = dict(job_summary(settings, queues=args.queue, window=args.window).items())
@@ -101,7 +95,7 @@ _JSON = ("params", "result")
 def task_command(args: argparse.Namespace) -> int:
     from ..task import Task
 
-    settings = config.settings(**({"redis_url": args.redis_url} if args.redis_url else {}))
+    settings = config.settings_for(args.redis_url)
     record = Task(args.id, args.queue, settings.redis_url, prefix=settings.prefix).info()
     if not record:
         print(f"{args.queue}<{args.id}>: no such task (never enqueued, or expired)")
@@ -126,7 +120,7 @@ def task_command(args: argparse.Namespace) -> int:
 def runners_command(args: argparse.Namespace) -> int:
     from ..inspection import runners
 
-    settings = config.settings(**({"redis_url": args.redis_url} if args.redis_url else {}))
+    settings = config.settings_for(args.redis_url)
     found = runners(settings)
     now_ms = time.time() * 1000
     print(f"{len(found)} runner(s)")
@@ -153,7 +147,7 @@ _AT = {"waiting": "ready since", "scheduled": "due", "pending": "lease ends", "d
 def tasks_command(args: argparse.Namespace) -> int:
     from ..inspection import tasks
 
-    settings = config.settings(**({"redis_url": args.redis_url} if args.redis_url else {}))
+    settings = config.settings_for(args.redis_url)
     try:
         page = tasks(
             args.queue, args.state, settings, newest_first=not args.oldest, cursor=args.after,

@@ -20,7 +20,7 @@ from .tables import print_table
 def periodic_command(args: argparse.Namespace) -> int:
     """Without MODULE, the jobs come from Redis alone (the records runners' schedulers
     write); with it, from the module's classes, also those no runner has scheduled yet."""
-    settings = config.settings(**({"redis_url": args.redis_url} if args.redis_url else {}))
+    settings = config.settings_for(args.redis_url)
     words = list(args.words)
     triggering = bool(words) and words[0] == "trigger"
     if triggering:

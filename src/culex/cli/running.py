@@ -98,7 +98,7 @@ def dashboard_command(args: argparse.Namespace) -> int:
         credentials = (user, password)
     if not 0 < args.port < 65536:
         raise CulexError(f"--port must be 1 to 65535, not {args.port}")
-    settings = config.settings(**({"redis_url": args.redis_url} if args.redis_url else {}))
+    settings = config.settings_for(args.redis_url)
     dashboard = app(settings, read_only=args.read_only, basic_auth=credentials)
     uvicorn.run(dashboard, host=args.host, port=args.port, log_level=args.log_level.lower())
     return 0
@@ -110,7 +110,7 @@ def metrics_command(args: argparse.Namespace) -> int:
     except ImportError as exc:
         print(f"culex metrics needs prometheus-client ({exc}): pip install 'culex[metrics]'")
         return 2
-    settings = config.settings(**({"redis_url": args.redis_url} if args.redis_url else {}))
+    settings = config.settings_for(args.redis_url)
     serve(settings, args.host, args.port)
     return 0
 

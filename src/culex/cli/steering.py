@@ -9,12 +9,12 @@ from ..queue_control import QueueControl, limit, pause, resume
 
 
 def pause_command(args: argparse.Namespace) -> int:
-    print(_describe(pause(args.queue, _settings(args))))
+    print(_describe(pause(args.queue, config.settings_for(args.redis_url))))
     return 0
 
 
 def resume_command(args: argparse.Namespace) -> int:
-    print(_describe(resume(args.queue, _settings(args))))
+    print(_describe(resume(args.queue, config.settings_for(args.redis_url))))
     return 0
 
 
@@ -23,7 +23,7 @@ def limit_command(args: argparse.Namespace) -> int:
     neither, show the queue's state."""
     from ..queue_control import controls
 
-    settings = _settings(args)
+    settings = config.settings_for(args.redis_url)
     changes: dict[str, object] = {}
     for name in ("rate", "group_rate"):
         if getattr(args, name) is not None:
@@ -58,7 +58,3 @@ def _whole(text: str) -> object:
     """A concurrency flag's value: a whole number (checked by culex.limit), else the text
     itself, which culex.limit refuses with its own message."""
     return int(text) if text.isdigit() else text
-
-
-def _settings(args: argparse.Namespace) -> config.Settings:
-    return config.settings(**({"redis_url": args.redis_url} if args.redis_url else {}))
