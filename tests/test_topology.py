@@ -5,6 +5,7 @@ topology took to start and to fail over."""
 
 from __future__ import annotations
 
+import itertools
 import socket
 import time
 from pathlib import Path
@@ -16,7 +17,7 @@ from redis.crc import key_slot
 from redis.sentinel import Sentinel
 
 from .conftest import wait_until
-from .topology import SERVICE, SLOTS, Cluster, Node, SentinelSetup, crc16, keyslot
+from .topology import SERVICE, SLOTS, Cluster, ClusterEntry, Node, SentinelSetup, crc16, keyslot
 
 
 def cluster_client(cluster: Cluster) -> RedisCluster:
@@ -30,8 +31,31 @@ def listening(node: Node) -> bool:
 
 
 def replicated(master: Node) -> None:
-    """Wait until the master's one replica has acknowledged every write so far."""
-    assert master.client().execute_command("WAIT", 1, 10_000) == 1, "the replica lags"
+    """Wait until the master's one replica has every write made so far.
+
+    WAIT waits for the last write of the connection it is sent on (on a connection that
+    wrote nothing it returns at once, whatever the replica has), and a replica takes the
+    writes in order: so a write of our own on the master's connection, a key set and
+    deleted, then WAIT there. (A replica just synced may get no writes for up to a second:
+    the master streams them once the replica's first ack comes.)"""
+    client = master.client()
+    marker = _own_key(client)
+    client.set(marker, "1")
+    client.delete(marker)
+    assert client.execute_command("WAIT", 1, 10_000) == 1, "the replica lags"
+
+
+def _own_key(client: redis.Redis) -> str:
+    """A key the node of ``client`` serves: on a cluster node, one of its own slots."""
+    if not client.info("cluster")["cluster_enabled"]:
+        return "replicated"
+    nodes = client.execute_command("CLUSTER", "NODES")
+    myself = next(ClusterEntry.parse(line) for line in nodes.splitlines() if "myself" in line)
+    return next(
+        key
+        for key in (f"replicated{{{n}}}" for n in itertools.count())
+        if any(first <= keyslot(key) <= last for first, last in myself.slots)
+    )
 
 
 # -- slots -------------------------------------------------------------------------------
