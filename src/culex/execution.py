@@ -156,11 +156,14 @@ async def _run_in_thread(job: Job, pool: Executor, timeout: float | None) -> Any
 
 
 def _run_sync(job: Job) -> Any:
+    kind = type(job)  # (a hook the class leaves as Job's does nothing: it is not called)
     try:
-        job.before_perform()
+        if kind.before_perform is not Job.before_perform:
+            job.before_perform()
         return job.perform()
     finally:
-        _after(job)
+        if kind.after_perform is not Job.after_perform:
+            _after(job)
 
 
 async def _run_async(job: Job, timeout: float | None) -> Any:

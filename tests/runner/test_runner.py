@@ -208,6 +208,47 @@ async def test_hooks_run_around_perform_and_before_can_fail_the_attempt(r: redis
     assert HookJob.calls == ["before", "after", "before", "after"]
 
 
+class CountingHooks(culex.QueuedJob, abstract=True):
+    """A hook inherited from a base of the job's: it runs as one of its own would."""
+
+    calls: ClassVar[list[str]] = []
+
+    def before_perform(self) -> None:
+        CountingHooks.calls.append("before")
+
+
+class AsyncHookJob(CountingHooks):
+    queue = "hooks"
+
+    async def perform(self) -> None:
+        CountingHooks.calls.append("perform")
+
+    async def after_perform(self) -> None:  # (an async hook of an async perform is awaited)
+        CountingHooks.calls.append("after")
+
+
+class AfterOnlyJob(culex.QueuedJob):
+    queue = "hooks"
+
+    def perform(self) -> None:
+        CountingHooks.calls.append("perform")
+
+    def after_perform(self) -> None:
+        CountingHooks.calls.append("after")
+
+
+async def test_inherited_and_async_hooks_run_and_a_hook_left_as_job_s_is_skipped(
+    r: redis.Redis,
+) -> None:
+    CountingHooks.calls = []
+    async with running(culex.Runner(run_from=["hooks"])):
+        await (await AsyncHookJob().aenqueue()).aresult(timeout=10)
+        assert CountingHooks.calls == ["before", "perform", "after"]
+        CountingHooks.calls = []
+        await (await AfterOnlyJob().aenqueue()).aresult(timeout=10)
+        assert CountingHooks.calls == ["perform", "after"]
+
+
 class ThreadJob(culex.QueuedJob):
     queue = "threads"
 
