@@ -93,3 +93,20 @@ def test_links_between_pages_resolve(page: Path) -> None:
             if anchor not in {_anchor(h) for h in headings}:
                 broken.append(f"{target}#{anchor}: no such heading")
     assert not broken, f"{page.name}: {broken}"
+
+
+def test_ci_runs_the_readme_s_test_command() -> None:
+    """The README's "Run the tests" command is the one .ci/run runs, and it names the runs."""
+    root = DOCS.parent
+    readme = (root / "README.md").read_text()
+    shown = re.search(r"\*\*Run the tests\*\*.*?```sh\n(.*?)\n```", readme, flags=re.S)
+    assert shown is not None
+    ci = (root / ".ci" / "run").read_text().rstrip().splitlines()
+    assert ci[-1] == shown.group(1)
+    from .suites import SUITES
+
+    assert [suite.env for suite in SUITES] == [
+        {},
+        {"CULEX_DRIVER": "redis-py"},
+        {"CULEX_TEST_SERVER": "redis-server"},
+    ]
