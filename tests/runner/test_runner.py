@@ -223,7 +223,7 @@ class AsyncHookJob(CountingHooks):
     async def perform(self) -> None:
         CountingHooks.calls.append("perform")
 
-    async def after_perform(self) -> None:  # (an async hook of an async perform is awaited)
+    def after_perform(self) -> None:
         CountingHooks.calls.append("after")
 
 
@@ -237,7 +237,7 @@ class AfterOnlyJob(culex.QueuedJob):
         CountingHooks.calls.append("after")
 
 
-async def test_inherited_and_async_hooks_run_and_a_hook_left_as_job_s_is_skipped(
+async def test_inherited_hooks_run_around_an_async_perform_and_a_hook_left_as_job_s_is_skipped(
     r: redis.Redis,
 ) -> None:
     CountingHooks.calls = []
