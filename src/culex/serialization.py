@@ -143,27 +143,28 @@ def register_type(tp: type, serialize: Serializer, deserialize: Deserializer) ->
     _registry[tp] = (serialize, deserialize)
 
 
-def _compact() -> Callable[[dict[str, JSON]], str]:
-    """``json.dumps(data, separators=(",", ":"), ensure_ascii=False)``, made once.
+def _encoder(item: str, key: str, *, ensure_ascii: bool, allow_nan: bool) -> Callable[[Any], str]:
+    """``json.dumps`` with these separators and options, made once.
 
     ``JSONEncoder.encode`` builds its C encoder anew on every call, most of the time it
-    takes for a one-param job (docs/fast.md), and one such call is made for every
-    enqueue. The C encoder is built here once; where CPython's accelerator is missing, the
-    plain encoder serves.
-    It skips the cycle check: a codec's output is new lists and dicts of checked values
-    (``is_json`` walks a custom serializer's), so it has no cycle.
+    takes for a one-param job (docs/fast.md), and ``json.dumps`` with any option also makes
+    a new ``JSONEncoder``; one such call is made for every enqueue, and for every result.
+    The C encoder is built here once; where CPython's accelerator is missing, the plain
+    encoder serves.
+    It skips the cycle check: what it is given is new lists and dicts of checked values (a
+    codec's output, whose custom serializers ``is_json`` walks, or ``_result_json``'s),
+    so it has no cycle.
     """
-    plain = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+    plain = json.JSONEncoder(separators=(item, key), ensure_ascii=ensure_ascii, allow_nan=allow_nan)
     make = getattr(json.encoder, "c_make_encoder", None)
     if make is None:
         return plain.encode
-    encoder = make(
-        None, plain.default, json.encoder.encode_basestring, None, ":", ",", False, False, True
-    )
+    text = json.encoder.encode_basestring_ascii if ensure_ascii else json.encoder.encode_basestring
+    encoder = make(None, plain.default, text, None, key, item, False, False, allow_nan)
     return lambda data: "".join(encoder(data, 0))
 
 
-params_text = _compact()
+params_text = _encoder(",", ":", ensure_ascii=False, allow_nan=True)
 """The JSON text of a job's encoded params, as the task hash stores it."""
 
 
@@ -177,8 +178,8 @@ def result_codec(
     return codec_for(annotation, custom, where)
 
 
-# json.dumps(value, allow_nan=False), without making a JSONEncoder on every call
-_strict_json = json.JSONEncoder(allow_nan=False).encode
+# json.dumps(value, allow_nan=False): a result's text, as it always was
+_strict_json = _encoder(", ", ": ", ensure_ascii=True, allow_nan=False)
 
 
 def encode_result(value: object, codec: Codec | None = None, where: str = "") -> str:
