@@ -164,7 +164,9 @@ def _encoder(item: str, key: str, *, ensure_ascii: bool, allow_nan: bool) -> Cal
     return lambda data: "".join(encoder(data, 0))
 
 
-params_text = _encoder(",", ":", ensure_ascii=False, allow_nan=True)
+params_text: Callable[[dict[str, JSON]], str] = _encoder(
+    ",", ":", ensure_ascii=False, allow_nan=True
+)
 """The JSON text of a job's encoded params, as the task hash stores it."""
 
 
