@@ -20,7 +20,9 @@ after ``--`` go to every pytest. The exit status is 0 only when all three passed
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -49,15 +51,26 @@ def command(suite: Suite, extra: list[str]) -> list[str]:
     return [sys.executable, "-m", "pytest", *suite.args, *extra]
 
 
+_started: list[subprocess.Popen[bytes]] = []  # (ended with this process: see main)
+
+
 def start(suite: Suite, extra: list[str], output: Path | None) -> subprocess.Popen[bytes]:
     """``suite``'s pytest, its output to the terminal, or to ``output``."""
     env = {**os.environ, **suite.env}
-    if output is None:
-        return subprocess.Popen(command(suite, extra), env=env)
-    with output.open("wb") as sink:
-        return subprocess.Popen(
-            command(suite, extra), env=env, stdout=sink, stderr=subprocess.STDOUT
+    with contextlib.ExitStack() as files:
+        sink = None if output is None else files.enter_context(output.open("wb"))
+        stderr = None if output is None else subprocess.STDOUT
+        # (SIGINT as it should be, even where this process was started ignoring it, as a
+        # shell does with a command put in the background: main ends a run with it)
+        run = subprocess.Popen(
+            command(suite, extra), env=env, stdout=sink, stderr=stderr, preexec_fn=_sigint
         )
+    _started.append(run)
+    return run
+
+
+def _sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def in_turns(extra: list[str]) -> dict[str, int]:
@@ -77,14 +90,9 @@ def side_by_side(extra: list[str], folder: Path) -> dict[str, int]:
     shown = start(first, extra, None)
     codes: dict[str, int] = {}
     outputs = [folder / f"suite-{n}.log" for n in range(len(others))]
-    try:
-        for suite, output in zip(others, outputs, strict=True):
-            codes[suite.name] = start(suite, extra, output).wait()
-        codes[first.name] = shown.wait()
-    finally:
-        if shown.poll() is None:
-            shown.terminate()
-            shown.wait()
+    for suite, output in zip(others, outputs, strict=True):
+        codes[suite.name] = start(suite, extra, output).wait()
+    codes[first.name] = shown.wait()
     for suite, output in zip(others, outputs, strict=True):
         print(f"\n=== {suite.name} ===", flush=True)
         sys.stdout.write(output.read_text(errors="replace"))
@@ -97,11 +105,27 @@ def main() -> int:
     parser.add_argument("pytest_args", nargs="*", help="after --: passed to every pytest")
     args = parser.parse_args()
     began = time.monotonic()
-    if args.one_at_a_time:
-        codes = in_turns(args.pytest_args)
-    else:
-        with tempfile.TemporaryDirectory(prefix="culex-suites-") as folder:
-            codes = side_by_side(args.pytest_args, Path(folder))
+    # A SIGTERM (a CI job's timeout, say) ends the runs too, as Ctrl-C does.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    try:
+        if args.one_at_a_time:
+            codes = in_turns(args.pytest_args)
+        else:
+            with tempfile.TemporaryDirectory(prefix="culex-suites-") as folder:
+                codes = side_by_side(args.pytest_args, Path(folder))
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        return 128 + signal.SIGINT
+    finally:
+        for run in _started:  # Ctrl-C's signal: pytest tears down, stopping its servers
+            if run.poll() is None:
+                run.send_signal(signal.SIGINT)
+        for run in _started:
+            try:
+                run.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                run.kill()
+                run.wait()
     print(f"\n=== {time.monotonic() - began:.0f} s in all ===")
     for name, code in codes.items():
         print(f"{'passed' if code == 0 else f'FAILED (exit status {code})':<28} {name}")
