@@ -14,7 +14,9 @@ import redis
 
 import culex
 from culex import stats
-from culex._redis.keys import queue_keys
+from culex._redis import commands
+from culex._redis.keys import QueueKeys, queue_keys
+from culex._redis.operations import Call
 from culex.cli import main
 from culex.stats import DURATION_BUCKETS, Bucket, Counts
 
@@ -49,6 +51,19 @@ def add(r: redis.Redis, key: str, **fields: int) -> None:
     """Counters as the scripts write them (`job__field` stands for `job|field`)."""
     for name, n in fields.items():
         r.hincrby(key, name.replace("__", "|"), n)
+
+
+def counted(r: redis.Redis, keys: QueueKeys, minute: int, latest: int, **fields: int) -> None:
+    """Counts of ``minute`` as the scripts leave them once ``latest`` is the last minute
+    counted: in the minute's bucket and, for an earlier minute, folded into its hour and
+    the totals (include/stats.lua). A read whose window holds whole hours reads those
+    hours' buckets, and the minute not folded yet: a count written only to its minute's
+    bucket would be missed, when the last hour's window is one whole hour (at xx:59)."""
+    add(r, keys.stats_minute(minute), **fields)
+    if minute < latest:
+        add(r, keys.stats_hour(minute - minute % 3600), **fields)
+        add(r, keys.stats_total, **fields)
+    r.hset(keys.stats_total, "minute", latest)
 
 
 # -- Counts ------------------------------------------------------------------------------------
@@ -160,12 +175,19 @@ def test_series_refuses_bad_arguments_before_any_read() -> None:
         stats.summary(window="1h")  # type: ignore[arg-type]
 
 
-def test_summary_sums_the_window_per_queue(r: redis.Redis) -> None:
+@pytest.mark.parametrize("at", ["now", "an hour's last minute"])
+def test_summary_sums_the_window_per_queue(
+    r: redis.Redis, monkeypatch: pytest.MonkeyPatch, at: str
+) -> None:
     a = queue_keys("culex", "a")
     now = server_ms(r) // 1000
+    if at != "now":  # the last hour is then one whole hour: its bucket is read, not minutes
+        now = now - now % 3600 + 3599
+        clock = Call((), ("TIME",), lambda _: now * 1000)
+        monkeypatch.setattr(commands, "server_time", lambda: clock)
     minute = now - now % 60
-    add(r, a.stats_minute(minute), J__s=2, K__d=1)
-    add(r, a.stats_minute(minute - 600), J__f=3)  # 10 minutes ago
+    counted(r, a, minute, minute, J__s=2, K__d=1)
+    counted(r, a, minute - 600, minute, J__f=3)  # 10 minutes ago
     r.sadd("culex:queues", "a", "idle")
     assert stats.summary(window=timedelta(minutes=5)) == {
         "a": Counts(succeeded=2, dead=1),
@@ -231,7 +253,8 @@ def test_culex_stats_prints_each_queue_and_job(
 ) -> None:
     a = queue_keys("culex", "a")
     now = server_ms(r) // 1000
-    add(r, a.stats_minute(now - now % 60), J__s3=18, J__d4=2, J__ms=1200, K__f=10)
+    minute = now - now % 60
+    counted(r, a, minute, minute, J__s3=18, J__d4=2, J__ms=1200, K__f=10)
     r.sadd("culex:queues", "a", "b")
     assert main(["stats"]) == 0
     out = capsys.readouterr().out.splitlines()
