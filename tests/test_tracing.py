@@ -113,6 +113,14 @@ class UntracedJob(culex.QueuedJob):
         return self.n * 2
 
 
+class ContextJob(culex.QueuedJob):
+    """Enqueued here, run by a process with no tracer provider (WITHOUT_A_PROVIDER)."""
+
+    queue = "no_provider"
+
+    def perform(self) -> None: ...
+
+
 @pytest.fixture
 def spans(r: redis.Redis) -> Iterator[InMemorySpanExporter]:
     EXPORTER.clear()
@@ -386,16 +394,7 @@ def test_a_traced_task_runs_where_opentelemetry_is_absent(
     with tracer.start_as_current_span("request"):
         task = UntracedJob(n=21).enqueue()
     assert trace_field(r, task) is not None
-    env: dict[str, Any] = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    done = subprocess.run(
-        [sys.executable, "-c", WITHOUT_OPENTELEMETRY, task.id],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-    )
-    assert done.returncode == 0, done.stderr
-    result, untraced_id = done.stdout.split()
+    result, untraced_id = in_a_process(WITHOUT_OPENTELEMETRY, task.id)
     assert result == "42"
     assert trace_field(r, culex.Task(untraced_id, "untraced")) is None
 
@@ -432,28 +431,24 @@ WITHOUT_A_PROVIDER = textwrap.dedent(
 def test_without_a_provider_a_producer_context_is_still_current_in_perform(
     r: redis.Redis, spans: InMemorySpanExporter
 ) -> None:
-    """The API installed, no SDK: an attempt makes no span of its own when nothing would
-    see it, but a task's producer context is still the current one (calls in perform
+    """The API installed, no SDK (an attempt then makes no span when nothing would see
+    it): a task's producer context is still the current one in perform (calls there
     propagate it), and a task without one runs with no valid span."""
-
-    class ContextJob(culex.QueuedJob):
-        queue = "no_provider"
-
-        def perform(self) -> None: ...
-
     with tracer.start_as_current_span("request") as request:
         task = ContextJob().enqueue()
     producer_trace = format(request.get_span_context().trace_id, "032x")
+    assert in_a_process(WITHOUT_A_PROVIDER, task.id) == [producer_trace, "none"]
+
+
+def in_a_process(script: str, *args: str) -> list[str]:
+    """What ``script`` printed, run by a new interpreter on this one's path (it must end
+    well), split into words."""
     env: dict[str, Any] = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     done = subprocess.run(
-        [sys.executable, "-c", WITHOUT_A_PROVIDER, task.id],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
+        [sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=60, env=env
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == [producer_trace, "none"]
+    return done.stdout.split()
 
 
 def test_tracing_is_on_here() -> None:
