@@ -512,6 +512,19 @@ class SentinelSetup(Topology):
         master.kill()
         return master
 
+    def set_down_after(self, ms: int) -> None:
+        """Tell every running sentinel to judge a server down only after ``ms`` without an
+        answer. A test raises it once a failover is done, before it restarts the old master:
+        with the short one, a loaded machine can make the sentinels judge the new master
+        down while the restarted server still syncs from it, and promote that server with
+        the data it had when it was killed (replication is asynchronous: the writes made in
+        between are lost, as they would be in production)."""
+        for sentinel in self.sentinels:
+            if sentinel.alive:
+                sentinel.client().execute_command(
+                    "SENTINEL", "SET", self.service, "down-after-milliseconds", ms
+                )
+
     def wait_failover(self, old_master: Node, timeout: float = 30.0) -> Node:
         """Wait until every running sentinel names another master than ``old_master`` and
         that server answers ROLE as master; the new master."""
