@@ -66,6 +66,41 @@ def test_bad_values_are_refused_with_clear_errors(monkeypatch: pytest.MonkeyPatc
     config.reset()
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://user:secret@host:6379",  # a scheme culex does not take
+        "redis:/user:secret@host",  # one slash: no login that urlsplit sees
+        "user:secret@host:6379",  # no scheme
+        "redis://user:secret@[host",  # an unclosed [: urlsplit itself refuses it
+        "redis://user:sec/ret@host",  # a / in the password, not percent-encoded
+        "redis://user:secret@host:99999999",
+        "redis+sentinel://user:secret@[s1/mymaster",
+    ],
+)
+def test_a_redis_url_that_is_refused_never_shows_its_password(url: str) -> None:
+    with pytest.raises(culex.ConfigurationError, match=r"redis_url|bad Redis URL") as refused:
+        culex.configure(redis_url=url)
+        culex.pause("emails")  # (the URL is read where a connection is made)
+    config.reset()
+    assert "secret" not in str(refused.value) and "ret@" not in str(refused.value)
+    assert "***@" in str(refused.value)
+
+
+def test_a_huge_value_is_refused_with_a_short_error() -> None:
+    for refuse in (
+        lambda: culex.configure(concurrency="9" * 5000 + "x"),
+        lambda: culex.configure(redis_url="x" * 100_000),
+        lambda: culex.configure(run_from=["q" * 100_000]),
+        lambda: culex.pause("q" * 100_000),
+        lambda: culex.limit("emails", rate="1" * 100_000),
+    ):
+        with pytest.raises((culex.ConfigurationError, ValueError)) as refused:
+            refuse()
+        assert len(str(refused.value)) < 500, str(refused.value)[:100]
+    config.reset()
+
+
 def test_run_from_takes_weights_and_keeps_plain_names_as_they_are(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -17,6 +17,7 @@ from ._redis import commands, operations
 from ._redis.keys import QueueKeys, check_queue_name, queue_keys
 from ._redis.operations import Call, number
 from ._redis.priority import ready_ms
+from .codecs import short
 from .flow import Flow, raised, run_async, run_sync
 from .task import check_id
 
@@ -119,7 +120,7 @@ def check_state(state: object, allowed: Iterable[str] = STATES) -> str:
     if not isinstance(state, str):
         raise TypeError(f"a state must be a str, got {type(state).__name__}")
     if state not in allowed:
-        raise ValueError(f"a state must be one of {', '.join(allowed)}: got {state!r}")
+        raise ValueError(f"a state must be one of {', '.join(allowed)}: got {short(state)}")
     return state
 
 
@@ -128,7 +129,7 @@ def check_job(job: object) -> str:
     if not isinstance(job, str):
         raise TypeError(f"a job type must be a str, got {type(job).__name__}")
     if not job or not job.isprintable():
-        raise ValueError(f"a job type must be printable text, not empty: {job!r}")
+        raise ValueError(f"a job type must be printable text, not empty: {short(job)}")
     return job
 
 
@@ -174,7 +175,7 @@ def decode_part_cursor(cursor: object) -> tuple[int, tuple[str, str] | None]:
             raise ValueError(part)
         return part, (score, check_id(task_id))
     except (ValueError, binascii.Error, UnicodeDecodeError):
-        raise ValueError(f"not a cursor that a page of tasks gave: {cursor!r}") from None
+        raise ValueError(f"not a cursor that a page of tasks gave: {short(cursor)}") from None
 
 
 def browse_call(
@@ -220,7 +221,7 @@ def _page_flow(
     if newest_first:
         sets.reverse()  # (newest first: the grouped tasks, then waiting's, each newest first)
     if part >= len(sets):
-        raise ValueError(f"not a cursor that a page of {state} tasks gave: {cursor!r}")
+        raise ValueError(f"not a cursor that a page of {state} tasks gave: {short(cursor)}")
     job = None if job is None else check_job(job)
 
     def call(index: int, position: tuple[str, str] | None, rows: int) -> Call[Any]:

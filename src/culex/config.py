@@ -15,8 +15,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from ._redis.address import masked
 from ._redis.connections import SOCKET_TIMEOUT
 from ._redis.keys import check_queue_name
+from .codecs import short
 from .errors import ConfigurationError
 
 
@@ -72,16 +74,18 @@ def seconds(value: object, name: str, *, minimum: float = 0.0) -> float:
         result = float(value)
     else:
         raise ConfigurationError(
-            f"{name} must be a timedelta or a number of seconds, got {value!r}"
+            f"{name} must be a timedelta or a number of seconds, got {short(value)}"
         )
     if not result >= minimum or result == float("inf"):
-        raise ConfigurationError(f"{name} must be a finite duration >= {minimum} s, got {value!r}")
+        raise ConfigurationError(
+            f"{name} must be a finite duration >= {minimum} s, got {short(value)}"
+        )
     return result
 
 
 def _positive_int(value: object, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigurationError(f"{name} must be a whole number >= 1, got {value!r}")
+        raise ConfigurationError(f"{name} must be a whole number >= 1, got {short(value)}")
     return value
 
 
@@ -93,7 +97,7 @@ def _at_most(value: float, most: float, name: str) -> float:
 
 def _flag(value: object, name: str) -> bool:
     if not isinstance(value, bool):
-        raise ConfigurationError(f"{name} must be True or False, got {value!r}")
+        raise ConfigurationError(f"{name} must be True or False, got {short(value)}")
     return value
 
 
@@ -110,7 +114,8 @@ def _url(value: object, name: str) -> str | None:
     ):
         raise ConfigurationError(
             f"{name} must be a URL like redis://host:6379/0, rediss://..., unix:///path, "
-            f"redis+sentinel://host:26379/SERVICE or redis+cluster://host:7000, got {value!r}"
+            f"redis+sentinel://host:26379/SERVICE or redis+cluster://host:7000, got "
+            + short(masked(value) if isinstance(value, str) else value, 200)
         )
     return value
 
@@ -122,14 +127,14 @@ CODE_ONLY = frozenset({"redis_options"})  # objects, not text: configure() only
 def _options(value: object, name: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
         raise ConfigurationError(
-            f"{name} must be a dict of redis-py client keyword arguments, got {value!r}"
+            f"{name} must be a dict of redis-py client keyword arguments, got {short(value)}"
         )
     return dict(value)
 
 
 def _driver(value: object, name: str) -> str:
     if value not in DRIVERS:
-        raise ConfigurationError(f"{name} must be one of {', '.join(DRIVERS)}, got {value!r}")
+        raise ConfigurationError(f"{name} must be one of {', '.join(DRIVERS)}, got {short(value)}")
     assert isinstance(value, str)
     return value
 
@@ -149,12 +154,12 @@ def _queues(value: object, name: str) -> tuple[str, ...]:
     else:
         raise ConfigurationError(
             f"{name} must be a list of queue names (each may end in :WEIGHT) or a dict of "
-            f"names to weights, got {value!r}"
+            f"names to weights, got {short(value)}"
         )
     seen: set[str] = set()
     for queue, _ in pairs:
         if queue in seen:
-            raise ConfigurationError(f"{name}: the queue {queue!r} is named twice")
+            raise ConfigurationError(f"{name}: the queue {short(queue)} is named twice")
         seen.add(queue)
     return tuple(f"{q}:{w}" if w != 1 or _weight_part(q) is not None else q for q, w in pairs)
 
@@ -183,7 +188,7 @@ def _queue_spec(spec: object, name: str) -> tuple[str, int]:
         return _queue_name(spec, name), 1
     queue = spec.rpartition(":")[0].strip()
     if not weight:
-        raise ConfigurationError(f"{name}: {spec!r} has a colon but no weight after it")
+        raise ConfigurationError(f"{name}: {short(spec)} has a colon but no weight after it")
     number = int(weight) if weight.isascii() and weight.isdigit() else weight
     return _queue_name(queue, name), _weight(number, queue, name)
 
@@ -198,15 +203,17 @@ def _queue_name(queue: object, name: str) -> str:
 def _weight(weight: object, queue: object, name: str) -> int:
     if isinstance(weight, bool) or not isinstance(weight, int) or not 1 <= weight <= MAX_WEIGHT:
         raise ConfigurationError(
-            f"{name}: the weight of queue {queue!r} must be a whole number from 1 to "
-            f"{MAX_WEIGHT}, got {weight!r}"
+            f"{name}: the weight of queue {short(queue)} must be a whole number from 1 to "
+            f"{MAX_WEIGHT}, got {short(weight)}"
         )
     return weight
 
 
 def _prefix(value: object, name: str) -> str:
     if not isinstance(value, str) or not value or "{" in value or "}" in value:
-        raise ConfigurationError(f"{name} must be a non-empty string without braces: {value!r}")
+        raise ConfigurationError(
+            f"{name} must be a non-empty string without braces: {short(value)}"
+        )
     return value
 
 
@@ -279,7 +286,7 @@ def check(values: Mapping[str, object], source: str) -> dict[str, Any]:
     for name, value in values.items():
         if name not in _CHECKS:
             known = ", ".join(sorted(_CHECKS))
-            raise ConfigurationError(f"{source}: unknown setting {name!r} (known: {known})")
+            raise ConfigurationError(f"{source}: unknown setting {short(name)} (known: {known})")
         checked[name] = _CHECKS[name](value, f"{source} {name}")
     return checked
 

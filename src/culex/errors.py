@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from datetime import timedelta
 
+from .codecs import short
+
 
 class CulexError(Exception):
     """Base class of every error culex raises on purpose."""
@@ -66,12 +68,12 @@ class RetryLater(CulexError):
         else:
             raise TypeError(
                 f"RetryLater(delay): the delay must be a timedelta or a number of seconds, "
-                f"got {delay!r}"
+                f"got {short(delay)}"
             )
         most = MAX_RETRY_LATER.total_seconds()
         if math.isnan(seconds) or not 0 <= seconds <= most:
             raise ValueError(
-                f"RetryLater(delay): the delay must be from 0 to {most:.0f} s, got {delay!r}"
+                f"RetryLater(delay): the delay must be from 0 to {most:.0f} s, got {short(delay)}"
             )
         self.delay_ms = round(seconds * 1000)
         super().__init__(f"asked to run again in {self.delay_ms / 1000:g} s")

@@ -18,6 +18,7 @@ from typing import Any
 
 from . import logs, tracing
 from ._redis.operations import Claimed
+from .codecs import short
 from .config import seconds
 from .errors import JobFailure, RetryLater
 from .isolation import ChildDied, ChildRaised, run_in_process
@@ -75,7 +76,7 @@ def decode(claimed: Claimed, registry: JobRegistry, max_payload_bytes: int) -> J
         )
     job_class = registry.get(claimed.type)
     if job_class is None:
-        return _broken(claimed, f"unknown job type {claimed.type!r}")
+        return _broken(claimed, f"unknown job type {short(claimed.type, 210)}")
     try:
         raw = _params(claimed.params)
     except ValueError as exc:  # also bytes that are not UTF-8
@@ -235,7 +236,7 @@ def _later(job: Job, claimed: Claimed, asked: RetryLater, started: float) -> Out
     checks) fails the attempt as any error does."""
     delay_ms = getattr(asked, "delay_ms", None)
     if isinstance(delay_ms, bool) or not isinstance(delay_ms, int) or delay_ms < 0:
-        reason = f"RetryLater without a usable delay_ms: {delay_ms!r}"
+        reason = f"RetryLater without a usable delay_ms: {short(delay_ms)}"
         return _failed(job, claimed, reason, True, started, asked)
     logger.info(
         "task %s asked to run again in %s, taking %s (no failure counted)",

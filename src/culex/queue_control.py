@@ -16,6 +16,7 @@ from typing import Any, Final
 from . import config
 from ._redis import commands, operations
 from ._redis.keys import check_queue_name, queue_keys, queues_key
+from .codecs import short
 from .errors import ConfigurationError
 from .flow import Flow, one_call, run_async, run_sync
 
@@ -31,11 +32,11 @@ class Rate:
     def __post_init__(self) -> None:
         if isinstance(self.count, bool) or not isinstance(self.count, int) or self.count < 1:
             raise ConfigurationError(
-                f"a rate's count must be a whole number >= 1, got {self.count!r}"
+                f"a rate's count must be a whole number >= 1, got {short(self.count)}"
             )
         if not isinstance(self.per, timedelta) or self.per < timedelta(milliseconds=1):
             raise ConfigurationError(
-                f"a rate's window (per) must be a timedelta >= 1 ms, got {self.per!r}"
+                f"a rate's window (per) must be a timedelta >= 1 ms, got {short(self.per)}"
             )
 
     @property
@@ -66,14 +67,14 @@ def rate(value: object, name: str = "rate") -> Rate:
             return Rate(int(count), per=timedelta(milliseconds=window_ms))
     raise ConfigurationError(
         f'{name} must be a culex.Rate or a text like "100/s", "10/m", "1000/h" or "5/10s", '
-        f"got {value!r}"
+        f"got {short(value)}"
     )
 
 
 def concurrency(value: object, name: str = "concurrency") -> int:
     """A concurrency limit: a whole number >= 1, checked."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigurationError(f"{name} must be a whole number >= 1, got {value!r}")
+        raise ConfigurationError(f"{name} must be a whole number >= 1, got {short(value)}")
     return value
 
 
@@ -181,7 +182,7 @@ def _limit_changes(
 ) -> dict[str, str]:
     """The control hash's fields for these limits: "0" lifts one, "" drops what was set."""
     if not isinstance(reset, bool):
-        raise ConfigurationError(f"reset must be True or False, got {reset!r}")
+        raise ConfigurationError(f"reset must be True or False, got {short(reset)}")
     given = {
         "rate": rate_,
         "concurrency": concurrency_,

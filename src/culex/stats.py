@@ -17,6 +17,7 @@ from . import config
 from ._redis import commands
 from ._redis.keys import check_queue_name, queue_keys, queues_key
 from ._redis.operations import Call, number
+from .codecs import short
 from .flow import Flow, run_async, run_sync
 
 __all__ = [
@@ -99,7 +100,7 @@ class Counts:
         """An estimate of the ``q`` quantile (0..1) of run time in seconds, interpolated
         inside its bucket as Prometheus' histogram_quantile does (None: none was timed)."""
         if not 0 <= q <= 1:
-            raise ValueError(f"a quantile is between 0 and 1, got {q!r}")
+            raise ValueError(f"a quantile is between 0 and 1, got {short(q)}")
         timed = sum(self.durations)
         if not timed:
             return None
@@ -260,7 +261,7 @@ def _checked(
         raise TypeError(f"settings must be a culex Settings or None, got {type(settings).__name__}")
     if queues is not None:
         if isinstance(queues, str) or not isinstance(queues, list | tuple):
-            raise TypeError(f"queues must be a list of queue names, got {queues!r}")
+            raise TypeError(f"queues must be a list of queue names, got {short(queues)}")
         queues = [check_queue_name(q) for q in queues]
     return settings or config.settings(), queues
 
@@ -271,7 +272,7 @@ def _moment(value: object, name: str) -> float:
         return value.timestamp()
     if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
         return float(value)
-    raise TypeError(f"{name} must be a datetime or epoch seconds, got {value!r}")
+    raise TypeError(f"{name} must be a datetime or epoch seconds, got {short(value)}")
 
 
 def _window_args(
@@ -283,9 +284,9 @@ def _window_args(
     elif isinstance(window, int | float) and not isinstance(window, bool):
         seconds = float(window)
     else:
-        raise TypeError(f"window must be a timedelta or seconds, got {window!r}")
+        raise TypeError(f"window must be a timedelta or seconds, got {short(window)}")
     if not 0 < seconds <= MAX_WINDOW:
-        raise ValueError(f"window must be more than 0 and at most 7 days, got {seconds!r} s")
+        raise ValueError(f"window must be more than 0 and at most 7 days, got {short(seconds)} s")
     return settings, names, seconds
 
 
@@ -298,7 +299,7 @@ def _series_flow(
 ) -> tuple[config.Settings, Flow[list[Bucket]]]:
     settings, names = _checked(settings, queues)
     if step not in _SIZE:
-        raise ValueError(f'step must be "minute" or "hour", got {step!r}')
+        raise ValueError(f'step must be "minute" or "hour", got {short(step)}')
     start = _moment(since, "since")
     end = None if until is None else _moment(until, "until")
     if end is not None:

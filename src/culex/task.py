@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from . import config
 from ._redis import commands, operations
 from ._redis.keys import QueueKeys, check_queue_name, queue_keys
+from .codecs import short
 from .errors import CulexError, TaskFailed
 from .flow import Flow, one_call, run_async, run_sync
 from .job_registry import registry
@@ -60,7 +61,7 @@ def check_id(task_id: object) -> str:
     if not task_id or len(task_id) > MAX_ID_LENGTH or not task_id.isprintable() or " " in task_id:
         raise ValueError(
             f"a task id must be 1 to {MAX_ID_LENGTH} printable characters without spaces: "
-            f"{task_id!r}"
+            f"{short(task_id)}"
         )
     return task_id
 

@@ -60,11 +60,11 @@ class Address:
 
     @classmethod
     def parse(cls, url: str) -> Address:
-        parts = urlsplit(url)
-        query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
-        username = unquote(parts.username) if parts.username else None
-        password = unquote(parts.password) if parts.password is not None else None
         try:
+            parts = urlsplit(url)  # (an unclosed [ is a ValueError too)
+            query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
+            username = unquote(parts.username) if parts.username else None
+            password = unquote(parts.password) if parts.password is not None else None
             if parts.scheme == "unix":
                 if not parts.path:
                     raise ValueError("no socket path")
@@ -94,9 +94,9 @@ class Address:
             if kind is not None:
                 return cls._parse_many(url, kind, parts, query)
         except ValueError as exc:
-            raise ConfigurationError(f"bad Redis URL {_without_password(url)!r}: {exc}") from None
+            raise ConfigurationError(f"bad Redis URL {masked(url)!r}: {exc}") from None
         raise ConfigurationError(
-            f"bad Redis URL {_without_password(url)!r}: the scheme must be redis://, rediss://, "
+            f"bad Redis URL {masked(url)!r}: the scheme must be redis://, rediss://, "
             "unix://, redis+sentinel://, redis+cluster:// (or rediss+..., valkey...)"
         )
 
@@ -141,7 +141,7 @@ class Address:
     @property
     def shown(self) -> str:
         """The URL as it may be shown: without its password."""
-        return _without_password(self.url)
+        return masked(self.url)
 
     @property
     def tls_verify(self) -> bool:
@@ -221,6 +221,23 @@ def _check_options(query: dict[str, str], *, tls: bool) -> None:
         raise ValueError("ssl_keyfile needs ssl_certfile (the certificate it is the key of)")
     if query.get("ssl_server_hostname") == "":
         raise ValueError("ssl_server_hostname is empty")
+
+
+def masked(url: str) -> str:
+    """``url`` as an error or a log may show it: its password and a ``sentinel_password``
+    as ``***``; in a text that does not read as a URL with a login (``redis:/user:pw@host``,
+    an unclosed ``[``), all before its last ``@`` from its ``://`` on."""
+    try:
+        shown = _without_password(url)
+    except ValueError:  # (urlsplit refused it)
+        shown = url
+    head, at, tail = shown.rpartition("@")
+    scheme, sep, login = head.partition("://")
+    if not sep:
+        scheme, login = "", head
+    if at and ":" in login and not (login.endswith(":***") and login.count(":") == 1):
+        shown = f"{scheme}{sep}***@{tail}"
+    return shown
 
 
 def _without_password(url: str) -> str:

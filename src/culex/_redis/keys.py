@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from ..codecs import short
+
 # A queue name becomes part of key names and of a hash tag: braces would break the tag.
 _FORBIDDEN = frozenset("{}")
 MAX_QUEUE_NAME = 200
@@ -18,9 +20,13 @@ def check_queue_name(name: object) -> str:
     if not isinstance(name, str):
         raise TypeError(f"a queue name must be a str, got {type(name).__name__}")
     if not name or len(name) > MAX_QUEUE_NAME:
-        raise ValueError(f"a queue name must have 1 to {MAX_QUEUE_NAME} characters: {name!r}")
+        raise ValueError(
+            f"a queue name must have 1 to {MAX_QUEUE_NAME} characters: {short(name, 210)}"
+        )
     if not name.isprintable() or any(c in _FORBIDDEN or c.isspace() for c in name):
-        raise ValueError(f"a queue name cannot hold braces, spaces or control characters: {name!r}")
+        raise ValueError(
+            f"a queue name cannot hold braces, spaces or control characters: {short(name, 210)}"
+        )
     return name
 
 

@@ -42,7 +42,7 @@ _METAVARS = {"seconds": "SECONDS", "count": "N", "text": "TEXT"}
 def _parser() -> argparse.ArgumentParser:
     # (Long, but flat: one block per command, read top to bottom as the CLI's whole shape;
     # culex run's many setting flags are made by _setting_flags, not written here.)
-    parser = argparse.ArgumentParser(prog="culex", description=__doc__)
+    parser = argparse.ArgumentParser(prog="culex", description=(__doc__ or "").replace("``", ""))
     parser.add_argument("--log-level", default="INFO", choices=LOG_LEVELS)
     # The global options are also taken after the command (culex run app.jobs --log-level
     # WARNING); there, they are left out of the result unless given, so they do not hide
