@@ -459,6 +459,15 @@ def test_culex_task_shows_the_whole_record_readably(
     )
     assert cli.main(["task", "shown", "nope", "--redis-url", url]) == 1
     assert "shown<nope>: no such task" in capsys.readouterr().out
+
+    # A record another producer wrote with a time no datetime holds is shown as stored.
+    later = ShownJob(to="bob").enqueue(delay=60)
+    r.hset(f"culex:{{shown}}:task:{later.id}", "due_at", "1000000000000000")
+    r.zadd("culex:{shown}:scheduled", {later.id: 1e15})
+    assert cli.main(["task", "shown", later.id, "--redis-url", url]) == 0
+    assert "due_at        1000000000000000\n" in capsys.readouterr().out
+    assert cli.main(["tasks", "shown", "--state", "scheduled", "--redis-url", url]) == 0
+    assert "1000000000000 s" in capsys.readouterr().out
     culex.registry.remove(ShownJob)
 
 

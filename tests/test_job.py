@@ -123,6 +123,16 @@ def test_enqueue_arguments_are_checked_before_anything_is_sent() -> None:
         job.enqueue(delay=-1)
     with pytest.raises(ValueError, match="task id"):
         job.enqueue(id="has space")
+    # A waiting task's score holds its ready time in 42 bits of ms: no later than 2109.
+    too_late: list[dict[str, object]] = [
+        {"delay": 1e12},
+        {"delay": timedelta(days=365 * 90)},
+        {"at": datetime(2200, 1, 1, tzinfo=UTC)},
+        {"at": datetime(1960, 1, 1, tzinfo=UTC)},
+    ]
+    for when in too_late:
+        with pytest.raises(ValueError, match=r"ready from 1970 to 2109-05-15 07:35 UTC, not later"):
+            job.enqueue(**when)  # type: ignore[arg-type]
 
 
 def test_payload_limit(r: object) -> None:

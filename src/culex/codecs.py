@@ -12,7 +12,7 @@ import math
 import operator
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
-from datetime import date, datetime, time, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from typing import Any, TypeAlias
 from uuid import UUID
@@ -32,6 +32,15 @@ def short(value: object, limit: int = 60) -> str:
     except Exception:  # a broken __repr__, or an int too long to print
         text = f"<{type(value).__name__} object>"
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def moment(ms: float) -> datetime | None:
+    """A time in ms since the epoch as a UTC datetime; None where no datetime can hold it
+    (a record written by another producer may say the year 33715)."""
+    try:
+        return datetime.fromtimestamp(ms / 1000, UTC)
+    except (ValueError, OverflowError, OSError):
+        return None
 
 
 def at(where: str) -> str:

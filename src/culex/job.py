@@ -11,6 +11,7 @@ import functools
 import inspect
 import logging
 import re
+import time
 import typing
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime, timedelta
@@ -18,6 +19,7 @@ from typing import Any, ClassVar, NoReturn
 
 from . import config
 from ._redis.keys import check_queue_name
+from ._redis.priority import check_ready_ms
 from .codecs import Codec, Deserializer, Serializer
 from .enqueue import check_priority, enqueue_flow
 from .errors import JobFailure
@@ -234,7 +236,9 @@ class Job:
         if not allowed:
             return None
         interval = self.reschedule_interval(retry_count)
-        return max(0, round(config.seconds(interval, "reschedule_interval()") * 1000))
+        delay_ms = max(0, round(config.seconds(interval, "reschedule_interval()") * 1000))
+        check_ready_ms(round(time.time() * 1000) + delay_ms, "reschedule_interval()")
+        return delay_ms
 
     def result_text(self, value: Any) -> str:
         """The JSON text stored as the task's result, typed by perform's return annotation.

@@ -158,3 +158,23 @@ def test_the_task_page_shows_progress_and_push_backs_escaped(r: redis.Redis, url
     assert "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt; 4 of 10 &amp; more" in shown
     assert "<script>alert" not in shown
     assert "1 time(s), by RetryLater" in shown and "retry later at" in shown
+
+
+def test_a_time_no_datetime_holds_is_shown_as_stored(r: redis.Redis, url: str) -> None:
+    from .conftest import serve
+
+    class FarShownJob(culex.QueuedJob):
+        queue = "far_shown"
+
+    try:
+        task = FarShownJob().enqueue(delay=60)
+    finally:
+        culex.registry.remove(FarShownJob)
+    # (as another producer could write it: the year 33715)
+    r.hset(f"culex:{{far_shown}}:task:{task.id}", "due_at", "1000000000000000")
+    r.zadd("culex:{far_shown}:scheduled", {task.id: 1e15})
+    with serve(app(config.Settings(redis_url=url))) as base:
+        for page in (f"task?queue=far_shown&id={task.id}", "queue?queue=far_shown&state=scheduled"):
+            with urllib.request.urlopen(f"{base}/{page}", timeout=10) as answer:
+                assert answer.status == 200
+                assert "1000000000000000 ms" in answer.read().decode(), page

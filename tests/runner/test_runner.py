@@ -174,6 +174,32 @@ async def test_rescheduleable_attribute_and_method(r: redis.Redis) -> None:
     assert RescheduleOnceJob.runs == 2
 
 
+class CenturyJob(culex.QueuedJob):
+    queue = "century"
+
+    def reschedule_interval(self, retry_count: int) -> timedelta:
+        return timedelta(days=365 * 200)
+
+    def perform(self) -> None:
+        raise OSError("remote down")
+
+
+async def test_a_retry_later_than_a_score_can_hold_ends_the_task_in_dead_with_why(
+    r: redis.Redis,
+) -> None:
+    task = await CenturyJob().aenqueue()
+    async with running(culex.Runner(run_from=["century"])):
+        with pytest.raises(culex.TaskFailed, match="OSError: remote down"):
+            await task.aresult(timeout=10)
+    info = await task.ainfo()
+    assert (
+        info["state"] == "dead"
+        and "reschedule_interval() must make a task ready from 1970 to "
+        "2109-05-15 07:35 UTC, not later"
+        in info["last_error"]
+    )
+
+
 class HookJob(culex.QueuedJob):
     queue = "hooks"
     max_retries = 1

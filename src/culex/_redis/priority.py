@@ -9,6 +9,16 @@ A task of priority 0 (every task stored before priorities) scores its ready time
 from __future__ import annotations
 
 UNIT = 2**42  # one step of priority, in ms of the score
+LATEST = "2109-05-15 07:35 UTC"  # (UNIT ms since the epoch: no ready time can be later)
+
+
+def check_ready_ms(ms: int, what: str) -> int:
+    """``ms``, when a task is to be ready (ms since the epoch), if a score can hold it; else
+    a clear error that names ``what`` (a ready time past UNIT would read back as a
+    priority)."""
+    if not 0 <= ms < UNIT:
+        raise ValueError(f"{what} must make a task ready from 1970 to {LATEST}, not later")
+    return ms
 
 
 def ready_ms(score: float) -> int:

@@ -6,9 +6,9 @@ import argparse
 import contextlib
 import json
 import time
-from datetime import UTC, datetime
 
 from .. import config
+from ..codecs import moment
 from ..errors import CulexError
 from .tables import one_line, print_table
 
@@ -103,9 +103,8 @@ def task_command(args: argparse.Namespace) -> int:
     width = max(len(name) for name in record)
     for name, value in record.items():
         shown = value
-        if name in _TIMES and value.isdigit():
-            moment = datetime.fromtimestamp(int(value) / 1000, tz=UTC)
-            shown = f"{moment.isoformat(timespec='milliseconds')} ({value})"
+        if name in _TIMES and value.isdigit() and (when := moment(int(value))) is not None:
+            shown = f"{when.isoformat(timespec='milliseconds')} ({value})"
         elif name == "progress":
             with contextlib.suppress(ValueError):  # (else shown as stored)
                 shown = f"{float(value):.0%} ({value})"
@@ -174,4 +173,7 @@ def tasks_command(args: argparse.Namespace) -> int:
 def _moment(seconds: float | None) -> str:
     if seconds is None:
         return "-"
-    return datetime.fromtimestamp(seconds, tz=UTC).astimezone().strftime("%Y-%m-%d %H:%M:%S")
+    when = moment(seconds * 1000)
+    if when is None:
+        return f"{seconds:.0f} s"  # (past what a datetime holds: as stored)
+    return when.astimezone().strftime("%Y-%m-%d %H:%M:%S")

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import UTC, datetime
+from datetime import datetime
+
+from ..codecs import moment
 
 # Shown in full up to this many characters; longer text is cut, with a "show all" link
 # that loads the whole of it as plain text.
@@ -16,7 +18,8 @@ def date(ms: object) -> str:
     value = _ms(ms)
     if value is None:
         return ""
-    return datetime.fromtimestamp(value / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    when = moment(value)
+    return f"{value:.0f} ms" if when is None else when.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def ago(ms: object, now: float | None = None) -> str:
