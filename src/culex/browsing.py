@@ -17,7 +17,7 @@ from ._redis import commands, operations
 from ._redis.keys import QueueKeys, check_queue_name, queue_keys
 from ._redis.operations import Call, number
 from ._redis.priority import ready_ms
-from .codecs import short
+from .errors import short
 from .flow import Flow, raised, run_async, run_sync
 from .task import check_id
 

@@ -17,21 +17,14 @@ from decimal import Decimal
 from typing import Any, TypeAlias
 from uuid import UUID
 
+from .errors import short
+
 JSON: TypeAlias = bool | int | float | str | list["JSON"] | dict[str, "JSON"] | None
 Serializer: TypeAlias = Callable[[Any], JSON]
 Deserializer: TypeAlias = Callable[[JSON], Any]
 
 _isfinite = math.isfinite
 enum_value = operator.attrgetter("value")
-
-
-def short(value: object, limit: int = 60) -> str:
-    """repr of a value for an error message, cut short: values can be big."""
-    try:
-        text = repr(value)
-    except Exception:  # a broken __repr__, or an int too long to print
-        text = f"<{type(value).__name__} object>"
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def moment(ms: float) -> datetime | None:

@@ -18,8 +18,7 @@ from typing import Any
 from ._redis.address import masked
 from ._redis.connections import SOCKET_TIMEOUT
 from ._redis.keys import check_queue_name
-from .codecs import short
-from .errors import ConfigurationError
+from .errors import ConfigurationError, short
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,11 +1,18 @@
-"""The exceptions culex raises."""
+"""The exceptions culex raises, and how their messages show a value (cut short)."""
 
 from __future__ import annotations
 
 import math
 from datetime import timedelta
 
-from .codecs import short
+
+def short(value: object, limit: int = 60) -> str:
+    """repr of a value for an error message, cut short: values can be big."""
+    try:
+        text = repr(value)
+    except Exception:  # a broken __repr__, or an int too long to print
+        text = f"<{type(value).__name__} object>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class CulexError(Exception):

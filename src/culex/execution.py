@@ -18,9 +18,8 @@ from typing import Any
 
 from . import logs, tracing
 from ._redis.operations import Claimed
-from .codecs import short
 from .config import seconds
-from .errors import JobFailure, RetryLater
+from .errors import JobFailure, RetryLater, short
 from .isolation import ChildDied, ChildRaised, run_in_process
 from .job import Job, snake_case
 from .job_registry import JobRegistry

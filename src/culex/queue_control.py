@@ -16,8 +16,7 @@ from typing import Any, Final
 from . import config
 from ._redis import commands, operations
 from ._redis.keys import check_queue_name, queue_keys, queues_key
-from .codecs import short
-from .errors import ConfigurationError
+from .errors import ConfigurationError, short
 from .flow import Flow, one_call, run_async, run_sync
 
 

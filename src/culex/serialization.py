@@ -45,8 +45,8 @@ from .codecs import (
     at,
     enum_value,
     is_json,
-    short,
 )
+from .errors import short
 
 # register_type()'s custom types, looked up when a codec is compiled
 _registry: dict[type, tuple[Serializer, Deserializer]] = {}

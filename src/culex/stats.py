@@ -17,7 +17,7 @@ from . import config
 from ._redis import commands
 from ._redis.keys import check_queue_name, queue_keys, queues_key
 from ._redis.operations import Call, number
-from .codecs import short
+from .errors import short
 from .flow import Flow, run_async, run_sync
 
 __all__ = [

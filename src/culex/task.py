@@ -11,8 +11,7 @@ from typing import TYPE_CHECKING, Any
 from . import config
 from ._redis import commands, operations
 from ._redis.keys import QueueKeys, check_queue_name, queue_keys
-from .codecs import short
-from .errors import CulexError, TaskFailed
+from .errors import CulexError, TaskFailed, short
 from .flow import Flow, one_call, run_async, run_sync
 from .job_registry import registry
 from .serialization import decode_result

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from ..codecs import short
+from ..errors import short
 
 # A queue name becomes part of key names and of a hash tag: braces would break the tag.
 _FORBIDDEN = frozenset("{}")
