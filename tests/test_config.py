@@ -95,8 +95,9 @@ def test_a_huge_value_is_refused_with_a_short_error() -> None:
         lambda: culex.configure(run_from=["q" * 100_000]),
         lambda: culex.pause("q" * 100_000),
         lambda: culex.limit("emails", rate="1" * 100_000),
+        lambda: type("HugeCronJob", (culex.PeriodicJob,), {"cron": "*" * 100_000}),
     ):
-        with pytest.raises((culex.ConfigurationError, ValueError)) as refused:
+        with pytest.raises((culex.ConfigurationError, ValueError, TypeError)) as refused:
             refuse()
         assert len(str(refused.value)) < 500, str(refused.value)[:100]
     config.reset()

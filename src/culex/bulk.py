@@ -17,7 +17,7 @@ from ._redis import commands, operations
 from ._redis.keys import QueueKeys, check_queue_name, queue_keys
 from ._redis.operations import Call
 from .browsing import EXAMINE, browse_call, check_job, check_state, state_sets
-from .errors import ServerError
+from .errors import ServerError, short
 from .flow import Flow, raised, run_async, run_sync
 from .task import check_id
 
@@ -85,10 +85,10 @@ def _flow(
 ) -> Flow[int]:
     """The arguments of :func:`apply`, each checked before any I/O, and the action's flow."""
     if action not in get_args(Action):
-        raise ValueError(f"an action must be one of {', '.join(get_args(Action))}: {action!r}")
+        raise ValueError(f"an action must be one of {', '.join(get_args(Action))}: {short(action)}")
     keys = queue_keys(settings.prefix, check_queue_name(queue))
     if progress is not None and not callable(progress):
-        raise TypeError(f"progress must be a function (done, total), got {progress!r}")
+        raise TypeError(f"progress must be a function (done, total), got {short(progress)}")
     if ids is None and state is None:
         if action != "retry":
             raise ValueError(f"{action} needs ids, or a state: {', '.join(FROM[action])}")

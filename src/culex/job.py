@@ -22,7 +22,7 @@ from ._redis.keys import check_queue_name
 from ._redis.priority import check_ready_ms
 from .codecs import Codec, Deserializer, Serializer
 from .enqueue import check_priority, enqueue_flow
-from .errors import JobFailure
+from .errors import JobFailure, short
 from .flow import run_async, run_sync
 from .job_registry import registry
 from .queue_control import QueueLimits, Rate, concurrency, rate
@@ -157,7 +157,7 @@ class Job:
             if name in params:
                 value = param.codec.validate(params[name], f"{where}.{name}")
             elif param.required:
-                raise TypeError(f"{where} is missing the required param {name!r}")
+                raise TypeError(f"{where} is missing the required param {short(name)}")
             else:
                 value = copy.deepcopy(param.default)
             setattr(self, name, value)
@@ -263,7 +263,9 @@ class Job:
             if name in raw:
                 value = param.codec.decode(raw[name], f"{where}.{name}")
             elif param.required:
-                raise ValueError(f"{where}: the task has no value for the required param {name!r}")
+                raise ValueError(
+                    f"{where}: the task has no value for the required param {short(name)}"
+                )
             else:
                 value = copy.deepcopy(param.default)
             setattr(job, name, value)
@@ -376,7 +378,7 @@ def _collect_params(cls: type[Job]) -> dict[str, Param]:
                 continue
             if name in reserved:
                 raise TypeError(
-                    f"{cls.__name__}: {name!r} is reserved by culex.Job, rename the param"
+                    f"{cls.__name__}: {short(name)} is reserved by culex.Job, rename the param"
                 )
             own[name] = hints[name]
     hooks = _JobHooks(cls)
@@ -409,7 +411,7 @@ def _type_name(cls: type[Job]) -> str:
     ):
         raise TypeError(
             f"{cls.__name__}.name (the type of its tasks) must be a non-empty str of "
-            f"printable characters without spaces, got {given!r}"
+            f"printable characters without spaces, got {short(given)}"
         )
     return given
 
@@ -429,16 +431,18 @@ def _check_policy(cls: type[Job]) -> None:
     """Reject policy attributes a runner could not use, when the class is defined."""
     name = cls.__name__
     if isinstance(cls.max_retries, bool) or not isinstance(cls.max_retries, int):
-        raise TypeError(f"{name}.max_retries must be an int, got {cls.max_retries!r}")
+        raise TypeError(f"{name}.max_retries must be an int, got {short(cls.max_retries)}")
     if cls.max_retries < 0:
         raise ValueError(f"{name}.max_retries must be >= 0, got {cls.max_retries}")
     if not isinstance(cls.rescheduleable, bool) and not callable(cls.rescheduleable):
         raise TypeError(f"{name}.rescheduleable must be a bool or a method taking the retry count")
     check_priority(cls.priority, f"{name}.priority")
     if not isinstance(cls.trace_as_child, bool):
-        raise TypeError(f"{name}.trace_as_child must be a bool, got {cls.trace_as_child!r}")
+        raise TypeError(f"{name}.trace_as_child must be a bool, got {short(cls.trace_as_child)}")
     if cls.isolation not in ("thread", "process"):
-        raise ValueError(f'{name}.isolation must be "thread" or "process", got {cls.isolation!r}')
+        raise ValueError(
+            f'{name}.isolation must be "thread" or "process", got {short(cls.isolation)}'
+        )
     if cls.isolation == "process" and inspect.iscoroutinefunction(cls.perform):
         raise TypeError(f'{name}: isolation = "process" is for a sync perform, not async def')
     for attr in ("lease", "timeout"):

@@ -18,7 +18,7 @@ from . import config
 from ._redis import commands, operations
 from ._redis.keys import check_queue_name, queue_keys, queues_key
 from ._redis.operations import Scheduled
-from .errors import ConfigurationError, CulexError
+from .errors import ConfigurationError, CulexError, short
 from .flow import Flow, run_async, run_sync
 from .job import Job
 from .job_registry import JobRegistry, registry
@@ -46,7 +46,9 @@ class MonthSpan:
 
     def __post_init__(self) -> None:
         if isinstance(self.months, bool) or not isinstance(self.months, int) or self.months < 1:
-            raise TypeError(f"a month span is a whole number of months >= 1, got {self.months!r}")
+            raise TypeError(
+                f"a month span is a whole number of months >= 1, got {short(self.months)}"
+            )
 
 
 def months(n: int) -> MonthSpan:
@@ -237,7 +239,7 @@ def _check(cls: type[PeriodicJob]) -> None:
         )
     for flag in ("run_on_start", "overlap"):
         if not isinstance(getattr(cls, flag), bool):
-            raise TypeError(f"{name}.{flag} must be True or False, got {getattr(cls, flag)!r}")
+            raise TypeError(f"{name}.{flag} must be True or False, got {short(getattr(cls, flag))}")
 
 
 def _schedule_of(cls: type[PeriodicJob]) -> Schedule:
@@ -269,28 +271,30 @@ def _zone(name: str, timezone: object) -> tzinfo:
     if timezone is None:
         return UTC
     if not isinstance(timezone, str):
-        raise TypeError(f'{name}.timezone must be a name like "Europe/Berlin", got {timezone!r}')
+        raise TypeError(
+            f'{name}.timezone must be a name like "Europe/Berlin", got {short(timezone)}'
+        )
     from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
     try:
         return ZoneInfo(timezone)
     except (ZoneInfoNotFoundError, ValueError):
-        raise TypeError(f"{name}.timezone: unknown time zone {timezone!r}") from None
+        raise TypeError(f"{name}.timezone: unknown time zone {short(timezone)}") from None
 
 
 def _cron(name: str, expr: object, tz: tzinfo) -> Cron:
     if not isinstance(expr, str) or len(expr.split()) != 5:
         raise TypeError(
-            f"{name}.cron must have five fields (minute hour day month weekday), got {expr!r}"
+            f"{name}.cron must have five fields (minute hour day month weekday), got {short(expr)}"
         )
     from cronsim import CronSim, CronSimError
 
     try:
         slots = CronSim(expr, datetime.now(tz))
     except CronSimError as exc:
-        raise TypeError(f"{name}.cron {expr!r}: {exc}") from None
+        raise TypeError(f"{name}.cron {short(expr)}: {exc}") from None
     if _first(slots) is None:
-        raise TypeError(f"{name}.cron {expr!r} never matches")
+        raise TypeError(f"{name}.cron {short(expr)} never matches")
     return Cron(expr, tz)
 
 
@@ -403,7 +407,7 @@ def _trigger(
     done: Scheduled = yield call
     if done.outcome == "unknown":
         raise UnknownPeriodicJob(
-            f"no periodic job {job_type!r} on queue {queue!r}: no runner schedules it "
+            f"no periodic job {short(job_type)} on queue {short(queue)}: no runner schedules it "
             "(see culex periodic for the jobs there are)"
         )
     return Task(done.task_id, queue, settings.redis_url, job_class, settings.prefix)
@@ -414,15 +418,15 @@ def _target(
 ) -> tuple[str, str, type[PeriodicJob] | None]:
     """(job type, queue, class or None) of a trigger's arguments, checked before any I/O."""
     if queue is not None and not isinstance(queue, str):
-        raise TypeError(f"a queue name must be a str, got {queue!r} (settings go by keyword)")
+        raise TypeError(f"a queue name must be a str, got {short(queue)} (settings go by keyword)")
     if isinstance(job, type) and issubclass(job, PeriodicJob):
         if queue is not None and queue != job.queue:
-            raise ValueError(f"{job.__name__} runs on queue {job.queue!r}, not {queue!r}")
+            raise ValueError(f"{job.__name__} runs on queue {short(job.queue)}, not {short(queue)}")
         return job.type_, job.queue, job
     if not isinstance(job, str):
-        raise TypeError(f"trigger takes a PeriodicJob class or a job name, got {job!r}")
+        raise TypeError(f"trigger takes a PeriodicJob class or a job name, got {short(job)}")
     if not job or not job.isprintable() or any(c.isspace() for c in job):
-        raise ValueError(f"a job name is printable text without spaces, got {job!r}")
+        raise ValueError(f"a job name is printable text without spaces, got {short(job)}")
     if queue is None:
-        raise TypeError(f"trigger({job!r}) needs the job's queue: trigger(name, queue)")
+        raise TypeError(f"trigger({short(job)}) needs the job's queue: trigger(name, queue)")
     return job, check_queue_name(queue), None

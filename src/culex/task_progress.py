@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 from ._redis import commands, operations
 from ._redis.keys import QueueKeys
+from .errors import short
 from .flow import Flow, one_call, run_async, run_sync
 
 MAX_MESSAGE = 1000  # characters (the script takes up to 4 bytes each)
@@ -42,9 +43,9 @@ class Reporting(NamedTuple):
 def checked(fraction: object, message: object) -> tuple[float, str]:
     """The fraction and message as progress.lua takes them, else a clear error."""
     if isinstance(fraction, bool) or not isinstance(fraction, int | float):
-        raise TypeError(f"progress: the fraction must be a number, got {fraction!r}")
+        raise TypeError(f"progress: the fraction must be a number, got {short(fraction)}")
     if math.isnan(fraction) or not 0 <= fraction <= 1:
-        raise ValueError(f"progress: the fraction must be from 0 to 1, got {fraction!r}")
+        raise ValueError(f"progress: the fraction must be from 0 to 1, got {short(fraction)}")
     if message is None:
         return float(fraction), ""
     if not isinstance(message, str):

@@ -12,6 +12,7 @@ from .. import bulk as bulk_actions
 from .. import periodic, queue_control
 from .._redis.keys import check_queue_name
 from .._redis.operations import CANCELLED, CANCELLING
+from ..errors import short
 from ..flow import run_async
 from . import security
 from .listing import MAX_LIMIT, Query
@@ -61,7 +62,7 @@ async def bulk(request: Request) -> Response:
     query = Query.parse({k: v for k, v in form.items() if isinstance(v, str)})
     action = form.get("action")
     if action not in ACTIONS.get(query.state, ()):
-        raise HTTPException(400, f"{action!r} cannot be done to {query.state} tasks")
+        raise HTTPException(400, f"{short(action)} cannot be done to {query.state} tasks")
     ids = _ids(form)
     everything = form.get("scope") == "filter"
     if not ids and not everything:

@@ -11,6 +11,7 @@ from starlette.responses import PlainTextResponse, RedirectResponse, Response
 
 from .. import inspection, queue_control, stats
 from .._redis.keys import check_queue_name
+from ..errors import short
 from ..task import Task, check_id
 from . import listing
 from .templating import path_for, render
@@ -182,7 +183,9 @@ async def _search_id(request: Request, name: str, query: listing.Query) -> Respo
     except (TypeError, ValueError) as exc:
         raise HTTPException(404, str(exc)) from None
     if found is None:
-        raise HTTPException(404, f"no task {query.search!r} in {name} (never enqueued, or expired)")
+        raise HTTPException(
+            404, f"no task {short(query.search)} in {name} (never enqueued, or expired)"
+        )
     url = path_for(request, "task").include_query_params(queue=name, id=found.id)
     return RedirectResponse(str(url), 303)
 

@@ -21,6 +21,7 @@ from .._redis import commands, operations
 from .._redis.drivers import AsyncDriverProtocol
 from .._redis.keys import check_queue_name, queue_keys
 from .._redis.operations import Claimed
+from ..errors import short
 from ..execution import Outcome, attempt, decode
 from ..job import Job
 from ..job_registry import JobRegistry, registry
@@ -106,7 +107,7 @@ def checked_queues(queues: Iterable[str] | str | None, jobs: JobRegistry) -> lis
         check_queue_name(name)
         if name not in known:
             raise ValueError(
-                f"no registered job runs on queue {name!r} (the queues of the registered "
+                f"no registered job runs on queue {short(name)} (the queues of the registered "
                 f"jobs: {', '.join(known) or 'none'})"
             )
     return names

@@ -8,6 +8,7 @@ from typing import Any
 from .. import config
 from .._redis import commands
 from .._redis.keys import queue_keys
+from ..errors import short
 from ..flow import Flow, run_async, run_sync
 from ..job import Job
 from ..task import Task
@@ -29,7 +30,7 @@ async def aenqueued(job: type[Job], **params: Any) -> list[Task]:
 def check_job_class(job: object, where: str) -> type[Job]:
     """``job`` if it is a concrete job class, else a clear error."""
     if not isinstance(job, type) or not issubclass(job, Job) or not job.type_:
-        raise TypeError(f"{where} takes a job class (a QueuedJob or PeriodicJob), got {job!r}")
+        raise TypeError(f"{where} takes a job class (a QueuedJob or PeriodicJob), got {short(job)}")
     return job
 
 
@@ -45,7 +46,7 @@ def _flow(job: type[Job], params: dict[str, Any]) -> Flow[list[Task]]:
     ids: list[str] = waiting + scheduled
     if len(ids) > MAX_TASKS:
         raise ValueError(
-            f"enqueued(): queue {job.queue!r} holds more than {MAX_TASKS} waiting and "
+            f"enqueued(): queue {short(job.queue)} holds more than {MAX_TASKS} waiting and "
             "scheduled tasks; it reads small queues, as tests have"
         )
     if not ids:

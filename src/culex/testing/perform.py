@@ -6,6 +6,7 @@ import asyncio
 import json
 from typing import Any
 
+from ..errors import short
 from ..execution import _run_async, _run_sync
 from ..job import Job
 from ..serialization import decode_result
@@ -42,14 +43,14 @@ async def aperform_now(job: Job) -> Any:
 def _prepared(job: object, where: str) -> Job:
     """A copy of ``job`` made from its params as stored: encoded, then decoded."""
     if not isinstance(job, Job) or not type(job).type_:
-        raise TypeError(f"{where} takes a job object, e.g. SendEmailJob(to=...), got {job!r}")
+        raise TypeError(f"{where} takes a job object, e.g. SendEmailJob(to=...), got {short(job)}")
     cls = type(job)
     try:
         stored = json.loads(job.params_json())
         prepared = cls.from_params(stored)
     except (TypeError, ValueError) as exc:
         raise ValueError(
-            f"{where}: the params of {job!r} do not survive the trip through Redis: {exc}"
+            f"{where}: the params of {short(job)} do not survive the trip through Redis: {exc}"
         ) from exc
     prepared.task_id = f"perform-now-{new_id()}"
     prepared.attempt = 1
