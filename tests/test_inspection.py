@@ -216,6 +216,14 @@ def test_culex_tasks_shows_a_page_and_the_next_cursor(r: redis.Redis, url: str) 
     assert [line.split()[0] for line in oldest.stdout.splitlines()[1:3]] == ["a", "b"]
     bad = culex_command("tasks", Q, "--limit", "0")
     assert bad.returncode == 2 and "limit must be 1 to 500" in bad.stderr
+    # a page where a task has a priority or a group shows those columns too
+    put(r, "scheduled", [("g", T0, "J")], priority="5", group="customer:42")
+    put(r, "scheduled", [("h", T0 + 1, "J")])
+    steered = culex_command("tasks", Q, "--state", "scheduled", "--oldest", "--redis-url", url)
+    header, *rows = steered.stdout.splitlines()[:3]
+    assert header.split()[4:6] == ["priority", "group"]
+    assert rows[0].split()[0] == "g" and rows[0].split()[6:8] == ["5", "customer:42"]
+    assert rows[1].split()[0] == "h" and rows[1].split()[6] == "0"
 
 
 def culex_command(*args: str) -> subprocess.CompletedProcess[str]:

@@ -43,6 +43,7 @@ class TaskRow:
     last_error: str  # cut to 500 characters
     params: str  # the raw params text (JSON), cut to 500 characters
     priority: int = 0  # higher runs first (a task stored without one: 0)
+    group: str = ""  # the group it was enqueued with ("": none)
 
 
 @dataclass(frozen=True)
@@ -268,7 +269,7 @@ def _row(queue: str, state: str, row: operations.BrowsedRow) -> TaskRow:
         id=row.id, queue=queue, job=row.type, state=state, at=at / 1000,
         enqueued_at=None if enqueued < 0 else enqueued / 1000,
         retry_count=number(row.retry_count), last_error=row.last_error[:CUT],
-        params=row.params[:CUT], priority=number(row.priority),
+        params=row.params[:CUT], priority=number(row.priority), group=row.group,
     )  # fmt: skip
 
 
@@ -294,6 +295,6 @@ def _find(keys: QueueKeys, task_id: str) -> Flow[TaskRow | None]:
     row = operations.BrowsedRow(
         task_id, str(at), fields.get("type", ""), fields.get("enqueue_time", ""),
         fields.get("retry_count", ""), fields.get("last_error", ""), fields.get("params", ""),
-        fields.get("priority", ""),
+        fields.get("priority", ""), fields.get("group", ""),
     )  # fmt: skip
     return _row(keys.name, state, row)

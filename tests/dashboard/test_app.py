@@ -178,3 +178,36 @@ def test_a_time_no_datetime_holds_is_shown_as_stored(r: redis.Redis, url: str) -
             with urllib.request.urlopen(f"{base}/{page}", timeout=10) as answer:
                 assert answer.status == 200
                 assert "1000000000000000 ms" in answer.read().decode(), page
+
+
+def test_priority_group_and_dedupe_key_are_shown_where_a_task_has_them(url: str) -> None:
+    from .conftest import serve
+
+    class SteeredShownJob(culex.QueuedJob):
+        queue = "steered_shown"
+
+    class PlainShownJob(culex.QueuedJob):
+        queue = "plain_shown"
+
+    try:
+        steered = SteeredShownJob().enqueue(priority=7, group="customer:42", dedupe_key="once")
+        SteeredShownJob().enqueue()
+        PlainShownJob().enqueue()
+    finally:
+        culex.registry.remove(SteeredShownJob)
+        culex.registry.remove(PlainShownJob)
+
+    def page(path: str) -> str:
+        with urllib.request.urlopen(f"{base}/{path}", timeout=10) as answer:
+            return str(answer.read().decode())
+
+    with serve(app(config.Settings(redis_url=url))) as base:
+        listed = page("queue?queue=steered_shown")
+        plain = page("queue?queue=plain_shown")
+        shown = page(f"task?queue=steered_shown&id={steered.id}")
+    assert '<th class="num">priority</th><th>group</th>' in listed
+    assert '<td class="num">7</td>' in listed and "<code>customer:42</code>" in listed
+    assert "<th>group</th>" not in plain and ">priority</th>" not in plain
+    assert '<dd id="task-priority">7</dd>' in shown
+    assert '<dd id="task-group"><code>customer:42</code></dd>' in shown
+    assert '<dd id="task-dedupe-key"><code>once</code></dd>' in shown

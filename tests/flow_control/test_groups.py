@@ -202,6 +202,10 @@ def test_a_pages_cursor_crosses_from_waiting_into_the_groups(r: redis.Redis) -> 
     assert seen == plain + grouped
     newest = inspection.tasks("grouped", "waiting", limit=6)
     assert [row.id for row in newest.rows] == grouped[::-1] + plain[::-1]
+    # each row says its group ("": none), as a task found by id does
+    assert [row.group for row in newest.rows] == ["g2", "g1", "g0", "", "", ""]
+    found = inspection.find_task("grouped", grouped[1])
+    assert found is not None and found.group == "g1"
 
 
 def test_a_cancelled_running_task_of_a_group_frees_its_place(

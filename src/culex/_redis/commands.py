@@ -270,7 +270,7 @@ def read_runner(prefix: str, runner_id: str) -> Call[dict[str, str]]:
 # What find_task reads of a task's hash.
 ROW_FIELDS = (
     "type", "state", "enqueue_time", "retry_count", "last_error", "params", "finished_at",
-    "priority",
+    "priority", "group",
 )  # fmt: skip
 
 

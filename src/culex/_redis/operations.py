@@ -640,6 +640,7 @@ class BrowsedRow(NamedTuple):
     last_error: str
     params: str
     priority: str = ""  # (a reply of browse.lua before priorities has none)
+    group: str = ""  # (nor one before groups)
 
 
 class BrowseReply(NamedTuple):

@@ -154,13 +154,20 @@ def tasks_command(args: argparse.Namespace) -> int:
         )  # fmt: skip
     except (TypeError, ValueError) as exc:
         raise CulexError(str(exc)) from None
-    columns = ("id", "job", _AT[args.state], "enqueued", "retries", "params", "last error")
-    cells = [
-        (row.id, row.job, _moment(row.at), _moment(row.enqueued_at), str(row.retry_count),
-         one_line(row.params, 40), one_line(row.last_error, 60))
+    rows = [
+        {"id": row.id, "job": row.job, _AT[args.state]: _moment(row.at),
+         "enqueued": _moment(row.enqueued_at), "priority": str(row.priority),
+         "group": one_line(row.group, 30), "retries": str(row.retry_count),
+         "params": one_line(row.params, 40), "last error": one_line(row.last_error, 60)}
         for row in page.rows
     ]  # fmt: skip
-    print_table(columns, [dict(zip(columns, row, strict=True)) for row in cells])
+    # (priority and group get a column when a task of the page has one)
+    shown = [
+        column for column in ("id", "job", _AT[args.state], "enqueued", "priority", "group",
+                              "retries", "params", "last error")
+        if column not in ("priority", "group") or any(row[column] not in ("0", "") for row in rows)
+    ]  # fmt: skip
+    print_table(tuple(shown), rows)
     order = "oldest" if args.oldest else "newest"
     matching = f" of job {args.job}" if args.job else ""
     print(f"{len(page.rows)} task(s){matching} shown, {order} first; {args.state} holds "

@@ -18,7 +18,7 @@
 -- Returns: {total, looked, next_score, next_id, row, row, ...}: total = ZCARD of the zset;
 --          looked = how many ids the page looked at; next_score and next_id: the cursor of the next page (the last id looked at),
 --          both "" when the set holds no more ids in this order; each row
---          {id, score, type, enqueue_time, retry_count, last_error, params, priority},
+--          {id, score, type, enqueue_time, retry_count, last_error, params, priority, group},
 --          missing fields as "". An id whose hash is gone (or is not a hash) is never a row.
 --          In waiting the score is ready_ms - priority * 2^42 (include/priority.lua): "asc"
 --          is the order the tasks run in (highest priority first, then earliest ready),
@@ -77,10 +77,10 @@ local function row(id, score)
     if t ~= job then return nil end
   end
   local f = redis.pcall('HMGET', key, 'type', 'enqueue_time', 'retry_count', 'last_error',
-    'params', 'priority')
+    'params', 'priority', 'group')
   if f['err'] or not f[1] then return nil end
   return {id, score, f[1], f[2] or '', f[3] or '', string.sub(f[4] or '', 1, cut),
-    string.sub(f[5] or '', 1, cut), f[6] or ''}
+    string.sub(f[5] or '', 1, cut), f[6] or '', f[7] or ''}
 end
 
 local reply = {total, 0, '', ''}
