@@ -59,6 +59,8 @@ def test_bad_values_are_refused_with_clear_errors(monkeypatch: pytest.MonkeyPatc
         culex.configure(redis_url="localhost:6379")
     with pytest.raises(culex.ConfigurationError, match="run_from"):
         culex.configure(run_from=["a b"])
+    with pytest.raises(culex.ConfigurationError, match=r"^the argument concurrency must be"):
+        culex.Runner(concurrency=0)
     monkeypatch.setenv("CULEX_IDLE_WAIT", "soon")
     config.reset()
     with pytest.raises(culex.ConfigurationError, match="environment: idle_wait"):

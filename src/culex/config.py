@@ -340,7 +340,7 @@ def settings(**flags: object) -> Settings:
     """The settings in force: defaults < code < environment < command line < ``flags``."""
     if not flags and _current:
         return _current[0]
-    merged = {**_code, **environment(), **_flags, **check(flags, "flag")}
+    merged = {**_code, **environment(), **_flags, **check(flags, "the argument")}
     resolved = dataclasses.replace(Settings(), **merged)
     if not flags:
         _current.append(resolved)
