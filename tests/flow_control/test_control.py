@@ -127,6 +127,24 @@ async def test_the_async_twins(r: redis.Redis) -> None:
     assert not (await culex.aresume("steered")).paused
 
 
+async def test_a_runner_says_which_of_its_queues_are_paused_as_it_starts(
+    r: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    await culex.apause("steered")
+    r.set("culex:{other}:control", "not a hash")  # (skipped, as the claim skips it)
+    with caplog.at_level("WARNING", logger="culex"):
+        async with running(culex.Runner(run_from=["steered", "other", "free"])):
+            pass
+    said = [m for m in caplog.messages if m.startswith("Paused")]
+    assert said == ["Paused: steered (their tasks wait until resumed: culex resume QUEUE)"]
+    await culex.aresume("steered")
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="culex"):
+        async with running(culex.Runner(run_from=["steered"])):
+            pass
+    assert not [m for m in caplog.messages if m.startswith("Paused")]
+
+
 def test_limits_set_at_run_time_replace_lift_and_reset(r: redis.Redis) -> None:
     state = culex.limit("steered", rate="50/s", concurrency=3)
     assert (state.rate, state.concurrency) == (Rate(50), 3)

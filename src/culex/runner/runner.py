@@ -166,6 +166,7 @@ class Runner:
         logger.info("culex is buzzing...")
         logger.info("Queues: %s", self._queues_said())
         logger.info("Server: %s", driver.where)  # (without its password)
+        await self._say_paused(driver)
         claimer, reporter, helpers = self._start_loops(driver, keeper)
         try:
             await claimer.run()
@@ -233,6 +234,24 @@ class Runner:
         for helper in helpers:
             if helper.done() and not helper.cancelled() and helper.exception() is not None:
                 logger.error("%s failed", helper.get_name(), exc_info=helper.exception())
+
+    async def _say_paused(self, driver: AsyncDriverProtocol) -> None:
+        """Warn of the queues that are paused as the runner starts: it takes nothing from
+        them, and would look stuck."""
+        paused = []
+        for queue in self.queues:
+            try:
+                control = await driver.run(
+                    commands.read_control(queue_keys(self.settings.prefix, queue))
+                )
+            except ServerError:  # (a control key of another type: claim.lua ignores it too)
+                continue
+            if control.get("paused") == "1":
+                paused.append(queue)
+        if paused:
+            logger.warning(
+                "Paused: %s (their tasks wait until resumed: culex resume QUEUE)", ", ".join(paused)
+            )
 
     async def _check_server(self, driver: AsyncDriverProtocol) -> None:
         """Refuse a server that may evict keys: eviction silently deletes queue state."""
