@@ -283,7 +283,18 @@ def test_the_command_line_pauses_limits_and_resumes(
     SteeredJob().enqueue()
     culex.pause("steered")
     assert main(["queues"]) == 0
-    assert capsys.readouterr().out.splitlines()[1].endswith("paused")
+    assert capsys.readouterr().out.splitlines()[1].endswith("s  paused")
+    culex.limit("steered", rate="50/s", group_concurrency=2)
+    assert main(["queues"]) == 0
+    assert (
+        capsys.readouterr()
+        .out.splitlines()[1]
+        .endswith("s  paused; rate 50/s; group concurrency 2")
+    )
+    culex.resume("steered")
+    culex.limit("steered", reset=True)
+    assert main(["queues"]) == 0
+    assert capsys.readouterr().out.splitlines()[1].endswith("s")  # (the latency: nothing more)
 
 
 # -- a cluster: every key of the claim in the queue's slot --------------------------------

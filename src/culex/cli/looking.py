@@ -10,6 +10,7 @@ import time
 from .. import config
 from ..codecs import moment
 from ..errors import CulexError
+from .steering import marks
 from .tables import one_line, print_table
 
 
@@ -20,15 +21,17 @@ def queues_command(args: argparse.Namespace) -> int:
     settings = config.settings_for(args.redis_url)
     counts = queue_counts(settings)
     latency = queue_latency(settings, list(counts))
-    paused = {q for q, state in controls(settings, list(counts)).items() if state.paused}
+    steered = {q: marks(state) for q, state in controls(settings, list(counts)).items()}
     states = ("waiting", "pending", "scheduled", "dead")
     print(f"{'queue':<30}" + "".join(f"{s:>10}" for s in states) + f"{'latency':>10}")
     for queue, row in counts.items():
         print(
-            f"{queue:<30}"
-            + "".join(f"{row[s]:>10}" for s in states)
-            + f"{latency.get(queue, 0.0):>9.1f}s"
-            + ("  paused" if queue in paused else "")
+            (
+                f"{queue:<30}"
+                + "".join(f"{row[s]:>10}" for s in states)
+                + f"{latency.get(queue, 0.0):>9.1f}s"
+                + f"  {steered.get(queue, '')}"
+            ).rstrip()
         )
     return 0
 

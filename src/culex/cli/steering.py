@@ -54,6 +54,18 @@ def _describe(state: QueueControl) -> str:
     return line
 
 
+def marks(state: QueueControl) -> str:
+    """What ``culex queues`` adds to a queue's line: ``paused; rate 50/s; concurrency 3``,
+    the pause and the limits set at run time ("" for none)."""
+    said = ["paused"] if state.paused else []
+    for name, value in (("rate", state.rate), ("concurrency", state.concurrency),
+                        ("group rate", state.group_rate),
+                        ("group concurrency", state.group_concurrency)):  # fmt: skip
+        if value is not None:
+            said.append(f"{name} {value}")
+    return "; ".join(said)
+
+
 def _whole(text: str) -> object:
     """A concurrency flag's value: a whole number (checked by culex.limit), else the text
     itself, which culex.limit refuses with its own message."""
