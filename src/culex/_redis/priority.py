@@ -17,7 +17,10 @@ def check_ready_ms(ms: int, what: str) -> int:
     a clear error that names ``what`` (a ready time past UNIT would read back as a
     priority)."""
     if not 0 <= ms < UNIT:
-        raise ValueError(f"{what} must make a task ready from 1970 to {LATEST}, not later")
+        raise ValueError(
+            f"{what} must make a task ready between 1970 and {LATEST} "
+            "(a waiting score holds no later time)"
+        )
     return ms
 
 
