@@ -184,6 +184,7 @@ def _moment(seconds: float | None) -> str:
     if seconds is None:
         return "-"
     when = moment(seconds * 1000)
-    if when is None:
-        return f"{seconds:.0f} s"  # (past what a datetime holds: as stored)
-    return when.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+    with contextlib.suppress(OverflowError):  # (a local time past the year 9999)
+        if when is not None:
+            return when.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+    return f"{seconds:.0f} s"  # (past what a datetime holds: as stored)
