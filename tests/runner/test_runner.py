@@ -45,6 +45,19 @@ async def test_fifo_order(r: redis.Redis) -> None:
     assert seen == [f"order:{i}" for i in range(30)]
 
 
+async def test_a_runner_warns_of_a_queue_none_of_its_job_classes_runs_on(
+    r: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level("WARNING", logger="culex"):
+        async with running(culex.Runner(run_from=["order", "ordr"])):  # (a typo)
+            pass
+    said = [m for m in caplog.messages if m.startswith("No job class")]
+    assert said == [
+        "No job class this runner knows runs on ordr: a task found there goes to dead as one "
+        "of an unknown job type (check the queues and the module given to it)"
+    ]
+
+
 class ClockJob(culex.QueuedJob):
     queue = "clock"
 

@@ -165,6 +165,13 @@ class Runner:
         keeper.start()
         logger.info("culex is buzzing...")
         logger.info("Queues: %s", self._queues_said())
+        served = set(self.jobs.queues())
+        if unserved := [q for q in self.queues if q not in served]:
+            logger.warning(
+                "No job class this runner knows runs on %s: a task found there goes to dead as "
+                "one of an unknown job type (check the queues and the module given to it)",
+                ", ".join(unserved),
+            )
         logger.info("Server: %s", driver.where)  # (without its password)
         await self._say_paused(driver)
         claimer, reporter, helpers = self._start_loops(driver, keeper)
