@@ -6,7 +6,6 @@ Described once as a flow (no I/O); ``flow.run_sync`` and ``flow.run_async`` driv
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -16,7 +15,7 @@ from ._redis import commands, operations
 from ._redis.address import Address
 from ._redis.keys import queue_keys, queues_key
 from ._redis.operations import Call, Enqueued
-from ._redis.priority import check_ready_ms
+from ._redis.priority import check_delay_ms, check_ready_ms
 from .errors import ConfigurationError, ServerError
 from .flow import Flow
 from .task import Task, check_id, new_id
@@ -293,6 +292,4 @@ def when(delay: timedelta | float | None, at: datetime | None) -> tuple[int | No
         return check_ready_ms(round(at.timestamp() * 1000), "at="), 0
     if delay is None:
         return None, 0
-    delay_ms = round(config.seconds(delay, "delay=") * 1000)
-    check_ready_ms(round(time.time() * 1000) + delay_ms, "delay=")
-    return None, delay_ms
+    return None, check_delay_ms(round(config.seconds(delay, "delay=") * 1000), "delay=")

@@ -11,7 +11,6 @@ import functools
 import inspect
 import logging
 import re
-import time
 import typing
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime, timedelta
@@ -19,7 +18,7 @@ from typing import Any, ClassVar, NoReturn
 
 from . import config
 from ._redis.keys import check_queue_name
-from ._redis.priority import check_ready_ms
+from ._redis.priority import check_delay_ms
 from .codecs import Codec, Deserializer, Serializer
 from .enqueue import check_priority, enqueue_flow
 from .errors import JobFailure, short
@@ -237,8 +236,7 @@ class Job:
             return None
         interval = self.reschedule_interval(retry_count)
         delay_ms = max(0, round(config.seconds(interval, "reschedule_interval()") * 1000))
-        check_ready_ms(round(time.time() * 1000) + delay_ms, "reschedule_interval()")
-        return delay_ms
+        return check_delay_ms(delay_ms, "reschedule_interval()")
 
     def result_text(self, value: Any) -> str:
         """The JSON text stored as the task's result, typed by perform's return annotation.

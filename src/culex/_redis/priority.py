@@ -8,6 +8,8 @@ A task of priority 0 (every task stored before priorities) scores its ready time
 
 from __future__ import annotations
 
+import time
+
 UNIT = 2**42  # one step of priority, in ms of the score
 LATEST = "2109-05-15 07:35 UTC"  # (UNIT ms since the epoch: no ready time can be later)
 
@@ -22,6 +24,13 @@ def check_ready_ms(ms: int, what: str) -> int:
             "(a waiting score holds no later time)"
         )
     return ms
+
+
+def check_delay_ms(delay_ms: int, what: str) -> int:
+    """``delay_ms`` if a task made ready that long from now has a ready time a score can hold
+    (:func:`check_ready_ms`, by this process's clock)."""
+    check_ready_ms(round(time.time() * 1000) + delay_ms, what)
+    return delay_ms
 
 
 def ready_ms(score: float) -> int:

@@ -43,27 +43,32 @@ def limit_command(args: argparse.Namespace) -> int:
 def _describe(state: QueueControl) -> str:
     """One line: ``emails: paused; rate 50/s; concurrency 3`` (limits set at run time;
     "as declared": the job classes' own)."""
-    rate = "as declared" if state.rate is None else str(state.rate)
-    concurrency = "as declared" if state.concurrency is None else str(state.concurrency)
-    running = "paused" if state.paused else "running"
-    line = f"{state.queue}: {running}; rate {rate}; concurrency {concurrency}"
-    if state.group_rate is not None:
-        line += f"; group rate {state.group_rate}"
-    if state.group_concurrency is not None:
-        line += f"; group concurrency {state.group_concurrency}"
-    return line
+    said = ["paused" if state.paused else "running"]
+    for name, value in _limits(state):
+        if value is not None:
+            said.append(f"{name} {value}")
+        elif not name.startswith("group"):  # (the group limits only when set)
+            said.append(f"{name} as declared")
+    return f"{state.queue}: " + "; ".join(said)
 
 
 def marks(state: QueueControl) -> str:
     """What ``culex queues`` adds to a queue's line: ``paused; rate 50/s; concurrency 3``,
     the pause and the limits set at run time ("" for none)."""
     said = ["paused"] if state.paused else []
-    for name, value in (("rate", state.rate), ("concurrency", state.concurrency),
-                        ("group rate", state.group_rate),
-                        ("group concurrency", state.group_concurrency)):  # fmt: skip
-        if value is not None:
-            said.append(f"{name} {value}")
-    return "; ".join(said)
+    return "; ".join(
+        said + [f"{name} {value}" for name, value in _limits(state) if value is not None]
+    )
+
+
+def _limits(state: QueueControl) -> tuple[tuple[str, object], ...]:
+    """The limits of ``state`` as the CLI names them (None: not set at run time)."""
+    return (
+        ("rate", state.rate),
+        ("concurrency", state.concurrency),
+        ("group rate", state.group_rate),
+        ("group concurrency", state.group_concurrency),
+    )
 
 
 def _whole(text: str) -> object:

@@ -245,16 +245,15 @@ class Runner:
     async def _say_paused(self, driver: AsyncDriverProtocol) -> None:
         """Warn of the queues that are paused as the runner starts: it takes nothing from
         them, and would look stuck."""
-        paused = []
-        for queue in self.queues:
-            try:
-                control = await driver.run(
-                    commands.read_control(queue_keys(self.settings.prefix, queue))
-                )
-            except ServerError:  # (a control key of another type: claim.lua ignores it too)
-                continue
-            if control.get("paused") == "1":
-                paused.append(queue)
+        controls = await driver.run_many(
+            [commands.read_control(queue_keys(self.settings.prefix, q)) for q in self.queues]
+        )  # (one round trip; a control key of another type: its ServerError, skipped as
+        # claim.lua skips it)
+        paused = [
+            queue
+            for queue, control in zip(self.queues, controls, strict=True)
+            if isinstance(control, dict) and control.get("paused") == "1"
+        ]
         if paused:
             logger.warning(
                 "Paused: %s (their tasks wait until resumed: culex resume QUEUE)", ", ".join(paused)
