@@ -76,6 +76,65 @@ def test_the_producer_imports_nothing_of_culex() -> None:
     assert imports(PRODUCER) == {"sys", "uuid", "redis"}
 
 
+RUNNER = ROOT / "docs" / "examples" / "foreign_runner.py"
+LUA = ENQUEUE_LUA.parent
+
+
+class FlakyJob(culex.QueuedJob):  # the foreign runner's FlakyJob fails its first attempt
+    queue = "foreign"
+    max_retries = 1
+
+    def perform(self) -> str:
+        return "ok"
+
+
+class BrokenJob(culex.QueuedJob):  # ... and its BrokenJob always fails
+    queue = "foreign"
+    max_retries = 0
+
+    def perform(self) -> None:
+        pass
+
+
+def test_a_foreign_runner_runs_culex_tasks(r: redis.Redis, url: str) -> None:
+    """culex enqueues; the example runner, in its own process, runs them: a delayed task
+    and a retry (nothing signals either: its wait ends at the claim's next_ms, as its
+    idle_wait of 60 s is never reached), the hash's max_retries, a job that raises, and a
+    job type it does not know."""
+    added = AddJob(a=2, b=3).enqueue()
+    later = AddJob(a=5, b=5).enqueue(delay=0.2)
+    flaky = FlakyJob().enqueue()
+    broken = BrokenJob().enqueue()
+    r.eval(
+        ENQUEUE_LUA.read_text(), 4, "culex:{foreign}:task:x1", "culex:{foreign}:waiting",
+        "culex:{foreign}:scheduled", "culex:{foreign}:signal", "x1", "NopeJob", "foreign", "{}",
+        "", 0, 4,
+    )  # fmt: skip
+    command = [sys.executable, "-I", str(RUNNER), url, str(LUA), "foreign", "5", "60"]
+    out = subprocess.run(command, capture_output=True, timeout=50, check=True).stdout.decode()
+    lines = out.splitlines()
+    assert sorted(lines) == sorted(
+        [f"{added.id} succeeded", f"{later.id} succeeded", f"{flaky.id} scheduled",
+         f"{flaky.id} succeeded", f"{broken.id} dead", "x1 dead"]
+    )  # fmt: skip
+    assert (added.result(timeout=1), later.result(timeout=1)) == (5, 10)
+    assert flaky.result(timeout=1) == "ok"
+    assert r.hmget(f"culex:{{foreign}}:task:{flaky.id}", "attempt", "retry_count") == [b"2", b"1"]
+    assert r.hmget(f"culex:{{foreign}}:task:{broken.id}", "state", "last_error") == [
+        b"dead",
+        b"ValueError: always fails",
+    ]
+    assert (
+        r.hget("culex:{foreign}:task:x1", "last_error") == b"broken task: unknown job type NopeJob"
+    )
+    assert r.sismember("culex:queues", "foreign")
+    assert r.zcard("culex:{runners}") == 0  # it left the registry
+
+
+def test_the_runner_imports_nothing_of_culex() -> None:
+    assert imports(RUNNER) == {"json", "os", "socket", "sys", "time", "uuid", "redis"}
+
+
 # -- the scripts' headers and the page's table --------------------------------------------
 
 # How the page names a key that a header describes without its <prefix>:{<queue>}: form.
