@@ -147,13 +147,21 @@ NAMED = {
 }
 
 
+def header(source: str) -> str:
+    """A script's opening comment: the lines before its first blank line (after a first
+    line of script flags, ``#!lua ...``, if it has one)."""
+    lines = source.split("\n")
+    if lines[0].startswith("#!"):
+        lines = lines[1:]
+    return "\n".join(lines).lstrip("\n").split("\n\n", 1)[0]
+
+
 def header_keys(source: str) -> list[str]:
     """Each KEYS[n] of a script's header, named as the page's table names it: the part
     after <prefix>:{<queue>}: where the header writes the key out (``task:``, ``done:<id>``),
     else by what it is (``waiting zset``: ``waiting``)."""
-    header = source.split("\n\n", 1)[0]
     names = []
-    for what in re.findall(r"^-- KEYS\[\d+\]\s+(.*)$", header, re.MULTILINE):
+    for what in re.findall(r"^-- KEYS\[\d+\]\s+(.*)$", header(source), re.MULTILINE):
         named = [name for lead, name in NAMED.items() if what.startswith(lead)]
         written = re.search(r"<prefix>:\{<queue>\}:(\S+)", what)
         zset = re.match(r"(\w+) zset\b", what)
@@ -171,8 +179,7 @@ def header_keys(source: str) -> list[str]:
 def header_argv(source: str) -> list[tuple[str, str]]:
     """Each ARGV[n] of a script's header: its number (``2..`` for a repeated tail) and the
     first word of what it is (``lease_ms``, ``pairs``, ``quadruples``)."""
-    header = source.split("\n\n", 1)[0]
-    found = re.findall(r"^-- ARGV\[(\d+(?:\.\.)?)\]\s+([\w]+)", header, re.MULTILINE)
+    found = re.findall(r"^-- ARGV\[(\d+(?:\.\.)?)\]\s+(\w+)", header(source), re.MULTILINE)
     return [(number, word) for number, word in found]
 
 
@@ -196,8 +203,8 @@ def test_the_page_lists_every_script_with_the_keys_and_argv_of_its_header() -> N
     listed = table()
     assert sorted(listed) == sorted(sources)
     for name, (keys, argv) in listed.items():
-        header = contract(sources[name])
-        assert (len(keys), [n for n, _ in argv]) == (header.keys, header.argv), name
+        said = contract(sources[name])
+        assert (len(keys), [n for n, _ in argv]) == (said.keys, said.argv), name
         assert keys == header_keys(sources[name]), name
         assert argv == header_argv(sources[name]), name
 
