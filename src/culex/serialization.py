@@ -228,21 +228,23 @@ def encode_result(value: object, codec: Codec | None = None, where: str = "") ->
     be (a Decimal as its text, a tuple as a list). What JSON cannot hold at all (an object
     of another class) is stored as its repr, a string. Either way with a warning on the
     ``culex`` logger that names ``where``."""
-    misfit = ""
     if codec is not None:
         try:
             return _strict_json(codec.encode(codec.validate(value, where)))
         except Exception as exc:  # a TypeError, or whatever a custom serializer raises
-            misfit = f"{_naming(where, exc)}; stored as plain JSON"
+            return _plain(value, where, f"{_naming(where, exc)}; stored as plain JSON")
     if value is None:  # (what most performs return)
-        text = "null"
-        lost: list[object] = []
-    else:
-        lost = []
-        try:
-            text = _strict_json(_result_json(value, lost))
-        except Exception as exc:  # e.g. a reference cycle
-            lost, text = [f"{type(exc).__name__}: {exc}"], json.dumps(short(value, 10_000))
+        return "null"
+    return _plain(value, where)
+
+
+def _plain(value: object, where: str, misfit: str = "") -> str:
+    """A result's plain JSON text; the warning says ``misfit`` and what became a repr."""
+    lost: list[object] = []
+    try:
+        text = _strict_json(_result_json(value, lost))
+    except Exception as exc:  # e.g. a reference cycle
+        lost, text = [f"{type(exc).__name__}: {exc}"], json.dumps(short(value, 10_000))
     if lost:
         what = short(lost[0], 200) if isinstance(lost[0], str) else _of_class(lost[0])
         not_json = f"not JSON ({what}): stored as its repr, a string"
