@@ -369,11 +369,20 @@ def test_an_annotation_the_codecs_cannot_type_means_plain_json() -> None:
         def perform(self) -> dict:  # type: ignore[type-arg]
             return {}
 
+    class ListJob(culex.QueuedJob):
+        def perform(self) -> list:  # type: ignore[type-arg]
+            return []
+
+    class TupleJob(culex.QueuedJob):
+        def perform(self) -> tuple:  # type: ignore[type-arg]
+            return ()
+
+    jobs = (SetJob, UnknownJob, AnyDictJob, UnionJob, BareJob, ListJob, TupleJob)
     try:
-        for job in (SetJob, UnknownJob, AnyDictJob, UnionJob, BareJob):
+        for job in jobs:
             assert job.result_codec_ is None, job
     finally:
-        for job in (SetJob, UnknownJob, AnyDictJob, UnionJob, BareJob):
+        for job in jobs:
             culex.registry.remove(job)
 
 
