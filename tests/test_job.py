@@ -7,6 +7,7 @@ import os
 import sys
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from typing import Any
 
 import pytest
 import redis
@@ -195,10 +196,32 @@ def test_the_seeds_serialize_and_deserialize_hooks() -> None:
 
 
 def test_an_unsupported_param_type_is_refused_when_defined() -> None:
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match=r"NoHookJob\.user: unsupported param type User"):
 
         class NoHookJob(culex.QueuedJob):
             user: User
+
+
+class LooseJob(culex.QueuedJob):
+    anything: Any
+    data: dict  # type: ignore[type-arg]
+    items: list  # type: ignore[type-arg]
+    fields: dict[str, Any]
+    either: int | str
+
+    def perform(self) -> dict:  # type: ignore[type-arg]
+        return {}
+
+
+def test_any_bare_containers_and_unions_are_plain_json_params() -> None:
+    job = LooseJob(anything=[1, {"a": None}], data={"a": 1}, items=[1, "b"], fields={}, either="x")
+    back = LooseJob.from_params(json.loads(job.params_json()))
+    assert isinstance(back, LooseJob)
+    assert (back.anything, back.data, back.items, back.fields, back.either) == (
+        [1, {"a": None}], {"a": 1}, [1, "b"], {}, "x"
+    )  # fmt: skip
+    with pytest.raises(TypeError, match=r"LooseJob.fields\['at'\]: expected plain JSON for Any"):
+        LooseJob(anything=1, data={}, items=[], fields={"at": datetime.now(UTC)}, either=1)
 
 
 def test_new_ids_sort_by_creation_and_a_forked_child_draws_other_random_bits() -> None:

@@ -144,6 +144,32 @@ class WrongInChildJob(culex.QueuedJob):
         return 5.5  # type: ignore[return-value]
 
 
+class NoneForStrJob(culex.QueuedJob):
+    queue = "typed"
+
+    def perform(self) -> str:
+        return None  # type: ignore[return-value]
+
+
+class Opaque:
+    def __repr__(self) -> str:
+        return "<opaque>"
+
+
+class ObjectJob(culex.QueuedJob):
+    queue = "typed"
+
+    def perform(self) -> int:
+        return Opaque()  # type: ignore[return-value]
+
+
+class UntypedObjectJob(culex.QueuedJob):
+    queue = "typed"
+
+    def perform(self) -> Any:
+        return Opaque()
+
+
 class WaitedJob(culex.QueuedJob):
     queue = "waited"
 
@@ -321,41 +347,83 @@ async def test_a_task_made_by_hand_decodes_through_the_registry(r: redis.Redis) 
         assert task.result() == Decimal("1.10")  # the task enqueue returned knows its class
 
 
-def test_an_annotation_the_codecs_cannot_hold_is_refused_at_definition() -> None:
-    with pytest.raises(TypeError, match=r"SetJob.perform\(\)'s return annotation.*set"):
+def test_an_annotation_the_codecs_cannot_type_means_plain_json() -> None:
+    # Modules whose results were plain JSON before results were typed still import.
+    class SetJob(culex.QueuedJob):
+        def perform(self) -> set[int]:
+            return {1}
 
-        class SetJob(culex.QueuedJob):
-            def perform(self) -> set[int]:
-                return {1}
+    class UnknownJob(culex.QueuedJob):
+        def perform(self) -> NoSuchType:  # type: ignore[name-defined]  # noqa: F821
+            return 1
 
-    with pytest.raises(TypeError, match="cannot be resolved"):
+    class AnyDictJob(culex.QueuedJob):
+        def perform(self) -> dict[str, Any]:
+            return {}
 
-        class UnknownJob(culex.QueuedJob):
-            def perform(self) -> NoSuchType:  # type: ignore[name-defined]  # noqa: F821
-                return 1
+    class UnionJob(culex.QueuedJob):
+        def perform(self) -> int | str:
+            return 1
 
-    assert culex.registry.get("SetJob") is None and culex.registry.get("UnknownJob") is None
+    class BareJob(culex.QueuedJob):
+        def perform(self) -> dict:  # type: ignore[type-arg]
+            return {}
+
+    class ListJob(culex.QueuedJob):
+        def perform(self) -> list:  # type: ignore[type-arg]
+            return []
+
+    class TupleJob(culex.QueuedJob):
+        def perform(self) -> tuple:  # type: ignore[type-arg]
+            return ()
+
+    jobs = (SetJob, UnknownJob, AnyDictJob, UnionJob, BareJob, ListJob, TupleJob)
+    try:
+        for job in jobs:
+            assert job.result_codec_ is None, job
+    finally:
+        for job in jobs:
+            culex.registry.remove(job)
 
 
 @pytest.mark.parametrize(
-    ("job", "reason"),
+    ("job", "warning", "stored"),
     [
-        (WrongJob, "the result of WrongJob.perform(): expected int, got str 'five'"),
-        (WrongInChildJob, "the result of WrongInChildJob.perform(): expected int, got float 5.5"),
+        (WrongJob, "the result of WrongJob.perform(): expected int, got str 'five'", "five"),
+        (WrongInChildJob, "", 5.5),  # (the child process logs its own warning)
+        (NoneForStrJob, "the result of NoneForStrJob.perform(): expected str, got NoneType", None),
+        (ObjectJob, "the result of ObjectJob.perform(): expected int, got Opaque", "<opaque>"),
     ],
-    ids=["thread", "process"],
+    ids=["thread", "process", "none", "object"],
 )
-async def test_a_value_that_does_not_fit_the_annotation_sends_the_task_to_dead(
-    r: redis.Redis, job: type[culex.QueuedJob], reason: str
+async def test_a_value_that_does_not_fit_the_annotation_is_stored_as_plain_json(
+    r: redis.Redis,
+    caplog: pytest.LogCaptureFixture,
+    job: type[culex.QueuedJob],
+    warning: str,
+    stored: object,
 ) -> None:
+    # The work is done: a lost success is worse than a loose type.
     async with running(culex.Runner(run_from=["typed"])):
         task = await job().aenqueue()
-        with pytest.raises(culex.TaskFailed) as failed:
-            await task.aresult(timeout=10)
-    assert failed.value.reason.startswith(reason)
-    assert "not retried" in failed.value.reason
+        assert await task.aresult(timeout=10) == stored
     info = await task.ainfo()
-    assert info["state"] == "dead" and info["retry_count"] == "1" and info["attempt"] == "1"
+    assert info["state"] == "succeeded" and info["retry_count"] == "0"
+    if warning:
+        logged = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        assert any(line.startswith(warning) for line in logged), logged
+        assert any("stored as plain JSON" in line for line in logged), logged
+
+
+def test_a_result_json_cannot_hold_is_stored_as_its_repr_with_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    text = UntypedObjectJob().result_text(Opaque())
+    assert text == '"<opaque>"'
+    assert (
+        "the result of UntypedObjectJob.perform() is not JSON (an object of class Opaque)"
+        in caplog.text
+    )
 
 
 # -- waiting: woken by the script that ends the task -------------------------------------------

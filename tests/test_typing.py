@@ -13,6 +13,7 @@ from mypy import api
 
 SAMPLE = """
     from datetime import timedelta
+    from typing import Any
 
     import culex
 
@@ -25,6 +26,12 @@ SAMPLE = """
 
         def perform(self) -> str:
             return self.subject
+
+
+    class StoreJob(culex.QueuedJob):
+        fields: dict[str, Any]  # plain JSON to culex, still a dict to mypy
+
+        def perform(self) -> None: ...
 
 
     class Cleanup(culex.PeriodicJob):
@@ -42,6 +49,8 @@ SAMPLE = """
         SendEmailJob(to=1).enqueue()  # rejected
         SendEmailJob().enqueue()  # rejected
         SendEmailJob(to="a@b.c", cc="b@c.d").enqueue()  # rejected
+        StoreJob(fields={"a": [1]}).enqueue()
+        StoreJob(fields=[1]).enqueue()  # rejected
 """
 
 
@@ -62,3 +71,4 @@ def test_mypy_checks_params_where_the_job_is_made(tmp_path: Path) -> None:
     assert 'Argument "to" to "SendEmailJob" has incompatible type "int"' in errors[0]
     assert 'Missing named argument "to"' in errors[1]
     assert 'Unexpected keyword argument "cc"' in errors[2]
+    assert 'Argument "fields" to "StoreJob" has incompatible type "list[int]"' in errors[3]

@@ -8,6 +8,7 @@ annotations into these once per class.
 from __future__ import annotations
 
 import base64
+import json
 import math
 import operator
 from abc import ABC, abstractmethod
@@ -24,6 +25,7 @@ Serializer: TypeAlias = Callable[[Any], JSON]
 Deserializer: TypeAlias = Callable[[JSON], Any]
 
 _isfinite = math.isfinite
+_NOT_FINITE = ("nan", "inf", "-inf")
 enum_value = operator.attrgetter("value")
 
 
@@ -66,6 +68,13 @@ class Codec(ABC):
     @abstractmethod
     def decode(self, raw: JSON, where: str) -> object:
         """The value back from its data; ValueError (naming ``where``) if the data does not fit."""
+
+    def decode_older(self, raw: JSON, where: str) -> object:
+        """The value back from a result stored before results were typed (culex up to
+        2459f14 stored every result as plain JSON: a timedelta as float seconds, a dict
+        with other keys than str as an object of their texts, nan as "nan"). Read only
+        where ``decode`` refuses; ValueError when this does not fit either."""
+        return self.decode(raw, where)
 
     def _wrong(self, value: object, where: str, expected: str = "") -> TypeError:
         got = f"{type(value).__name__} {short(value)}"
@@ -138,6 +147,11 @@ class Float(Codec):
                 pass
         raise self._bad(raw, where)
 
+    def decode_older(self, raw: JSON, where: str) -> object:
+        if isinstance(raw, str) and raw in _NOT_FINITE:  # its repr: JSON has no nan or inf
+            return float(raw)
+        return self.decode(raw, where)
+
 
 class Scalar(Codec):
     """A type stored as one JSON string or int: ``dump`` and ``load`` convert.
@@ -145,7 +159,7 @@ class Scalar(Codec):
     ``check`` returns what was expected when a value of the type still does not fit, else "".
     """
 
-    __slots__ = ("check", "dump", "load", "raw", "tp")
+    __slots__ = ("check", "dump", "load", "older", "raw", "tp")
 
     def __init__(
         self,
@@ -154,9 +168,11 @@ class Scalar(Codec):
         dump: Callable[[Any], JSON],
         load: Callable[[Any], object],
         check: Callable[[Any], str] = lambda value: "",
+        older: tuple[type, Callable[[Any], object]] | None = None,
     ) -> None:
         super().__init__(tp.__name__)
         self.tp, self.raw, self.dump, self.load, self.check = tp, raw, dump, load, check
+        self.older = older  # the JSON type and loader of an older result encoding
 
     def validate(self, value: Any, where: str) -> object:
         if not isinstance(value, self.tp):
@@ -182,6 +198,14 @@ class Scalar(Codec):
             raise self._bad(raw, where, f"expected {expected}")
         return value
 
+    def decode_older(self, raw: JSON, where: str) -> object:
+        if self.older is None or type(raw) is not self.older[0]:
+            return self.decode(raw, where)
+        try:
+            return self.older[1](raw)
+        except (ValueError, ArithmeticError) as exc:
+            raise self._bad(raw, where, str(exc)) from None
+
 
 def _aware(value: datetime) -> str:
     # a naive datetime's instant would depend on the reader's clock
@@ -206,6 +230,10 @@ def _micros(value: timedelta) -> int:
 
 def _from_micros(raw: int) -> timedelta:
     return timedelta(microseconds=raw)  # exact: ints are not rounded through float
+
+
+def _from_seconds(raw: float) -> timedelta:
+    return timedelta(seconds=raw)  # (an older result: total_seconds(), rounded to the µs)
 
 
 def _b64(value: bytes) -> str:
@@ -262,6 +290,29 @@ def is_json(data: object) -> bool:
     return False
 
 
+class Plain(Codec):
+    """Plain JSON, kept as it is: what an annotation culex cannot type holds (``Any``,
+    ``object``, a bare ``list`` or ``dict``, a union such as ``int | str``)."""
+
+    __slots__ = ()
+
+    def validate(self, value: Any, where: str) -> object:
+        if is_json(value):
+            return value
+        raise self._wrong(
+            value,
+            where,
+            f"plain JSON for {self.name} (str, int, float, bool, None, list, dict with str keys)",
+        )
+
+    def encode(self, value: Any) -> JSON:
+        data: JSON = value
+        return data
+
+    def decode(self, raw: JSON, where: str) -> object:
+        return raw
+
+
 class Seq(Codec):
     """list[X] and tuple[X, ...]: a JSON array."""
 
@@ -296,6 +347,13 @@ class Seq(Codec):
             items = [decode(v, f"{where}[{i}]") for i, v in enumerate(raw)]
         return items if self.kind is list else tuple(items)
 
+    def decode_older(self, raw: JSON, where: str) -> object:
+        if not isinstance(raw, list):
+            raise self._bad(raw, where)
+        older = self.item.decode_older
+        items = [older(v, f"{where}[{i}]") for i, v in enumerate(raw)]
+        return items if self.kind is list else tuple(items)
+
 
 class Tuple(Codec):
     """tuple[X, Y, Z]: a JSON array of that length."""
@@ -320,6 +378,12 @@ class Tuple(Codec):
             raise self._bad(raw, where, f"expected an array of {len(self.items)}")
         pairs = enumerate(zip(self.items, raw, strict=True))
         return tuple([c.decode(v, f"{where}[{i}]") for i, (c, v) in pairs])
+
+    def decode_older(self, raw: JSON, where: str) -> object:
+        if not isinstance(raw, list) or len(raw) != len(self.items):
+            raise self._bad(raw, where, f"expected an array of {len(self.items)}")
+        pairs = enumerate(zip(self.items, raw, strict=True))
+        return tuple([c.decode_older(v, f"{where}[{i}]") for i, (c, v) in pairs])
 
 
 class Dict(Codec):
@@ -375,6 +439,30 @@ class Dict(Codec):
             raise self._bad(raw, where, "duplicate keys")
         return out
 
+    def decode_older(self, raw: JSON, where: str) -> object:
+        if self.pairs and isinstance(raw, list):
+            return self._decode_pairs(raw, where)
+        if not isinstance(raw, dict):
+            raise self._bad(raw, where)
+        value = self.value.decode_older
+        out = {self._older_key(k, where): value(v, f"{where}[{k!r}]") for k, v in raw.items()}
+        if len(out) != len(raw):
+            raise self._bad(raw, where, "duplicate keys")
+        return out
+
+    def _older_key(self, text: str, where: str) -> object:
+        """A key as an older result stored it: its text as is (a str, UUID, date, a str
+        Enum's value), else the JSON text of its data (1, true, 1.5, a timedelta's seconds)."""
+        try:
+            return self.key.decode_older(text, f"{where} (a key)")
+        except ValueError:
+            pass
+        try:
+            data = json.loads(text)
+        except ValueError:
+            raise self._bad(text, f"{where} (a key)") from None
+        return self.key.decode_older(data, f"{where} (a key)")
+
 
 class Optional(Codec):
     """X | None: null for None."""
@@ -394,6 +482,9 @@ class Optional(Codec):
     def decode(self, raw: JSON, where: str) -> object:
         return None if raw is None else self.inner.decode(raw, where)
 
+    def decode_older(self, raw: JSON, where: str) -> object:
+        return None if raw is None else self.inner.decode_older(raw, where)
+
 
 _STR = Native(str, str.__str__)  # str.__str__ of a subclass instance: a plain str copy
 SCALARS: dict[type, Codec] = {
@@ -406,6 +497,6 @@ SCALARS: dict[type, Codec] = {
     datetime: Scalar(datetime, str, datetime.isoformat, datetime.fromisoformat, _aware),
     date: Scalar(date, str, date.isoformat, date.fromisoformat, _not_datetime),
     time: Scalar(time, str, time.isoformat, time.fromisoformat, _fixed_offset),
-    timedelta: Scalar(timedelta, int, _micros, _from_micros),
+    timedelta: Scalar(timedelta, int, _micros, _from_micros, older=(float, _from_seconds)),
     bytes: Scalar(bytes, str, _b64, _from_b64),
 }

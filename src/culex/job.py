@@ -241,14 +241,13 @@ class Job:
     def result_text(self, value: Any) -> str:
         """The JSON text stored as the task's result, typed by perform's return annotation.
 
-        A value that does not fit it ends the task in dead (JobFailure, no retry): perform
-        has done its work, and running it again would do it again and return the same.
+        Never raises: perform has done its work. A value that does not fit the annotation
+        is stored as plain JSON, and one that JSON cannot hold as its repr, with a warning
+        in the log (serialization.encode_result).
         """
-        where = f"the result of {type(self).__name__}.perform()"
-        try:
-            return encode_result(value, self.result_codec_, where)
-        except Exception as exc:  # a TypeError, or whatever a custom serializer raises
-            raise JobFailure(f"{exc} (not stored; the task is not retried)", retry=False) from exc
+        return encode_result(
+            value, self.result_codec_, f"the result of {type(self).__name__}.perform()"
+        )
 
     @classmethod
     def from_params(cls, raw: object) -> Job:
@@ -415,13 +414,14 @@ def _type_name(cls: type[Job]) -> str:
 
 
 def _result_codec(cls: type[Job]) -> Codec | None:
-    """The codec of perform's return annotation, so a type the codecs lack is an error
-    when the class is defined, not when a task of it has run."""
+    """The codec of perform's return annotation; None (plain JSON) where it cannot be
+    resolved (a name imported only for type checkers) or typed: never an error, so that a
+    module whose results were stored as plain JSON before still imports."""
     where = f"{cls.__name__}.perform()'s return annotation"
     try:
         annotation = typing.get_type_hints(cls.perform).get("return")
-    except Exception as exc:
-        raise TypeError(f"{where} cannot be resolved: {exc}") from exc
+    except Exception:  # a NameError, say
+        return None
     return result_codec(annotation, _JobHooks(cls), where)
 
 

@@ -116,7 +116,7 @@ class HookedJob(culex.QueuedJob):
 
 
 class UnstorableJob(culex.QueuedJob):
-    """Returns a value its return annotation cannot store."""
+    """Returns a value that does not fit its return annotation."""
 
     queue = "testing_set"
 

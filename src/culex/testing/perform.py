@@ -18,9 +18,11 @@ def perform_now(job: Job) -> Any:
     perform's result as a producer would read it back.
 
     The params go through the job's codecs both ways first, and the result through its
-    result codec, as on a real run: a value that would not survive the trip through Redis
-    fails here too. Nothing is stored. Exceptions are the job's own. An ``async def
-    perform`` runs on a loop of its own (inside a running loop: ``await aperform_now``).
+    result codec, as on a real run: a param that would not survive the trip through Redis
+    fails here too, and a result that does not fit its annotation comes back as the plain
+    JSON stored, with a warning in the log. Nothing is stored. Exceptions are the job's
+    own. An ``async def perform`` runs on a loop of its own (inside a running loop:
+    ``await aperform_now``).
     """
     prepared = _prepared(job, "perform_now()")
     if prepared.async_perform_:
@@ -59,6 +61,6 @@ def _prepared(job: object, where: str) -> Job:
 
 
 def _result(job: Job, value: Any) -> Any:
-    """The result as stored and read back (JobFailure when it cannot be stored)."""
+    """The result as stored and read back."""
     where = f"the result of {type(job).__name__}.perform()"
     return decode_result(job.result_text(value), job.result_codec_, where)
