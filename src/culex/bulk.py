@@ -51,7 +51,9 @@ def apply(
 
     ``ids`` given: those tasks (``state``, if given, must be one the action takes from).
     Else every task of ``state`` (default for retry: dead), of job type ``job`` if given,
-    oldest first, never more than the state held when the call started. ``progress(done,
+    oldest first, never more than the state held when the call started. A delete with a
+    ``state`` deletes only tasks whose hash says that state (an id can linger in a set its
+    task has left). ``progress(done,
     total)`` is called after each chunk: ids done of ``len(ids)``, or ids walked over of the
     state's size at the start."""
     settings = settings or config.settings()
