@@ -34,8 +34,10 @@ K = queue_keys("culex", "q")
 DAY_MS = 86_400_000
 TASK = "t1"
 
-# Not a whole number, not finite, out of range, not a number, nothing, past int64.
-BAD = ("nan", "inf", "-inf", "1.5", "-1", "1e400", "abc", "", str(2**63), "0x10", " 5 ")
+# Not a whole number, not finite, out of range, not a number, nothing, past int64 and at
+# its end, and what Lua's tonumber takes besides decimal digits.
+BAD = ("nan", "inf", "-inf", "1.5", "-1", "1e400", "abc", "", str(2**63), str(2**63 - 1),
+       "0x10", " 5 ", "1e3")  # fmt: skip
 
 
 # -- the states a script acts on ---------------------------------------------------------
@@ -223,9 +225,17 @@ def test_every_script_is_covered() -> None:
 # -- the invariant ---------------------------------------------------------------------
 
 
-def keyspace_is_whole(r: redis.Redis, keys: QueueKeys) -> None:
+# The number fields of a task's hash, each a whole number in its range whenever present.
+WHOLE = {"due_at", "enqueue_time", "retry_count", "max_retries", "attempt", "failed_at",
+         "finished_at", "started_at", "retried_at", "retry_later_at",
+         "retry_later_count"}  # fmt: skip
+
+
+def keyspace_is_whole(r: redis.Redis, keys: QueueKeys, spoilt: str = "") -> None:
     """Every task in exactly the set its hash's state names (none when succeeded); every
-    id in waiting, scheduled or pending has its hash; every score a finite number."""
+    id in waiting, scheduled or pending has its hash; every score a finite number; every
+    number field of a task's hash a whole number in range (but ``spoilt``, the field the
+    case wrote a bad value to: a script may leave it as it is)."""
     sets = {
         "waiting": {keys.waiting, keys.grouped_ready},
         "scheduled": {keys.scheduled},
@@ -251,6 +261,12 @@ def keyspace_is_whole(r: redis.Redis, keys: QueueKeys) -> None:
         task_id = key.decode().removeprefix(keys.task_prefix)
         state = cast(bytes, r.hget(key, "state") or b"").decode()
         assert state in sets, f"{task_id} says state {state!r}"
+        for name, value in cast(dict[bytes, bytes], r.hgetall(key)).items():
+            number = name.decode()
+            if number in WHOLE and number != spoilt:
+                assert value.isdigit() and int(value) < 2**42, f"{task_id}: {number} {value!r}"
+            if number == "priority" and number != spoilt:
+                assert -100 <= int(value) <= 100, f"{task_id}: priority {value!r}"
         found = where.get(task_id, [])
         if state == "succeeded":
             assert found == [], f"{task_id} succeeded, and is in {found}"
@@ -260,7 +276,9 @@ def keyspace_is_whole(r: redis.Redis, keys: QueueKeys) -> None:
             )
 
 
-def attempt(r: redis.Redis, case: Case, keys: tuple[str, ...], args: tuple[Any, ...]) -> None:
+def attempt(
+    r: redis.Redis, case: Case, keys: tuple[str, ...], args: tuple[Any, ...], spoilt: str = ""
+) -> None:
     """Call the script as a foreign client does; then the call was refused with nothing
     written, or the keyspace is whole."""
     before = snapshot(r)
@@ -269,7 +287,7 @@ def attempt(r: redis.Redis, case: Case, keys: tuple[str, ...], args: tuple[Any, 
     except redis.ResponseError as refused:
         assert snapshot(r) == before, f"refused ({refused}) after writing"
         return
-    keyspace_is_whole(r, K)
+    keyspace_is_whole(r, K, spoilt)
 
 
 @pytest.fixture
@@ -314,6 +332,6 @@ def test_a_bad_number_in_a_hash_leaves_no_task_in_no_set(loaded: redis.Redis, na
                 r.hset(key, name_beside, value_beside)
             r.hset(key, name_of_field, value)
             try:
-                attempt(r, case, keys, tuple(case.call.args))
+                attempt(r, case, keys, tuple(case.call.args), name_of_field)
             except AssertionError as broken:
                 raise AssertionError(f"{name} with {name_of_field} = {value!r}: {broken}") from None
