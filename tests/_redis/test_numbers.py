@@ -261,12 +261,12 @@ def keyspace_is_whole(r: redis.Redis, keys: QueueKeys, spoilt: str = "") -> None
         task_id = key.decode().removeprefix(keys.task_prefix)
         state = cast(bytes, r.hget(key, "state") or b"").decode()
         assert state in sets, f"{task_id} says state {state!r}"
-        for name, value in cast(dict[bytes, bytes], r.hgetall(key)).items():
+        for name, text in cast(dict[bytes, bytes], r.hgetall(key)).items():
             number = name.decode()
             if number in WHOLE and number != spoilt:
-                assert value.isdigit() and int(value) < 2**42, f"{task_id}: {number} {value!r}"
+                assert text.isdigit() and int(text) < 2**42, f"{task_id}: {number} {text!r}"
             if number == "priority" and number != spoilt:
-                assert -100 <= int(value) <= 100, f"{task_id}: priority {value!r}"
+                assert -100 <= int(text) <= 100, f"{task_id}: priority {text!r}"
         found = where.get(task_id, [])
         if state == "succeeded":
             assert found == [], f"{task_id} succeeded, and is in {found}"
