@@ -373,7 +373,8 @@ for i = 1, #due, 2 do
   local f = redis.pcall('HMGET', KEYS[5] .. id, 'priority', 'group')
   if f['err'] then f = {} end
   redis.call('ZREM', KEYS[3], id)
-  if make_ready(KEYS[1], groups, id, waiting_score(math.max(0, tonumber(due[i + 1])), f[1]), f[2], turn) then
+  local ready = math.max(0, tonumber(due[i + 1]))  -- (a score of -inf a foreign client wrote)
+  if make_ready(KEYS[1], groups, id, waiting_score(ready, f[1]), f[2], turn) then
     steered = steered + 1  -- (a group's task is ready: its ring exists now)
   end
   redis.call('HSET', KEYS[5] .. id, 'state', 'waiting')

@@ -11,8 +11,8 @@
 --         field: the claim then uses what the queue's job classes declare.
 -- Returns: the control hash after the change, as field, value pairs (without the claim's
 --          own mark, blocked). An error, and nothing written, for an unknown field, a
---          value that is not a whole number in 0 .. 2^42 - 1 (paused: only "1"), rate without rate_ms, or
---          rate_ms < 1 with a rate.
+--          value that is not a whole number in 0 .. 2^42 - 1 (paused: only "1"), rate
+--          without rate_ms, or rate_ms < 1 with a rate.
 -- >>> include/numbers.lua
 -- MOST = 2^42 - 1, the largest whole number a script takes where its header says no other
 -- bound: a ready time (ms since the epoch, below 2^42: include/priority.lua), a duration in
