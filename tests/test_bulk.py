@@ -9,12 +9,12 @@ from typing import Any, cast
 import pytest
 import redis
 
-from culex import bulk, config, connection, inspection
+from culex import ServerError, bulk, config, connection, inspection
 from culex._redis import operations
 from culex._redis.keys import queue_keys
 from culex.browsing import state_set
 
-from .conftest import driver_of, members
+from .conftest import driver_of, members, wait_until
 from .topology import Cluster
 
 pytestmark = pytest.mark.flows  # also run through redis-py (README's test command)
@@ -103,6 +103,49 @@ def test_delete_every_task_of_a_state_and_job(r: redis.Redis) -> None:
     assert members(r, K.scheduled) == [f"b{i}" for i in range(10)]
     assert not r.exists(K.task("a5"))
     assert bulk.apply("delete", Q, state="waiting") == 0  # an empty state
+
+
+def test_an_id_enqueued_again_after_its_dead_hash_expired_leaves_dead(r: redis.Redis) -> None:
+    """invoice-42 dies with failed_job_ttl 1 ms: its hash expires, its id stays in dead until
+    the next death trims it. Enqueued again (ids are the producer's idempotency key), it is
+    in scheduled only, and a purge of dead leaves it."""
+    d = driver_of(r)
+    d.run(operations.enqueue(K, "invoice-42", "J", "{}", due_ms=None, delay_ms=0, max_retries=0))
+    d.run(operations.claim(K, limit=1, lease_ms=60_000, promote_limit=0, dead_ttl_ms=1))
+    d.run(operations.fail(K, "invoice-42", 1, "boom", retry_delay_ms=None, dead_ttl_ms=1,
+                          dead_max=10))  # fmt: skip
+    wait_until(lambda: not r.exists(K.task("invoice-42")), what="the dead hash to expire")
+    assert members(r, K.dead) == ["invoice-42"]
+
+    again = operations.enqueue(K, "invoice-42", "J", "{}", due_ms=None, delay_ms=60_000,
+                               max_retries=0)  # fmt: skip
+    assert d.run(again).state == "scheduled"
+    assert members(r, K.dead) == [] and members(r, K.scheduled) == ["invoice-42"]
+    assert bulk.apply("delete", Q, state="dead") == 0
+    assert states(r, "invoice-42") == ["scheduled"]
+
+
+def test_a_delete_of_a_state_deletes_only_tasks_whose_hash_says_it(r: redis.Redis) -> None:
+    """An id left in dead beside a live scheduled task (enqueued by a producer of an older
+    version, whose enqueue sends no dead key): deleting every dead task, or these ids as
+    dead ones, leaves the scheduled task."""
+    d = driver_of(r)
+    r.zadd(K.dead, {"invoice-42": T0 - 1})  # (its hash expired)
+    older = operations.enqueue(K, "invoice-42", "J", "{}", due_ms=None, delay_ms=60_000,
+                               max_retries=0)  # fmt: skip
+    assert d.run(older._replace(keys=older.keys[:7])).state == "scheduled"
+    put(r, "dead", ["d1", "d2"])
+
+    assert bulk.apply("delete", Q, ids=["invoice-42", "d1"], state="dead") == 1
+    assert bulk.apply("delete", Q, state="dead") == 1
+    assert states(r, "invoice-42", "d1", "d2") == ["scheduled", "", ""]
+    assert members(r, K.scheduled) == ["invoice-42"]
+    # delete.lua: KEYS[8] names the set walked; a key that is none of the queue's is refused
+    call = operations.delete(K, ["invoice-42"], only=K.pending)
+    with pytest.raises(ServerError, match=r"KEYS\[8\] must be the waiting, scheduled, dead"):
+        d.run(call)
+    assert bulk.apply("delete", Q, ids=["invoice-42"]) == 1  # (no state: any it is in)
+    assert members(r, K.scheduled) == []
 
 
 async def test_cancel_every_waiting_task_and_aapply(r: redis.Redis) -> None:

@@ -9,6 +9,7 @@ import pytest
 import culex
 from culex import config
 from culex._redis.address import Address
+from culex._redis.scripts import MOST
 
 
 def test_defaults_are_the_seeds() -> None:
@@ -143,3 +144,14 @@ def test_run_from_takes_weights_and_keeps_plain_names_as_they_are(
 def test_bad_weights_are_refused_with_clear_errors(run_from: object, message: str) -> None:
     with pytest.raises(culex.ConfigurationError, match=f"run_from.*{re.escape(message)}"):
         culex.configure(run_from=run_from)
+
+
+def test_durations_and_counts_stay_in_what_the_scripts_take() -> None:
+    """A script takes a whole number up to 2^42 - 1 (lua/include/numbers.lua): a longer
+    duration is sent as that (139 years), and a dead_max past it is refused here, not by
+    the server at the first death."""
+    s = config.settings(failed_job_ttl=1e12, successful_job_ttl=1e12, lease=1e12)
+    assert (s.failed_job_ttl_ms, s.successful_job_ttl_ms, s.lease_ms) == (MOST, MOST, MOST)
+    assert config.settings(dead_max=MOST).dead_max == MOST
+    with pytest.raises(culex.ConfigurationError, match=f"dead_max must be .* from 1 to {MOST}"):
+        config.settings(dead_max=MOST + 1)

@@ -62,6 +62,11 @@ def test_bad_class_definitions_are_refused_when_defined() -> None:
         class NegativeJob(culex.QueuedJob):
             max_retries = -1
 
+    with pytest.raises(ValueError, match=r"max_retries must be from 0 to 4398046511103"):
+
+        class EndlessJob(culex.QueuedJob):  # (enqueue.lua takes at most 2^42 - 1)
+            max_retries = 2**42
+
     with pytest.raises(ValueError, match="queue name"):
 
         class BraceJob(culex.QueuedJob):

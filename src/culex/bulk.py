@@ -16,7 +16,7 @@ from . import config
 from ._redis import commands, operations
 from ._redis.keys import QueueKeys, check_queue_name, queue_keys
 from ._redis.operations import Call
-from .browsing import EXAMINE, browse_call, check_job, check_state, state_sets
+from .browsing import EXAMINE, browse_call, check_job, check_state, state_set, state_sets
 from .errors import ServerError, short
 from .flow import Flow, raised, run_async, run_sync
 from .task import check_id
@@ -51,7 +51,9 @@ def apply(
 
     ``ids`` given: those tasks (``state``, if given, must be one the action takes from).
     Else every task of ``state`` (default for retry: dead), of job type ``job`` if given,
-    oldest first, never more than the state held when the call started. ``progress(done,
+    oldest first, never more than the state held when the call started. A delete with a
+    ``state`` deletes only tasks whose hash says that state (an id can linger in a set its
+    task has left). ``progress(done,
     total)`` is called after each chunk: ids done of ``len(ids)``, or ids walked over of the
     state's size at the start."""
     settings = settings or config.settings()
@@ -95,7 +97,7 @@ def _flow(
         state = "dead"
     if state is not None:
         check_state(state, FROM[action])
-    act = _act(action, keys, settings)
+    act = _act(action, keys, settings, state)
     if ids is not None:
         if job is not None:
             raise ValueError("job filters the tasks of a state: give ids, or state and job")
@@ -113,11 +115,14 @@ class _Act(NamedTuple):
     alone: bool = False
 
 
-def _act(action: str, keys: QueueKeys, settings: config.Settings) -> _Act:
+def _act(action: str, keys: QueueKeys, settings: config.Settings, state: str | None) -> _Act:
     if action == "retry":
         return _Act(lambda chunk: [operations.retry_dead(keys, chunk)], _count_retried)
     if action == "delete":
-        return _Act(lambda chunk: [operations.delete(keys, chunk)], _count_deleted)
+        # (with a state, only the tasks whose hash says it: an id can linger in a set its
+        # task has left, e.g. in dead after its hash expired and the id was enqueued again)
+        only = None if state is None else state_set(keys, state)
+        return _Act(lambda chunk: [operations.delete(keys, chunk, only=only)], _count_deleted)
     ttl, most = settings.failed_job_ttl_ms, settings.dead_max
     return _Act(
         lambda chunk: [

@@ -13,11 +13,12 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 from ._redis.address import masked
 from ._redis.connections import SOCKET_TIMEOUT
 from ._redis.keys import check_queue_name
+from ._redis.scripts import MOST
 from .errors import ConfigurationError, short
 
 
@@ -52,17 +53,18 @@ class Settings:
     # (code only: not from the environment or a flag)
     redis_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
+    # (each duration in ms at most scripts.MOST, 139 years: the longest a script takes)
     @property
     def successful_job_ttl_ms(self) -> int:
-        return max(1, round(self.successful_job_ttl * 1000))
+        return min(MOST, max(1, round(self.successful_job_ttl * 1000)))
 
     @property
     def failed_job_ttl_ms(self) -> int:
-        return max(1, round(self.failed_job_ttl * 1000))
+        return min(MOST, max(1, round(self.failed_job_ttl * 1000)))
 
     @property
     def lease_ms(self) -> int:
-        return round(self.lease * 1000)
+        return min(MOST, round(self.lease * 1000))
 
 
 def seconds(value: object, name: str, *, minimum: float = 0.0) -> float:
@@ -86,6 +88,13 @@ def _positive_int(value: object, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigurationError(f"{name} must be a whole number >= 1, got {short(value)}")
     return value
+
+
+def _count(value: object, name: str) -> int:
+    """A whole number >= 1 that the scripts take: at most scripts.MOST."""
+    if _positive_int(value, name) > MOST:
+        raise ConfigurationError(f"{name} must be a whole number from 1 to {MOST}, got {value}")
+    return cast(int, value)
 
 
 def _at_most(value: float, most: float, name: str) -> float:
@@ -229,7 +238,7 @@ _CHECKS: dict[str, Callable[[object, str], Any]] = {
     "concurrency": _positive_int,
     "prefix": _prefix,
     "grace_period": seconds,
-    "dead_max": _positive_int,
+    "dead_max": _count,
     "max_payload_bytes": _positive_int,
     "durable_enqueue": _flag,
     "allow_eviction": _flag,

@@ -19,6 +19,7 @@ from typing import Any, ClassVar, NoReturn
 from . import config
 from ._redis.keys import check_queue_name
 from ._redis.priority import check_delay_ms
+from ._redis.scripts import MOST
 from .codecs import Codec, Deserializer, Serializer
 from .enqueue import check_priority, enqueue_flow
 from .errors import JobFailure, short
@@ -430,8 +431,8 @@ def _check_policy(cls: type[Job]) -> None:
     name = cls.__name__
     if isinstance(cls.max_retries, bool) or not isinstance(cls.max_retries, int):
         raise TypeError(f"{name}.max_retries must be an int, got {short(cls.max_retries)}")
-    if cls.max_retries < 0:
-        raise ValueError(f"{name}.max_retries must be >= 0, got {cls.max_retries}")
+    if not 0 <= cls.max_retries <= MOST:
+        raise ValueError(f"{name}.max_retries must be from 0 to {MOST}, got {cls.max_retries}")
     if not isinstance(cls.rescheduleable, bool) and not callable(cls.rescheduleable):
         raise TypeError(f"{name}.rescheduleable must be a bool or a method taking the retry count")
     check_priority(cls.priority, f"{name}.priority")

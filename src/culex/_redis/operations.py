@@ -106,6 +106,7 @@ def enqueue(
             keys.dedupe,
             keys.task_prefix,
             keys.groups_prefix,
+            keys.dead,
         ),
         (
             task_id,
@@ -688,8 +689,10 @@ class DeleteReply(NamedTuple):
     skipped: list[str]
 
 
-def delete(keys: QueueKeys, ids: Sequence[str]) -> Call[DeleteReply]:
-    """Delete these waiting, scheduled or dead tasks: out of their set, hash deleted."""
+def delete(keys: QueueKeys, ids: Sequence[str], *, only: str | None = None) -> Call[DeleteReply]:
+    """Delete these waiting, scheduled or dead tasks: out of their set, hash deleted. ``only``
+    (the set of one of those states, e.g. ``keys.dead``): only the tasks whose hash says
+    that state."""
     return Call(
         (
             keys.waiting,
@@ -699,6 +702,7 @@ def delete(keys: QueueKeys, ids: Sequence[str]) -> Call[DeleteReply]:
             keys.done_prefix,
             keys.dedupe,
             keys.groups_prefix,
+            *(() if only is None else (only,)),
         ),
         tuple(ids),
         lambda reply: DeleteReply(_parse_ids(reply[0]), _parse_ids(reply[1])),

@@ -18,6 +18,12 @@ except ImportError:  # another Python
     from hashlib import sha1
 
 
+MOST = 2**42 - 1
+"""The largest whole number a script takes where its header names no other bound (a ready
+time in ms, a duration in ms, a count): ``lua/include/numbers.lua``'s MOST. A script refuses
+a larger one with nothing written; culex sends a longer duration as this one (139 years)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Script:
     """A Lua script and its SHA-1."""

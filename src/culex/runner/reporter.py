@@ -18,6 +18,7 @@ from .._redis import operations
 from .._redis.drivers import AsyncDriverProtocol
 from .._redis.keys import queue_keys
 from .._redis.operations import Call, Claimed
+from .._redis.scripts import MOST
 from ..errors import ServerError
 from ..execution import Outcome, task_name
 from .backoff import SERVER_ERROR, Backoff
@@ -153,4 +154,4 @@ class Reporter:
         seconds = self.settings.result_ttl if ttl is None else config.seconds(ttl, "result_ttl")
         if outcome.result_json == "null" or seconds == 0:
             return self.settings.successful_job_ttl_ms
-        return max(1, round(seconds * 1000))
+        return min(MOST, max(1, round(seconds * 1000)))  # (the longest complete.lua takes)

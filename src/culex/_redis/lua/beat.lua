@@ -8,11 +8,46 @@
 -- Writes: the hash's fields and `beat` (server ms), its expiry; the runner's score in the
 -- zset; drops members whose expiry has passed (runners that stopped beating); the zset
 -- expires with its last member.
--- Returns: the server time in ms.
-local ttl = tonumber(ARGV[2])
-if not ttl then
-  return redis.error_reply('ERR ttl_ms is not a number: ' .. tostring(ARGV[2]))
+-- Returns: the server time in ms. An error, and nothing written, when ttl_ms is not a
+-- whole number in 0 .. 2^42 - 1.
+
+-- >>> include/numbers.lua
+-- MOST = 2^42 - 1, the largest whole number a script takes where its header says no other
+-- bound: a ready time (ms since the epoch, below 2^42: include/priority.lua), a duration in
+-- ms, a count. Such a number, and the sum of two, has at most 13 digits: Lua's own number
+-- to text conversion (14 digits) writes it back exactly, into a field, a score or a TTL.
+local MOST = 4398046511103
+
+-- `text` (an ARGV or a hash field) as a whole number in lo .. hi, or nil. Only decimal
+-- digits, with a '-' before them, make one: Lua's tonumber also takes 'nan', 'inf',
+-- '0x10', ' 5 ', '1e3' and fractions.
+local function whole(text, lo, hi)
+  if type(text) ~= 'string' or #text > 16 or not string.match(text, '^%-?%d+$') then
+    return nil
+  end
+  local n = tonumber(text)
+  if n < lo or n > hi then return nil end
+  return n
 end
+
+-- ARGV[i], the number `name` of `script`, as a whole number in lo .. hi; "" or no ARGV[i]
+-- stands for `absent` when that is not nil (false: no number). Anything else stops the
+-- script with an error that names the script, the position and the rule. Every script
+-- checks its ARGV this way before its first write, so a refused call writes nothing.
+local function argv_whole(script, i, name, lo, hi, absent)
+  local text = ARGV[i]
+  if absent ~= nil and (text == nil or text == '') then return absent end
+  local n = whole(text, lo, hi)
+  if not n then
+    error({err = string.format('ERR %s: ARGV[%d] %s must be a whole number in %.0f .. %.0f%s,'
+      .. ' got "%s"', script, i, name, lo, hi, absent ~= nil and ' (or "")' or '',
+      string.sub(tostring(text), 1, 40))})
+  end
+  return n
+end
+-- <<< include/numbers.lua
+
+local ttl = argv_whole('beat', 2, 'ttl_ms', 0, MOST)
 for i = 1, 2 do
   local kind = redis.call('TYPE', KEYS[i]).ok
   local wanted = i == 1 and 'zset' or 'hash'

@@ -9,9 +9,10 @@
 -- KEYS[1] the state's zset  <prefix>:{<queue>}:waiting, :scheduled, :pending or :dead
 -- KEYS[2] task key prefix   <prefix>:{<queue>}:task:
 -- ARGV[1] order             "asc" (lowest score first: oldest) or "desc" (newest first)
--- ARGV[2] after_score       the cursor's score, or "" for the first page
+-- ARGV[2] after_score       the cursor's score (a finite number), or "" for the first page
 -- ARGV[3] after_id          the cursor's id ("" with no cursor)
--- ARGV[4] limit             rows at most (> 0)
+-- ARGV[4] limit             rows at most (> 0; this and the other counts whole numbers, at
+--                           most 2^42 - 1: include/numbers.lua)
 -- ARGV[5] examine           ids looked at at most (>= limit)
 -- ARGV[6] job               a job type: only its tasks are rows; "" for every task
 -- ARGV[7] cut               bytes kept of last_error and of params (> 0)
@@ -23,14 +24,51 @@
 --          In waiting the score is ready_ms - priority * 2^42 (include/priority.lua): "asc"
 --          is the order the tasks run in (highest priority first, then earliest ready),
 --          "desc" its reverse.
+-- >>> include/numbers.lua
+-- MOST = 2^42 - 1, the largest whole number a script takes where its header says no other
+-- bound: a ready time (ms since the epoch, below 2^42: include/priority.lua), a duration in
+-- ms, a count. Such a number, and the sum of two, has at most 13 digits: Lua's own number
+-- to text conversion (14 digits) writes it back exactly, into a field, a score or a TTL.
+local MOST = 4398046511103
+
+-- `text` (an ARGV or a hash field) as a whole number in lo .. hi, or nil. Only decimal
+-- digits, with a '-' before them, make one: Lua's tonumber also takes 'nan', 'inf',
+-- '0x10', ' 5 ', '1e3' and fractions.
+local function whole(text, lo, hi)
+  if type(text) ~= 'string' or #text > 16 or not string.match(text, '^%-?%d+$') then
+    return nil
+  end
+  local n = tonumber(text)
+  if n < lo or n > hi then return nil end
+  return n
+end
+
+-- ARGV[i], the number `name` of `script`, as a whole number in lo .. hi; "" or no ARGV[i]
+-- stands for `absent` when that is not nil (false: no number). Anything else stops the
+-- script with an error that names the script, the position and the rule. Every script
+-- checks its ARGV this way before its first write, so a refused call writes nothing.
+local function argv_whole(script, i, name, lo, hi, absent)
+  local text = ARGV[i]
+  if absent ~= nil and (text == nil or text == '') then return absent end
+  local n = whole(text, lo, hi)
+  if not n then
+    error({err = string.format('ERR %s: ARGV[%d] %s must be a whole number in %.0f .. %.0f%s,'
+      .. ' got "%s"', script, i, name, lo, hi, absent ~= nil and ' (or "")' or '',
+      string.sub(tostring(text), 1, 40))})
+  end
+  return n
+end
+-- <<< include/numbers.lua
+
 local asc = ARGV[1] == 'asc'
-local limit = tonumber(ARGV[4])
-local examine = tonumber(ARGV[5])
-local cut = tonumber(ARGV[7])
+local limit = argv_whole('browse', 4, 'limit', 1, MOST)
+local examine = argv_whole('browse', 5, 'examine', 1, MOST)
+local cut = argv_whole('browse', 7, 'cut', 1, MOST)
 local after = ARGV[2] ~= '' and tonumber(ARGV[2])
-if (ARGV[1] ~= 'asc' and ARGV[1] ~= 'desc') or not (limit and examine and cut)
-    or (ARGV[2] ~= '' and not after) then
-  return redis.error_reply('ERR browse: bad order, cursor or numbers in ARGV')
+if (ARGV[1] ~= 'asc' and ARGV[1] ~= 'desc')
+    or (ARGV[2] ~= '' and not (after and after == after and math.abs(after) < math.huge)) then
+  return redis.error_reply('ERR browse: ARGV[1] order must be asc or desc, ARGV[2] after_score '
+    .. '"" or a finite number')
 end
 local set, job = KEYS[1], ARGV[6]
 

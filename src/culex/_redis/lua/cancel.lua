@@ -35,7 +35,8 @@
 -- ARGV[2] reason          free text, or "": last_error becomes "cancelled: <reason>" or
 --                         "cancelled"
 -- ARGV[3] dead_ttl_ms     failed_job_ttl in ms: the hash expires, and dead is trimmed by age
--- ARGV[4] dead_max        dead keeps at most this many ids (the oldest go first)
+-- ARGV[4] dead_max        dead keeps at most this many ids (the oldest go first), >= 1
+--                         (both whole numbers, at most 2^42 - 1: include/numbers.lua)
 -- Returns: "cancelled" when the hash said state "waiting" or "scheduled" and the id was in
 --          that set: it left the set, its hash says state "dead" with last_error, failed_at
 --          and finished_at = now (retry_count and attempt are kept), the hash expires after
@@ -160,11 +161,45 @@ local function trim_dead(dead_key, now, ttl, dead_max)
 end
 -- <<< include/dead.lua
 
-local ttl = tonumber(ARGV[3])
-local dead_max = tonumber(ARGV[4])
-if not (ttl and dead_max) then  -- (before any write)
-  return redis.error_reply('ERR cancel: ARGV[3] and ARGV[4] must be numbers')
+-- >>> include/numbers.lua
+-- MOST = 2^42 - 1, the largest whole number a script takes where its header says no other
+-- bound: a ready time (ms since the epoch, below 2^42: include/priority.lua), a duration in
+-- ms, a count. Such a number, and the sum of two, has at most 13 digits: Lua's own number
+-- to text conversion (14 digits) writes it back exactly, into a field, a score or a TTL.
+local MOST = 4398046511103
+
+-- `text` (an ARGV or a hash field) as a whole number in lo .. hi, or nil. Only decimal
+-- digits, with a '-' before them, make one: Lua's tonumber also takes 'nan', 'inf',
+-- '0x10', ' 5 ', '1e3' and fractions.
+local function whole(text, lo, hi)
+  if type(text) ~= 'string' or #text > 16 or not string.match(text, '^%-?%d+$') then
+    return nil
+  end
+  local n = tonumber(text)
+  if n < lo or n > hi then return nil end
+  return n
 end
+
+-- ARGV[i], the number `name` of `script`, as a whole number in lo .. hi; "" or no ARGV[i]
+-- stands for `absent` when that is not nil (false: no number). Anything else stops the
+-- script with an error that names the script, the position and the rule. Every script
+-- checks its ARGV this way before its first write, so a refused call writes nothing.
+local function argv_whole(script, i, name, lo, hi, absent)
+  local text = ARGV[i]
+  if absent ~= nil and (text == nil or text == '') then return absent end
+  local n = whole(text, lo, hi)
+  if not n then
+    error({err = string.format('ERR %s: ARGV[%d] %s must be a whole number in %.0f .. %.0f%s,'
+      .. ' got "%s"', script, i, name, lo, hi, absent ~= nil and ' (or "")' or '',
+      string.sub(tostring(text), 1, 40))})
+  end
+  return n
+end
+-- <<< include/numbers.lua
+
+-- (checked before any write: include/numbers.lua)
+local ttl = argv_whole('cancel', 3, 'dead_ttl_ms', 1, MOST)
+local dead_max = argv_whole('cancel', 4, 'dead_max', 1, MOST)
 local f = redis.pcall('HMGET', KEYS[1], 'state', 'periodic', 'type', 'dedupe_key', 'group',
   'cancel_requested')
 if f['err'] or not f[1] then  -- (a missing field arrives as false: never written back)

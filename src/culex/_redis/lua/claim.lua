@@ -275,24 +275,58 @@ local function write_counts(prefix, now_ms, tally)
 end
 -- <<< include/stats.lua
 
+-- >>> include/numbers.lua
+-- MOST = 2^42 - 1, the largest whole number a script takes where its header says no other
+-- bound: a ready time (ms since the epoch, below 2^42: include/priority.lua), a duration in
+-- ms, a count. Such a number, and the sum of two, has at most 13 digits: Lua's own number
+-- to text conversion (14 digits) writes it back exactly, into a field, a score or a TTL.
+local MOST = 4398046511103
+
+-- `text` (an ARGV or a hash field) as a whole number in lo .. hi, or nil. Only decimal
+-- digits, with a '-' before them, make one: Lua's tonumber also takes 'nan', 'inf',
+-- '0x10', ' 5 ', '1e3' and fractions.
+local function whole(text, lo, hi)
+  if type(text) ~= 'string' or #text > 16 or not string.match(text, '^%-?%d+$') then
+    return nil
+  end
+  local n = tonumber(text)
+  if n < lo or n > hi then return nil end
+  return n
+end
+
+-- ARGV[i], the number `name` of `script`, as a whole number in lo .. hi; "" or no ARGV[i]
+-- stands for `absent` when that is not nil (false: no number). Anything else stops the
+-- script with an error that names the script, the position and the rule. Every script
+-- checks its ARGV this way before its first write, so a refused call writes nothing.
+local function argv_whole(script, i, name, lo, hi, absent)
+  local text = ARGV[i]
+  if absent ~= nil and (text == nil or text == '') then return absent end
+  local n = whole(text, lo, hi)
+  if not n then
+    error({err = string.format('ERR %s: ARGV[%d] %s must be a whole number in %.0f .. %.0f%s,'
+      .. ' got "%s"', script, i, name, lo, hi, absent ~= nil and ' (or "")' or '',
+      string.sub(tostring(text), 1, 40))})
+  end
+  return n
+end
+-- <<< include/numbers.lua
+
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
-local limit = tonumber(ARGV[1])
-local lease = tonumber(ARGV[2])
-local promote_limit = tonumber(ARGV[3])
-local dead_ttl = tonumber(ARGV[4])
-if not (limit and lease and promote_limit and dead_ttl) then  -- (before any write)
-  return redis.error_reply('ERR claim: ARGV[1] to ARGV[4] must be numbers')
-end
+-- (every number checked before any write: include/numbers.lua)
+local limit = argv_whole('claim', 1, 'limit', 0, MOST)
+local lease = argv_whole('claim', 2, 'lease_ms', 0, MOST)
+local promote_limit = argv_whole('claim', 3, 'promote_limit', 0, MOST)
+local dead_ttl = argv_whole('claim', 4, 'dead_ttl_ms', 1, MOST)
 if not KEYS[7] then
   return redis.error_reply('ERR claim takes 7 keys: the counters prefix is KEYS[7]')
 end
-local rate = tonumber(ARGV[5] or '0')
-local rate_ms = tonumber(ARGV[6] or '0')
-local concurrency = tonumber(ARGV[7] or '0')
-local group_concurrency = tonumber(ARGV[8] or '0')
-local group_rate = tonumber(ARGV[9] or '0')
-local group_rate_ms = tonumber(ARGV[10] or '0')
+local rate = argv_whole('claim', 5, 'rate', 0, MOST, 0)
+local rate_ms = argv_whole('claim', 6, 'rate_ms', 0, MOST, 0)
+local concurrency = argv_whole('claim', 7, 'concurrency', 0, MOST, 0)
+local group_concurrency = argv_whole('claim', 8, 'group_concurrency', 0, MOST, 0)
+local group_rate = argv_whole('claim', 9, 'group_rate', 0, MOST, 0)
+local group_rate_ms = argv_whole('claim', 10, 'group_rate_ms', 0, MOST, 0)
 local groups = KEYS[11]
 -- One look for the common case, a queue with no control and no groups at work: none of
 -- these keys exists, and nothing more is read of them.
@@ -307,21 +341,24 @@ if steered > 0 then
   control = redis.pcall('HMGET', KEYS[8], 'paused', 'rate', 'rate_ms', 'concurrency',
     'group_concurrency', 'group_rate', 'group_rate_ms')
   if control['err'] then control = {} end  -- (a control key of another type: no control)
-  if control[2] and control[3] then rate, rate_ms = tonumber(control[2]), tonumber(control[3]) end
-  if control[4] then concurrency = tonumber(control[4]) end
-  if control[5] then group_concurrency = tonumber(control[5]) end
+  -- (a value there that is not a whole number in 0 .. MOST refuses the claim, below: the
+  -- limits are the operator's, and control.lua writes no other)
+  local function limit_of(i) return control[i] and (whole(control[i], 0, MOST) or false) end
+  if control[2] and control[3] then rate, rate_ms = limit_of(2), limit_of(3) end
+  if control[4] then concurrency = limit_of(4) end
+  if control[5] then group_concurrency = limit_of(5) end
   if control[6] and control[7] then
-    group_rate, group_rate_ms = tonumber(control[6]), tonumber(control[7])
+    group_rate, group_rate_ms = limit_of(6), limit_of(7)
   end
 end
 if not (rate and rate_ms and concurrency) or (rate > 0 and rate_ms < 1) then
-  return redis.error_reply('ERR claim: rate, rate_ms and concurrency must be numbers, '
-    .. 'rate_ms >= 1 with a rate')
+  return redis.error_reply('ERR claim: rate, rate_ms and concurrency must be whole numbers '
+    .. 'in 0 .. 2^42 - 1, rate_ms >= 1 with a rate')
 end
 if not (group_concurrency and group_rate and group_rate_ms)
     or (group_rate > 0 and group_rate_ms < 1) then
   return redis.error_reply('ERR claim: group_concurrency, group_rate and group_rate_ms must '
-    .. 'be numbers, group_rate_ms >= 1 with a group rate')
+    .. 'be whole numbers in 0 .. 2^42 - 1, group_rate_ms >= 1 with a group rate')
 end
 if rate > 0 and not KEYS[9] then
   return redis.error_reply('ERR claim: a rate limit needs the starts key, KEYS[9]')
@@ -336,7 +373,8 @@ for i = 1, #due, 2 do
   local f = redis.pcall('HMGET', KEYS[5] .. id, 'priority', 'group')
   if f['err'] then f = {} end
   redis.call('ZREM', KEYS[3], id)
-  if make_ready(KEYS[1], groups, id, waiting_score(tonumber(due[i + 1]), f[1]), f[2], turn) then
+  local ready = math.max(0, tonumber(due[i + 1]))  -- (a score of -inf a foreign client wrote)
+  if make_ready(KEYS[1], groups, id, waiting_score(ready, f[1]), f[2], turn) then
     steered = steered + 1  -- (a group's task is ready: its ring exists now)
   end
   redis.call('HSET', KEYS[5] .. id, 'state', 'waiting')

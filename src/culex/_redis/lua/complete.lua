@@ -34,7 +34,7 @@
 -- Returns: the ids whose report was refused (not pending under that attempt: the lease
 --          was lost and the task handed out again, or it is gone, or its key holds
 --          another type); {} when all landed. An error, and nothing written, when ARGV is
---          not quadruples or a ttl_ms is not a whole number >= 1.
+--          not quadruples or a ttl_ms is not a whole number in 1 .. 2^42 - 1.
 
 -- >>> include/wake.lua
 -- A task whose hash has waited=1 (wait.lua) has producers blocked on its done list: one
@@ -256,6 +256,42 @@ local function unblock(control, signal)
 end
 -- <<< include/unblock.lua
 
+-- >>> include/numbers.lua
+-- MOST = 2^42 - 1, the largest whole number a script takes where its header says no other
+-- bound: a ready time (ms since the epoch, below 2^42: include/priority.lua), a duration in
+-- ms, a count. Such a number, and the sum of two, has at most 13 digits: Lua's own number
+-- to text conversion (14 digits) writes it back exactly, into a field, a score or a TTL.
+local MOST = 4398046511103
+
+-- `text` (an ARGV or a hash field) as a whole number in lo .. hi, or nil. Only decimal
+-- digits, with a '-' before them, make one: Lua's tonumber also takes 'nan', 'inf',
+-- '0x10', ' 5 ', '1e3' and fractions.
+local function whole(text, lo, hi)
+  if type(text) ~= 'string' or #text > 16 or not string.match(text, '^%-?%d+$') then
+    return nil
+  end
+  local n = tonumber(text)
+  if n < lo or n > hi then return nil end
+  return n
+end
+
+-- ARGV[i], the number `name` of `script`, as a whole number in lo .. hi; "" or no ARGV[i]
+-- stands for `absent` when that is not nil (false: no number). Anything else stops the
+-- script with an error that names the script, the position and the rule. Every script
+-- checks its ARGV this way before its first write, so a refused call writes nothing.
+local function argv_whole(script, i, name, lo, hi, absent)
+  local text = ARGV[i]
+  if absent ~= nil and (text == nil or text == '') then return absent end
+  local n = whole(text, lo, hi)
+  if not n then
+    error({err = string.format('ERR %s: ARGV[%d] %s must be a whole number in %.0f .. %.0f%s,'
+      .. ' got "%s"', script, i, name, lo, hi, absent ~= nil and ' (or "")' or '',
+      string.sub(tostring(text), 1, 40))})
+  end
+  return n
+end
+-- <<< include/numbers.lua
+
 if not KEYS[5] then  -- (before any write, as every check)
   return redis.error_reply('ERR complete takes 5 keys: the counters prefix is KEYS[5]')
 end
@@ -263,10 +299,7 @@ if #ARGV % 4 ~= 0 then
   return redis.error_reply('ERR complete takes quadruples: id, attempt, result, ttl_ms')
 end
 for i = 4, #ARGV, 4 do
-  local ttl = tonumber(ARGV[i])
-  if not ttl or ttl < 1 or ttl ~= math.floor(ttl) then
-    return redis.error_reply('ERR complete: ttl_ms must be a whole number >= 1, got ' .. ARGV[i])
-  end
+  argv_whole('complete', i, 'ttl_ms', 1, MOST)
 end
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)

@@ -11,8 +11,44 @@
 --         field: the claim then uses what the queue's job classes declare.
 -- Returns: the control hash after the change, as field, value pairs (without the claim's
 --          own mark, blocked). An error, and nothing written, for an unknown field, a
---          value that is not a whole number (paused: only "1"), rate without rate_ms, or
---          rate_ms < 1 with a rate.
+--          value that is not a whole number in 0 .. 2^42 - 1 (paused: only "1"), rate
+--          without rate_ms, or rate_ms < 1 with a rate.
+-- >>> include/numbers.lua
+-- MOST = 2^42 - 1, the largest whole number a script takes where its header says no other
+-- bound: a ready time (ms since the epoch, below 2^42: include/priority.lua), a duration in
+-- ms, a count. Such a number, and the sum of two, has at most 13 digits: Lua's own number
+-- to text conversion (14 digits) writes it back exactly, into a field, a score or a TTL.
+local MOST = 4398046511103
+
+-- `text` (an ARGV or a hash field) as a whole number in lo .. hi, or nil. Only decimal
+-- digits, with a '-' before them, make one: Lua's tonumber also takes 'nan', 'inf',
+-- '0x10', ' 5 ', '1e3' and fractions.
+local function whole(text, lo, hi)
+  if type(text) ~= 'string' or #text > 16 or not string.match(text, '^%-?%d+$') then
+    return nil
+  end
+  local n = tonumber(text)
+  if n < lo or n > hi then return nil end
+  return n
+end
+
+-- ARGV[i], the number `name` of `script`, as a whole number in lo .. hi; "" or no ARGV[i]
+-- stands for `absent` when that is not nil (false: no number). Anything else stops the
+-- script with an error that names the script, the position and the rule. Every script
+-- checks its ARGV this way before its first write, so a refused call writes nothing.
+local function argv_whole(script, i, name, lo, hi, absent)
+  local text = ARGV[i]
+  if absent ~= nil and (text == nil or text == '') then return absent end
+  local n = whole(text, lo, hi)
+  if not n then
+    error({err = string.format('ERR %s: ARGV[%d] %s must be a whole number in %.0f .. %.0f%s,'
+      .. ' got "%s"', script, i, name, lo, hi, absent ~= nil and ' (or "")' or '',
+      string.sub(tostring(text), 1, 40))})
+  end
+  return n
+end
+-- <<< include/numbers.lua
+
 local known = {paused = true, rate = true, rate_ms = true, concurrency = true,
   group_rate = true, group_rate_ms = true, group_concurrency = true}
 if #ARGV % 2 ~= 0 then
@@ -24,8 +60,9 @@ for i = 1, #ARGV, 2 do
   if not known[field] then
     return redis.error_reply('ERR control: unknown field ' .. field)
   end
-  if value ~= '' and not (string.match(value, '^%d+$') and #value <= 15) then
-    return redis.error_reply('ERR control: ' .. field .. ' must be a whole number, got ' .. value)
+  if value ~= '' and not whole(value, 0, MOST) then
+    return redis.error_reply('ERR control: ' .. field .. ' must be a whole number in 0 .. '
+      .. '4398046511103 (2^42 - 1), got ' .. string.sub(value, 1, 40))
   end
   if field == 'paused' and value ~= '' and value ~= '1' then
     return redis.error_reply('ERR control: paused is "1" or ""')

@@ -13,6 +13,10 @@
 --         dedupe key there (include/dedupe.lua)
 -- KEYS[7] groups prefix <prefix>:{<queue>}:groups:   optional: a waiting task of a group
 --         is taken out of its group's ready set (include/groups.lua)
+-- KEYS[8] from: the set     optional: the set the ids were read from (KEYS[1], KEYS[2],
+--         KEYS[3], or the grouped ready set <groups>ready for waiting): only ids whose hash
+--         says that set's state are deleted, so that a walk of one state (bulk.py) never
+--         deletes a task of another whose id is also in that set
 -- ARGV[1..] ids             the ids to delete
 -- Returns: {deleted, skipped}: two arrays of ids. An id is deleted when its hash says state
 --          "waiting", "scheduled" or "dead" and the id is in that set: it leaves the set, the
@@ -96,11 +100,22 @@ end
 -- <<< include/groups.lua
 
 local sets = {waiting = KEYS[1], scheduled = KEYS[2], dead = KEYS[3]}
+local only  -- (KEYS[8]: the one state whose tasks are deleted)
+if KEYS[8] then
+  for state, key in pairs(sets) do
+    if KEYS[8] == key then only = state end
+  end
+  if KEYS[7] and KEYS[8] == KEYS[7] .. 'ready' then only = 'waiting' end
+  if not only then
+    return redis.error_reply('ERR delete: KEYS[8] must be the waiting, scheduled, dead or '
+      .. 'grouped ready set of the queue')
+  end
+end
 local deleted, skipped = {}, {}
 for _, id in ipairs(ARGV) do
   local key = KEYS[4] .. id
   local f = redis.pcall('HMGET', key, 'state', 'waited', 'dedupe_key', 'group')
-  local set = not f['err'] and f[1] and sets[f[1]]
+  local set = not f['err'] and f[1] and (not only or f[1] == only) and sets[f[1]]
   if set and f[1] == 'waiting' then set = ready_set(KEYS[1], KEYS[7], f[4]) end
   if set and redis.call('ZSCORE', set, id) then
     if f[1] == 'waiting' then unready(KEYS[1], KEYS[7], id, f[4]) else redis.call('ZREM', set, id) end
@@ -111,8 +126,8 @@ for _, id in ipairs(ARGV) do
       redis.call('PEXPIRE', KEYS[5] .. id, 60000)
     end
     deleted[#deleted + 1] = id
-  elseif not f['err'] and not f[1] and redis.call('EXISTS', key) == 0
-      and redis.call('ZSCORE', KEYS[3], id) then
+  elseif not f['err'] and not f[1] and (not only or only == 'dead')
+      and redis.call('EXISTS', key) == 0 and redis.call('ZSCORE', KEYS[3], id) then
     redis.call('ZREM', KEYS[3], id)
     deleted[#deleted + 1] = id
   else

@@ -10,13 +10,19 @@
 --                        that holds the dedupe key is read
 -- KEYS[7] groups prefix  <prefix>:{<queue>}:groups:   optional: needed only with a group
 --         (ARGV[11]): the task waits in its group's ready set (include/groups.lua)
+-- KEYS[8] dead zset      <prefix>:{<queue>}:dead   optional: an id still in dead whose hash
+--         has expired (dead is trimmed only when a task dies) leaves it, so that the new
+--         task is in one set only
 -- ARGV[1] id
 -- ARGV[2] type           the job class name, e.g. "SendEmailJob"
 -- ARGV[3] queue          the queue name (stored for producers and dashboards)
 -- ARGV[4] params         a JSON object
 -- ARGV[5] due_ms         absolute due time in ms since the epoch, or "" for "now + delay_ms"
--- ARGV[6] delay_ms       used when due_ms is ""; 0 means now
--- ARGV[7] max_retries    retries after the first attempt (the job's max_retries)
+--                        (a whole number in 0 .. 2^42 - 1)
+-- ARGV[6] delay_ms       used when due_ms is ""; 0 means now (a whole number >= 0, with
+--                        now + delay_ms below 2^42; "" counts as 0)
+-- ARGV[7] max_retries    retries after the first attempt (the job's max_retries), a whole
+--                        number in 0 .. 2^42 - 1
 -- ARGV[8] trace          optional: the producer's trace context, a JSON object of
 --                        propagation fields (W3C traceparent, tracestate); stored as the
 --                        field `trace` when given and not ""
@@ -35,8 +41,8 @@
 --          {"exists", id} when a task with this id already exists (nothing changes:
 --          client-made ids make enqueue idempotent);
 --          {"deduped", id of the live task that holds the dedupe key} (nothing changes).
--- An error, and nothing written, for a bad priority, a bad dedupe key, or a dedupe key
--- without KEYS[5] and KEYS[6].
+-- An error, and nothing written, for a bad number (include/numbers.lua), a bad priority, a
+-- bad dedupe key, or a dedupe key without KEYS[5] and KEYS[6].
 
 -- >>> include/priority.lua
 -- waiting is one sorted set: a task's score is ready_ms - priority * 2^42, so ZPOPMIN takes
@@ -113,15 +119,52 @@ local function group_ended(groups, task_key, group, signal, turn_us)
 end
 -- <<< include/groups.lua
 
+-- >>> include/numbers.lua
+-- MOST = 2^42 - 1, the largest whole number a script takes where its header says no other
+-- bound: a ready time (ms since the epoch, below 2^42: include/priority.lua), a duration in
+-- ms, a count. Such a number, and the sum of two, has at most 13 digits: Lua's own number
+-- to text conversion (14 digits) writes it back exactly, into a field, a score or a TTL.
+local MOST = 4398046511103
+
+-- `text` (an ARGV or a hash field) as a whole number in lo .. hi, or nil. Only decimal
+-- digits, with a '-' before them, make one: Lua's tonumber also takes 'nan', 'inf',
+-- '0x10', ' 5 ', '1e3' and fractions.
+local function whole(text, lo, hi)
+  if type(text) ~= 'string' or #text > 16 or not string.match(text, '^%-?%d+$') then
+    return nil
+  end
+  local n = tonumber(text)
+  if n < lo or n > hi then return nil end
+  return n
+end
+
+-- ARGV[i], the number `name` of `script`, as a whole number in lo .. hi; "" or no ARGV[i]
+-- stands for `absent` when that is not nil (false: no number). Anything else stops the
+-- script with an error that names the script, the position and the rule. Every script
+-- checks its ARGV this way before its first write, so a refused call writes nothing.
+local function argv_whole(script, i, name, lo, hi, absent)
+  local text = ARGV[i]
+  if absent ~= nil and (text == nil or text == '') then return absent end
+  local n = whole(text, lo, hi)
+  if not n then
+    error({err = string.format('ERR %s: ARGV[%d] %s must be a whole number in %.0f .. %.0f%s,'
+      .. ' got "%s"', script, i, name, lo, hi, absent ~= nil and ' (or "")' or '',
+      string.sub(tostring(text), 1, 40))})
+  end
+  return n
+end
+-- <<< include/numbers.lua
+
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
-local priority = 0
-if ARGV[9] and ARGV[9] ~= '' then
-  priority = tonumber(ARGV[9])
-  if not priority or priority ~= math.floor(priority) or priority < -100 or priority > 100 then
-    return redis.error_reply('ERR enqueue: ARGV[9] priority must be a whole number in -100 .. 100')
-  end
+local priority = argv_whole('enqueue', 9, 'priority', -100, 100, 0)
+local due
+if ARGV[5] ~= '' then
+  due = argv_whole('enqueue', 5, 'due_ms', 0, MOST)
+else
+  due = now + argv_whole('enqueue', 6, 'delay_ms', 0, MOST - now, 0)
 end
+argv_whole('enqueue', 7, 'max_retries', 0, MOST)
 local dedupe = ARGV[10] or ''
 if dedupe ~= '' and (#dedupe > 500 or not KEYS[6]) then
   return redis.error_reply('ERR enqueue: a dedupe key (ARGV[10]) takes 1 to 500 bytes and '
@@ -143,9 +186,8 @@ if dedupe ~= '' then
     end
   end
 end
-local due = now + tonumber(ARGV[6])
-if ARGV[5] ~= '' then
-  due = tonumber(ARGV[5])
+if KEYS[8] then  -- (an id left in dead by a task whose hash expired: see KEYS[8])
+  redis.call('ZREM', KEYS[8], ARGV[1])
 end
 local state = 'waiting'
 if due > now then

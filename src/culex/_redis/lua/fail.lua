@@ -26,8 +26,11 @@
 -- ARGV[2] attempt         fences stale runners, as in complete
 -- ARGV[3] error           the reason, stored as last_error
 -- ARGV[4] retry_delay_ms  >= 0: retry after this delay; -1: no retry, the task goes to dead
+--                         (now + delay must stay below 2^42)
 -- ARGV[5] dead_ttl_ms     failed_job_ttl in ms: the hash expires, and dead is trimmed by age
--- ARGV[6] dead_max        dead keeps at most this many ids (the oldest go first)
+-- ARGV[6] dead_max        dead keeps at most this many ids (the oldest go first), >= 1
+-- (each a whole number, at most 2^42 - 1: include/numbers.lua; an error, and nothing
+-- written, for another)
 -- Returns: "scheduled" or "dead"; 0 when refused (stale attempt or not pending).
 --          A runner that stops an attempt because its cancel was requested reports it
 --          here, with ARGV[4] = -1: it is counted once, as dead.
@@ -276,12 +279,48 @@ local function unblock(control, signal)
 end
 -- <<< include/unblock.lua
 
-local delay = tonumber(ARGV[4])
-local ttl = tonumber(ARGV[5])
-local dead_max = tonumber(ARGV[6])
-if not (delay and ttl and dead_max) then  -- (before any write)
-  return redis.error_reply('ERR fail: ARGV[4] to ARGV[6] must be numbers')
+-- >>> include/numbers.lua
+-- MOST = 2^42 - 1, the largest whole number a script takes where its header says no other
+-- bound: a ready time (ms since the epoch, below 2^42: include/priority.lua), a duration in
+-- ms, a count. Such a number, and the sum of two, has at most 13 digits: Lua's own number
+-- to text conversion (14 digits) writes it back exactly, into a field, a score or a TTL.
+local MOST = 4398046511103
+
+-- `text` (an ARGV or a hash field) as a whole number in lo .. hi, or nil. Only decimal
+-- digits, with a '-' before them, make one: Lua's tonumber also takes 'nan', 'inf',
+-- '0x10', ' 5 ', '1e3' and fractions.
+local function whole(text, lo, hi)
+  if type(text) ~= 'string' or #text > 16 or not string.match(text, '^%-?%d+$') then
+    return nil
+  end
+  local n = tonumber(text)
+  if n < lo or n > hi then return nil end
+  return n
 end
+
+-- ARGV[i], the number `name` of `script`, as a whole number in lo .. hi; "" or no ARGV[i]
+-- stands for `absent` when that is not nil (false: no number). Anything else stops the
+-- script with an error that names the script, the position and the rule. Every script
+-- checks its ARGV this way before its first write, so a refused call writes nothing.
+local function argv_whole(script, i, name, lo, hi, absent)
+  local text = ARGV[i]
+  if absent ~= nil and (text == nil or text == '') then return absent end
+  local n = whole(text, lo, hi)
+  if not n then
+    error({err = string.format('ERR %s: ARGV[%d] %s must be a whole number in %.0f .. %.0f%s,'
+      .. ' got "%s"', script, i, name, lo, hi, absent ~= nil and ' (or "")' or '',
+      string.sub(tostring(text), 1, 40))})
+  end
+  return n
+end
+-- <<< include/numbers.lua
+
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+-- (every number checked before any write: include/numbers.lua)
+local delay = argv_whole('fail', 4, 'retry_delay_ms', -1, MOST - now)
+local ttl = argv_whole('fail', 5, 'dead_ttl_ms', 1, MOST)
+local dead_max = argv_whole('fail', 6, 'dead_max', 1, MOST)
 if not KEYS[7] then
   return redis.error_reply('ERR fail takes 7 keys: the counters prefix is KEYS[7]')
 end
@@ -295,10 +334,9 @@ if f[10] then
   delay = -1
   reason = f[10]
 end
--- (a retry_count that is not a number counts as 0: no write below can fail)
-local retries = math.floor(tonumber(f[5]) or 0) + 1
-local t = redis.call('TIME')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
+-- (a retry_count that is not a whole number in 0 .. MOST counts as 0: no write below can
+-- fail, and the count written back is a whole number)
+local retries = (whole(f[5], 0, MOST - 1) or 0) + 1
 redis.call('ZREM', KEYS[2], ARGV[1])
 if f[10] and KEYS[12] then  -- (pcall: a key of another type must not stop the report)
   redis.pcall('ZREM', KEYS[12], ARGV[1])

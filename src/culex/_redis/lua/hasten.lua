@@ -88,10 +88,43 @@ local function group_ended(groups, task_key, group, signal, turn_us)
 end
 -- <<< include/groups.lua
 
-local limit = tonumber(ARGV[1])
-if not limit or limit < 1 then  -- (before any write)
-  return redis.error_reply('ERR hasten: ARGV[1] must be a number > 0')
+-- >>> include/numbers.lua
+-- MOST = 2^42 - 1, the largest whole number a script takes where its header says no other
+-- bound: a ready time (ms since the epoch, below 2^42: include/priority.lua), a duration in
+-- ms, a count. Such a number, and the sum of two, has at most 13 digits: Lua's own number
+-- to text conversion (14 digits) writes it back exactly, into a field, a score or a TTL.
+local MOST = 4398046511103
+
+-- `text` (an ARGV or a hash field) as a whole number in lo .. hi, or nil. Only decimal
+-- digits, with a '-' before them, make one: Lua's tonumber also takes 'nan', 'inf',
+-- '0x10', ' 5 ', '1e3' and fractions.
+local function whole(text, lo, hi)
+  if type(text) ~= 'string' or #text > 16 or not string.match(text, '^%-?%d+$') then
+    return nil
+  end
+  local n = tonumber(text)
+  if n < lo or n > hi then return nil end
+  return n
 end
+
+-- ARGV[i], the number `name` of `script`, as a whole number in lo .. hi; "" or no ARGV[i]
+-- stands for `absent` when that is not nil (false: no number). Anything else stops the
+-- script with an error that names the script, the position and the rule. Every script
+-- checks its ARGV this way before its first write, so a refused call writes nothing.
+local function argv_whole(script, i, name, lo, hi, absent)
+  local text = ARGV[i]
+  if absent ~= nil and (text == nil or text == '') then return absent end
+  local n = whole(text, lo, hi)
+  if not n then
+    error({err = string.format('ERR %s: ARGV[%d] %s must be a whole number in %.0f .. %.0f%s,'
+      .. ' got "%s"', script, i, name, lo, hi, absent ~= nil and ' (or "")' or '',
+      string.sub(tostring(text), 1, 40))})
+  end
+  return n
+end
+-- <<< include/numbers.lua
+
+local limit = argv_whole('hasten', 1, 'limit', 1, MOST)  -- (before any write)
 
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
@@ -100,7 +133,7 @@ local moved = redis.call('ZRANGE', KEYS[1], 0, limit - 1, 'WITHSCORES')
 for i = 1, #moved, 2 do
   local id = moved[i]
   -- a task already due keeps its ready time; one due later is ready now
-  local ready = math.min(tonumber(moved[i + 1]), now)
+  local ready = math.max(0, math.min(tonumber(moved[i + 1]), now))
   local f = redis.pcall('HMGET', KEYS[4] .. id, 'priority', 'group')
   if f['err'] then f = {} end
   redis.call('ZREM', KEYS[1], id)

@@ -29,8 +29,10 @@
 --         whose hash has cancel_requested (cancel.lua) goes to dead with that as its
 --         last_error, never to a retry: its runner is gone before it could end it
 -- ARGV[1] limit          how many expired tasks to reclaim at most
--- ARGV[2] dead_ttl_ms
--- ARGV[3] dead_max
+-- ARGV[2] dead_ttl_ms    >= 1
+-- ARGV[3] dead_max       >= 1
+-- (each a whole number, at most 2^42 - 1: include/numbers.lua; an error, and nothing
+-- written, for another)
 -- Returns: {id, outcome, id, outcome, ...} with outcome "waiting", "scheduled" or "dead".
 --          A task key that holds another type is renamed to <key>:wrongtype and its id
 --          goes to dead as a broken task (as in claim). A task that runs again goes back
@@ -295,14 +297,48 @@ local function unblock(control, signal)
 end
 -- <<< include/unblock.lua
 
+-- >>> include/numbers.lua
+-- MOST = 2^42 - 1, the largest whole number a script takes where its header says no other
+-- bound: a ready time (ms since the epoch, below 2^42: include/priority.lua), a duration in
+-- ms, a count. Such a number, and the sum of two, has at most 13 digits: Lua's own number
+-- to text conversion (14 digits) writes it back exactly, into a field, a score or a TTL.
+local MOST = 4398046511103
+
+-- `text` (an ARGV or a hash field) as a whole number in lo .. hi, or nil. Only decimal
+-- digits, with a '-' before them, make one: Lua's tonumber also takes 'nan', 'inf',
+-- '0x10', ' 5 ', '1e3' and fractions.
+local function whole(text, lo, hi)
+  if type(text) ~= 'string' or #text > 16 or not string.match(text, '^%-?%d+$') then
+    return nil
+  end
+  local n = tonumber(text)
+  if n < lo or n > hi then return nil end
+  return n
+end
+
+-- ARGV[i], the number `name` of `script`, as a whole number in lo .. hi; "" or no ARGV[i]
+-- stands for `absent` when that is not nil (false: no number). Anything else stops the
+-- script with an error that names the script, the position and the rule. Every script
+-- checks its ARGV this way before its first write, so a refused call writes nothing.
+local function argv_whole(script, i, name, lo, hi, absent)
+  local text = ARGV[i]
+  if absent ~= nil and (text == nil or text == '') then return absent end
+  local n = whole(text, lo, hi)
+  if not n then
+    error({err = string.format('ERR %s: ARGV[%d] %s must be a whole number in %.0f .. %.0f%s,'
+      .. ' got "%s"', script, i, name, lo, hi, absent ~= nil and ' (or "")' or '',
+      string.sub(tostring(text), 1, 40))})
+  end
+  return n
+end
+-- <<< include/numbers.lua
+
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
-local limit = tonumber(ARGV[1])
-local ttl = tonumber(ARGV[2])
-local dead_max = tonumber(ARGV[3])
-if not (limit and ttl and dead_max) then  -- (before any write)
-  return redis.error_reply('ERR reclaim: ARGV[1] to ARGV[3] must be numbers')
-end
+-- (every number checked before any write: include/numbers.lua)
+local limit = argv_whole('reclaim', 1, 'limit', 0, MOST)
+local ttl = argv_whole('reclaim', 2, 'dead_ttl_ms', 1, MOST)
+local dead_max = argv_whole('reclaim', 3, 'dead_max', 1, MOST)
 if not KEYS[9] then
   return redis.error_reply('ERR reclaim takes 9 keys: the counters prefix is KEYS[9]')
 end
@@ -333,8 +369,10 @@ for i, id in ipairs(ids) do
     f = {}
     max_retries = -1
   else
-    retries = (tonumber(f[1]) or 0) + 1
-    max_retries = tonumber(f[2]) or 4
+    -- (a retry_count or max_retries that is not a whole number in 0 .. MOST counts as
+    -- missing: 0 and 4)
+    retries = (whole(f[1], 0, MOST - 1) or 0) + 1
+    max_retries = whole(f[2], 0, MOST) or 4
     if f[9] then
       max_retries = -1
       why = f[9]
@@ -345,7 +383,8 @@ for i, id in ipairs(ids) do
   end
   local outcome
   if retries <= max_retries then
-    local due = now + 2000 * (retries - 1) * (retries - 1)
+    -- (at most the latest ready time a score holds: include/priority.lua)
+    local due = math.min(now + 2000 * (retries - 1) * (retries - 1), MOST)
     redis.call('HSET', key, 'retry_count', retries, 'last_error', reason, 'failed_at', now,
       'due_at', due)
     if due <= now then

@@ -90,19 +90,58 @@ local function group_ended(groups, task_key, group, signal, turn_us)
 end
 -- <<< include/groups.lua
 
+-- >>> include/numbers.lua
+-- MOST = 2^42 - 1, the largest whole number a script takes where its header says no other
+-- bound: a ready time (ms since the epoch, below 2^42: include/priority.lua), a duration in
+-- ms, a count. Such a number, and the sum of two, has at most 13 digits: Lua's own number
+-- to text conversion (14 digits) writes it back exactly, into a field, a score or a TTL.
+local MOST = 4398046511103
+
+-- `text` (an ARGV or a hash field) as a whole number in lo .. hi, or nil. Only decimal
+-- digits, with a '-' before them, make one: Lua's tonumber also takes 'nan', 'inf',
+-- '0x10', ' 5 ', '1e3' and fractions.
+local function whole(text, lo, hi)
+  if type(text) ~= 'string' or #text > 16 or not string.match(text, '^%-?%d+$') then
+    return nil
+  end
+  local n = tonumber(text)
+  if n < lo or n > hi then return nil end
+  return n
+end
+
+-- ARGV[i], the number `name` of `script`, as a whole number in lo .. hi; "" or no ARGV[i]
+-- stands for `absent` when that is not nil (false: no number). Anything else stops the
+-- script with an error that names the script, the position and the rule. Every script
+-- checks its ARGV this way before its first write, so a refused call writes nothing.
+local function argv_whole(script, i, name, lo, hi, absent)
+  local text = ARGV[i]
+  if absent ~= nil and (text == nil or text == '') then return absent end
+  local n = whole(text, lo, hi)
+  if not n then
+    error({err = string.format('ERR %s: ARGV[%d] %s must be a whole number in %.0f .. %.0f%s,'
+      .. ' got "%s"', script, i, name, lo, hi, absent ~= nil and ' (or "")' or '',
+      string.sub(tostring(text), 1, 40))})
+  end
+  return n
+end
+-- <<< include/numbers.lua
+
 local f = redis.call('HMGET', KEYS[1], 'attempt', 'state', 'enqueue_time', 'due_at',
   'priority', 'group', 'group_held', 'cancel_requested')
 if f[1] ~= ARGV[2] or f[2] ~= 'pending' or f[8] then
   return 0
 end
+local t = redis.call('TIME')
+-- Its ready time: due_at, else enqueue_time, else now, the first that is a whole number in
+-- 0 .. MOST (a field a foreign producer wrote must not stop the release half-way).
+local ready = whole(f[4], 0, MOST) or whole(f[3], 0, MOST)
+  or t[1] * 1000 + math.floor(t[2] / 1000)
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('HSET', KEYS[1], 'state', 'waiting')
-local t = redis.call('TIME')
 if f[7] == '1' then
   group_ended(KEYS[5], KEYS[1], f[6], nil, t[1] * 1000000 + t[2])
 end
-make_ready(KEYS[3], KEYS[5], ARGV[1], waiting_score(tonumber(f[4] or f[3] or 0) or 0, f[5]),
-  f[6], t[1] * 1000000 + t[2])
+make_ready(KEYS[3], KEYS[5], ARGV[1], waiting_score(ready, f[5]), f[6], t[1] * 1000000 + t[2])
 if redis.call('LLEN', KEYS[4]) == 0 then
   redis.call('RPUSH', KEYS[4], '1')
 end

@@ -9,7 +9,8 @@
 --         the caller; the prefix keeps every key in the queue's slot)
 -- KEYS[5] groups prefix <prefix>:{<queue>}:groups:   optional: a task of a group goes back
 --         to its group's ready set (include/groups.lua)
--- ARGV[1] limit           how many ids to look at at most (> 0)
+-- ARGV[1] limit           how many ids to look at at most: a whole number in 1 .. 2^42 - 1
+--                         (else an error, and nothing written)
 -- ARGV[2..] ids           the ids to retry; none: the oldest `limit` ids in dead
 -- Returns: {retried, skipped}: two arrays of ids. An id is retried when it is in dead and
 --          its hash says state "dead": it leaves dead, its hash is persisted, state
@@ -94,9 +95,45 @@ local function group_ended(groups, task_key, group, signal, turn_us)
 end
 -- <<< include/groups.lua
 
+-- >>> include/numbers.lua
+-- MOST = 2^42 - 1, the largest whole number a script takes where its header says no other
+-- bound: a ready time (ms since the epoch, below 2^42: include/priority.lua), a duration in
+-- ms, a count. Such a number, and the sum of two, has at most 13 digits: Lua's own number
+-- to text conversion (14 digits) writes it back exactly, into a field, a score or a TTL.
+local MOST = 4398046511103
+
+-- `text` (an ARGV or a hash field) as a whole number in lo .. hi, or nil. Only decimal
+-- digits, with a '-' before them, make one: Lua's tonumber also takes 'nan', 'inf',
+-- '0x10', ' 5 ', '1e3' and fractions.
+local function whole(text, lo, hi)
+  if type(text) ~= 'string' or #text > 16 or not string.match(text, '^%-?%d+$') then
+    return nil
+  end
+  local n = tonumber(text)
+  if n < lo or n > hi then return nil end
+  return n
+end
+
+-- ARGV[i], the number `name` of `script`, as a whole number in lo .. hi; "" or no ARGV[i]
+-- stands for `absent` when that is not nil (false: no number). Anything else stops the
+-- script with an error that names the script, the position and the rule. Every script
+-- checks its ARGV this way before its first write, so a refused call writes nothing.
+local function argv_whole(script, i, name, lo, hi, absent)
+  local text = ARGV[i]
+  if absent ~= nil and (text == nil or text == '') then return absent end
+  local n = whole(text, lo, hi)
+  if not n then
+    error({err = string.format('ERR %s: ARGV[%d] %s must be a whole number in %.0f .. %.0f%s,'
+      .. ' got "%s"', script, i, name, lo, hi, absent ~= nil and ' (or "")' or '',
+      string.sub(tostring(text), 1, 40))})
+  end
+  return n
+end
+-- <<< include/numbers.lua
+
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
-local limit = tonumber(ARGV[1])
+local limit = argv_whole('retry_dead', 1, 'limit', 1, MOST)  -- (before any write)
 local ids = {}
 if #ARGV > 1 then
   for i = 2, math.min(#ARGV, limit + 1) do

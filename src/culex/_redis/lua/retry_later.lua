@@ -15,8 +15,9 @@
 -- ARGV[1] id
 -- ARGV[2] attempt         fences stale runners, as in fail
 -- ARGV[3] delay_ms        a whole number >= 0: the task is due that long after now
+--                         (now + delay_ms below 2^42: include/numbers.lua)
 -- Returns: "scheduled"; 0 when refused (stale attempt or not pending). An error, and
---          nothing written, when delay_ms is not a whole number >= 0.
+--          nothing written, when delay_ms is not such a number.
 
 -- >>> include/unblock.lua
 -- A claim that left ready tasks in waiting because the queue ran as many as its
@@ -93,23 +94,59 @@ local function group_ended(groups, task_key, group, signal, turn_us)
 end
 -- <<< include/groups.lua
 
-local delay = tonumber(ARGV[3])
-if not delay or delay < 0 or delay ~= math.floor(delay) or delay == math.huge then
-  return redis.error_reply('ERR retry_later: delay_ms must be a whole number >= 0, got '
-    .. tostring(ARGV[3]))
+-- >>> include/numbers.lua
+-- MOST = 2^42 - 1, the largest whole number a script takes where its header says no other
+-- bound: a ready time (ms since the epoch, below 2^42: include/priority.lua), a duration in
+-- ms, a count. Such a number, and the sum of two, has at most 13 digits: Lua's own number
+-- to text conversion (14 digits) writes it back exactly, into a field, a score or a TTL.
+local MOST = 4398046511103
+
+-- `text` (an ARGV or a hash field) as a whole number in lo .. hi, or nil. Only decimal
+-- digits, with a '-' before them, make one: Lua's tonumber also takes 'nan', 'inf',
+-- '0x10', ' 5 ', '1e3' and fractions.
+local function whole(text, lo, hi)
+  if type(text) ~= 'string' or #text > 16 or not string.match(text, '^%-?%d+$') then
+    return nil
+  end
+  local n = tonumber(text)
+  if n < lo or n > hi then return nil end
+  return n
 end
-local f = redis.call('HMGET', KEYS[1], 'attempt', 'state', 'group', 'group_held')
+
+-- ARGV[i], the number `name` of `script`, as a whole number in lo .. hi; "" or no ARGV[i]
+-- stands for `absent` when that is not nil (false: no number). Anything else stops the
+-- script with an error that names the script, the position and the rule. Every script
+-- checks its ARGV this way before its first write, so a refused call writes nothing.
+local function argv_whole(script, i, name, lo, hi, absent)
+  local text = ARGV[i]
+  if absent ~= nil and (text == nil or text == '') then return absent end
+  local n = whole(text, lo, hi)
+  if not n then
+    error({err = string.format('ERR %s: ARGV[%d] %s must be a whole number in %.0f .. %.0f%s,'
+      .. ' got "%s"', script, i, name, lo, hi, absent ~= nil and ' (or "")' or '',
+      string.sub(tostring(text), 1, 40))})
+  end
+  return n
+end
+-- <<< include/numbers.lua
+
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local delay = argv_whole('retry_later', 3, 'delay_ms', 0, MOST - now)
+local f = redis.call('HMGET', KEYS[1], 'attempt', 'state', 'group', 'group_held',
+  'retry_later_count')
 if f[1] ~= ARGV[2] or f[2] ~= 'pending' then
   return 0
 end
-local t = redis.call('TIME')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
+-- (a retry_later_count that is not a whole number in 0 .. MOST counts as 0: HINCRBY would
+-- stop half-way on one, after the task left pending)
+local later = (whole(f[5], 0, MOST - 1) or 0) + 1
 redis.call('ZREM', KEYS[2], ARGV[1])
 unblock(KEYS[4], KEYS[5])
 if f[4] == '1' then
   group_ended(KEYS[6], KEYS[1], f[3], KEYS[5], t[1] * 1000000 + t[2])
 end
-redis.call('HSET', KEYS[1], 'state', 'scheduled', 'due_at', now + delay, 'retry_later_at', now)
-redis.call('HINCRBY', KEYS[1], 'retry_later_count', 1)
+redis.call('HSET', KEYS[1], 'state', 'scheduled', 'due_at', now + delay, 'retry_later_at', now,
+  'retry_later_count', later)
 redis.call('ZADD', KEYS[3], now + delay, ARGV[1])
 return 'scheduled'

@@ -19,6 +19,8 @@
 --                        trigger; otherwise a job with no record runs nothing: its slot is
 --                        recorded and waits for the next one, a trigger is refused
 -- ARGV[8] max_retries    stored like enqueue's (0: periodic jobs never retry)
+-- (slot_ms, next_slot_ms and max_retries: whole numbers in 0 .. 2^42 - 1, or "" where said;
+-- an error, and nothing written, for another: include/numbers.lua)
 -- ARGV[9..] pairs        field, value written on the record with it, for readers that do
 --                        not have the job's class: `job`, `queue`, `schedule`, `timezone`
 -- Returns: {outcome, id} where outcome is
@@ -35,12 +37,51 @@
 -- fail). A slot's call renews the record: it expires KEEP_MS (7 days) after its next slot
 -- (after now when there is none), so the record of a job no runner schedules any more ends;
 -- a trigger gives a record without an expiry one of KEEP_MS.
+-- >>> include/numbers.lua
+-- MOST = 2^42 - 1, the largest whole number a script takes where its header says no other
+-- bound: a ready time (ms since the epoch, below 2^42: include/priority.lua), a duration in
+-- ms, a count. Such a number, and the sum of two, has at most 13 digits: Lua's own number
+-- to text conversion (14 digits) writes it back exactly, into a field, a score or a TTL.
+local MOST = 4398046511103
+
+-- `text` (an ARGV or a hash field) as a whole number in lo .. hi, or nil. Only decimal
+-- digits, with a '-' before them, make one: Lua's tonumber also takes 'nan', 'inf',
+-- '0x10', ' 5 ', '1e3' and fractions.
+local function whole(text, lo, hi)
+  if type(text) ~= 'string' or #text > 16 or not string.match(text, '^%-?%d+$') then
+    return nil
+  end
+  local n = tonumber(text)
+  if n < lo or n > hi then return nil end
+  return n
+end
+
+-- ARGV[i], the number `name` of `script`, as a whole number in lo .. hi; "" or no ARGV[i]
+-- stands for `absent` when that is not nil (false: no number). Anything else stops the
+-- script with an error that names the script, the position and the rule. Every script
+-- checks its ARGV this way before its first write, so a refused call writes nothing.
+local function argv_whole(script, i, name, lo, hi, absent)
+  local text = ARGV[i]
+  if absent ~= nil and (text == nil or text == '') then return absent end
+  local n = whole(text, lo, hi)
+  if not n then
+    error({err = string.format('ERR %s: ARGV[%d] %s must be a whole number in %.0f .. %.0f%s,'
+      .. ' got "%s"', script, i, name, lo, hi, absent ~= nil and ' (or "")' or '',
+      string.sub(tostring(text), 1, 40))})
+  end
+  return n
+end
+-- <<< include/numbers.lua
+
 local KEEP_MS = 7 * 24 * 3600 * 1000
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local id = ARGV[1]
 local trigger = ARGV[4] == ''
-local slot = tonumber(ARGV[4])
+-- (every number checked before any write: include/numbers.lua)
+local slot = not trigger and argv_whole('schedule', 4, 'slot_ms', 0, MOST)
+local next_slot = argv_whole('schedule', 5, 'next_slot_ms', 0, MOST, false)
+argv_whole('schedule', 8, 'max_retries', 0, MOST)
 
 if not trigger and slot > now then  -- slots come from this server's clock: not due yet
   return {'early', id}
@@ -72,11 +113,12 @@ end
 
 if not trigger then
   -- renewed by every scheduler that still runs the job; ends a week after a slot it missed
-  redis.call('PEXPIREAT', KEYS[1], math.max(tonumber(ARGV[5]) or now, now) + KEEP_MS)
+  redis.call('PEXPIREAT', KEYS[1], math.max(next_slot or now, now) + KEEP_MS)
   local decided = redis.call('HGET', KEYS[1], 'decided_slot')
   -- Another runner was first, or a later slot was decided: after an outage the latest
-  -- due slot is the one catch-up run, and the slots before it stay passed over.
-  if decided and tonumber(decided) >= slot then
+  -- due slot is the one catch-up run, and the slots before it stay passed over. (A
+  -- decided_slot that is not a whole number in 0 .. MOST counts as 0: this slot is decided.)
+  if decided and (whole(decided, 0, MOST) or 0) >= slot then
     return {'done', id}
   end
   redis.call('HSET', KEYS[1], 'decided_slot', slot)

@@ -1,0 +1,337 @@
+"""Every shipped script, sent every kind of bad number in each place it reads one.
+
+The scripts are the protocol: a foreign client (or a bad date in one) may send ``nan`` as
+a due time, and a producer of another language may write a hash field culex would not.
+For each script in ``scripts.ALL`` the table below says which ARGV positions are numbers
+and which hash fields it reads as numbers. Each of those gets each value of ``BAD`` in
+turn, on a queue holding the task the script acts on, and after each call either
+
+- the call was refused with an error and the keyspace is exactly as before, or
+- every task is in exactly one set (waiting, or its group's ready set; scheduled; pending;
+  dead), or has succeeded and is in none, and every score is a finite number.
+
+A script added later without an entry in the table fails ``test_every_script_is_covered``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import pytest
+import redis
+
+from culex._redis import operations, scripts
+from culex._redis.drivers import SyncDriverProtocol
+from culex._redis.keys import QueueKeys, queue_keys
+from culex._redis.operations import Call
+
+from ..conftest import driver_of, snapshot
+
+K = queue_keys("culex", "q")
+DAY_MS = 86_400_000
+TASK = "t1"
+
+# Not a whole number, not finite, out of range, not a number, nothing, past int64 and at
+# its end, and what Lua's tonumber takes besides decimal digits.
+BAD = ("nan", "inf", "-inf", "1.5", "-1", "1e400", "abc", "", str(2**63), str(2**63 - 1),
+       "0x10", " 5 ", "1e3")  # fmt: skip
+
+
+# -- the states a script acts on ---------------------------------------------------------
+
+
+def waiting(d: SyncDriverProtocol, group: str = "") -> None:
+    d.run(operations.enqueue(K, TASK, "J", "{}", due_ms=None, delay_ms=0, max_retries=4,
+                             group=group))  # fmt: skip
+
+
+def scheduled(d: SyncDriverProtocol) -> None:
+    d.run(operations.enqueue(K, TASK, "J", "{}", due_ms=None, delay_ms=DAY_MS, max_retries=4))
+
+
+def pending(d: SyncDriverProtocol, lease_ms: int = 60_000) -> None:
+    waiting(d)
+    d.run(operations.claim(K, limit=1, lease_ms=lease_ms, promote_limit=10, dead_ttl_ms=DAY_MS))
+
+
+def lease_lost(d: SyncDriverProtocol) -> None:
+    pending(d, lease_ms=0)
+
+
+def dead(d: SyncDriverProtocol) -> None:
+    pending(d)
+    d.run(operations.fail(K, TASK, 1, "boom", retry_delay_ms=None, dead_ttl_ms=DAY_MS,
+                          dead_max=10))  # fmt: skip
+
+
+def nothing(d: SyncDriverProtocol) -> None:
+    pass
+
+
+def recorded(d: SyncDriverProtocol) -> None:
+    """A periodic job's record, as schedule.lua leaves it after an earlier slot."""
+    d.run(operations.schedule(K, "P", "P:500", slot_ms=500, next_slot_ms=1000, overlap=False,
+                              run_new=True, max_retries=0))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Case:
+    """How to call one script on the state it acts on, and the numbers it reads there.
+
+    ``numbers``: the ARGV positions (1-based) that are numbers. ``fields``: the hash fields
+    it reads as numbers, as (key, field, other fields written beside it so that the script
+    reads it: a rate is read only with its window)."""
+
+    setup: Callable[[SyncDriverProtocol], None]
+    call: Call[Any]
+    numbers: tuple[int, ...] = ()
+    fields: tuple[tuple[str, str, dict[str, str]], ...] = field(default=())
+
+
+def on(name: str, key: str = K.task(TASK)) -> tuple[str, str, dict[str, str]]:
+    return (key, name, {})
+
+
+def limits(name: str, partner: str = "", value: str = "") -> tuple[str, str, dict[str, str]]:
+    """A limit in the queue's control hash (claim.lua reads a rate with its window)."""
+    return (K.control, name, {partner: value} if partner else {})
+
+
+CASES: dict[str, Case] = {
+    "enqueue": Case(
+        nothing,
+        operations.enqueue(K, "n1", "J", "{}", due_ms=None, delay_ms=0, max_retries=4),
+        numbers=(5, 6, 7, 9),
+    ),
+    "claim": Case(
+        waiting,
+        operations.claim(K, limit=10, lease_ms=60_000, promote_limit=10, dead_ttl_ms=DAY_MS),
+        numbers=(1, 2, 3, 4, 5, 6, 7, 8, 9, 10),
+        fields=(
+            on("attempt"),
+            on("priority"),
+            limits("rate", "rate_ms", "1000"),
+            limits("rate_ms", "rate", "5"),
+            limits("concurrency"),
+            limits("group_concurrency"),
+            limits("group_rate", "group_rate_ms", "1000"),
+            limits("group_rate_ms", "group_rate", "5"),
+        ),
+    ),
+    "complete": Case(
+        pending,
+        operations.complete(K, [(TASK, 1, "null", 60_000)]),
+        numbers=(2, 4),
+        fields=(on("started_at"),),
+    ),
+    "fail": Case(
+        pending,
+        operations.fail(K, TASK, 1, "boom", retry_delay_ms=1000, dead_ttl_ms=DAY_MS, dead_max=10),
+        numbers=(2, 4, 5, 6),
+        fields=(on("retry_count"), on("started_at")),
+    ),
+    "heartbeat": Case(pending, operations.heartbeat(K, 60_000, [(TASK, 1)]), numbers=(1, 3)),
+    "release": Case(
+        pending,
+        operations.release(K, TASK, 1),
+        numbers=(2,),
+        fields=(on("due_at"), on("enqueue_time"), on("priority")),
+    ),
+    "reclaim": Case(
+        lease_lost,
+        operations.reclaim(K, limit=10, dead_ttl_ms=DAY_MS, dead_max=10),
+        numbers=(1, 2, 3),
+        fields=(on("retry_count"), on("max_retries"), on("priority")),
+    ),
+    "schedule": Case(
+        recorded,
+        operations.schedule(
+            K,
+            "P",
+            "P:1000",
+            slot_ms=1000,
+            next_slot_ms=2000,
+            overlap=True,
+            run_new=True,
+            max_retries=0,
+        ),
+        numbers=(4, 5, 8),
+        fields=(on("decided_slot", K.periodic("P")),),
+    ),
+    "retry_dead": Case(
+        dead, operations.retry_dead(K, [TASK]), numbers=(1,), fields=(on("priority"),)
+    ),
+    "cancel": Case(
+        waiting,
+        operations.cancel(K, TASK, "", dead_ttl_ms=DAY_MS, dead_max=10),
+        numbers=(3, 4),
+    ),
+    "wait": Case(waiting, operations.wait(K, TASK)),
+    "beat": Case(nothing, operations.beat("culex", "r1", 60_000, {"host": "h"}), numbers=(2,)),
+    "read_periodic": Case(recorded, operations.read_periodic(K, "P")),
+    "browse": Case(
+        waiting,
+        operations.browse(
+            K, K.waiting, ascending=True, after=None, limit=10, examine=100, job="", cut=100
+        ),
+        numbers=(2, 4, 5, 7),
+    ),
+    "delete": Case(dead, operations.delete(K, [TASK])),
+    "hasten": Case(
+        scheduled, operations.hasten(K, limit=10), numbers=(1,), fields=(on("priority"),)
+    ),
+    "control": Case(
+        nothing,
+        operations.control(
+            K,
+            {
+                "rate": "5",
+                "rate_ms": "1000",
+                "concurrency": "3",
+                "group_rate": "2",
+                "group_rate_ms": "100",
+                "group_concurrency": "1",
+            },
+        ),
+        numbers=(2, 4, 6, 8, 10, 12),
+    ),
+    "retry_later": Case(
+        pending,
+        operations.retry_later(K, TASK, 1, 1000),
+        numbers=(2, 3),
+        fields=(on("retry_later_count"),),
+    ),
+    "progress": Case(pending, operations.progress(K, TASK, 1, 0.5, ""), numbers=(1, 2)),
+}
+
+
+def sent(case: Case) -> scripts.Script:
+    assert case.call.script is not None, "a case calls a script"
+    return case.call.script
+
+
+def test_every_script_is_covered() -> None:
+    """A script added later must say which numbers it reads (none is an answer too)."""
+    shipped = {script.name for script in scripts.ALL}
+    assert shipped - set(CASES) == set(), "scripts without an entry in CASES"
+    assert set(CASES) - shipped == set(), "entries in CASES for no shipped script"
+    for name, case in CASES.items():
+        assert sent(case).name == name, f"CASES[{name!r}] calls {sent(case).name}"
+
+
+# -- the invariant ---------------------------------------------------------------------
+
+
+# The number fields of a task's hash, each a whole number in its range whenever present.
+WHOLE = {"due_at", "enqueue_time", "retry_count", "max_retries", "attempt", "failed_at",
+         "finished_at", "started_at", "retried_at", "retry_later_at",
+         "retry_later_count"}  # fmt: skip
+
+
+def keyspace_is_whole(r: redis.Redis, keys: QueueKeys, spoilt: str = "") -> None:
+    """Every task in exactly the set its hash's state names (none when succeeded); every
+    id in waiting, scheduled or pending has its hash; every score a finite number; every
+    number field of a task's hash a whole number in range (but ``spoilt``, the field the
+    case wrote a bad value to: a script may leave it as it is)."""
+    sets = {
+        "waiting": {keys.waiting, keys.grouped_ready},
+        "scheduled": {keys.scheduled},
+        "pending": {keys.pending},
+        "dead": {keys.dead},
+        "succeeded": set(),
+    }
+    where: dict[str, list[str]] = {}
+    for key in cast(list[bytes], r.keys("*")):
+        if r.type(key) != b"zset":
+            continue
+        for member, value in cast(list[tuple[bytes, float]], r.zrange(key, 0, -1, withscores=True)):
+            assert math.isfinite(value), f"{member!r} has the score {value} in {key!r}"
+            if key.decode() in (keys.waiting, keys.grouped_ready, keys.scheduled, keys.pending,
+                                keys.dead):  # fmt: skip
+                where.setdefault(member.decode(), []).append(key.decode())
+    for task_id, found in where.items():
+        if r.type(keys.task(task_id)) != b"hash":
+            assert found == [keys.dead], f"{task_id} has no hash, and is in {found}"
+    for key in cast(list[bytes], r.keys(keys.task("*"))):
+        if r.type(key) != b"hash":
+            continue
+        task_id = key.decode().removeprefix(keys.task_prefix)
+        state = cast(bytes, r.hget(key, "state") or b"").decode()
+        assert state in sets, f"{task_id} says state {state!r}"
+        for name, text in cast(dict[bytes, bytes], r.hgetall(key)).items():
+            number = name.decode()
+            if number in WHOLE and number != spoilt:
+                assert text.isdigit() and int(text) < 2**42, f"{task_id}: {number} {text!r}"
+            if number == "priority" and number != spoilt:
+                assert -100 <= int(text) <= 100, f"{task_id}: priority {text!r}"
+        found = where.get(task_id, [])
+        if state == "succeeded":
+            assert found == [], f"{task_id} succeeded, and is in {found}"
+        else:
+            assert len(found) == 1 and found[0] in sets[state], (
+                f"{task_id} says {state}, and is in {found}"
+            )
+
+
+def attempt(
+    r: redis.Redis, case: Case, keys: tuple[str, ...], args: tuple[Any, ...], spoilt: str = ""
+) -> None:
+    """Call the script as a foreign client does; then the call was refused with nothing
+    written, or the keyspace is whole."""
+    before = snapshot(r)
+    try:
+        r.evalsha(sent(case).sha, len(keys), *keys, *args)
+    except redis.ResponseError as refused:
+        assert snapshot(r) == before, f"refused ({refused}) after writing"
+        return
+    keyspace_is_whole(r, K, spoilt)
+
+
+@pytest.fixture
+def loaded(r: redis.Redis) -> redis.Redis:
+    for script in scripts.ALL:
+        r.script_load(script.source)
+    return r
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_a_bad_number_in_argv_is_refused_with_nothing_written(
+    loaded: redis.Redis, name: str
+) -> None:
+    r, case = loaded, CASES[name]
+    d = driver_of(r)
+    keys = tuple(case.call.keys)
+    for position in case.numbers:
+        assert 1 <= position <= len(case.call.args), f"{name}: no ARGV[{position}] to send"
+        for value in BAD:
+            r.flushall()
+            case.setup(d)
+            args = list(case.call.args)
+            args[position - 1] = value
+            try:
+                attempt(r, case, keys, tuple(args))
+            except AssertionError as broken:
+                raise AssertionError(
+                    f"{name} with ARGV[{position}] = {value!r}: {broken}"
+                ) from None
+
+
+@pytest.mark.parametrize("name", sorted(n for n, c in CASES.items() if c.fields))
+def test_a_bad_number_in_a_hash_leaves_no_task_in_no_set(loaded: redis.Redis, name: str) -> None:
+    r, case = loaded, CASES[name]
+    d = driver_of(r)
+    keys = tuple(case.call.keys)
+    for key, name_of_field, beside in case.fields:
+        for value in BAD:
+            r.flushall()
+            case.setup(d)
+            for name_beside, value_beside in beside.items():
+                r.hset(key, name_beside, value_beside)
+            r.hset(key, name_of_field, value)
+            try:
+                attempt(r, case, keys, tuple(case.call.args), name_of_field)
+            except AssertionError as broken:
+                raise AssertionError(f"{name} with {name_of_field} = {value!r}: {broken}") from None
