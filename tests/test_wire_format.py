@@ -142,6 +142,7 @@ NAMED = {
     "task hash": "task:<id>",
     "signal list": "signal",
     "the state's zset": "<state>",
+    "from: the set": "<state>",
     "runners zset": "<prefix>:{runners}",
     "runner hash": "<prefix>:{runners}:runner:<id>",
 }
