@@ -68,22 +68,28 @@ def task_name(claimed: Claimed) -> str:
 
 
 def decode(claimed: Claimed, registry: JobRegistry, max_payload_bytes: int) -> Job | Outcome:
-    """The job object to run, or a dead Outcome when the task is broken (seed 003's rule)."""
+    """The job object to run, or a dead Outcome when the task is broken (seed 003's rule):
+    whatever decoding raises (a RecursionError from params nested too deep, any error of a
+    param's decoder or a ``deserialize_<type>`` hook) makes it broken, never escapes."""
     if len(claimed.params) > max_payload_bytes:
-        return _broken(
+        return broken(
             claimed, f"params take {len(claimed.params)} bytes, more than max_payload_bytes"
         )
     job_class = registry.get(claimed.type)
     if job_class is None:
-        return _broken(claimed, f"unknown job type {short(claimed.type, 210)}")
+        return broken(claimed, f"unknown job type {short(claimed.type, 210)}")
     try:
         raw = _params(claimed.params)
     except ValueError as exc:  # also bytes that are not UTF-8
-        return _broken(claimed, f"params are not valid JSON: {exc}")
+        return broken(claimed, f"params are not valid JSON: {exc}")
+    except Exception as exc:  # a RecursionError: nested deeper than the decoder goes
+        return broken(claimed, f"params cannot be read: {type(exc).__name__}: {exc}")
     try:
         job = job_class.from_params(raw)
     except (ValueError, TypeError) as exc:
-        return _broken(claimed, str(exc))
+        return broken(claimed, str(exc))
+    except Exception as exc:  # whatever a param's decoder raises
+        return broken(claimed, f"{type(exc).__name__}: {exc}")
     job.task_id = claimed.id
     job.attempt = claimed.attempt
     job.retry_count = claimed.retry_count
@@ -100,7 +106,8 @@ def _params(stored: bytes) -> object:
     return _read_json(stored.decode())
 
 
-def _broken(claimed: Claimed, reason: str) -> Outcome:
+def broken(claimed: Claimed, reason: str) -> Outcome:
+    """The dead Outcome of a task that cannot run, logged."""
     reason = f"broken task: {reason}"
     logger.error("task %s cannot run and goes to dead: %s", task_name(claimed), reason)
     return Outcome(claimed, error=reason)
