@@ -28,6 +28,11 @@
 -- ARGV[4] retry_delay_ms  >= 0: retry after this delay; -1: no retry, the task goes to dead
 -- ARGV[5] dead_ttl_ms     failed_job_ttl in ms: the hash expires, and dead is trimmed by age
 -- ARGV[6] dead_max        dead keeps at most this many ids (the oldest go first)
+-- ARGV[7] traceback       optional: the attempt's traceback ("" for none). Given, the
+--         attempt's {attempt, at, error, traceback} joins the hash's `errors`, a JSON list
+--         of its newest ARGV[8] failed attempts, oldest first (at: now, ms; error: the
+--         reason stored as last_error; no traceback key for "")
+-- ARGV[8] errors_kept     optional, given with ARGV[7]: how many attempts `errors` keeps (>= 1)
 -- Returns: "scheduled" or "dead"; 0 when refused (stale attempt or not pending).
 --          A runner that stops an attempt because its cancel was requested reports it
 --          here, with ARGV[4] = -1: it is counted once, as dead.
@@ -299,6 +304,27 @@ end
 local retries = math.floor(tonumber(f[5]) or 0) + 1
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
+if ARGV[7] then  -- (a field that is no such list, written by something else, starts again)
+  local kept = tonumber(ARGV[8])
+  if not kept or kept < 1 then
+    return redis.error_reply('ERR fail: ARGV[8] must be a number >= 1 with ARGV[7]')
+  end
+  local ok, old = pcall(cjson.decode, redis.call('HGET', KEYS[1], 'errors') or '[]')
+  local list = {}
+  if ok and type(old) == 'table' then
+    for i = 1, #old do
+      if type(old[i]) == 'table' then list[#list + 1] = old[i] end
+    end
+  end
+  local entry = {attempt = tonumber(ARGV[2]), at = now, error = reason}
+  if ARGV[7] ~= '' then entry.traceback = ARGV[7] end
+  list[#list + 1] = entry
+  local newest = {}
+  for i = math.max(1, #list - kept + 1), #list do newest[#newest + 1] = list[i] end
+  local encoded, errors = pcall(cjson.encode, newest)
+  if not encoded then errors = cjson.encode({entry}) end
+  redis.call('HSET', KEYS[1], 'errors', errors)
+end
 redis.call('ZREM', KEYS[2], ARGV[1])
 if f[10] and KEYS[12] then  -- (pcall: a key of another type must not stop the report)
   redis.pcall('ZREM', KEYS[12], ARGV[1])
