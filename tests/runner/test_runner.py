@@ -16,7 +16,7 @@ import pytest
 import redis
 
 import culex
-from culex import connection
+from culex import connection, failures
 from culex._redis.drivers import AsyncDriver
 from culex._redis.keys import queue_keys
 from culex._redis.operations import Call, Claimed, ClaimReply
@@ -432,6 +432,8 @@ async def test_a_task_whose_preparation_raises_anything_is_dead_and_no_longer_he
     assert reasons[deep.id].startswith("broken task: params cannot be read: RecursionError")
     assert reasons[unknown.id] == "broken task: KeyError: 'seven'"
     assert [(await t.ainfo())["attempt"] for t in (deep, unknown)] == ["1", "1"]
+    [kept] = failures.attempt_errors((await unknown.ainfo())["errors"])
+    assert 'raw = {"n": NUMBERS[raw["number"]]}' in kept.traceback  # (the job's own line)
 
 
 async def test_a_stale_completion_changes_nothing(r: redis.Redis) -> None:
