@@ -399,7 +399,11 @@ class RenamedParamJob(culex.QueuedJob):
     def from_params(cls, raw: object) -> culex.Job:
         if isinstance(raw, dict) and "number" in raw:
             raw = {"n": NUMBERS[raw["number"]]}  # a KeyError for a word it does not know
-        return super().from_params(raw)
+        lease = raw.pop("lease", None) if isinstance(raw, dict) else None
+        job = super().from_params(raw)
+        if lease is not None:  # (a lease of the task's own: the runner reads it after this)
+            setattr(job, "lease", lease)  # noqa: B010
+        return job
 
     def perform(self) -> int:
         return self.n
@@ -409,19 +413,22 @@ async def test_a_task_whose_preparation_raises_anything_is_dead_and_no_longer_he
     r: redis.Redis,
 ) -> None:
     """A RecursionError (params nested too deep) or a KeyError from the job's own
-    from_params is no ValueError: each still makes the task broken, the runner goes on,
-    and it renews no lease of them."""
+    from_params is no ValueError, and a lease that is no duration is refused once the job
+    object is made: each still makes the task broken, the runner goes on, and it renews
+    no lease of them."""
     keys = queue_keys("culex", "prepared")
     deep = await RenamedParamJob(n=1).aenqueue()
     r.hset(keys.task(deep.id), "params", nested_params(1500))
     unknown = await RenamedParamJob(n=1).aenqueue()
     r.hset(keys.task(unknown.id), "params", '{"number": "seven"}')
+    no_lease = await RenamedParamJob(n=1).aenqueue()
+    r.hset(keys.task(no_lease.id), "params", '{"n": 1, "lease": "soon"}')
     old = await RenamedParamJob(n=1).aenqueue()
     r.hset(keys.task(old.id), "params", '{"number": "one"}')
     runner = culex.Runner(run_from=["prepared"], concurrency=1)
     async with running(runner):
         reasons = {}
-        for task in (deep, unknown):
+        for task in (deep, unknown, no_lease):
             with pytest.raises(culex.TaskFailed) as failed:
                 await task.aresult(timeout=10)
             reasons[task.id] = failed.value.reason
@@ -431,7 +438,11 @@ async def test_a_task_whose_preparation_raises_anything_is_dead_and_no_longer_he
         await await_until(lambda: not keeper._held, what="the runner to hold no task")
     assert reasons[deep.id].startswith("broken task: params cannot be read: RecursionError")
     assert reasons[unknown.id] == "broken task: KeyError: 'seven'"
-    assert [(await t.ainfo())["attempt"] for t in (deep, unknown)] == ["1", "1"]
+    assert reasons[no_lease.id] == (
+        "broken task: ConfigurationError: lease must be a timedelta or a number of seconds, "
+        "got 'soon'"
+    )
+    assert [(await t.ainfo())["attempt"] for t in (deep, unknown, no_lease)] == ["1"] * 3
     [kept] = failures.attempt_errors((await unknown.ainfo())["errors"])
     assert 'raw = {"n": NUMBERS[raw["number"]]}' in kept.traceback  # (the job's own line)
 

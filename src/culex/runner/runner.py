@@ -392,7 +392,7 @@ class Runner:
         try:
             job = self._prepare(claimed, keeper)
         except Exception as exc:  # (decode's own are caught there: this is the rest)
-            return broken(claimed, f"{type(exc).__name__}: {exc}")
+            return broken(claimed, f"{type(exc).__name__}: {exc}", exc)
         if isinstance(job, Outcome):
             return job
         if not job.async_perform_ and job.isolation == "thread":
