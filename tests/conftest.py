@@ -237,6 +237,12 @@ def driver_of(r: redis.Redis) -> SyncDriverProtocol:
     return _driver(f"unix://{r.connection_pool.connection_kwargs['path']}", _chosen_driver())
 
 
+def nested_params(depth: int = 1500, name: str = "n") -> str:
+    """Params of one param nested ``depth`` lists deep (3 KB at 1,500): valid JSON that
+    Python's decoder refuses with a RecursionError, which is not a ValueError."""
+    return f'{{"{name}": {"[" * depth}{"]" * depth}}}'
+
+
 def _chosen_driver() -> str:
     return os.environ.get("CULEX_DRIVER", "culex")
 

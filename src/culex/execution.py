@@ -20,6 +20,7 @@ from . import logs, tracing
 from ._redis.operations import Claimed
 from .config import seconds
 from .errors import JobFailure, RetryLater, short
+from .failures import traceback_of
 from .isolation import ChildDied, ChildRaised, run_in_process
 from .job import Job, snake_case
 from .job_registry import JobRegistry
@@ -29,9 +30,10 @@ logger = logging.getLogger("culex")
 
 class Outcome:
     """How an attempt ended: a result (success) with the job's own result_ttl, or an error
-    with the retry delay (None: dead), and the exception behind it if any (for tracing);
-    or, with ``later_ms``, neither: the job asked to run again after that many ms
-    (culex.RetryLater), which counts no failed attempt."""
+    with the retry delay (None: dead), and the exception behind it if any (for tracing)
+    with its ``traceback`` (culex.failures; "" for none); or, with ``later_ms``, neither:
+    the job asked to run again after that many ms (culex.RetryLater), which counts no
+    failed attempt."""
 
     __slots__ = (
         "claimed",
@@ -41,6 +43,7 @@ class Outcome:
         "result_json",
         "result_ttl",
         "retry_delay_ms",
+        "traceback",
     )
 
     def __init__(
@@ -52,8 +55,10 @@ class Outcome:
         result_ttl: float | timedelta | None = None,
         exception: BaseException | None = None,
         later_ms: int | None = None,
+        traceback: str = "",
     ) -> None:
         self.claimed = claimed
+        self.traceback = traceback
         self.exception = exception
         self.result_json = result_json
         self.error = error
@@ -68,22 +73,28 @@ def task_name(claimed: Claimed) -> str:
 
 
 def decode(claimed: Claimed, registry: JobRegistry, max_payload_bytes: int) -> Job | Outcome:
-    """The job object to run, or a dead Outcome when the task is broken (seed 003's rule)."""
+    """The job object to run, or a dead Outcome when the task is broken (seed 003's rule):
+    whatever decoding raises (a RecursionError from params nested too deep, any error of a
+    param's decoder or a ``deserialize_<type>`` hook) makes it broken, never escapes."""
     if len(claimed.params) > max_payload_bytes:
-        return _broken(
+        return broken(
             claimed, f"params take {len(claimed.params)} bytes, more than max_payload_bytes"
         )
     job_class = registry.get(claimed.type)
     if job_class is None:
-        return _broken(claimed, f"unknown job type {short(claimed.type, 210)}")
+        return broken(claimed, f"unknown job type {short(claimed.type, 210)}")
     try:
         raw = _params(claimed.params)
     except ValueError as exc:  # also bytes that are not UTF-8
-        return _broken(claimed, f"params are not valid JSON: {exc}")
+        return broken(claimed, f"params are not valid JSON: {exc}")
+    except Exception as exc:  # a RecursionError: nested deeper than the decoder goes
+        return broken(claimed, f"params cannot be read: {type(exc).__name__}: {exc}", exc)
     try:
         job = job_class.from_params(raw)
-    except (ValueError, TypeError) as exc:
-        return _broken(claimed, str(exc))
+    except (ValueError, TypeError) as exc:  # (a hook's own error is its cause: traceback)
+        return broken(claimed, str(exc), exc)
+    except Exception as exc:  # whatever a param's decoder raises
+        return broken(claimed, f"{type(exc).__name__}: {exc}", exc)
     job.task_id = claimed.id
     job.attempt = claimed.attempt
     job.retry_count = claimed.retry_count
@@ -100,10 +111,15 @@ def _params(stored: bytes) -> object:
     return _read_json(stored.decode())
 
 
-def _broken(claimed: Claimed, reason: str) -> Outcome:
+def broken(claimed: Claimed, reason: str, raised: BaseException | None = None) -> Outcome:
+    """The dead Outcome of a task that cannot run, logged, with the traceback of what
+    ``raised`` if anything did."""
     reason = f"broken task: {reason}"
-    logger.error("task %s cannot run and goes to dead: %s", task_name(claimed), reason)
-    return Outcome(claimed, error=reason)
+    stack = "" if raised is None else traceback_of(raised)
+    logger.error(
+        "task %s cannot run and goes to dead: %s%s", task_name(claimed), reason, _below(stack)
+    )
+    return Outcome(claimed, error=reason, traceback=stack)
 
 
 def attempt(job: Job, claimed: Claimed, pool: Executor) -> Awaitable[Outcome]:
@@ -211,22 +227,33 @@ def _failed(
         except Exception as exc:
             reason = f"{reason}; and the retry policy raised {type(exc).__name__}: {exc}"
     took = _took(started)
+    # (a child process's own traceback: the one its ChildRaised has would be the parent's)
+    stack = raised.traceback if isinstance(raised, ChildRaised) else traceback_of(raised)
     if delay_ms is None:
         logger.warning(
-            "Failure: task %s failed, taking %s and cannot be rescheduled (%s)",
+            "Failure: task %s failed, taking %s and cannot be rescheduled (%s)%s",
             task_name(claimed),
             took,
             reason,
+            _below(stack),
         )
     else:
         logger.warning(
-            "Failure: task %s failed, taking %s and will run again in %s (%s)",
+            "Failure: task %s failed, taking %s and will run again in %s (%s)%s",
             task_name(claimed),
             took,
             _clock(delay_ms),
             reason,
+            _below(stack),
         )
-    return Outcome(claimed, error=reason, retry_delay_ms=delay_ms, exception=raised)
+    return Outcome(
+        claimed, error=reason, retry_delay_ms=delay_ms, exception=raised, traceback=stack
+    )
+
+
+def _below(stack: str) -> str:
+    """A traceback on the lines below a log line's own ("" for none)."""
+    return "\n" + stack.rstrip("\n") if stack else ""
 
 
 def _later(job: Job, claimed: Claimed, asked: RetryLater, started: float) -> Outcome:

@@ -14,6 +14,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from .errors import JobFailure, RetryLater
+from .failures import traceback_of
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
@@ -32,7 +33,12 @@ class ChildDied(Exception):
 
 
 class ChildRaised(Exception):
-    """perform raised in the child; the message is ``Type: text``."""
+    """perform raised in the child; the message is ``Type: text``, ``traceback`` the
+    child's (culex.failures.traceback_of)."""
+
+    def __init__(self, message: str, traceback: str = "") -> None:
+        super().__init__(message)
+        self.traceback = traceback
 
 
 def run_in_process(job: Job, run: Callable[[Job], Any], timeout: float | None) -> str:
@@ -67,7 +73,7 @@ def run_in_process(job: Job, run: Callable[[Job], Any], timeout: float | None) -
     if kind == "later":
         raise RetryLater(timedelta(milliseconds=payload))
     if kind == "error":
-        raise ChildRaised(payload)
+        raise ChildRaised(*payload)
     return str(payload)
 
 
@@ -91,7 +97,7 @@ def _child(job: Job, run: Callable[[Job], Any], send: Connection) -> None:
         except RetryLater as exc:
             send.send(("later", getattr(exc, "delay_ms", None)))
         except BaseException as exc:
-            send.send(("error", f"{type(exc).__name__}: {exc}"))
+            send.send(("error", (f"{type(exc).__name__}: {exc}", traceback_of(exc))))
         send.close()
     finally:
         # Leave at once: the parent's atexit handlers, threads and event loop are not ours.

@@ -129,8 +129,10 @@ CASES: dict[str, Case] = {
     ),
     "fail": Case(
         pending,
-        operations.fail(K, TASK, 1, "boom", retry_delay_ms=1000, dead_ttl_ms=DAY_MS, dead_max=10),
-        numbers=(2, 4, 5, 6),
+        operations.fail(
+            K, TASK, 1, "boom", retry_delay_ms=1000, dead_ttl_ms=DAY_MS, dead_max=10, traceback="t"
+        ),
+        numbers=(2, 4, 5, 6, 8),
         fields=(on("retry_count"), on("started_at")),
     ),
     "heartbeat": Case(pending, operations.heartbeat(K, 60_000, [(TASK, 1)]), numbers=(1, 3)),

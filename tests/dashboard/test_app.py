@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -211,3 +213,65 @@ def test_priority_group_and_dedupe_key_are_shown_where_a_task_has_them(url: str)
     assert '<dd id="task-priority">7</dd>' in shown
     assert '<dd id="task-group"><code>customer:42</code></dd>' in shown
     assert '<dd id="task-dedupe-key"><code>once</code></dd>' in shown
+
+
+async def test_the_task_page_shows_each_attempt_s_error_with_its_traceback(
+    r: redis.Redis, url: str
+) -> None:
+    import inspect
+    from datetime import timedelta
+
+    from culex._redis import operations
+    from culex._redis.keys import queue_keys
+
+    from ..conftest import driver_of, running
+    from .conftest import serve
+
+    class TracedShownJob(culex.QueuedJob):
+        queue = "traced_shown"
+        max_retries = 1
+
+        def perform(self) -> None:
+            raise ValueError(f"attempt {self.attempt} <b>broke</b>")
+
+        def reschedule_interval(self, retry_count: int) -> timedelta:
+            return timedelta(0)
+
+    try:
+        task = await TracedShownJob().aenqueue()
+        async with running(culex.Runner(run_from=["traced_shown"])):
+            with pytest.raises(culex.TaskFailed):
+                await task.aresult(timeout=20)
+        older = await TracedShownJob().aenqueue()
+    finally:
+        culex.registry.remove(TracedShownJob)
+    # One that failed under a culex that kept no errors: its last error alone.
+    keys, d = queue_keys("culex", "traced_shown"), driver_of(r)
+    [claimed] = d.run(
+        operations.claim(keys, limit=1, lease_ms=60_000, promote_limit=1, dead_ttl_ms=60_000)
+    ).tasks
+    d.run(
+        operations.fail(keys, older.id, claimed.attempt, "ValueError: old", retry_delay_ms=None,
+                        dead_ttl_ms=60_000, dead_max=10)
+    )  # fmt: skip
+    with serve(app(config.Settings(redis_url=url))) as base:
+        page, old_page = [
+            await asyncio.to_thread(_read, f"{base}/task?queue=traced_shown&id={shown.id}")
+            for shown in (task, older)
+        ]
+    lines, first = inspect.getsourcelines(TracedShownJob.perform)
+    number = first + next(i for i, line in enumerate(lines) if "raise ValueError" in line)
+    where = f"File &#34;{__file__}&#34;, line {number}, in perform"
+    assert page.count(where) == 2 and '<div id="errors">' in page
+    newest, oldest = page.index("attempt 2 ·"), page.index("attempt 1 ·")
+    assert newest < oldest  # (newest first, and open)
+    opened = r'<details class="attempt-error" id="error-2-\d+" open>\n  <summary>attempt 2 ·'
+    assert re.search(opened, page)
+    assert "ValueError: attempt 2 &lt;b&gt;broke&lt;/b&gt;" in page and "<b>broke" not in page
+    assert 'id="last-error"' in old_page and "ValueError: old" in old_page
+    assert 'id="errors"' not in old_page
+
+
+def _read(address: str) -> str:
+    with urllib.request.urlopen(address, timeout=10) as answer:
+        return str(answer.read().decode())

@@ -503,3 +503,38 @@ def test_the_chart_draws_what_ran(r: redis.Redis, page: Page) -> None:
         expect(chart).to_have_attribute("data-step", "hour")
         expect(chart).to_have_attribute("data-processed", "9")
         expect(chart.locator("canvas")).to_have_count(1)
+
+
+def test_a_task_s_errors_stay_open_or_closed_across_a_live_refresh(
+    r: redis.Redis, dashboard: str, page: Page
+) -> None:
+    from culex._redis import operations
+    from culex._redis.keys import queue_keys
+
+    from ..conftest import driver_of
+
+    task = DashboardMailJob(to="a@example.com").enqueue()
+    keys, d = queue_keys("culex", "dash_mail"), driver_of(r)
+    for attempt, delay in ((1, 0), (2, None)):
+        [claimed] = d.run(
+            operations.claim(keys, limit=1, lease_ms=60_000, promote_limit=1, dead_ttl_ms=60_000)
+        ).tasks
+        assert claimed.attempt == attempt
+        d.run(
+            operations.fail(keys, task.id, attempt, f"ValueError: {attempt}", retry_delay_ms=delay,
+                            dead_ttl_ms=60_000, dead_max=10, traceback=f"trace of {attempt}")
+        )  # fmt: skip
+    page.clock.install()
+    page.goto(f"{dashboard}/task?queue=dash_mail&id={task.id}")
+    newest, oldest = page.locator("#errors details").all()
+    expect(newest).to_have_attribute("open", "")
+    expect(oldest).not_to_have_attribute("open", "")
+    newest.locator("summary").click()
+    oldest.locator("summary").click()
+    expect(oldest.locator("pre")).to_have_text("trace of 1")
+    page.evaluate("() => { document.body.dataset.refreshed = '' }")
+    page.clock.run_for(4000)
+    expect(page.locator("body")).not_to_have_attribute("data-refreshed", "")
+    newest, oldest = page.locator("#errors details").all()
+    expect(newest).not_to_have_attribute("open", "")
+    expect(oldest).to_have_attribute("open", "")

@@ -16,12 +16,12 @@ import pytest
 import redis
 
 import culex
-from culex import connection
+from culex import connection, failures
 from culex._redis.drivers import AsyncDriver
 from culex._redis.keys import queue_keys
 from culex._redis.operations import Call, Claimed, ClaimReply
 
-from ..conftest import await_until, running, server_ms
+from ..conftest import await_until, nested_params, running, server_ms
 
 pytestmark = pytest.mark.flows  # also run through redis-py (README's test command)
 
@@ -383,6 +383,68 @@ async def test_broken_tasks_go_to_dead_and_the_runner_goes_on(r: redis.Redis) ->
     assert r.zcard(keys.dead) == 4
     attempts = [(await t.ainfo())["attempt"] for t in (garbage, unknown, missing, wrong)]
     assert attempts == ["1", "1", "1", "1"]
+
+
+NUMBERS = {"one": 1}
+
+
+class RenamedParamJob(culex.QueuedJob):
+    """Reads what its older version stored (``number``, a word) through a from_params of
+    its own."""
+
+    queue = "prepared"
+    n: int
+
+    @classmethod
+    def from_params(cls, raw: object) -> culex.Job:
+        if isinstance(raw, dict) and "number" in raw:
+            raw = {"n": NUMBERS[raw["number"]]}  # a KeyError for a word it does not know
+        lease = raw.pop("lease", None) if isinstance(raw, dict) else None
+        job = super().from_params(raw)
+        if lease is not None:  # (a lease of the task's own: the runner reads it after this)
+            setattr(job, "lease", lease)  # noqa: B010
+        return job
+
+    def perform(self) -> int:
+        return self.n
+
+
+async def test_a_task_whose_preparation_raises_anything_is_dead_and_no_longer_held(
+    r: redis.Redis,
+) -> None:
+    """A RecursionError (params nested too deep) or a KeyError from the job's own
+    from_params is no ValueError, and a lease that is no duration is refused once the job
+    object is made: each still makes the task broken, the runner goes on, and it renews
+    no lease of them."""
+    keys = queue_keys("culex", "prepared")
+    deep = await RenamedParamJob(n=1).aenqueue()
+    r.hset(keys.task(deep.id), "params", nested_params(1500))
+    unknown = await RenamedParamJob(n=1).aenqueue()
+    r.hset(keys.task(unknown.id), "params", '{"number": "seven"}')
+    no_lease = await RenamedParamJob(n=1).aenqueue()
+    r.hset(keys.task(no_lease.id), "params", '{"n": 1, "lease": "soon"}')
+    old = await RenamedParamJob(n=1).aenqueue()
+    r.hset(keys.task(old.id), "params", '{"number": "one"}')
+    runner = culex.Runner(run_from=["prepared"], concurrency=1)
+    async with running(runner):
+        reasons = {}
+        for task in (deep, unknown, no_lease):
+            with pytest.raises(culex.TaskFailed) as failed:
+                await task.aresult(timeout=10)
+            reasons[task.id] = failed.value.reason
+        assert await old.aresult(timeout=10) == 1
+        keeper = runner._keeper
+        assert keeper is not None
+        await await_until(lambda: not keeper._held, what="the runner to hold no task")
+    assert reasons[deep.id].startswith("broken task: params cannot be read: RecursionError")
+    assert reasons[unknown.id] == "broken task: KeyError: 'seven'"
+    assert reasons[no_lease.id] == (
+        "broken task: ConfigurationError: lease must be a timedelta or a number of seconds, "
+        "got 'soon'"
+    )
+    assert [(await t.ainfo())["attempt"] for t in (deep, unknown, no_lease)] == ["1"] * 3
+    [kept] = failures.attempt_errors((await unknown.ainfo())["errors"])
+    assert 'raw = {"n": NUMBERS[raw["number"]]}' in kept.traceback  # (the job's own line)
 
 
 async def test_a_stale_completion_changes_nothing(r: redis.Redis) -> None:

@@ -301,9 +301,13 @@ def fail(
     retry_delay_ms: int | None,
     dead_ttl_ms: int,
     dead_max: int,
+    traceback: str | None = None,
+    errors_kept: int = 5,
 ) -> Call[str | None]:
     """ "scheduled" or "dead"; None when refused (stale attempt). No delay: dead; and dead
-    with the request's reason when the task's cancel was requested (cancel)."""
+    with the request's reason when the task's cancel was requested (cancel). With a
+    ``traceback`` ("" for none), the attempt joins the task's ``errors``, which keeps the
+    newest ``errors_kept`` (culex.failures)."""
     return Call(
         (
             keys.task(task_id),
@@ -326,6 +330,7 @@ def fail(
             -1 if retry_delay_ms is None else retry_delay_ms,
             dead_ttl_ms,
             dead_max,
+            *(() if traceback is None else (traceback, errors_kept)),
         ),
         _parse_fail,
         scripts.FAIL,

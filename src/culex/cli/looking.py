@@ -10,6 +10,7 @@ import time
 from .. import config
 from ..codecs import moment
 from ..errors import CulexError
+from ..failures import AttemptError, attempt_errors
 from .steering import marks
 from .tables import one_line, print_table
 
@@ -111,6 +112,8 @@ def task_command(args: argparse.Namespace) -> int:
         elif name == "progress":
             with contextlib.suppress(ValueError):  # (else shown as stored)
                 shown = f"{float(value):.0%} ({value})"
+        elif name == "errors" and (entries := attempt_errors(value)):
+            shown = _attempt_errors(entries).replace("\n", "\n" + " " * (width + 2))
         elif name in _JSON:
             with contextlib.suppress(ValueError):  # (else shown as stored)
                 shown = json.dumps(json.loads(value), indent=2, ensure_ascii=False)
@@ -178,6 +181,20 @@ def tasks_command(args: argparse.Namespace) -> int:
     if page.next_cursor is not None:
         print(f"next page: --after {page.next_cursor}")
     return 0
+
+
+def _attempt_errors(entries: list[AttemptError]) -> str:
+    """A task's kept errors, oldest first: each attempt's number, time (UTC) and error, and
+    below it, indented, its traceback."""
+    lines = []
+    for entry in entries:
+        head = f"attempt {'?' if entry.attempt is None else entry.attempt}"
+        when = None if entry.at is None else moment(entry.at)
+        if when is not None:
+            head += f" at {when.isoformat(timespec='milliseconds')}"
+        lines.append(f"{head}: {entry.error}")
+        lines += ["  " + line for line in entry.traceback.rstrip("\n").splitlines()]
+    return "\n".join(lines)
 
 
 def _moment(seconds: float | None) -> str:

@@ -12,6 +12,7 @@ from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from .. import inspection, queue_control, stats
 from .._redis.keys import check_queue_name
 from ..errors import short
+from ..failures import attempt_errors
 from ..task import Task, check_id
 from . import listing
 from .templating import path_for, render
@@ -124,8 +125,11 @@ async def task(request: Request) -> Response:
         raise HTTPException(404, f"{name}<{task_id}>: no such task (never enqueued, or expired)")
     times = [(field, record[field]) for field in TIMES if record.get(field, "").isdigit()]
     context = {"queue": name, "task_id": task_id, "record": record, "times": times}
+    errors = attempt_errors(record.get("errors"))[::-1]  # (newest first)
     return render(
-        request, "task.html", {**context, "progress": _progress(record), "page": "queues"}
+        request,
+        "task.html",
+        {**context, "progress": _progress(record), "errors": errors, "page": "queues"},
     )
 
 

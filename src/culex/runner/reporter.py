@@ -1,6 +1,7 @@
 """The reporter: sends finished outcomes, fenced by attempt, in one pipelined round trip.
 
-Successes of one queue go in one complete call, each failure in a fail call, each
+Successes of one queue go in one complete call, each failure in a fail call (with its
+traceback, which the task's errors keep: culex.failures), each
 push-back (culex.RetryLater) in a retry_later call; a report the server refuses (the lease
 was lost and the task handed out again) is logged and dropped; a batch that could not be
 sent is sent again after a back-off. A hand-back on stop is a
@@ -13,7 +14,7 @@ import asyncio
 import logging
 from typing import Any
 
-from .. import config
+from .. import config, failures
 from .._redis import operations
 from .._redis.drivers import AsyncDriverProtocol
 from .._redis.keys import queue_keys
@@ -135,6 +136,8 @@ class Reporter:
                     retry_delay_ms=outcome.retry_delay_ms,
                     dead_ttl_ms=self.settings.failed_job_ttl_ms,
                     dead_max=self.settings.dead_max,
+                    traceback=outcome.traceback,
+                    errors_kept=failures.KEPT,
                 )
             )
             owners.append([outcome])

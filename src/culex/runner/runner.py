@@ -34,7 +34,7 @@ from .._redis.keys import queue_keys
 from .._redis.operations import Claimed
 from .._redis.spin import loop_factory
 from ..errors import ConfigurationError, ServerError, ServerUnavailable
-from ..execution import Outcome, attempt, decode, task_name
+from ..execution import Outcome, attempt, broken, decode, task_name
 from ..job import Job
 from ..job_registry import JobRegistry, registry
 from ..periodic import periodic_jobs
@@ -352,41 +352,65 @@ class Runner:
     def _start(self, claimed: Claimed) -> None:
         if logger.isEnabledFor(logging.INFO):
             logs.task_line(logger, "Running task %s from %s", task_name(claimed), claimed.queue)
-        assert self._keeper is not None
-        self._keeper.hold(claimed, self._default_lease_ms)
         task = asyncio.create_task(self._execute(claimed))
         self._running[task] = claimed
         task.add_done_callback(self._done)
 
     async def _execute(self, claimed: Claimed) -> None:
-        job = decode(claimed, self.jobs, self.settings.max_payload_bytes)
-        if isinstance(job, Outcome):
-            outcome = job
-        else:
-            if job.lease is not None:  # the job's own lease, set at once
-                lease_ms = round(config.seconds(job.lease, "lease") * 1000)
-                if lease_ms != self._default_lease_ms and self._keeper is not None:
-                    self._keeper.hold(claimed, lease_ms)
-            if not job.async_perform_ and job.isolation == "thread":
-                self._threaded.add(claimed)
-            job.reporting_ = self._reporting[claimed.queue]
-            self._jobs[claimed] = job
-            try:
-                outcome = await attempt(job, claimed, self._pool)
-            except asyncio.CancelledError as exc:
-                _check_cancel_requested(job, exc)
-            finally:
-                del self._jobs[claimed]
-            # (the field, not the property: a job class may have a `cancelled` of its own)
-            if job._cancel_requested:
-                # Whatever perform did once told (returned early, raised, was killed): the
-                # task ends as cancelled; fail.lua stores the request's reason, no retry.
-                logger.warning("task %s was cancelled while running", task_name(claimed))
-                outcome = Outcome(claimed, error="cancelled", retry_delay_ms=None)
-        if self._keeper is not None:
-            self._keeper.finish(claimed)
+        """One attempt, from its start to its outcome in the reporter's outbox.
+
+        The lease keeper holds the task only from here: until the reporter drops it once
+        its report landed, or, for an attempt that ends with no outcome (a stop cancelled
+        it: it is handed back), until the ``finally`` below. No path leaves a task renewed
+        that this runner no longer runs."""
+        keeper = self._keeper
+        assert keeper is not None
+        keeper.hold(claimed, self._default_lease_ms)
+        outcome: Outcome | None = None
+        try:
+            outcome = await self._attempt(claimed, keeper)
+        finally:
+            if outcome is None:
+                keeper.drop(claimed)
+        keeper.finish(claimed)
         self._reports.append(outcome)
         self._report_ready.set()
+
+    def _prepare(self, claimed: Claimed, keeper: LeaseKeeper) -> Job | Outcome:
+        """The job object to run, set up; or the dead Outcome of a broken task."""
+        job = decode(claimed, self.jobs, self.settings.max_payload_bytes)
+        if isinstance(job, Outcome):
+            return job
+        if job.lease is not None:  # the job's own lease, set at once
+            lease_ms = round(config.seconds(job.lease, "lease") * 1000)
+            if lease_ms != self._default_lease_ms:
+                keeper.hold(claimed, lease_ms)
+        job.reporting_ = self._reporting[claimed.queue]
+        return job
+
+    async def _attempt(self, claimed: Claimed, keeper: LeaseKeeper) -> Outcome:
+        try:
+            job = self._prepare(claimed, keeper)
+        except Exception as exc:  # (decode's own are caught there: this is the rest)
+            return broken(claimed, f"{type(exc).__name__}: {exc}", exc)
+        if isinstance(job, Outcome):
+            return job
+        if not job.async_perform_ and job.isolation == "thread":
+            self._threaded.add(claimed)
+        self._jobs[claimed] = job
+        try:
+            outcome = await attempt(job, claimed, self._pool)
+        except asyncio.CancelledError as exc:
+            _check_cancel_requested(job, exc)
+        finally:
+            del self._jobs[claimed]
+        # (the field, not the property: a job class may have a `cancelled` of its own)
+        if job._cancel_requested:
+            # Whatever perform did once told (returned early, raised, was killed): the
+            # task ends as cancelled; fail.lua stores the request's reason, no retry.
+            logger.warning("task %s was cancelled while running", task_name(claimed))
+            outcome = Outcome(claimed, error="cancelled", retry_delay_ms=None)
+        return outcome
 
     def _held(self) -> list[tuple[str, str]]:
         """The (queue, id) of each attempt running now (CancelWatcher reads their queues)."""

@@ -29,8 +29,13 @@
 --                         (now + delay must stay below 2^42)
 -- ARGV[5] dead_ttl_ms     failed_job_ttl in ms: the hash expires, and dead is trimmed by age
 -- ARGV[6] dead_max        dead keeps at most this many ids (the oldest go first), >= 1
--- (each a whole number, at most 2^42 - 1: include/numbers.lua; an error, and nothing
--- written, for another)
+-- ARGV[7] traceback       optional: the attempt's traceback ("" for none). Given, the
+--         attempt's {attempt, at, error, traceback} joins the hash's `errors`, a JSON list
+--         of its newest ARGV[8] failed attempts, oldest first (at: now, ms; error: the
+--         reason stored as last_error; no traceback key for "")
+-- ARGV[8] errors_kept     optional, given with ARGV[7]: how many attempts `errors` keeps (1 .. 1000)
+-- (each a whole number, at most 2^42 - 1 where no other range is named: include/numbers.lua;
+-- an error, and nothing written, for another)
 -- Returns: "scheduled" or "dead"; 0 when refused (stale attempt or not pending).
 --          A runner that stops an attempt because its cancel was requested reports it
 --          here, with ARGV[4] = -1: it is counted once, as dead.
@@ -321,6 +326,7 @@ local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local delay = argv_whole('fail', 4, 'retry_delay_ms', -1, MOST - now)
 local ttl = argv_whole('fail', 5, 'dead_ttl_ms', 1, MOST)
 local dead_max = argv_whole('fail', 6, 'dead_max', 1, MOST)
+local kept = ARGV[7] and argv_whole('fail', 8, 'errors_kept', 1, 1000)
 if not KEYS[7] then
   return redis.error_reply('ERR fail takes 7 keys: the counters prefix is KEYS[7]')
 end
@@ -337,6 +343,23 @@ end
 -- (a retry_count that is not a whole number in 0 .. MOST counts as 0: no write below can
 -- fail, and the count written back is a whole number)
 local retries = (whole(f[5], 0, MOST - 1) or 0) + 1
+if ARGV[7] then  -- (a field that is no such list, written by something else, starts again)
+  local ok, old = pcall(cjson.decode, redis.call('HGET', KEYS[1], 'errors') or '[]')
+  local list = {}
+  if ok and type(old) == 'table' then
+    for i = 1, #old do
+      if type(old[i]) == 'table' then list[#list + 1] = old[i] end
+    end
+  end
+  local entry = {attempt = tonumber(ARGV[2]), at = now, error = reason}
+  if ARGV[7] ~= '' then entry.traceback = ARGV[7] end
+  list[#list + 1] = entry
+  local newest = {}
+  for i = math.max(1, #list - kept + 1), #list do newest[#newest + 1] = list[i] end
+  local encoded, errors = pcall(cjson.encode, newest)
+  if not encoded then errors = cjson.encode({entry}) end
+  redis.call('HSET', KEYS[1], 'errors', errors)
+end
 redis.call('ZREM', KEYS[2], ARGV[1])
 if f[10] and KEYS[12] then  -- (pcall: a key of another type must not stop the report)
   redis.pcall('ZREM', KEYS[12], ARGV[1])

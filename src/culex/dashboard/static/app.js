@@ -33,7 +33,13 @@
       // Keep a list whose tasks the user is ticking.
       if (old.hasAttribute("data-keep-when-selected") && anyTicked(old)) return;
       const replacement = fresh.getElementById(old.id);
-      if (replacement !== null) old.replaceWith(document.adoptNode(replacement));
+      if (replacement === null) return;
+      // Keep each <details> (a task's errors) open or closed as the user left it.
+      old.querySelectorAll("details[id]").forEach(function (shown) {
+        const same = replacement.querySelector("#" + CSS.escape(shown.id));
+        if (same !== null) same.open = shown.open;
+      });
+      old.replaceWith(document.adoptNode(replacement));
     });
     if (charting) await loadChart();
     document.body.dataset.refreshed = String(Date.now());
