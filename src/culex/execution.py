@@ -223,7 +223,7 @@ def _failed(
     delay_ms: int | None = None
     if retry:
         try:
-            delay_ms = job.retry_delay_ms(claimed.retry_count + 1)
+            delay_ms = job.retry_delay_ms(claimed.retry_count + 1, claimed.max_retries)
         except Exception as exc:
             reason = f"{reason}; and the retry policy raised {type(exc).__name__}: {exc}"
     took = _took(started)

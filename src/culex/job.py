@@ -226,9 +226,15 @@ class Job:
 
     # -- used by the runner -----------------------------------------------------------
 
-    def retry_delay_ms(self, retry_count: int) -> int | None:
-        """The delay before the next attempt after failure ``retry_count``; None: dead."""
-        if retry_count > self.max_retries:
+    def retry_delay_ms(self, retry_count: int, max_retries: int = -1) -> int | None:
+        """The delay before the next attempt after failure ``retry_count``; None: dead.
+
+        ``max_retries``: the task's own, as its hash holds it (written at enqueue from the
+        class's, or by another producer); -1 (a hash without it): the class's. The hash's
+        value decides, as it does when a lease is lost (reclaim.lua), so that a task retries
+        the same way whichever runner runs it, and a deploy that changes the class's value
+        applies to the tasks enqueued after it."""
+        if retry_count > (max_retries if max_retries >= 0 else self.max_retries):
             return None
         allowed = self.rescheduleable
         if callable(allowed):

@@ -113,6 +113,26 @@ async def test_retries_follow_the_interval_then_dead(r: redis.Redis) -> None:
     assert 0 < r.pttl(keys.task(task.id)) <= 86_400_000
 
 
+async def test_the_task_s_own_max_retries_decides_as_its_hash_holds_it(r: redis.Redis) -> None:
+    # Another producer (or a deploy since) stored another max_retries than the class's: the
+    # runner follows the hash, as reclaim.lua does for a lost lease (docs/wire-format.md).
+    AlwaysFailsJob.runs = []
+    keys = queue_keys("culex", "fails")
+    fewer = await AlwaysFailsJob().aenqueue()
+    r.hset(keys.task(fewer.id), "max_retries", "1")
+    async with running(culex.Runner(run_from=["fails"])):
+        with pytest.raises(culex.TaskFailed, match="attempt 2 broke"):
+            await fewer.aresult(timeout=20)
+    assert AlwaysFailsJob.runs == [1, 2]  # max_retries 1 in the hash: two attempts, not four
+    AlwaysFailsJob.runs = []
+    unset = await AlwaysFailsJob().aenqueue()
+    r.hdel(keys.task(unset.id), "max_retries")  # none in the hash: the class's (3)
+    async with running(culex.Runner(run_from=["fails"])):
+        with pytest.raises(culex.TaskFailed, match="attempt 4 broke"):
+            await unset.aresult(timeout=20)
+    assert AlwaysFailsJob.runs == [1, 2, 3, 4]
+
+
 async def test_retry_is_scheduled_exactly_after_reschedule_interval(r: redis.Redis) -> None:
     class SlowRetryJob(culex.QueuedJob):
         queue = "slow_retry"
