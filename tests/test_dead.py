@@ -214,11 +214,11 @@ def test_a_report_from_before_the_retry_is_refused(r: redis.Redis) -> None:
     ]
     assert culex.Task("t", K.name).retry()
     late = [("t", lost.attempt, '"late"', 5000)]
-    assert d.run(operations.complete(K, late)) == ["t"]  # refused while waiting
+    assert d.run(operations.complete(K, late)) == [("t", lost.attempt)]  # refused while waiting
     [again] = claim(d)
     assert again.attempt == lost.attempt + 1
     before = r.hgetall(K.task("t"))
-    assert d.run(operations.complete(K, late)) == ["t"]  # and while it runs again
+    assert d.run(operations.complete(K, late)) == [("t", lost.attempt)]  # and while it runs again
     stale_fail = operations.fail(
         K, "t", lost.attempt, "late", retry_delay_ms=None, dead_ttl_ms=DAY_MS, dead_max=10
     )

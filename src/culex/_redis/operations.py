@@ -262,9 +262,16 @@ def _accepted(reply: int) -> bool:
     return reply == 1
 
 
-def complete(keys: QueueKeys, done: Sequence[tuple[str, int, str, int]]) -> Call[list[str]]:
+def _parse_refused(reply: list[bytes]) -> list[tuple[str, int]]:
+    return [(text(reply[i]), int(reply[i + 1])) for i in range(0, len(reply), 2)]
+
+
+def complete(
+    keys: QueueKeys, done: Sequence[tuple[str, int, str, int]]
+) -> Call[list[tuple[str, int]]]:
     """Store results of (id, attempt, result JSON, ms to keep the hash); the reply lists
-    refused ids (stale)."""
+    the refused reports (stale) as (id, attempt): a batch may hold two attempts of one
+    task."""
     args: list[Arg] = []
     for quadruple in done:
         args += quadruple
@@ -282,7 +289,7 @@ def complete(keys: QueueKeys, done: Sequence[tuple[str, int, str, int]]) -> Call
             keys.cancels,
         ),
         tuple(args),
-        _parse_ids,
+        _parse_refused,
         scripts.COMPLETE,
     )
 

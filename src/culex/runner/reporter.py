@@ -73,11 +73,12 @@ class Reporter:
                 if isinstance(result, ServerError) or result is UNSENT:
                     self.outbox += outcomes  # sent again after the pause
                     continue
+                # (id, attempt): a batch may hold two attempts of one task
                 refused = set(result) if isinstance(result, list) else set()
                 if result is None or result is False:  # a refused fail or retry_later
-                    refused = {outcomes[0].claimed.id}
+                    refused = {(outcomes[0].claimed.id, outcomes[0].claimed.attempt)}
                 for outcome in outcomes:
-                    if outcome.claimed.id in refused:
+                    if (outcome.claimed.id, outcome.claimed.attempt) in refused:
                         logger.warning(
                             "report for task %s (attempt %d) refused: its lease was lost and "
                             "it was handed out again",

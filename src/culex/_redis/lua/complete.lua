@@ -31,10 +31,12 @@
 --         result   JSON text of perform's return value
 --         ttl_ms   how long the succeeded hash (and its result) is kept, a whole number of
 --                  ms >= 1: culex sends result_ttl for a value, successful_job_ttl for null
--- Returns: the ids whose report was refused (not pending under that attempt: the lease
---          was lost and the task handed out again, or it is gone, or its key holds
---          another type); {} when all landed. An error, and nothing written, when ARGV is
---          not quadruples or a ttl_ms is not a whole number >= 1.
+-- Returns: the reports refused, as id, attempt, id, attempt, ... (not pending under that
+--          attempt: the lease was lost and the task handed out again, or it is gone, or
+--          its key holds another type); {} when all landed. The attempt says which report:
+--          a batch may hold two attempts of one task, the first refused, the second landed.
+--          An error, and nothing written, when ARGV is not quadruples or a ttl_ms is not a
+--          whole number >= 1.
 
 -- >>> include/wake.lua
 -- A task whose hash has waited=1 (wait.lua) has producers blocked on its done list: one
@@ -311,6 +313,7 @@ for i = 1, #ARGV, 4 do
     end
   else
     refused[#refused + 1] = id
+    refused[#refused + 1] = ARGV[i + 1]
   end
 end
 for i = 1, #done, 1000 do  -- unpack in slices: Lua's C stack is bounded
