@@ -450,7 +450,7 @@ async def test_a_batch_with_two_attempts_of_one_task_says_only_the_stale_one_ref
         operations.claim(keys, limit=1, lease_ms=60_000, promote_limit=0, dead_ttl_ms=1000)
     )
     settings = config.settings()
-    keeper = LeaseKeeper(settings, settings.redis_url)
+    keeper = LeaseKeeper(settings, settings.redis_url or "")
     outbox = [Outcome(one.tasks[0], "3"), Outcome(two.tasks[0], "3")]
     with caplog.at_level(logging.WARNING, logger="culex"):
         await Reporter(settings, driver, keeper, outbox, asyncio.Event()).flush()
