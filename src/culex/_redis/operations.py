@@ -247,6 +247,8 @@ def _claim_parts(keys: QueueKeys) -> tuple[tuple[str, ...], Callable[[list[Any]]
         keys.starts,
         keys.dedupe,
         keys.groups_prefix,
+        keys.cancels,
+        keys.periodic_prefix,
     )
     return claim_keys, parse
 
@@ -348,9 +350,19 @@ def release(keys: QueueKeys, task_id: str, attempt: int) -> Call[bool]:
     )
 
 
-def retry_later(keys: QueueKeys, task_id: str, attempt: int, delay_ms: int) -> Call[bool]:
+def retry_later(
+    keys: QueueKeys,
+    task_id: str,
+    attempt: int,
+    delay_ms: int,
+    *,
+    dead_ttl_ms: int,
+    dead_max: int,
+) -> Call[bool]:
     """Put a pending task in scheduled, due after ``delay_ms``, without counting a failed
-    attempt (culex.RetryLater). False when refused (stale attempt, or not pending)."""
+    attempt (culex.RetryLater); one whose cancel was requested goes to dead instead, as
+    fail sends it (``dead_ttl_ms``, ``dead_max``). False when refused (stale attempt, or
+    not pending)."""
     return Call(
         (
             keys.task(task_id),
@@ -359,9 +371,15 @@ def retry_later(keys: QueueKeys, task_id: str, attempt: int, delay_ms: int) -> C
             keys.control,
             keys.signal,
             keys.groups_prefix,
+            keys.dead,
+            keys.done(task_id),
+            keys.periodic_prefix,
+            keys.stats_prefix,
+            keys.dedupe,
+            keys.cancels,
         ),
-        (task_id, attempt, delay_ms),
-        lambda reply: reply == b"scheduled" or reply == "scheduled",
+        (task_id, attempt, delay_ms, dead_ttl_ms, dead_max),
+        lambda reply: reply in (b"scheduled", "scheduled", b"dead", "dead"),
         scripts.RETRY_LATER,
     )
 

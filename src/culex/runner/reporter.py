@@ -119,7 +119,14 @@ class Reporter:
             if outcome.later_ms is not None:
                 keys = queue_keys(self.settings.prefix, claimed.queue)
                 calls.append(
-                    operations.retry_later(keys, claimed.id, claimed.attempt, outcome.later_ms)
+                    operations.retry_later(
+                        keys,
+                        claimed.id,
+                        claimed.attempt,
+                        outcome.later_ms,
+                        dead_ttl_ms=self.settings.failed_job_ttl_ms,
+                        dead_max=self.settings.dead_max,
+                    )
                 )
                 owners.append([outcome])
                 continue
