@@ -417,10 +417,41 @@ def _parse_pairs(reply: list[bytes]) -> list[tuple[str, str]]:
     return [(text(reply[i]), text(reply[i + 1])) for i in range(0, len(reply), 2)]
 
 
+class Reclaimed(list[tuple[str, str]]):
+    """What reclaim did: (id, "waiting", "scheduled" or "dead") for each expired lease, and
+    ``healed``: (group, the running count it said, the count now) for each group count it
+    set right (reclaim.lua's ARGV[4])."""
+
+    healed: list[tuple[str, int, int]]
+
+    def __init__(self, pairs: list[tuple[str, str]], healed: list[tuple[str, int, int]]):
+        super().__init__(pairs)
+        self.healed = healed
+
+
+def _parse_reclaimed(reply: list[Any]) -> Reclaimed:
+    if len(reply) == 2 and isinstance(reply[0], list):  # (nested: sent with heal_ms)
+        pairs, healed = reply
+    else:
+        pairs, healed = reply, []
+    return Reclaimed(
+        _parse_pairs(pairs),
+        [(text(healed[i]), healed[i + 1], healed[i + 2]) for i in range(0, len(healed), 3)],
+    )
+
+
 def reclaim(
-    keys: QueueKeys, *, limit: int, dead_ttl_ms: int, dead_max: int
-) -> Call[list[tuple[str, str]]]:
-    """Expired leases become failed attempts: (id, "waiting", "scheduled" or "dead")."""
+    keys: QueueKeys,
+    *,
+    limit: int,
+    dead_ttl_ms: int,
+    dead_max: int,
+    heal_ms: int | None = None,
+) -> Call[Reclaimed]:
+    """Expired leases become failed attempts: (id, "waiting", "scheduled" or "dead"). With
+    ``heal_ms``, at most once per that many ms per queue the counts admission trusts are
+    made true (each group's running count, the blocked mark): ``healed`` lists the group
+    counts that were wrong. Dead is trimmed by age on every call."""
     return Call(
         (
             keys.pending,
@@ -437,8 +468,10 @@ def reclaim(
             keys.groups_prefix,
             keys.cancels,
         ),
-        (limit, dead_ttl_ms, dead_max),
-        _parse_pairs,
+        (limit, dead_ttl_ms, dead_max)
+        if heal_ms is None
+        else (limit, dead_ttl_ms, dead_max, heal_ms),
+        _parse_reclaimed,
         scripts.RECLAIM,
     )
 
