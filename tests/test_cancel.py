@@ -228,7 +228,7 @@ def test_reclaim_buries_a_task_whose_runner_is_gone_before_it_could_cancel_it(
     ).tasks  # a lease of 0 ms has run out at once
     assert cancel(d, "orphan", "stop it") == "cancelling"
     reclaim = operations.reclaim(K, limit=100, dead_ttl_ms=DAY_MS, dead_max=10)
-    reclaimed: list[tuple[str, str]] = d.run(reclaim)
+    reclaimed = d.run(reclaim)
     assert sorted(reclaimed) == [("orphan", "dead"), ("other", "waiting")]
     after = r.hgetall(K.task("orphan"))
     assert after[b"state"] == b"dead" and after[b"last_error"] == b"cancelled: stop it"
