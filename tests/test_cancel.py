@@ -228,7 +228,7 @@ def test_reclaim_buries_a_task_whose_runner_is_gone_before_it_could_cancel_it(
     ).tasks  # a lease of 0 ms has run out at once
     assert cancel(d, "orphan", "stop it") == "cancelling"
     reclaim = operations.reclaim(K, limit=100, dead_ttl_ms=DAY_MS, dead_max=10)
-    reclaimed: list[tuple[str, str]] = d.run(reclaim)
+    reclaimed = d.run(reclaim)
     assert sorted(reclaimed) == [("orphan", "dead"), ("other", "waiting")]
     after = r.hgetall(K.task("orphan"))
     assert after[b"state"] == b"dead" and after[b"last_error"] == b"cancelled: stop it"
@@ -240,6 +240,59 @@ def test_reclaim_buries_a_task_whose_runner_is_gone_before_it_could_cancel_it(
         K, "orphan", stale.attempt, "late", retry_delay_ms=0, dead_ttl_ms=DAY_MS, dead_max=10
     )
     assert d.run(fail) is None  # the lost runner's late report is refused
+
+
+def test_a_push_back_that_lands_after_the_request_ends_the_task_cancelled(
+    r: redis.Redis,
+) -> None:
+    """The job raised RetryLater before its runner read the request: retry_later buries
+    the task as fail would (counted once, as dead), and nothing runs it again."""
+    d = driver_of(r)
+    put(d, "pushed")
+    [t] = claim(d)
+    assert cancel(d, "pushed", "user left") == "cancelling"
+    later = operations.retry_later(K, "pushed", t.attempt, 0, dead_ttl_ms=DAY_MS, dead_max=10)
+    assert d.run(later) is True
+    after = r.hgetall(K.task("pushed"))
+    assert after[b"state"] == b"dead" and after[b"last_error"] == b"cancelled: user left"
+    assert b"cancel_requested" not in after and b"retry_later_count" not in after
+    assert r.zscore(K.dead, "pushed") is not None and r.zscore(K.scheduled, "pushed") is None
+    assert r.zscore(K.pending, "pushed") is None and r.exists(K.cancels) == 0
+    assert 0 < r.pttl(K.task("pushed")) <= DAY_MS
+    assert counted(r, "CalledOffJob") == {"d": 1}
+    assert claim(d) == []
+    assert d.run(later) is False  # fenced: a duplicate report changes nothing
+    assert counted(r, "CalledOffJob") == {"d": 1}
+
+
+def test_claim_ends_a_ready_task_whose_cancel_was_requested_instead_of_running_it(
+    r: redis.Redis,
+) -> None:
+    """As an older runner's push-back or hand-back leaves it: ready, with the request."""
+    d = driver_of(r)
+    put(d, "back")
+    put(d, "other")
+    r.hset(K.task("back"), mapping={"cancel_requested": "cancelled: stop", "on_end": "1"})
+    r.zadd(K.cancels, {"back": 1})
+    before = r.hgetall(K.task("back"))
+    assert [t.id for t in claim(d)] == ["other"]
+    answered = {k: v for k, v in before.items() if k != b"cancel_requested"}
+    assert_cancelled(r, "back", answered, "cancelled: stop")  # (the request answered)
+    assert r.exists(K.cancels) == 0
+    assert counted(r, "CalledOffJob") == {}  # it did not run again: nothing counted
+
+
+def test_retry_from_dead_clears_an_old_cancel_request(r: redis.Redis) -> None:
+    """An operator's retry from dead is deliberate: the task runs, whatever request an
+    older script left on its hash."""
+    d = driver_of(r)
+    put(d, "old")
+    assert cancel(d, "old") == "cancelled"
+    r.hset(K.task("old"), "cancel_requested", "cancelled")
+    assert d.run(operations.retry_dead(K, ["old"])).retried == ["old"]
+    assert r.hget(K.task("old"), "cancel_requested") is None
+    [again] = claim(d)
+    assert again.id == "old"
 
 
 def test_requests_left_by_a_client_that_sent_no_cancels_key_end_at_the_next_request(

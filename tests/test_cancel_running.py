@@ -70,6 +70,25 @@ class SleepingChildJob(culex.QueuedJob):
             time.sleep(1)
 
 
+class PushedBackJob(culex.QueuedJob):
+    """Once its cancel is requested, asks to run again at once (culex.RetryLater): the
+    push-back reaches the server before the runner's next read of the requests."""
+
+    queue = QUEUE
+    started: ClassVar[threading.Event] = threading.Event()
+    runs: ClassVar[int] = 0
+
+    def perform(self) -> str:
+        PushedBackJob.runs += 1
+        if self.attempt > 1:
+            return "ran again"
+        PushedBackJob.started.set()
+        with redis.Redis.from_url(os.environ["CULEX_REDIS_URL"]) as r:
+            while not r.hexists(K.task(self.task_id), "cancel_requested"):
+                time.sleep(0.005)
+        raise culex.RetryLater(0)
+
+
 class QuickJob(culex.QueuedJob):
     queue = QUEUE
 
@@ -148,3 +167,16 @@ async def test_a_task_whose_runner_is_gone_ends_dead_cancelled_not_retried(
     async with running(culex.Runner(run_from=[QUEUE])):  # its reclaimer finds the lease
         await assert_ended_cancelled(task, "cancelled: its runner died")
     assert r.exists(K.cancels) == 0
+
+
+async def test_a_push_back_that_lands_before_the_runner_reads_the_request_ends_cancelled(
+    r: redis.Redis,
+) -> None:
+    PushedBackJob.started.clear()
+    PushedBackJob.runs = 0
+    async with running(culex.Runner(run_from=[QUEUE])):
+        task = await PushedBackJob().aenqueue()
+        await await_until(PushedBackJob.started.is_set, what="the perform starts")
+        assert await task.acancel("user left") is True
+        await assert_ended_cancelled(task, "cancelled: user left")
+    assert PushedBackJob.runs == 1 and r.exists(K.cancels) == 0

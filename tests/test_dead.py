@@ -13,7 +13,7 @@ import pytest
 import redis
 
 import culex
-from culex import dead
+from culex import dead, inspection
 from culex._redis import operations
 from culex._redis.drivers import SyncDriverProtocol
 from culex._redis.keys import queue_keys
@@ -204,6 +204,27 @@ async def test_a_retried_task_has_all_its_retries_again(r: redis.Redis) -> None:
     assert info["last_error"] == "RuntimeError: attempt 3"
 
 
+def test_dead_is_trimmed_by_age_on_every_reclaim_pass_not_only_at_a_death(
+    r: redis.Redis,
+) -> None:
+    """An id whose hash expired leaves dead at the reclaimer's next pass, so dead's count
+    and listing are true though no task died since."""
+    d = driver_of(r)
+    put(d, "t", max_retries=0)
+    [t] = claim(d)
+    fail = operations.fail(K, "t", t.attempt, "boom", retry_delay_ms=None, dead_ttl_ms=1000,
+                           dead_max=10)  # fmt: skip
+    assert d.run(fail) == "dead"
+    died = score(r, K.dead, "t")
+    r.delete(K.task("t"))  # (its hash expired after dead_ttl_ms)
+    r.zadd(K.dead, {"t": died - 1001})  # (and that long ago it died)
+    counts = inspection.queue_counts(queues=[K.name])
+    assert counts[K.name]["dead"] == 1  # nothing died since: still counted
+    assert d.run(operations.reclaim(K, limit=10, dead_ttl_ms=1000, dead_max=10)) == []
+    assert r.zcard(K.dead) == 0
+    assert inspection.queue_counts(queues=[K.name])[K.name]["dead"] == 0
+
+
 def test_a_report_from_before_the_retry_is_refused(r: redis.Redis) -> None:
     d = driver_of(r)
     put(d, "t", max_retries=0)
@@ -214,11 +235,11 @@ def test_a_report_from_before_the_retry_is_refused(r: redis.Redis) -> None:
     ]
     assert culex.Task("t", K.name).retry()
     late = [("t", lost.attempt, '"late"', 5000)]
-    assert d.run(operations.complete(K, late)) == ["t"]  # refused while waiting
+    assert d.run(operations.complete(K, late)) == [("t", lost.attempt)]  # refused while waiting
     [again] = claim(d)
     assert again.attempt == lost.attempt + 1
     before = r.hgetall(K.task("t"))
-    assert d.run(operations.complete(K, late)) == ["t"]  # and while it runs again
+    assert d.run(operations.complete(K, late)) == [("t", lost.attempt)]  # and while it runs again
     stale_fail = operations.fail(
         K, "t", lost.attempt, "late", retry_delay_ms=None, dead_ttl_ms=DAY_MS, dead_max=10
     )

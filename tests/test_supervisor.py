@@ -302,3 +302,25 @@ def test_a_runner_is_given_the_settings_flags_the_supervisor_was_given() -> None
     args = _parser().parse_args(command[3:])  # read back as the runner reads it
     assert {name: getattr(args, name) for name in flags} == flags
     assert args.processes == 1 and args.log_level == "WARNING"
+
+
+def test_a_runner_that_refuses_its_configuration_stops_the_supervisor(
+    r: redis.Redis, folder: Path
+) -> None:
+    """A server that may evict keys: each runner refuses to start (as culex run does, exit
+    2), and the supervisor stops with that error instead of restarting them forever."""
+    r.config_set("maxmemory-policy", "allkeys-lru")
+    try:
+        done = subprocess.run(
+            culex_command("run", "supervised_jobs", "--processes", "2"),
+            cwd=folder,
+            capture_output=True,
+            text=True,
+            timeout=60,  # (restarted forever without the stop)
+        )
+    finally:
+        r.config_set("maxmemory-policy", "noeviction")
+    assert done.returncode == 2, done.stderr
+    assert "maxmemory-policy is 'allkeys-lru'" in done.stderr
+    assert "refused its configuration (see its error above): stopping every runner" in (done.stderr)
+    assert "starting another" not in done.stderr

@@ -90,7 +90,8 @@ class Runner:
     def claim(self, limit):
         k = self.key
         keys = [k["waiting"], k["pending"], k["scheduled"], k["dead"], k["task:"], k["done:"],
-                k["stats:"], k["control"], k["starts"], k["dedupe"], k["groups:"]]  # fmt: skip
+                k["stats:"], k["control"], k["starts"], k["dedupe"], k["groups:"], k["cancels"],
+                k["periodic:"]]  # fmt: skip
         # no limits declared here (0): limits set at run time in the control hash apply
         return self.script["claim"](keys=keys, args=[limit, LEASE_MS, 1000, DEAD_TTL_MS, 0, 0, 0])
 
@@ -145,7 +146,7 @@ class Runner:
         keys = [k["pending"], k["scheduled"], k["dead"], k["task:"], k["waiting"], k["signal"],
                 k["periodic:"], k["done:"], k["stats:"], k["control"], k["dedupe"],
                 k["groups:"], k["cancels"]]  # fmt: skip
-        self.script["reclaim"](keys=keys, args=[100, DEAD_TTL_MS, DEAD_MAX])
+        self.script["reclaim"](keys=keys, args=[100, DEAD_TTL_MS, DEAD_MAX, LEASE_MS])
 
     def beat(self, ttl_ms):
         """The runner's record in the registry (ttl_ms 0: removed): every field culex

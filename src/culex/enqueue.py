@@ -16,6 +16,7 @@ from ._redis.address import Address
 from ._redis.keys import queue_keys, queues_key
 from ._redis.operations import Call, Enqueued
 from ._redis.priority import check_delay_ms, check_ready_ms
+from .compatibility import warn_of_older
 from .errors import ConfigurationError, ServerError
 from .flow import Flow
 from .task import Task, check_id, new_id
@@ -98,6 +99,14 @@ def enqueue_flow(
     with tracing.producing(jobs) as producing:  # made inside a span: a span of its own
         tasks = yield from _enqueue(jobs, delay, at, task_id, producing.field, control)
         producing.sent(tasks)
+    if control.group:  # (at most once a minute per queue: compatibility.py)
+        queues = list(dict.fromkeys(job.queue for job in jobs))
+        yield from warn_of_older(
+            config.settings(),
+            queues,
+            "groups: a grouped task they reclaim or hand back may run past its group's limits",
+            recheck=True,
+        )
     return tasks
 
 

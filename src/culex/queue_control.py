@@ -16,8 +16,10 @@ from typing import Any, Final
 from . import config
 from ._redis import commands, operations
 from ._redis.keys import check_queue_name, queue_keys, queues_key
+from ._redis.operations import Call
+from .compatibility import warn_of_older
 from .errors import ConfigurationError, short
-from .flow import Flow, one_call, run_async, run_sync
+from .flow import Flow, run_async, run_sync
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,7 +264,22 @@ def _control(queue: str, fields: dict[str, str]) -> QueueControl:
 
 def _change(queue: str, changes: dict[str, str], settings: config.Settings) -> Flow[QueueControl]:
     call = operations.control(queue_keys(settings.prefix, check_queue_name(queue)), changes)
-    return one_call(call, lambda fields: _control(queue, fields))
+    return _changed(queue, call, changes, settings)
+
+
+def _changed(
+    queue: str, call: Call[dict[str, str]], changes: dict[str, str], settings: config.Settings
+) -> Flow[QueueControl]:
+    """The change, then (for a pause or a limit) a warning when runners of an older culex
+    run the queue: they ignore it (compatibility.py, one read of the registry)."""
+    state = _control(queue, (yield call))
+    if changes.get("paused") == "1":
+        yield from warn_of_older(settings, [queue], "a pause: they go on starting its tasks")
+    elif "paused" not in changes:
+        yield from warn_of_older(
+            settings, [queue], "limits set at run time: they start its tasks past them"
+        )
+    return state
 
 
 def _run_sync(

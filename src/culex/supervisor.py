@@ -31,7 +31,10 @@ thread the child is handed to as the process dies: two signals are a stop at onc
 **Restarts.** A runner that exits when no stop was asked for is started again: at once
 if it ran ``STEADY`` seconds or more, else after a pause that doubles with each such early
 exit in a row (``RESTART_DELAY``), so that a runner that dies at start (say, a server it
-cannot use) does not spin.
+cannot use) does not spin. A runner that refuses its configuration (say, a server whose
+maxmemory-policy may evict keys) exits with ``CONFIG_ERROR`` instead: every runner would
+refuse it alike, so the supervisor stops the others and exits with code 2, as a plain
+``culex run`` does, rather than restart it forever.
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ STOP_MARGIN = 10.0  # seconds past the grace period before a stopping runner is 
 HURRY = 2.0  # seconds after a second signal before a runner is killed
 STEADY = 10.0  # a runner that ran this long was healthy: it is restarted at once
 RESTART_DELAY = (0.5, 30.0)  # the pauses before restarting a runner that exits early
+CONFIG_ERROR = 78  # a runner's exit code for a configuration error (sysexits' EX_CONFIG)
 
 
 class Supervisor:
@@ -70,9 +74,11 @@ class Supervisor:
         self._clean = True  # no runner has been killed or failed to stop
         self._kill_timer: asyncio.TimerHandle | None = None
         self._lifeline = -1  # the read end of the pipe each runner holds
+        self._refused = False  # a runner refused its configuration: exit code 2
 
     def run(self) -> int:
-        """Run until stopped; the exit code: 0 if every runner stopped cleanly, else 1."""
+        """Run until stopped; the exit code: 0 if every runner stopped cleanly, else 1;
+        2 when a runner refused its configuration."""
         return asyncio.run(self._run())
 
     async def _run(self) -> int:
@@ -90,6 +96,8 @@ class Supervisor:
                 self._kill_timer.cancel()
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
+        if self._refused:
+            return 2
         if self._clean:
             logger.info("every runner stopped")
         else:
@@ -108,6 +116,9 @@ class Supervisor:
                 del self.children[child.pid]
                 if self._stopping.is_set():
                     self._stopped(child.pid, code)
+                    return
+                if code == CONFIG_ERROR:
+                    self._refuse(child.pid)
                     return
             lived = loop.time() - started
             if lived >= STEADY:
@@ -144,9 +155,26 @@ class Supervisor:
         # A runner killed by the SIGTERM before it set its handlers had taken no task.
         if code in (0, -signal.SIGTERM):
             logger.info("runner %d stopped", pid)
+        elif code == CONFIG_ERROR:
+            logger.info("runner %d refused its configuration too", pid)
         else:
             self._clean = False
             logger.warning("runner %d %s while stopping", pid, _ending(code))
+
+    def _refuse(self, pid: int) -> None:
+        """Runner ``pid`` exited on a configuration error (its message is above, on the
+        same stderr): every runner would, so all stop, and the supervisor exits with 2."""
+        logger.error(
+            "runner %d refused its configuration (see its error above): stopping every "
+            "runner; fix the configuration and start culex run again",
+            pid,
+        )
+        self._refused = True
+        if not self._stopping.is_set():
+            self._stopping.set()
+            self._kill_later(self.grace_period + STOP_MARGIN)
+        for child in list(self.children.values()):
+            _send(child, signal.SIGTERM)
 
     def _on_signal(self, sig: int) -> None:
         self._signals += 1

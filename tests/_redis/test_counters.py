@@ -137,7 +137,8 @@ def test_a_refused_report_counts_nothing(r: redis.Redis) -> None:
     put(d, "t")
     (task,) = claim(d)
     before = snapshot(r)
-    assert d.run(operations.complete(K, [("t", task.attempt + 1, "null", 1000)])) == ["t"]
+    late = [("t", task.attempt + 1, "null", 1000)]
+    assert d.run(operations.complete(K, late)) == [("t", task.attempt + 1)]
     stale = operations.fail(
         K, "t", task.attempt + 1, "x", retry_delay_ms=0, dead_ttl_ms=DAY_MS, dead_max=10
     )

@@ -144,8 +144,8 @@ CASES: dict[str, Case] = {
     ),
     "reclaim": Case(
         lease_lost,
-        operations.reclaim(K, limit=10, dead_ttl_ms=DAY_MS, dead_max=10),
-        numbers=(1, 2, 3),
+        operations.reclaim(K, limit=10, dead_ttl_ms=DAY_MS, dead_max=10, heal_ms=30_000),
+        numbers=(1, 2, 3, 4),
         fields=(on("retry_count"), on("max_retries"), on("priority")),
     ),
     "schedule": Case(
@@ -202,9 +202,9 @@ CASES: dict[str, Case] = {
     ),
     "retry_later": Case(
         pending,
-        operations.retry_later(K, TASK, 1, 1000),
-        numbers=(2, 3),
-        fields=(on("retry_later_count"),),
+        operations.retry_later(K, TASK, 1, 1000, dead_ttl_ms=DAY_MS, dead_max=10),
+        numbers=(2, 3, 4, 5),
+        fields=(on("retry_later_count"), on("retry_count"), on("started_at")),
     ),
     "progress": Case(pending, operations.progress(K, TASK, 1, 0.5, ""), numbers=(1, 2)),
 }

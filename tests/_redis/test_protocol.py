@@ -172,8 +172,8 @@ class PlainRunner:
             self.stats_prefix, self.control, self.signal, self.dedupe, self.groups,
             self.cancels,
         ]  # fmt: skip
-        refused = self.send("complete", keys, args)
-        return [text(task_id) for task_id in refused]
+        refused = self.send("complete", keys, args)  # id, attempt, id, attempt, ...
+        return [text(task_id) for task_id in refused[::2]]
 
     def fail(self, held: Held, error: str, retry_delay_ms: Number | None) -> str | None:
         """The reply, "scheduled" or "dead" (no ``retry_delay_ms``: dead); None if refused."""

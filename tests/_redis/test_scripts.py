@@ -22,6 +22,7 @@ pytestmark = pytest.mark.flows  # also run through redis-py (README's test comma
 
 K = queue_keys("culex", "q")
 DAY_MS = 86_400_000
+DEAD = {"dead_ttl_ms": DAY_MS, "dead_max": 10}  # retry_later's, for a cancelled task
 
 
 def drive(r: redis.Redis) -> SyncDriverProtocol:
@@ -170,7 +171,7 @@ def test_complete_reports_a_batch_and_refuses_only_the_stale(r: redis.Redis) -> 
             ],
         )
     )
-    assert refused == ["t1"]
+    assert refused == [("t1", b.attempt + 1)]
     assert [r.hget(K.task(f"t{i}"), "state") for i in range(3)] == [
         b"succeeded",
         b"pending",
@@ -196,7 +197,7 @@ def test_stale_attempt_is_refused_and_changes_nothing(r: redis.Redis) -> None:
     t = claim(d).tasks[0]
     before = r.hgetall(K.task("t")), r.zrange(K.pending, 0, -1, withscores=True)
     stale = t.attempt - 1
-    assert d.run(operations.complete(K, [("t", stale, '"late"', 5000)])) == ["t"]
+    assert d.run(operations.complete(K, [("t", stale, '"late"', 5000)])) == [("t", stale)]
     assert (
         d.run(
             operations.fail(K, "t", stale, "x", retry_delay_ms=0, dead_ttl_ms=DAY_MS, dead_max=10)
@@ -284,7 +285,7 @@ def test_reclaim_turns_expired_leases_into_failed_attempts(r: redis.Redis) -> No
     assert h[b"retry_count"] == b"2"
     # the lost runner's late report is refused
     late = d.run(operations.complete(K, [("retry", claimed["retry"].attempt, "1", 1000)]))
-    assert late == ["retry"]
+    assert late == [("retry", claimed["retry"].attempt)]
 
 
 def test_fail_reclaim_and_cancel_write_the_same_dead_record_and_trim_dead_alike(
@@ -377,7 +378,7 @@ def test_complete_refuses_a_task_key_of_another_type_and_lands_the_rest(r: redis
     r.delete(K.task("a"))
     r.set(K.task("a"), "not a hash")
     refused = d.run(operations.complete(K, [(i, held[i].attempt, "1", 60_000) for i in ("a", "b")]))
-    assert refused == ["a"]
+    assert refused == [("a", held["a"].attempt)]
     assert r.hget(K.task("b"), "state") == b"succeeded"
     assert r.zscore(K.pending, "b") is None
     assert r.zscore(K.pending, "a") is not None  # left for reclaim, which buries it
@@ -451,7 +452,7 @@ def test_retry_later_schedules_without_counting_a_failure(r: redis.Redis) -> Non
     t = claim(d).tasks[0]  # attempt 2, after one failure
     counters = sorted(r.keys(K.stats_prefix + "*"))
     before = r.hgetall(K.task("t"))
-    assert d.run(operations.retry_later(K, "t", t.attempt, 5000)) is True
+    assert d.run(operations.retry_later(K, "t", t.attempt, 5000, **DEAD)) is True
     h = r.hgetall(K.task("t"))
     assert h[b"state"] == b"scheduled" and r.zcard(K.pending) == 0
     assert (h[b"retry_count"], h[b"last_error"], h[b"failed_at"]) == (
@@ -472,10 +473,10 @@ def test_retry_later_with_no_delay_is_claimed_again_with_its_retries_intact(
     d = drive(r)
     put(d, "t")
     t = claim(d).tasks[0]
-    assert d.run(operations.retry_later(K, "t", t.attempt, 0)) is True
+    assert d.run(operations.retry_later(K, "t", t.attempt, 0, **DEAD)) is True
     again = claim(d).tasks[0]  # due at once: claim promotes it
     assert (again.id, again.attempt, again.retry_count) == ("t", 2, 0)
-    assert d.run(operations.retry_later(K, "t", again.attempt, 0)) is True
+    assert d.run(operations.retry_later(K, "t", again.attempt, 0, **DEAD)) is True
     assert r.hget(K.task("t"), "retry_later_count") == b"2"
 
 
@@ -487,11 +488,11 @@ def test_retry_later_refuses_a_stale_attempt_a_task_not_pending_and_a_bad_delay(
     put(d, "idle", delay_ms=60_000)
     t = claim(d).tasks[0]
     before = snapshot(r)
-    assert d.run(operations.retry_later(K, "t", t.attempt - 1, 0)) is False
-    assert d.run(operations.retry_later(K, "idle", 0, 0)) is False  # scheduled, not pending
+    assert d.run(operations.retry_later(K, "t", t.attempt - 1, 0, **DEAD)) is False
+    assert d.run(operations.retry_later(K, "idle", 0, 0, **DEAD)) is False  # scheduled, not pending
     for bad in (-1, 1.5):
         with pytest.raises(ServerError, match="delay_ms must be a whole number"):
-            d.run(operations.retry_later(K, "t", t.attempt, bad))  # type: ignore[arg-type]
+            d.run(operations.retry_later(K, "t", t.attempt, bad, **DEAD))  # type: ignore[arg-type]
     assert snapshot(r) == before
 
 

@@ -151,7 +151,10 @@ def test_the_task_page_shows_progress_and_push_backs_escaped(r: redis.Redis, url
     ).tasks
     message = '<script>alert("x")</script> 4 of 10 & more'
     assert d.run(operations.progress(keys, task.id, claimed.attempt, 0.4, message))
-    assert d.run(operations.retry_later(keys, task.id, claimed.attempt, 60_000))
+    later = operations.retry_later(
+        keys, task.id, claimed.attempt, 60_000, dead_ttl_ms=60_000, dead_max=10
+    )
+    assert d.run(later)
     with serve(app(config.Settings(redis_url=url))) as base:
         address = f"{base}/task?queue={task.queue}&id={task.id}"
         with urllib.request.urlopen(address, timeout=10) as answer:

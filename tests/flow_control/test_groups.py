@@ -234,3 +234,85 @@ def test_once_the_groups_are_done_the_claim_pops_waiting_again(
     assert r.zrange(G + "ring", 0, -1) == [b""]  # only the turn of the tasks without a group
     assert len(claim(d, 10).tasks) == 2
     assert r.exists(G + "ring") == 0
+
+
+# -- counts that heal: reclaim sets right what admission trusts ---------------------------------
+
+
+def reclaim(d: SyncDriverProtocol, heal_ms: int | None = 60_000) -> operations.Reclaimed:
+    return d.run(operations.reclaim(K, limit=100, dead_ttl_ms=DAY_MS, dead_max=10, heal_ms=heal_ms))
+
+
+def test_a_running_count_left_by_an_older_runner_heals_and_its_group_runs_again(
+    r: redis.Redis, d: SyncDriverProtocol
+) -> None:
+    """An older runner's complete never touches the count: g1 says 2 running, none is, and
+    g1 left the ring at its limit. Reclaim sets the count from pending and puts g1 back."""
+    for n in range(3):
+        enqueue("g1", n)
+    enqueue("g2", 10)
+    first = claim(d, 10, group_concurrency=2).tasks
+    assert sorted(groups_of(r, first)) == ["g1", "g1", "g2"]
+    for t in first:  # ended as a runner that knows no groups ends them
+        r.zrem(K.pending, t.id)
+        r.hset(K.task(t.id), "state", "succeeded")
+    r.hset(G + "running", "g3", 4)  # and a count of a group with nothing pending at all
+    assert claim(d, 10, group_concurrency=2).tasks == []  # g1 is held back for ever
+    assert r.zrange(G + "ring", 0, -1) == []
+    r.delete(K.signal)
+
+    healed = reclaim(d)
+    assert healed == [] and sorted(healed.healed) == [("g1", 2, 0), ("g2", 1, 0), ("g3", 4, 0)]
+    assert r.exists(G + "running") == 0
+    assert r.zrange(G + "ring", 0, -1) == [b"g1"] and r.llen(K.signal) == 1
+    assert groups_of(r, claim(d, 10, group_concurrency=2).tasks) == ["g1"]
+    assert reclaim(d).healed == []  # checked once per heal_ms: the next pass looks at nothing
+    r.delete(G + "healed")
+    assert reclaim(d).healed == []  # and a true count is left as it is
+    assert r.hgetall(G + "running") == {b"g1": b"1"}
+
+
+def test_a_count_below_what_runs_heals_too(r: redis.Redis, d: SyncDriverProtocol) -> None:
+    """With a task ready, a count too low would let g1 run past its limit."""
+    for n in range(3):
+        enqueue("g1", n)
+    claim(d, 2)
+    r.hdel(G + "running", "g1")
+    assert reclaim(d).healed == [("g1", 0, 2)]
+    assert r.hgetall(G + "running") == {b"g1": b"2"}
+
+
+def test_reclaim_without_heal_ms_checks_no_count_and_replies_as_before(
+    r: redis.Redis, d: SyncDriverProtocol
+) -> None:
+    enqueue("g1", 0)
+    claim(d)
+    r.hset(G + "running", "g1", 5)
+    reply = reclaim(d, heal_ms=None)
+    assert reply == [] and reply.healed == []
+    assert r.hget(G + "running", "g1") == b"5" and r.exists(G + "healed") == 0
+
+
+def test_a_stale_blocked_mark_is_cleared_and_a_runner_woken(
+    r: redis.Redis, d: SyncDriverProtocol
+) -> None:
+    r.hset(K.control, "blocked", "1")  # left by a claim; the task's end was reported
+    r.delete(K.signal)  # by a runner that knows no concurrency limit
+    reclaim(d)
+    assert r.hget(K.control, "blocked") is None and r.llen(K.signal) == 1
+
+
+async def test_a_runner_heals_a_corrupt_count_within_about_a_lease(r: redis.Redis) -> None:
+    """The whole way: a runner with a short lease finds g1's count wrong and runs its
+    tasks, which never ran before."""
+    from ..conftest import running
+
+    culex.configure(lease=0.6)
+    culex.limit("grouped", group_concurrency=1)
+    tasks = [await GroupedJob(n=n).aenqueue(group="g1") for n in range(3)]
+    r.hset(G + "running", "g1", 1)  # as an older runner leaves it
+    r.zrem(G + "ring", "g1")
+    async with running(culex.Runner(run_from=["grouped"])):
+        for task in tasks:
+            assert await task.aresult(timeout=30) is None
+    assert r.exists(G + "running") == 0

@@ -488,11 +488,57 @@ async def test_a_stale_completion_changes_nothing(r: redis.Redis) -> None:
     assert second.tasks[0].attempt == first.tasks[0].attempt + 1
     before = r.hgetall(keys.task(task.id))
     stale = operations.complete(keys, [(task.id, first.tasks[0].attempt, "-1", 1000)])
-    assert await driver.run(stale) == [task.id]
+    assert await driver.run(stale) == [(task.id, first.tasks[0].attempt)]
     assert r.hgetall(keys.task(task.id)) == before
     fresh = operations.complete(keys, [(task.id, second.tasks[0].attempt, "2", 1000)])
     assert await driver.run(fresh) == []
     assert await task.aresult(timeout=1) == 2
+
+
+async def test_a_batch_with_two_attempts_of_one_task_says_only_the_stale_one_refused(
+    r: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Attempt 1 lost its lease and attempt 2 ran: both successes in one complete call.
+    Only attempt 1 is refused, and only it is logged so (the refusal names the attempt)."""
+    from culex import config
+    from culex._redis import operations
+    from culex.execution import Outcome
+    from culex.runner.lease import LeaseKeeper
+    from culex.runner.reporter import Reporter
+
+    keys = queue_keys("culex", "order")
+    task = await OrderJob(n=1).aenqueue()
+    driver = await connection.async_driver()
+    first = await driver.run(
+        operations.claim(keys, limit=1, lease_ms=60_000, promote_limit=0, dead_ttl_ms=1000)
+    )
+    r.zadd(keys.pending, {task.id: 0})  # its lease ran out
+    await driver.run(operations.reclaim(keys, limit=10, dead_ttl_ms=1000, dead_max=10))
+    second = await driver.run(
+        operations.claim(keys, limit=1, lease_ms=60_000, promote_limit=0, dead_ttl_ms=1000)
+    )
+    old, new = first.tasks[0], second.tasks[0]
+    assert (old.id, new.id) == (task.id, task.id) and new.attempt == old.attempt + 1
+    both = [(task.id, old.attempt, "1", 1000), (task.id, new.attempt, "2", 1000)]
+    assert await driver.run(operations.complete(keys, both)) == [(task.id, old.attempt)]
+
+    third = await OrderJob(n=3).aenqueue()  # the same through the runner's reporter
+    one = await driver.run(
+        operations.claim(keys, limit=1, lease_ms=60_000, promote_limit=0, dead_ttl_ms=1000)
+    )
+    r.zadd(keys.pending, {third.id: 0})
+    await driver.run(operations.reclaim(keys, limit=10, dead_ttl_ms=1000, dead_max=10))
+    two = await driver.run(
+        operations.claim(keys, limit=1, lease_ms=60_000, promote_limit=0, dead_ttl_ms=1000)
+    )
+    settings = config.settings()
+    keeper = LeaseKeeper(settings, settings.redis_url or "")
+    outbox = [Outcome(one.tasks[0], "3"), Outcome(two.tasks[0], "3")]
+    with caplog.at_level(logging.WARNING, logger="culex"):
+        await Reporter(settings, driver, keeper, outbox, asyncio.Event()).flush()
+    refused = [m for m in caplog.messages if "refused" in m]
+    assert len(refused) == 1 and f"(attempt {one.tasks[0].attempt})" in refused[0]
+    assert await third.aresult(timeout=1) == 3
 
 
 async def test_idle_runner_wakes_on_new_work_without_waiting_idle_wait(r: redis.Redis) -> None:

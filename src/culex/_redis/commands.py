@@ -267,6 +267,15 @@ def read_runner(prefix: str, runner_id: str) -> Call[dict[str, str]]:
     return Call((), ("HGETALL", runner_key(prefix, runner_id)), _parse_hash)
 
 
+def runner_fields(prefix: str, runner_id: str, fields: tuple[str, ...]) -> Call[dict[str, str]]:
+    """Those ``fields`` of one runner's record that it has ({} when it expired)."""
+
+    def parse(reply: list[Any]) -> dict[str, str]:
+        return {name: text(v) for name, v in zip(fields, reply, strict=True) if v is not None}
+
+    return Call((), ("HMGET", runner_key(prefix, runner_id), *fields), parse)
+
+
 # What find_task reads of a task's hash.
 ROW_FIELDS = (
     "type", "state", "enqueue_time", "retry_count", "last_error", "params", "finished_at",

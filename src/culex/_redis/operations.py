@@ -248,6 +248,8 @@ def _claim_parts(keys: QueueKeys) -> tuple[tuple[str, ...], Callable[[list[Any]]
         keys.starts,
         keys.dedupe,
         keys.groups_prefix,
+        keys.cancels,
+        keys.periodic_prefix,
     )
     return claim_keys, parse
 
@@ -263,9 +265,16 @@ def _accepted(reply: int) -> bool:
     return reply == 1
 
 
-def complete(keys: QueueKeys, done: Sequence[tuple[str, int, str, int]]) -> Call[list[str]]:
+def _parse_refused(reply: list[bytes]) -> list[tuple[str, int]]:
+    return [(text(reply[i]), int(reply[i + 1])) for i in range(0, len(reply), 2)]
+
+
+def complete(
+    keys: QueueKeys, done: Sequence[tuple[str, int, str, int]]
+) -> Call[list[tuple[str, int]]]:
     """Store results of (id, attempt, result JSON, ms to keep the hash); the reply lists
-    refused ids (stale)."""
+    the refused reports (stale) as (id, attempt): a batch may hold two attempts of one
+    task."""
     args: list[Arg] = []
     for quadruple in done:
         args += quadruple
@@ -283,7 +292,7 @@ def complete(keys: QueueKeys, done: Sequence[tuple[str, int, str, int]]) -> Call
             keys.cancels,
         ),
         tuple(args),
-        _parse_ids,
+        _parse_refused,
         scripts.COMPLETE,
     )
 
@@ -347,9 +356,19 @@ def release(keys: QueueKeys, task_id: str, attempt: int) -> Call[bool]:
     )
 
 
-def retry_later(keys: QueueKeys, task_id: str, attempt: int, delay_ms: int) -> Call[bool]:
+def retry_later(
+    keys: QueueKeys,
+    task_id: str,
+    attempt: int,
+    delay_ms: int,
+    *,
+    dead_ttl_ms: int,
+    dead_max: int,
+) -> Call[bool]:
     """Put a pending task in scheduled, due after ``delay_ms``, without counting a failed
-    attempt (culex.RetryLater). False when refused (stale attempt, or not pending)."""
+    attempt (culex.RetryLater); one whose cancel was requested goes to dead instead, as
+    fail sends it (``dead_ttl_ms``, ``dead_max``). False when refused (stale attempt, or
+    not pending)."""
     return Call(
         (
             keys.task(task_id),
@@ -358,9 +377,15 @@ def retry_later(keys: QueueKeys, task_id: str, attempt: int, delay_ms: int) -> C
             keys.control,
             keys.signal,
             keys.groups_prefix,
+            keys.dead,
+            keys.done(task_id),
+            keys.periodic_prefix,
+            keys.stats_prefix,
+            keys.dedupe,
+            keys.cancels,
         ),
-        (task_id, attempt, delay_ms),
-        lambda reply: reply == b"scheduled" or reply == "scheduled",
+        (task_id, attempt, delay_ms, dead_ttl_ms, dead_max),
+        lambda reply: reply in (b"scheduled", "scheduled", b"dead", "dead"),
         scripts.RETRY_LATER,
     )
 
@@ -398,10 +423,41 @@ def _parse_pairs(reply: list[bytes]) -> list[tuple[str, str]]:
     return [(text(reply[i]), text(reply[i + 1])) for i in range(0, len(reply), 2)]
 
 
+class Reclaimed(list[tuple[str, str]]):
+    """What reclaim did: (id, "waiting", "scheduled" or "dead") for each expired lease, and
+    ``healed``: (group, the running count it said, the count now) for each group count it
+    set right (reclaim.lua's ARGV[4])."""
+
+    healed: list[tuple[str, int, int]]
+
+    def __init__(self, pairs: list[tuple[str, str]], healed: list[tuple[str, int, int]]):
+        super().__init__(pairs)
+        self.healed = healed
+
+
+def _parse_reclaimed(reply: list[Any]) -> Reclaimed:
+    if len(reply) == 2 and isinstance(reply[0], list):  # (nested: sent with heal_ms)
+        pairs, healed = reply
+    else:
+        pairs, healed = reply, []
+    return Reclaimed(
+        _parse_pairs(pairs),
+        [(text(healed[i]), healed[i + 1], healed[i + 2]) for i in range(0, len(healed), 3)],
+    )
+
+
 def reclaim(
-    keys: QueueKeys, *, limit: int, dead_ttl_ms: int, dead_max: int
-) -> Call[list[tuple[str, str]]]:
-    """Expired leases become failed attempts: (id, "waiting", "scheduled" or "dead")."""
+    keys: QueueKeys,
+    *,
+    limit: int,
+    dead_ttl_ms: int,
+    dead_max: int,
+    heal_ms: int | None = None,
+) -> Call[Reclaimed]:
+    """Expired leases become failed attempts: (id, "waiting", "scheduled" or "dead"). With
+    ``heal_ms``, at most once per that many ms per queue the counts admission trusts are
+    made true (each group's running count, the blocked mark): ``healed`` lists the group
+    counts that were wrong. Dead is trimmed by age on every call."""
     return Call(
         (
             keys.pending,
@@ -418,8 +474,10 @@ def reclaim(
             keys.groups_prefix,
             keys.cancels,
         ),
-        (limit, dead_ttl_ms, dead_max),
-        _parse_pairs,
+        (limit, dead_ttl_ms, dead_max)
+        if heal_ms is None
+        else (limit, dead_ttl_ms, dead_max, heal_ms),
+        _parse_reclaimed,
         scripts.RECLAIM,
     )
 

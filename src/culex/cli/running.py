@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import config
-from ..errors import CulexError
+from ..errors import ConfigurationError, CulexError
 
 if TYPE_CHECKING:
     pass
@@ -63,7 +63,16 @@ def run_command(args: argparse.Namespace) -> int:
     # (docs/fast.md; bench/collector.py measures it).
     gc.collect()
     gc.freeze()
-    runner.run()
+    try:
+        runner.run()
+    except ConfigurationError as exc:
+        if args.supervisor_pipe is None:
+            raise
+        from ..supervisor import CONFIG_ERROR
+
+        # (its own exit code: the supervisor stops rather than start it again)
+        print(f"culex: {exc}", file=sys.stderr)
+        return CONFIG_ERROR
     return 0
 
 

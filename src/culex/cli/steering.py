@@ -3,13 +3,39 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import warnings
+from collections.abc import Iterator
 
 from .. import config
+from ..compatibility import OlderRunnerWarning
 from ..queue_control import QueueControl, limit, pause, resume
 
 
+@contextlib.contextmanager
+def older_runners_said() -> Iterator[None]:
+    """Print the warning that runners of an older culex ignore the change as a line of its
+    own, after the command's line (compatibility.py)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", OlderRunnerWarning)
+        lines: list[str] = []
+        try:
+            yield
+        finally:
+            for warned in caught:
+                if issubclass(warned.category, OlderRunnerWarning):
+                    lines.append(f"warning: {warned.message}")
+                else:  # (any other warning, as Python would show it)
+                    warnings.warn_explicit(
+                        warned.message, warned.category, warned.filename, warned.lineno
+                    )
+    for line in lines:
+        print(line)
+
+
 def pause_command(args: argparse.Namespace) -> int:
-    print(_describe(pause(args.queue, config.settings_for(args.redis_url))))
+    with older_runners_said():
+        print(_describe(pause(args.queue, config.settings_for(args.redis_url))))
     return 0
 
 
@@ -32,11 +58,12 @@ def limit_command(args: argparse.Namespace) -> int:
         if getattr(args, name) is not None:
             given = getattr(args, name)
             changes[name] = None if given == "none" else _whole(given)
-    if changes or args.reset:
-        state = limit(args.queue, reset=args.reset, settings=settings, **changes)  # type: ignore[arg-type]
-    else:
-        state = controls(settings, [args.queue])[args.queue]
-    print(_describe(state))
+    with older_runners_said():
+        if changes or args.reset:
+            state = limit(args.queue, reset=args.reset, settings=settings, **changes)  # type: ignore[arg-type]
+        else:
+            state = controls(settings, [args.queue])[args.queue]
+        print(_describe(state))
     return 0
 
 

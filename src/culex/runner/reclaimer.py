@@ -1,7 +1,10 @@
 """The reclaimer: turns the expired leases of lost runners into failed attempts.
 
 Every runner runs one over its own queues; reclaim.lua decides, with the server's clock,
-which leases have expired, so two runners reclaiming the same queue do no harm.
+which leases have expired, so two runners reclaiming the same queue do no harm. The same
+call trims dead by age (so an id whose hash expired leaves it within a pass) and, about
+once a lease per queue, sets right the counts that admission trusts (reclaim.lua's heal_ms:
+a group's running count left wrong by a runner of an older culex is logged).
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ class Reclaimer:
                 limit=RECLAIM_LIMIT,
                 dead_ttl_ms=self.settings.failed_job_ttl_ms,
                 dead_max=self.settings.dead_max,
+                heal_ms=self.settings.lease_ms,  # (counts set right within about a lease)
             )
             for q in self.queues
         ]
@@ -61,6 +65,13 @@ class Reclaimer:
             logger.warning("reclaiming expired leases failed: %s", exc)
             return
         for queue, reclaimed in zip(self.queues, results, strict=True):
+            for group, said, now in getattr(reclaimed, "healed", ()):  # (none: an error)
+                logger.warning(
+                    "queue %s: group %r's running count said %d, %d of its tasks run: set "
+                    "right (a runner of an older culex ends grouped tasks without counting "
+                    "them; culex runners lists the versions)",
+                    *(queue, group, said, now),
+                )
             if isinstance(reclaimed, list):
                 for task_id, state in reclaimed:
                     logger.warning(

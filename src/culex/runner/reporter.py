@@ -75,11 +75,12 @@ class Reporter:
                 if isinstance(result, ServerError) or result is UNSENT:
                     self.outbox += outcomes  # sent again after the pause
                     continue
+                # (id, attempt): a batch may hold two attempts of one task
                 refused = set(result) if isinstance(result, list) else set()
                 if result is None or result is False:  # a refused fail or retry_later
-                    refused = {outcomes[0].claimed.id}
+                    refused = {(outcomes[0].claimed.id, outcomes[0].claimed.attempt)}
                 for outcome in outcomes:
-                    if outcome.claimed.id in refused:
+                    if (outcome.claimed.id, outcome.claimed.attempt) in refused:
                         logger.warning(
                             "report for task %s (attempt %d) refused: its lease was lost and "
                             "it was handed out again",
@@ -120,7 +121,14 @@ class Reporter:
             if outcome.later_ms is not None:
                 keys = queue_keys(self.settings.prefix, claimed.queue)
                 calls.append(
-                    operations.retry_later(keys, claimed.id, claimed.attempt, outcome.later_ms)
+                    operations.retry_later(
+                        keys,
+                        claimed.id,
+                        claimed.attempt,
+                        outcome.later_ms,
+                        dead_ttl_ms=self.settings.failed_job_ttl_ms,
+                        dead_max=self.settings.dead_max,
+                    )
                 )
                 owners.append([outcome])
                 continue

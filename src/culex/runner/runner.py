@@ -33,6 +33,7 @@ from .._redis.drivers import AsyncDriverProtocol
 from .._redis.keys import queue_keys
 from .._redis.operations import Claimed
 from .._redis.spin import loop_factory
+from ..compatibility import PROTOCOL
 from ..errors import ConfigurationError, ServerError, ServerUnavailable
 from ..execution import Outcome, attempt, broken, decode, task_name
 from ..job import Job
@@ -132,6 +133,7 @@ class Runner:
             "queues": ",".join(self.queues),
             "concurrency": str(self.settings.concurrency),
             "version": culex_version(),
+            "protocol": str(PROTOCOL),  # (what it honours: a record without it is older)
             "started": str(round(time.time() * 1000)),
         }
 

@@ -34,6 +34,13 @@
 --         queue's groups, their ring, running counts, rate windows and the groups held back
 --         until a time (include/groups.lua); with it, the groups and the tasks without a
 --         group (one more turn in the ring, '') are taken in turns, one task a turn
+-- KEYS[12] cancels zset <prefix>:{<queue>}:cancels   optional, with KEYS[13]: a ready task
+--         whose hash still has cancel_requested (cancel.lua: asked while it ran, then put
+--         back by a script that did not honour it, e.g. an older runner's push-back or
+--         hand-back) is not run: it goes to dead with that reason, as cancel ends a
+--         waiting task (no counter: it did not run again), and leaves this set
+-- KEYS[13] periodic record prefix <prefix>:{<queue>}:periodic:   optional, with KEYS[12]: a
+--         periodic job's task cancelled so writes last_outcome dead there (as cancel)
 -- ARGV[8] group_concurrency  optional: the most tasks of one group pending at once (0: none)
 -- ARGV[9] group_rate         optional: the most starts of one group in any window of
 --                            group_rate_ms (0: none)
@@ -131,8 +138,11 @@ local function group_ended(groups, task_key, group, signal, turn_us)
   if not (groups and group and group ~= '') then return end
   redis.call('HDEL', task_key, 'group_held')
   local running = groups .. 'running'
-  if redis.call('HINCRBY', running, group, -1) <= 0 then
-    redis.call('HDEL', running, group)
+  -- (pcall: a count that is not a whole number, corrupted or written by something else,
+  -- must not stop the script half-way; it is dropped, and the reclaimer's heal recounts it)
+  local n = redis.pcall('HINCRBY', running, group, -1)
+  if type(n) ~= 'number' or n <= 0 then
+    redis.pcall('HDEL', running, group)
   end
   if redis.call('EXISTS', groups .. 'g:' .. group) == 1
       and redis.call('ZADD', groups .. 'ring', 'NX', turn_us, group) == 1
@@ -409,6 +419,22 @@ local function bury(key, id, job, reason)
   wake(key, KEYS[6] .. id, dead_ttl)
 end
 
+-- A task whose cancel was requested ends as cancel.lua ends a waiting one (see KEYS[12]).
+local function cancelled(key, id, job, reason)
+  local e = redis.call('HMGET', key, 'dedupe_key', 'periodic')
+  free_dedupe(KEYS[10], e[1] or nil, id)
+  redis.call('HSET', key, 'state', 'dead', 'last_error', reason, 'failed_at', now,
+    'finished_at', now)
+  redis.call('HDEL', key, 'cancel_requested')  -- (answered: a retry_dead runs it again)
+  redis.call('PEXPIRE', key, dead_ttl)
+  redis.call('ZADD', KEYS[4], now, id)
+  wake(key, KEYS[6] .. id, dead_ttl)
+  redis.pcall('ZREM', KEYS[12], id)
+  if e[2] == '1' and job and KEYS[13] then
+    redis.pcall('HSET', KEYS[13] .. job, 'last_finished_at', now, 'last_outcome', 'dead')
+  end
+end
+
 -- Admission: how many of the `limit` asked may start now.
 local paused = control[1] == '1'
 local running, started = 0, 0
@@ -519,7 +545,7 @@ if limit > 0 then
     local key = KEYS[5] .. id
     if group then buried_in[group] = true end  -- (undone below when the task starts)
     local f = redis.pcall('HMGET', key, 'type', 'params', 'retry_count', 'max_retries',
-      'enqueue_time', 'attempt', 'trace')
+      'enqueue_time', 'attempt', 'trace', 'cancel_requested')
     if f['err'] then
       -- The key holds another type. Not ours to delete: the value is kept beside the
       -- record, in the same slot.
@@ -530,13 +556,19 @@ if limit > 0 then
       bury(key, id, f[1], 'no task hash for this id (or one without type, params and attempt)')
     elseif f[6] and (not string.match(f[6], '^%d+$') or #f[6] > 9) then
       bury(key, id, f[1], 'attempt is not a whole number')
+    elseif f[8] and KEYS[12] then
+      cancelled(key, id, f[1], f[8])
     else
       local attempt = tonumber(f[6] or '0') + 1
       if group then
         buried_in[group] = nil
         redis.call('HSET', key, 'attempt', attempt, 'state', 'pending', 'started_at', now,
           'group_held', '1', 'on_end', '1')
-        redis.call('HINCRBY', groups .. 'running', group, 1)
+        -- (a count that is not a whole number starts again at this task: the heal in
+        -- reclaim.lua recounts it; pcall, so that it cannot stop the claim half-way)
+        if type(redis.pcall('HINCRBY', groups .. 'running', group, 1)) ~= 'number' then
+          redis.pcall('HSET', groups .. 'running', group, 1)
+        end
         if group_rate > 0 then
           redis.call('ZADD', groups .. 's:' .. group, now, id .. ':' .. attempt)
           redis.call('PEXPIRE', groups .. 's:' .. group, group_rate_ms)

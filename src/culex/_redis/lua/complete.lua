@@ -31,10 +31,12 @@
 --         result   JSON text of perform's return value
 --         ttl_ms   how long the succeeded hash (and its result) is kept, a whole number of
 --                  ms >= 1: culex sends result_ttl for a value, successful_job_ttl for null
--- Returns: the ids whose report was refused (not pending under that attempt: the lease
---          was lost and the task handed out again, or it is gone, or its key holds
---          another type); {} when all landed. An error, and nothing written, when ARGV is
---          not quadruples or a ttl_ms is not a whole number in 1 .. 2^42 - 1.
+-- Returns: the reports refused, as id, attempt, id, attempt, ... (not pending under that
+--          attempt: the lease was lost and the task handed out again, or it is gone, or
+--          its key holds another type); {} when all landed. The attempt says which report:
+--          a batch may hold two attempts of one task, the first refused, the second landed.
+--          An error, and nothing written, when ARGV is not quadruples or a ttl_ms is not a
+--          whole number in 1 .. 2^42 - 1.
 
 -- >>> include/wake.lua
 -- A task whose hash has waited=1 (wait.lua) has producers blocked on its done list: one
@@ -111,8 +113,11 @@ local function group_ended(groups, task_key, group, signal, turn_us)
   if not (groups and group and group ~= '') then return end
   redis.call('HDEL', task_key, 'group_held')
   local running = groups .. 'running'
-  if redis.call('HINCRBY', running, group, -1) <= 0 then
-    redis.call('HDEL', running, group)
+  -- (pcall: a count that is not a whole number, corrupted or written by something else,
+  -- must not stop the script half-way; it is dropped, and the reclaimer's heal recounts it)
+  local n = redis.pcall('HINCRBY', running, group, -1)
+  if type(n) ~= 'number' or n <= 0 then
+    redis.pcall('HDEL', running, group)
   end
   if redis.call('EXISTS', groups .. 'g:' .. group) == 1
       and redis.call('ZADD', groups .. 'ring', 'NX', turn_us, group) == 1
@@ -344,6 +349,7 @@ for i = 1, #ARGV, 4 do
     end
   else
     refused[#refused + 1] = id
+    refused[#refused + 1] = ARGV[i + 1]
   end
 end
 for i = 1, #done, 1000 do  -- unpack in slices: Lua's C stack is bounded

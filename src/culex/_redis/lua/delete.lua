@@ -88,8 +88,11 @@ local function group_ended(groups, task_key, group, signal, turn_us)
   if not (groups and group and group ~= '') then return end
   redis.call('HDEL', task_key, 'group_held')
   local running = groups .. 'running'
-  if redis.call('HINCRBY', running, group, -1) <= 0 then
-    redis.call('HDEL', running, group)
+  -- (pcall: a count that is not a whole number, corrupted or written by something else,
+  -- must not stop the script half-way; it is dropped, and the reclaimer's heal recounts it)
+  local n = redis.pcall('HINCRBY', running, group, -1)
+  if type(n) ~= 'number' or n <= 0 then
+    redis.pcall('HDEL', running, group)
   end
   if redis.call('EXISTS', groups .. 'g:' .. group) == 1
       and redis.call('ZADD', groups .. 'ring', 'NX', turn_us, group) == 1

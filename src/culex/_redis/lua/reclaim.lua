@@ -29,11 +29,26 @@
 --         whose hash has cancel_requested (cancel.lua) goes to dead with that as its
 --         last_error, never to a retry: its runner is gone before it could end it
 -- ARGV[1] limit          how many expired tasks to reclaim at most
--- ARGV[2] dead_ttl_ms    >= 1
+-- ARGV[2] dead_ttl_ms    dead is trimmed by age (and to dead_max) on every call, not only
+--                        when a task dies: an id whose hash expired leaves it within a pass;
+--                        >= 1
 -- ARGV[3] dead_max       >= 1
+-- ARGV[4] heal_ms        optional: at most once per heal_ms per queue (the key
+--                        <groups>healed, a string that expires, says when), what admission
+--                        trusts is made true again: with KEYS[12], each group's running
+--                        count is set to the number of its tasks in pending that claim took
+--                        through it (group_held=1), and a group whose count fell takes its
+--                        turn again when it has ready tasks; with KEYS[10], a blocked mark
+--                        is cleared and one runner woken (it claims, and marks it again if
+--                        the limit still holds). A count goes wrong when a task leaves
+--                        pending through a script that does not know groups (an older
+--                        runner's complete or reclaim), which would hold its group back
+--                        for ever. With ARGV[4] the reply is nested (below).
 -- (each a whole number, at most 2^42 - 1: include/numbers.lua; an error, and nothing
 -- written, for another)
--- Returns: {id, outcome, id, outcome, ...} with outcome "waiting", "scheduled" or "dead".
+-- Returns: {id, outcome, id, outcome, ...} with outcome "waiting", "scheduled" or "dead";
+--          with ARGV[4]: {that list, {group, count it said, count now, ...}} (the counts
+--          healed, usually none).
 --          A task key that holds another type is renamed to <key>:wrongtype and its id
 --          goes to dead as a broken task (as in claim). A task that runs again goes back
 --          to waiting (or scheduled) at its priority (include/priority.lua).
@@ -116,8 +131,11 @@ local function group_ended(groups, task_key, group, signal, turn_us)
   if not (groups and group and group ~= '') then return end
   redis.call('HDEL', task_key, 'group_held')
   local running = groups .. 'running'
-  if redis.call('HINCRBY', running, group, -1) <= 0 then
-    redis.call('HDEL', running, group)
+  -- (pcall: a count that is not a whole number, corrupted or written by something else,
+  -- must not stop the script half-way; it is dropped, and the reclaimer's heal recounts it)
+  local n = redis.pcall('HINCRBY', running, group, -1)
+  if type(n) ~= 'number' or n <= 0 then
+    redis.pcall('HDEL', running, group)
   end
   if redis.call('EXISTS', groups .. 'g:' .. group) == 1
       and redis.call('ZADD', groups .. 'ring', 'NX', turn_us, group) == 1
@@ -342,6 +360,7 @@ local dead_max = argv_whole('reclaim', 3, 'dead_max', 1, MOST)
 if not KEYS[9] then
   return redis.error_reply('ERR reclaim takes 9 keys: the counters prefix is KEYS[9]')
 end
+local heal_ms = argv_whole('reclaim', 4, 'heal_ms', 0, MOST, false)
 local reason = 'lease expired (runner lost)'
 local out = {}
 local woken = false
@@ -421,7 +440,60 @@ if woken and redis.call('LLEN', KEYS[6]) == 0 then
 end
 if #out > 0 then
   unblock(KEYS[10], KEYS[6])
-  trim_dead(KEYS[3], now, ttl, dead_max)
   write_counts(KEYS[9], now, tally)
 end
-return out
+trim_dead(KEYS[3], now, ttl, dead_max)  -- (on every pass: a timer, not only a death)
+if not heal_ms then
+  return out
+end
+local healed = {}
+local groups = KEYS[12]
+if heal_ms > 0 and groups
+    and redis.call('SET', groups .. 'healed', now, 'PX', heal_ms, 'NX') then
+  unblock(KEYS[10], KEYS[6])
+  local running = groups .. 'running'
+  local counted = {}
+  if redis.call('EXISTS', running, groups .. 'ready') > 0 then
+    counted = redis.pcall('HGETALL', running)
+  end
+  -- (a running key of another type: not ours to mend)
+  if not counted['err'] and (#counted > 0 or redis.call('EXISTS', groups .. 'ready') == 1) then
+    -- Every read first: the tasks in pending that claim took through their group.
+    local held = {}
+    for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
+      local g = redis.pcall('HMGET', KEYS[4] .. id, 'group', 'group_held')
+      if not g['err'] and g[2] == '1' and g[1] and g[1] ~= '' then
+        held[g[1]] = (held[g[1]] or 0) + 1
+      end
+    end
+    local said = {}
+    for i = 1, #counted, 2 do
+      said[counted[i]] = counted[i + 1]
+    end
+    for group, n in pairs(held) do
+      if said[group] ~= tostring(n) then
+        redis.call('HSET', running, group, n)
+        healed[#healed + 1] = group
+        healed[#healed + 1] = tonumber(said[group]) or 0
+        healed[#healed + 1] = n
+      end
+    end
+    local turn = t[1] * 1000000 + t[2]
+    for group, n in pairs(said) do
+      if not held[group] then
+        redis.call('HDEL', running, group)
+        healed[#healed + 1] = group
+        healed[#healed + 1] = tonumber(n) or 0
+        healed[#healed + 1] = 0
+      end
+      -- (a group whose count fell may start again: back in turn, as group_ended puts it)
+      if (held[group] or 0) < (tonumber(n) or 0)
+          and redis.call('EXISTS', groups .. 'g:' .. group) == 1
+          and redis.call('ZADD', groups .. 'ring', 'NX', turn, group) == 1
+          and redis.call('LLEN', KEYS[6]) == 0 then
+        redis.call('RPUSH', KEYS[6], '1')
+      end
+    end
+  end
+end
+return {out, healed}

@@ -14,7 +14,8 @@
 -- ARGV[2..] ids           the ids to retry; none: the oldest `limit` ids in dead
 -- Returns: {retried, skipped}: two arrays of ids. An id is retried when it is in dead and
 --          its hash says state "dead": it leaves dead, its hash is persisted, state
---          "waiting", retry_count 0, retried_at and due_at = now, finished_at removed
+--          "waiting", retry_count 0, retried_at and due_at = now, finished_at and any
+--          cancel_requested removed (a deliberate retry from dead clears an old request)
 --          (last_error, failed_at, attempt and priority are kept), and it is added to
 --          waiting, ready now at its priority (include/priority.lua). Its dedupe key is not
 --          taken again: the key was freed when it died, and may name another task now. Any other id is skipped and changes nothing, except an id in dead
@@ -84,8 +85,11 @@ local function group_ended(groups, task_key, group, signal, turn_us)
   if not (groups and group and group ~= '') then return end
   redis.call('HDEL', task_key, 'group_held')
   local running = groups .. 'running'
-  if redis.call('HINCRBY', running, group, -1) <= 0 then
-    redis.call('HDEL', running, group)
+  -- (pcall: a count that is not a whole number, corrupted or written by something else,
+  -- must not stop the script half-way; it is dropped, and the reclaimer's heal recounts it)
+  local n = redis.pcall('HINCRBY', running, group, -1)
+  if type(n) ~= 'number' or n <= 0 then
+    redis.pcall('HDEL', running, group)
   end
   if redis.call('EXISTS', groups .. 'g:' .. group) == 1
       and redis.call('ZADD', groups .. 'ring', 'NX', turn_us, group) == 1
@@ -164,7 +168,8 @@ for _, id in ipairs(ids) do
     redis.call('PERSIST', key)
     redis.call('HSET', key, 'state', 'waiting', 'retry_count', 0, 'retried_at', now,
       'due_at', now)
-    redis.call('HDEL', key, 'finished_at')
+    -- (a cancel request left on it is old: an operator's retry from dead runs it again)
+    redis.call('HDEL', key, 'finished_at', 'cancel_requested')
     make_ready(KEYS[2], KEYS[5], id, waiting_score(now, f[2]), f[3], t[1] * 1000000 + t[2])
     retried[#retried + 1] = id
   end

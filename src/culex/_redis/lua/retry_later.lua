@@ -12,12 +12,196 @@
 -- KEYS[5] signal list <prefix>:{<queue>}:signal   optional, with KEYS[4]
 -- KEYS[6] groups prefix <prefix>:{<queue>}:groups:   optional: a task that ran as one of
 --         its group's frees its place there, as in complete
+-- A task whose cancel was requested (cancel.lua) is not run again: with KEYS[7] to KEYS[12]
+-- it goes to dead with the request as its last_error, as fail sends it (the attempt counts
+-- once, as dead, <type>|d<run-time bucket>; its dedupe key is freed, a periodic job's
+-- record says dead, waiting producers are woken).
+-- KEYS[7] dead zset   optional, with KEYS[8] to KEYS[12] and ARGV[4..5]
+-- KEYS[8] done list <prefix>:{<queue>}:done:<id>   optional, with KEYS[7]
+-- KEYS[9] periodic record prefix <prefix>:{<queue>}:periodic:   optional, with KEYS[7]
+-- KEYS[10] counters prefix <prefix>:{<queue>}:stats:   optional, with KEYS[7]
+-- KEYS[11] dedupe hash <prefix>:{<queue>}:dedupe   optional, with KEYS[7]
+-- KEYS[12] cancels zset <prefix>:{<queue>}:cancels   optional, with KEYS[7]: the task
+--         leaves it
 -- ARGV[1] id
 -- ARGV[2] attempt         fences stale runners, as in fail
 -- ARGV[3] delay_ms        a whole number >= 0: the task is due that long after now
 --                         (now + delay_ms below 2^42: include/numbers.lua)
--- Returns: "scheduled"; 0 when refused (stale attempt or not pending). An error, and
---          nothing written, when delay_ms is not such a number.
+-- ARGV[4] dead_ttl_ms     optional, with KEYS[7..12]: as in fail
+-- ARGV[5] dead_max        optional, with KEYS[7..12]: as in fail
+-- Returns: "scheduled"; "dead" when its cancel was requested (with KEYS[7..12]); 0 when
+--          refused (stale attempt or not pending). An error, and nothing written, when
+--          delay_ms is not such a number, or, with KEYS[12], ARGV[4..5] are not whole
+--          numbers in 1 .. 2^42 - 1.
+
+-- >>> include/wake.lua
+-- A task whose hash has waited=1 (wait.lua) has producers blocked on its done list: one
+-- element there wakes them all, since each waits with BLMOVE from the list to itself,
+-- which puts the element back. The list expires with the task's hash (ttl ms).
+local function wake(task_key, done_key, ttl)
+  if redis.call('HDEL', task_key, 'waited') == 1 then
+    redis.call('RPUSH', done_key, 'done')
+    redis.call('PEXPIRE', done_key, ttl)
+  end
+end
+-- <<< include/wake.lua
+
+-- >>> include/dedupe.lua
+-- The dedupe hash maps a key to the live task enqueued with it (enqueue.lua). A task that
+-- ends frees its key, only while the key still names it: a later task may have taken it.
+-- dedupe_hash nil (a caller that sends fewer keys, e.g. a runner of an older version) or a
+-- task without a key costs nothing; enqueue.lua treats a key whose task has ended as free,
+-- so a key left behind heals itself. pcall: a dedupe key of another type must not stop
+-- the task's own change.
+local function free_dedupe(dedupe_hash, key, id)
+  if dedupe_hash and key and redis.pcall('HGET', dedupe_hash, key) == id then
+    redis.pcall('HDEL', dedupe_hash, key)
+  end
+end
+-- <<< include/dedupe.lua
+
+-- >>> include/dead.lua
+-- The task's hash says dead with its reason, expires after ttl ms, and its id is in the
+-- dead zset with score now; producers waiting for its end are woken through done_key. A
+-- task whose retries were counted passes them to store too.
+local function to_dead(task_key, dead_key, done_key, id, reason, now, ttl, retry_count)
+  if retry_count then
+    redis.call('HSET', task_key, 'state', 'dead', 'retry_count', retry_count,
+      'last_error', reason, 'failed_at', now, 'finished_at', now)
+  else
+    redis.call('HSET', task_key, 'state', 'dead', 'last_error', reason, 'failed_at', now,
+      'finished_at', now)
+  end
+  redis.call('PEXPIRE', task_key, ttl)
+  redis.call('ZADD', dead_key, now, id)
+  wake(task_key, done_key, ttl)
+end
+
+-- dead keeps ids younger than ttl ms, and at most dead_max of them (the oldest go first).
+local function trim_dead(dead_key, now, ttl, dead_max)
+  redis.call('ZREMRANGEBYSCORE', dead_key, '-inf', now - ttl)
+  redis.call('ZREMRANGEBYRANK', dead_key, 0, -(dead_max + 1))
+end
+-- <<< include/dead.lua
+
+-- >>> include/stats.lua
+-- Counters of a queue, per job type: <job>|<o><b> counts the attempts that ended with
+-- outcome <o> (s succeeded, f failed, d dead) and a run time in bucket <b> (0 .. 13: up to
+-- 5, 10, 25, 50, 100, 250, 500 ms, 1, 2.5, 5, 10, 30, 60, 300 s; 14: above), <job>|<o>
+-- those with no run time known; <job>|ms sums the run times. A script adds what one call
+-- ended to a Lua table with count(), then writes it once with write_counts(): one HINCRBY
+-- per field and hash, however many tasks, and none for a sum that stayed 0.
+-- An attempt's run time in ms from its hash's started_at (set by claim), or nil when that
+-- is missing or not a time; 0 when the server's clock went back.
+local function run_time(now_ms, started_at)
+  local s = tonumber(started_at)
+  if not s or s ~= s or s < 0 or s > 1e15 then return nil end
+  return math.max(0, now_ms - math.floor(s))
+end
+
+-- The run-time bucket of run_ms: 0 .. 13 for at most 5, 10, 25, 50, 100, 250, 500 ms, 1,
+-- 2.5, 5, 10, 30, 60, 300 s, 14 above (no table: this runs for every task).
+local function bucket(ms)
+  if ms <= 100 then
+    if ms <= 5 then return 0 elseif ms <= 10 then return 1 elseif ms <= 25 then return 2
+    elseif ms <= 50 then return 3 else return 4 end
+  elseif ms <= 5000 then
+    if ms <= 250 then return 5 elseif ms <= 500 then return 6 elseif ms <= 1000 then return 7
+    elseif ms <= 2500 then return 8 else return 9 end
+  elseif ms <= 10000 then return 10 elseif ms <= 30000 then return 11
+  elseif ms <= 60000 then return 12 elseif ms <= 300000 then return 13 end
+  return 14
+end
+
+-- One task of `job` ended with outcome `o` ('s', 'f' or 'd'); run_ms is its attempt's run
+-- time (nil: unknown). The tally holds a table per job: per outcome, run-time bucket (or
+-- 'x': no run time) -> count; and 'ms', the summed run time. No string is made per task.
+local function count(tally, job, o, run_ms)
+  local t = tally[job]
+  if not t then
+    t = {s = {}, f = {}, d = {}, ms = 0}
+    tally[job] = t
+  end
+  local b = 'x'
+  if run_ms then
+    b = bucket(run_ms)
+    t.ms = t.ms + run_ms
+  end
+  t[o][b] = (t[o][b] or 0) + 1
+end
+
+-- The tally as a list: field, count, field, count, ...
+local function flat(tally)
+  local out = {}
+  for job, t in pairs(tally) do
+    for o, counts in pairs({s = t.s, f = t.f, d = t.d}) do
+      for b, n in pairs(counts) do
+        out[#out + 1] = job .. '|' .. o .. (b == 'x' and '' or b)
+        out[#out + 1] = n
+      end
+    end
+    if t.ms ~= 0 then
+      out[#out + 1] = job .. '|ms'
+      out[#out + 1] = t.ms
+    end
+  end
+  return out
+end
+
+-- Add the minute bucket <prefix>m:<start> to its hour bucket <prefix>h:<start of hour> and
+-- to <prefix>total: the minute has ended, and no script writes to it again. The hour
+-- expires 8 days after, the minute 2 days after.
+local function fold(prefix, start, total)
+  local minute = prefix .. 'm:' .. start
+  local f = redis.pcall('HGETALL', minute)
+  if f['err'] then return end
+  local hour = prefix .. 'h:' .. (start - start % 3600)
+  for i = 1, #f, 2 do
+    redis.pcall('HINCRBY', hour, f[i], f[i + 1])
+    redis.pcall('HINCRBY', total, f[i], f[i + 1])
+  end
+  redis.pcall('PEXPIRE', hour, 691200000)
+  redis.pcall('PEXPIRE', minute, 172800000)
+end
+
+-- Add the tally to the minute bucket <prefix>m:<start s>, one HINCRBY per field, however
+-- many tasks. The hour bucket and <prefix>total get a minute once it has ended: the first
+-- write that makes a field in a later minute folds the one that <prefix>total's field
+-- `minute` names into them, and names its own (the reads add the minute not yet folded).
+-- A minute expires 2 days after it was folded. pcall: a counters key that holds another
+-- type is skipped; counting never stops a task's own report.
+local function write_counts(prefix, now_ms, tally)
+  if next(tally) == nil then return end
+  local s = math.floor(now_ms / 1000)
+  local start = s - s % 60
+  local minute = prefix .. 'm:' .. start
+  local made = false
+  local counts = flat(tally)
+  for i = 1, #counts, 2 do
+    made = redis.pcall('HINCRBY', minute, counts[i], counts[i + 1]) == counts[i + 1] or made
+  end
+  if not made then return end  -- (the minute and its fields were there: nothing to fold)
+  local total = prefix .. 'total'
+  local last = tonumber(redis.pcall('HGET', total, 'minute'))
+  if not last or last < start then
+    if last then fold(prefix, last, total) end
+    local named = redis.pcall('HSET', total, 'minute', start)
+    if type(named) == 'table' and named['err'] then  -- (no totals: the minute must end)
+      redis.pcall('PEXPIRE', minute, 172800000)
+    end
+  elseif last > start then
+    -- The server's clock went back to a minute that is folded or will never be: this
+    -- call's counts go to its hour and the totals at once.
+    local hour = prefix .. 'h:' .. (start - start % 3600)
+    for i = 1, #counts, 2 do
+      redis.pcall('HINCRBY', hour, counts[i], counts[i + 1])
+      redis.pcall('HINCRBY', total, counts[i], counts[i + 1])
+    end
+    redis.pcall('PEXPIRE', hour, 691200000)
+    redis.pcall('PEXPIRE', minute, 172800000)
+  end
+end
+-- <<< include/stats.lua
 
 -- >>> include/unblock.lua
 -- A claim that left ready tasks in waiting because the queue ran as many as its
@@ -83,8 +267,11 @@ local function group_ended(groups, task_key, group, signal, turn_us)
   if not (groups and group and group ~= '') then return end
   redis.call('HDEL', task_key, 'group_held')
   local running = groups .. 'running'
-  if redis.call('HINCRBY', running, group, -1) <= 0 then
-    redis.call('HDEL', running, group)
+  -- (pcall: a count that is not a whole number, corrupted or written by something else,
+  -- must not stop the script half-way; it is dropped, and the reclaimer's heal recounts it)
+  local n = redis.pcall('HINCRBY', running, group, -1)
+  if type(n) ~= 'number' or n <= 0 then
+    redis.pcall('HDEL', running, group)
   end
   if redis.call('EXISTS', groups .. 'g:' .. group) == 1
       and redis.call('ZADD', groups .. 'ring', 'NX', turn_us, group) == 1
@@ -133,18 +320,39 @@ end
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local delay = argv_whole('retry_later', 3, 'delay_ms', 0, MOST - now)
+local ttl, dead_max
+if KEYS[12] then
+  ttl = argv_whole('retry_later', 4, 'dead_ttl_ms', 1, MOST)
+  dead_max = argv_whole('retry_later', 5, 'dead_max', 1, MOST)
+end
 local f = redis.call('HMGET', KEYS[1], 'attempt', 'state', 'group', 'group_held',
+  'cancel_requested', 'type', 'started_at', 'dedupe_key', 'periodic', 'retry_count',
   'retry_later_count')
 if f[1] ~= ARGV[2] or f[2] ~= 'pending' then
   return 0
 end
--- (a retry_later_count that is not a whole number in 0 .. MOST counts as 0: HINCRBY would
--- stop half-way on one, after the task left pending)
-local later = (whole(f[5], 0, MOST - 1) or 0) + 1
+-- (a retry_later_count or retry_count that is not a whole number in 0 .. MOST counts as 0:
+-- HINCRBY would stop half-way on one, after the task left pending)
+local later = (whole(f[11], 0, MOST - 1) or 0) + 1
 redis.call('ZREM', KEYS[2], ARGV[1])
 unblock(KEYS[4], KEYS[5])
 if f[4] == '1' then
   group_ended(KEYS[6], KEYS[1], f[3], KEYS[5], t[1] * 1000000 + t[2])
+end
+if f[5] and KEYS[12] then  -- (cancelled meanwhile: never run again; see fail)
+  redis.pcall('ZREM', KEYS[12], ARGV[1])
+  local tally = {}
+  count(tally, f[6] or '', 'd', run_time(now, f[7]))
+  write_counts(KEYS[10], now, tally)
+  to_dead(KEYS[1], KEYS[7], KEYS[8], ARGV[1], f[5], now, ttl,
+    whole(f[10], 0, MOST) or 0)
+  redis.call('HDEL', KEYS[1], 'cancel_requested')
+  trim_dead(KEYS[7], now, ttl, dead_max)
+  free_dedupe(KEYS[11], f[8], ARGV[1])
+  if f[9] == '1' and f[6] then
+    redis.pcall('HSET', KEYS[9] .. f[6], 'last_finished_at', now, 'last_outcome', 'dead')
+  end
+  return 'dead'
 end
 redis.call('HSET', KEYS[1], 'state', 'scheduled', 'due_at', now + delay, 'retry_later_at', now,
   'retry_later_count', later)
