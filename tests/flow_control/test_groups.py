@@ -316,3 +316,21 @@ async def test_a_runner_heals_a_corrupt_count_within_about_a_lease(r: redis.Redi
         for task in tasks:
             assert await task.aresult(timeout=30) is None
     assert r.exists(G + "running") == 0
+
+
+def test_a_running_count_that_is_no_number_stops_no_script_half_way(
+    r: redis.Redis, d: SyncDriverProtocol
+) -> None:
+    # Corrupted by hand (or written by something else): claim and complete still move the
+    # task whole; the count starts again from what runs, and the task's end drops it.
+    task = enqueue("g1", 1)
+    r.hset(G + "running", "g1", "abc")
+    (claimed,) = claim(d).tasks
+    assert claimed.id == task.id
+    assert r.zscore(K.pending, task.id) is not None
+    assert r.hget(G + "running", "g1") == b"1"
+    r.hset(G + "running", "g1", "1.5")
+    assert d.run(operations.complete(K, [(task.id, claimed.attempt, "null", 60_000)])) == []
+    assert r.hget(K.task(task.id), "state") == b"succeeded"
+    assert r.zscore(K.pending, task.id) is None
+    assert r.hget(G + "running", "g1") is None
