@@ -1,11 +1,16 @@
-"""How values look on the pages: times as dates and as "3 min ago", long text cut."""
+"""How values look on the pages: times as dates and as "3 min ago", long text cut; what
+no page can show (text that is not UTF-8, a time no date holds) shown as stored."""
 
 from __future__ import annotations
 
 import json
+import math
 import time
 from datetime import datetime
 
+from markupsafe import Markup
+
+from .._redis.operations import shown
 from ..codecs import moment
 
 # Shown in full up to this many characters; longer text is cut, with a "show all" link
@@ -14,18 +19,20 @@ CUT = 2000
 
 
 def date(ms: object) -> str:
-    """A time in ms since the epoch as a UTC date ("" when there is none)."""
+    """A time in ms since the epoch as a UTC date ("" when there is none); as stored when
+    no date holds it (the year 33715, inf, a text that is no number)."""
     value = _ms(ms)
     if value is None:
-        return ""
+        return ms if isinstance(ms, str) and ms != "0" else ""
     when = moment(value)
     return f"{value:.0f} ms" if when is None else when.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def ago(ms: object, now: float | None = None) -> str:
-    """How long ago (or how far ahead) a time in ms since the epoch is: "3 min ago"."""
+    """How long ago (or how far ahead) a time in ms since the epoch is: "3 min ago" (""
+    when there is none, or it is inf or nan)."""
     value = _ms(ms)
-    if value is None:
+    if value is None or not math.isfinite(value):
         return ""
     delta = ((time.time() if now is None else now) * 1000 - value) / 1000
     text = span(abs(delta))
@@ -44,12 +51,13 @@ def span(seconds: float) -> str:
 
 
 def pretty_json(text: object) -> str:
-    """Stored JSON indented for reading (as stored when it is not JSON)."""
+    """Stored JSON indented for reading (as stored when it is not JSON, or is nested too
+    deep for Python's parser: 3 KB of brackets is enough)."""
     if not isinstance(text, str):
         return ""
     try:
         return json.dumps(json.loads(text), indent=2, ensure_ascii=False)
-    except ValueError:
+    except (ValueError, RecursionError):
         return text
 
 
@@ -66,13 +74,31 @@ def first_line(text: object, limit: int = 120) -> str:
     return cut(line, limit)
 
 
+def readable(value: object) -> object:
+    """What a page writes of ``value``: text as :func:`shown` reads it (a surrogate that
+    stands for a byte that is not UTF-8 would make the page fail to encode), the rest as
+    is. Applied by the templates to every value they write, and to the URLs they build."""
+    if not isinstance(value, str) or value.isascii():
+        return value
+    return Markup(shown(value)) if isinstance(value, Markup) else shown(value)
+
+
 def _ms(value: object) -> float | None:
+    """A time in ms (None: none, 0, or a text that is no number); inf and nan as stored."""
     if isinstance(value, bool):
         return None
+    if isinstance(value, str) and value.strip().isascii():
+        try:
+            value = float(value)
+        except ValueError:
+            return None
     if isinstance(value, int | float):
-        return float(value) if value > 0 else None
-    if isinstance(value, str) and value.isdigit():
-        return float(value) if int(value) > 0 else None
+        if value == 0:
+            return None
+        try:
+            return float(value)
+        except OverflowError:  # (an int of 400 digits)
+            return math.inf if value > 0 else -math.inf
     if isinstance(value, datetime):
         return value.timestamp() * 1000
     return None

@@ -122,7 +122,8 @@ async def task(request: Request) -> Response:
     record = await addressed_task(request, name, task_id).ainfo()
     if not record:
         raise HTTPException(404, f"{name}<{task_id}>: no such task (never enqueued, or expired)")
-    times = [(field, record[field]) for field in TIMES if record.get(field, "").isdigit()]
+    # (a time as stored when no date holds it: formatting.date)
+    times = [(field, record[field]) for field in TIMES if record.get(field)]
     context = {"queue": name, "task_id": task_id, "record": record, "times": times}
     return render(
         request, "task.html", {**context, "progress": _progress(record), "page": "queues"}
