@@ -111,5 +111,10 @@ def plant(r: redis.Redis) -> None:
     )  # fmt: skip
     r.hset(
         base.encode() + b":periodic:Tock\xff",
-        mapping={"schedule": "every 1m", "next_slot": str(now_ms), "timezone": b"\xff"},
+        mapping={
+            "schedule": "every 1m",
+            "next_slot": str(now_ms),
+            "last_enqueued_at": "1" + "0" * 20,  # (the year 3 billion)
+            "timezone": b"\xff",
+        },
     )

@@ -85,6 +85,11 @@ def test_a_crafted_cursor_is_a_clear_error() -> None:
         assert "not a cursor that a page of tasks gave" in shown, raw
 
 
+def test_culex_task_refuses_a_bad_id_clearly() -> None:
+    assert "a task id must be 1 to 200 printable" in culex("task", QUEUE, "a b", code=2)
+    assert "a queue name cannot hold" in culex("task", "a b", "t-1", code=2)
+
+
 @pytest.mark.usefixtures("planted")
 def test_pages_of_one_row_go_through_infinite_scores_and_ids_that_are_not_utf8(
     r: redis.Redis,

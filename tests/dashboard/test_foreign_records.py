@@ -53,6 +53,8 @@ def test_every_page_shows_foreign_records_as_stored(base: str) -> None:
                 if stored_in == state:
                     assert task_id in shown, (task_id, state)
             assert SHOWN_BAD_TYPE in shown
+    status, shown = get(base, "queue", queue=QUEUE, state="scheduled")
+    assert '">inf ms</time>' in shown and '">-inf ms</time>' in shown  # (the score as stored)
     status, shown = get(base, "queue", queue=SHOWN_BAD_QUEUE)
     assert status == 200, shown  # (a name the page can address: no such queue, empty)
     for task_id in IDS:

@@ -100,7 +100,10 @@ def task_command(args: argparse.Namespace) -> int:
     from ..task import Task
 
     settings = config.settings_for(args.redis_url)
-    record = Task(args.id, args.queue, settings.redis_url, prefix=settings.prefix).info()
+    try:  # (a bad queue name or id: checked before any I/O)
+        record = Task(args.id, args.queue, settings.redis_url, prefix=settings.prefix).info()
+    except (TypeError, ValueError) as exc:
+        raise CulexError(str(exc)) from None
     if not record:
         print(f"{args.queue}<{args.id}>: no such task (never enqueued, or expired)")
         return 1

@@ -30,10 +30,10 @@ def date(ms: object) -> str:
 
 def ago(ms: object, now: float | None = None) -> str:
     """How long ago (or how far ahead) a time in ms since the epoch is: "3 min ago" (""
-    when there is none, or it is inf or nan)."""
+    when there is none; inf or nan as stored: "inf ms")."""
     value = _ms(ms)
     if value is None or not math.isfinite(value):
-        return ""
+        return date(ms)
     delta = ((time.time() if now is None else now) * 1000 - value) / 1000
     text = span(abs(delta))
     return f"{text} ago" if delta >= 0 else f"in {text}"
