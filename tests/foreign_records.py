@@ -1,7 +1,8 @@
 """Records as a foreign producer, an older version or a foreign runner may have left them,
 written by hand with raw commands: bytes that are not UTF-8 in a job type, params, an
 error, a queue name and the counters; scores of -inf and +inf; runner records with fields
-missing or of the wrong kind; a periodic entry scored +inf; params nested 1,500 deep.
+missing or of the wrong kind; a periodic entry scored +inf; limits that are no numbers;
+params nested 1,500 deep.
 
 Every page, CLI listing and scrape must show them as stored, never fail (the tests of the
 dashboard and of the CLI plant them with :func:`plant`)."""
@@ -57,6 +58,8 @@ def plant(r: redis.Redis) -> None:
         )
         r.zadd(f"{base}:{state}", {task_id: now_ms if score == "now" else float(score)})
     r.sadd("culex:queues", QUEUE, BAD_QUEUE)
+    # Limits set at run time as no culex writes them.
+    r.hset(f"{base}:control", mapping={"rate": "fast", "rate_ms": "1000", "concurrency": "-3"})
     bad_base = b"culex:{" + BAD_QUEUE + b"}"
     r.hset(
         bad_base + b":task:t-1", mapping={"type": BAD_TYPE, "params": b"\xff", "state": "waiting"}

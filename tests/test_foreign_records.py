@@ -43,7 +43,7 @@ def culex(*args: str, code: int = 0) -> str:
 @pytest.mark.usefixtures("planted")
 def test_every_listing_command_shows_foreign_records_as_stored() -> None:
     shown = culex("queues")
-    assert SHOWN_BAD_QUEUE in shown and QUEUE in shown
+    assert SHOWN_BAD_QUEUE in shown and "rate fast per 1000 ms; concurrency -3" in shown
     for state in ("waiting", "pending", "scheduled", "dead"):
         for order in ([], ["--oldest"]):
             shown = culex("tasks", QUEUE, "--state", state, *order)
