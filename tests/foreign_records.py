@@ -65,6 +65,8 @@ def plant(r: redis.Redis) -> None:
         bad_base + b":task:t-1", mapping={"type": BAD_TYPE, "params": b"\xff", "state": "waiting"}
     )
     r.zadd(bad_base + b":waiting", {"t-1": now_ms})
+    r.hset(bad_base + b":task:t-\xff", mapping={"type": BAD_TYPE, "state": "dead"})
+    r.zadd(bad_base + b":dead", {b"t-\xff": now_ms})
     # The counters of a buried task whose job type is not UTF-8 (never expiring totals).
     minute = now_ms // 60_000 * 60
     for queue_base in (base.encode(), bad_base):

@@ -130,3 +130,21 @@ def test_the_reads_return_what_was_stored() -> None:
     [periodic] = [row for row in inspection.periodic_jobs() if row.job == "Tick"]
     assert periodic.schedule == "every \ufffd" and periodic.next_run is None
     assert metrics.render().count(b"culex_tasks_total{") == 6
+
+
+def test_periodic_status_shows_a_slot_no_datetime_holds(r: redis.Redis) -> None:
+    from datetime import timedelta
+
+    import culex
+
+    class FarSlotJob(culex.PeriodicJob):
+        queue = QUEUE
+        run_every = timedelta(hours=1)
+
+    try:
+        record = f"culex:{{{QUEUE}}}:periodic:FarSlotJob"
+        r.hset(record, mapping={"next_slot": "1" + "0" * 20, "last_enqueued_at": "x"})
+        [row] = inspection.periodic_status([FarSlotJob])
+    finally:
+        culex.registry.remove(FarSlotJob)
+    assert row["next run"] == "100000000000000000000 ms" and row["last run"] == "never"

@@ -236,8 +236,6 @@ def _statuses(
 def _status(
     job: type[PeriodicJob], record: dict[str, str], last_task: dict[str, str], now: int
 ) -> dict[str, str]:
-    from .periodic import format_slot
-
     following = number(record.get("next_slot")) or job.schedule_.around(now)[1] or 0
     enqueued = number(record.get("last_enqueued_at"))
     unfinished = last_task.get("state") in ("waiting", "scheduled", "pending")
@@ -245,10 +243,23 @@ def _status(
         "job": job.type_,
         "queue": job.queue,
         "schedule": str(job.schedule_),
-        "next run": format_slot(job, following) if following else "never",
-        "last run": format_slot(job, enqueued) if enqueued else "never",
+        "next run": _slot(job, following),
+        "last run": _slot(job, enqueued),
         "last outcome": last_task["state"] if unfinished else record.get("last_outcome", "-"),
     }
+
+
+def _slot(job: type[PeriodicJob], ms: int) -> str:
+    """A time of a periodic job's record in its time zone ("never" for none; as stored
+    when no datetime holds it)."""
+    from .periodic import format_slot
+
+    if not ms:
+        return "never"
+    try:
+        return format_slot(job, ms)
+    except (OverflowError, ValueError):
+        return f"{ms} ms"
 
 
 def _all(calls: list[Call[Any]]) -> Flow[list[Any]]:

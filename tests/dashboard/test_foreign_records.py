@@ -123,3 +123,9 @@ def test_a_cursor_past_an_infinite_score_or_an_id_that_is_not_utf8_goes_on(base:
         encoded = base64.urlsafe_b64encode(cursor).decode()
         status, shown = get(base, "queue", queue=QUEUE, state="waiting", cursor=encoded)
         assert status == 200, (cursor, shown)
+
+
+def test_the_dead_page_of_a_queue_whose_name_is_not_utf8(r: redis.Redis, base: str) -> None:
+    r.delete(f"culex:{{{QUEUE}}}:dead")  # (the one queue with dead tasks is that one)
+    status, shown = get(base, "dead")
+    assert status == 200 and SHOWN_BAD_QUEUE in shown, shown

@@ -13,7 +13,7 @@ from .. import inspection, queue_control, stats
 from .._redis.keys import check_queue_name
 from ..errors import short
 from ..task import Task, check_id
-from . import listing
+from . import formatting, listing
 from .templating import path_for, render
 
 # Which actions each state allows.
@@ -109,11 +109,15 @@ async def dead(request: Request) -> Response:
     counts = await inspection.aqueue_counts(request.app.state.settings)
     chosen = request.query_params.get("queue")
     if chosen not in counts:
-        with_dead = [q for q, row in sorted(counts.items()) if row["dead"]]
-        chosen = with_dead[0] if with_dead else None
+        # (a queue whose name is not UTF-8 last: its page, at its name as shown, finds none)
+        with_dead = sorted(
+            (formatting.readable(q) != q, q) for q, row in counts.items() if row["dead"]
+        )
+        chosen = with_dead[0][1] if with_dead else None
     if chosen is None:
         return render(request, "dead.html", {"counts": counts, "page": "dead"})
-    url = path_for(request, "queue").include_query_params(queue=chosen, state="dead", from_dead=1)
+    shown = formatting.readable(chosen)
+    url = path_for(request, "queue").include_query_params(queue=shown, state="dead", from_dead=1)
     return RedirectResponse(str(url), status_code=303)
 
 
