@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 from datetime import datetime
 
@@ -51,14 +52,35 @@ def span(seconds: float) -> str:
 
 
 def pretty_json(text: object) -> str:
-    """Stored JSON indented for reading (as stored when it is not JSON, or is nested too
-    deep for Python's parser: 3 KB of brackets is enough)."""
+    """Stored JSON indented for reading; as stored when it is not JSON, or is nested more
+    than DEEPEST deep (Python's parser fails on 3 KB of brackets, or, where the recursion
+    limit is raised, indents them into megabytes)."""
     if not isinstance(text, str):
         return ""
+    if text.count("[") + text.count("{") > DEEPEST and _too_deep(text):
+        return text
     try:
         return json.dumps(json.loads(text), indent=2, ensure_ascii=False)
     except (ValueError, RecursionError):
         return text
+
+
+DEEPEST = 100  # JSON nested deeper is shown as stored
+_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')  # a string (skipped) or a bracket
+
+
+def _too_deep(text: str) -> bool:
+    """Whether JSON ``text`` nests more than DEEPEST deep (brackets inside strings aside)."""
+    depth = 0
+    for token in _TOKEN.finditer(text):
+        mark = token.group()
+        if mark in ("[", "{"):
+            depth += 1
+            if depth > DEEPEST:
+                return True
+        elif mark in ("]", "}"):
+            depth -= 1
+    return False
 
 
 def cut(text: object, limit: int = CUT) -> str:
