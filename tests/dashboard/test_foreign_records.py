@@ -129,3 +129,12 @@ def test_the_dead_page_of_a_queue_whose_name_is_not_utf8(r: redis.Redis, base: s
     r.delete(f"culex:{{{QUEUE}}}:dead")  # (the one queue with dead tasks is that one)
     status, shown = get(base, "dead")
     assert status == 200 and SHOWN_BAD_QUEUE in shown, shown
+
+
+def test_a_key_of_another_type_is_a_503_that_says_so(r: redis.Redis, base: str) -> None:
+    r.set(f"culex:{{{QUEUE}}}:task:t-string", "not a hash")
+    r.zadd(f"culex:{{{QUEUE}}}:waiting", {"t-string": 1})
+    status, shown = get(base, "task", queue=QUEUE, id="t-string")
+    assert status == 503 and "WRONGTYPE" in shown, shown
+    status, shown = get(base, "queue", queue=QUEUE)
+    assert status == 200 and "t-bytes" in shown  # (the listing leaves that id out)

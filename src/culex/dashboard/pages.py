@@ -181,6 +181,12 @@ async def not_found(request: Request, exc: Exception) -> Response:
     return render(request, "missing.html", {"detail": detail, "page": ""}, status=404)
 
 
+async def refused(request: Request, exc: Exception) -> Response:
+    """A read Redis refused (down, or a key of another type where culex keeps a hash or a
+    set, as another program may have written it): a 503 that says why, not a bare 500."""
+    return render(request, "refused.html", {"detail": str(exc), "page": ""}, status=503)
+
+
 async def _search_id(request: Request, name: str, query: listing.Query) -> Response:
     """A search by id opens the task's page when the queue holds it."""
     try:
