@@ -198,7 +198,8 @@ def test_a_perform_that_timed_out_and_runs_on_does_not_keep_the_process_up(
     )
     try:
         started = time.time()
-        task_id = _enqueue_as(r, "overrun-1", "OverrunJob", "overrun_job", "{}")
+        # (the task's own max_retries decides, as its hash holds it: the class's 0)
+        task_id = _enqueue_as(r, "overrun-1", "OverrunJob", "overrun_job", "{}", max_retries=0)
         with pytest.raises(culex.TaskFailed, match="timed out"):
             culex.Task(task_id, "overrun_job").result(timeout=30)
     finally:
@@ -369,7 +370,13 @@ def _enqueue(r: redis.Redis, n: int) -> str:
 
 
 def _enqueue_as(
-    r: redis.Redis, task_id: str, job_type: str, queue: str, params: str, prefix: str = "culex"
+    r: redis.Redis,
+    task_id: str,
+    job_type: str,
+    queue: str,
+    params: str,
+    prefix: str = "culex",
+    max_retries: int = 4,
 ) -> str:
     script = r.register_script(
         (Path(culex.__file__).parent / "_redis" / "lua" / "enqueue.lua").read_text()
@@ -377,7 +384,7 @@ def _enqueue_as(
     keys = queue_keys(prefix, queue)
     script(
         keys=[keys.task(task_id), keys.waiting, keys.scheduled, keys.signal],
-        args=[task_id, job_type, queue, params, "", 0, 4],
+        args=[task_id, job_type, queue, params, "", 0, max_retries],
     )
     return task_id
 

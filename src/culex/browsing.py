@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import binascii
 import math
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -19,12 +20,15 @@ from ._redis.operations import Call, number
 from ._redis.priority import ready_ms
 from .errors import short
 from .flow import Flow, raised, run_async, run_sync
-from .task import check_id
+from .task import MAX_ID_LENGTH, check_id
 
 STATES = ("waiting", "pending", "scheduled", "dead")
 MAX_PAGE = 500  # rows a page holds at most
 EXAMINE = 2000  # ids a page with a job filter looks at, at most
 CUT = 500  # characters shown of last_error and of params
+# A score as the server says it (ZRANGE WITHSCORES): ASCII digits, or -inf and +inf, which a
+# foreign producer may have stored. Nothing else is sent back as a cursor's score.
+_SCORE = re.compile(r"-?(inf|[0-9]+(\.[0-9]+)?(e[+-]?[0-9]+)?)")
 
 
 @dataclass(frozen=True)
@@ -37,7 +41,8 @@ class TaskRow:
     state: str
     at: float  # epoch seconds: from its score in its state's set: waiting: ready since; scheduled:
     # due; pending: when its lease ends (not when it started); dead: when it died. A task
-    # found in no set (succeeded): when it finished (0.0 when unknown).
+    # found in no set (succeeded): when it finished (0.0 when unknown). A score of -inf or
+    # +inf (a foreign producer's) is kept as it is.
     enqueued_at: float | None
     retry_count: int
     last_error: str  # cut to 500 characters
@@ -153,29 +158,31 @@ def encode_cursor(position: tuple[str, str] | None, part: int = 0) -> str | None
     opaque text, safe in URLs and shells."""
     if position is None:
         return None
-    raw = ("~" * part + f"{position[0]}:{position[1]}").encode()
+    raw = ("~" * part + f"{position[0]}:{position[1]}").encode("utf-8", "surrogateescape")
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
 def decode_part_cursor(cursor: object) -> tuple[int, tuple[str, str] | None]:
     """The set (its place in state_sets) and the position (score, id) of a cursor that
-    :func:`tasks` gave, else a clear error."""
+    :func:`tasks` gave, else a clear error. The id is kept as its bytes were (a task id a
+    foreign producer wrote need not be UTF-8); the score must be one the server gives."""
     if not isinstance(cursor, str):
         raise TypeError(f"a cursor must be a str, got {type(cursor).__name__}")
     try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        part = len(raw) - len(raw.lstrip("~"))
-        if part and not raw[part:]:  # the start of a later set
-            if part > 1:
-                raise ValueError(part)
-            return part, None
-        score, _, task_id = raw[part:].partition(":")
-        if not math.isfinite(float(score)):
-            raise ValueError(score)
+        if not cursor.isascii():
+            raise ValueError(cursor)
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        text = raw.decode("utf-8", "surrogateescape")
+        part = len(text) - len(text.lstrip("~"))
         if part > 1:
             raise ValueError(part)
-        return part, (score, check_id(task_id))
-    except (ValueError, binascii.Error, UnicodeDecodeError):
+        if part and not text[part:]:  # the start of a later set
+            return part, None
+        score, _, task_id = text[part:].partition(":")
+        if not _SCORE.fullmatch(score) or not 0 < len(task_id) <= MAX_ID_LENGTH:
+            raise ValueError(score)
+        return part, (score, task_id)
+    except (ValueError, binascii.Error):
         raise ValueError(f"not a cursor that a page of tasks gave: {short(cursor)}") from None
 
 
@@ -263,8 +270,8 @@ def _start_of(part: int) -> str:
 def _row(queue: str, state: str, row: operations.BrowsedRow) -> TaskRow:
     enqueued = number(row.enqueue_time, -1)
     at = float(row.score)
-    if state == "waiting":  # (its score holds its priority too: _redis/priority.py)
-        at = ready_ms(at)
+    if state == "waiting" and math.isfinite(at):  # (its score holds its priority too:
+        at = ready_ms(at)  # _redis/priority.py)
     return TaskRow(
         id=row.id, queue=queue, job=row.type, state=state, at=at / 1000,
         enqueued_at=None if enqueued < 0 else enqueued / 1000,

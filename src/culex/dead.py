@@ -8,14 +8,15 @@ number is kept, so a report from a run before its death is still refused.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from . import config
 from ._redis import commands, operations
 from ._redis.keys import QueueKeys, check_queue_name, queue_keys
 from ._redis.operations import RetryReply
+from .codecs import moment
 from .flow import Flow, run_async, run_sync
 from .task import check_id
 
@@ -31,9 +32,10 @@ class DeadTask:
     queue: str
     type: str
     error: str  # its last_error: why it died
-    died_at: datetime  # aware, UTC
+    died_at: datetime | None  # aware, UTC; None: a time no datetime holds (see died_ms)
     retry_count: int
     attempt: int
+    died_ms: float = field(default=0.0, compare=False)  # its score in dead, as stored (ms)
 
 
 def dead_tasks(
@@ -162,15 +164,16 @@ def _list(keys: QueueKeys, limit: int, offset: int) -> Flow[list[DeadTask]]:
     return tasks
 
 
-def _record(queue: str, task_id: str, died_ms: int, fields: dict[str, str]) -> DeadTask:
+def _record(queue: str, task_id: str, died_ms: float, fields: dict[str, str]) -> DeadTask:
     return DeadTask(
         id=task_id,
         queue=queue,
         type=fields.get("type", ""),
         error=fields.get("last_error", ""),
-        died_at=datetime.fromtimestamp(died_ms / 1000, UTC),
+        died_at=moment(died_ms),
         retry_count=operations.number(fields.get("retry_count")),
         attempt=operations.number(fields.get("attempt")),
+        died_ms=died_ms,
     )
 
 

@@ -7,13 +7,14 @@ and are found here too."""
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from . import config
 from ._redis import commands
 from ._redis.keys import queue_keys, queues_key
-from ._redis.operations import Call, number
+from ._redis.operations import Call, number, shown
 from .browsing import STATES as STATES
 from .browsing import TaskPage as TaskPage  # (the names a dashboard reads from here too)
 from .browsing import TaskRow as TaskRow
@@ -121,7 +122,9 @@ def runners(settings: config.Settings | None = None) -> list[dict[str, Any]]:
     """The runners that beat within their lease, oldest first: ``id``, ``host``, ``pid``,
     ``queues`` (a list), ``concurrency``, ``version``, ``started`` and ``beat`` (ms since the
     epoch), and ``tasks``: what each runs now, as of its last beat (``queue``, ``id``,
-    ``job``, ``attempt``, ``started``)."""
+    ``job``, ``attempt``, ``started``). Every one of these is there whatever the record holds
+    (a foreign runner's may lack some): "" or 0 for a text or a number it lacks, or holds
+    as something else; ``started`` of a task: None."""
     settings = settings or config.settings()
     return run_sync(_runners(settings), settings.redis_url)
 
@@ -137,25 +140,60 @@ def _runners(settings: config.Settings) -> Flow[list[dict[str, Any]]]:
     if not ids:
         return []
     records: list[dict[str, str]] = yield [commands.read_runner(settings.prefix, i) for i in ids]
-    found = [_runner(record) for record in records if isinstance(record, dict) and record]
+    found = [
+        _runner(shown(runner_id), record)
+        for runner_id, record in zip(ids, records, strict=True)
+        if isinstance(record, dict) and record
+    ]
     return sorted(found, key=lambda runner: runner["started"])
 
 
-def _runner(record: dict[str, str]) -> dict[str, Any]:
-    """A runner's record as stored (strings), read back as values."""
+def _runner(runner_id: str, record: dict[str, str]) -> dict[str, Any]:
+    """A runner's record as stored (strings), read back as values; what it lacks, or holds
+    as something else, is "" or 0 (its id: the one it is registered by)."""
     try:
         tasks = json.loads(record.get("tasks", "[]"))
-    except ValueError:
+    except (ValueError, RecursionError):
         tasks = []
     return {
         **record,
+        "id": record.get("id") or runner_id,
+        "host": record.get("host", ""),
+        "version": record.get("version", ""),
         "queues": [q for q in record.get("queues", "").split(",") if q],
         "pid": number(record.get("pid")),
         "concurrency": number(record.get("concurrency")),
         "started": number(record.get("started")),
         "beat": number(record.get("beat")),
-        "tasks": tasks if isinstance(tasks, list) else [],
+        "tasks": [_running(task) for task in tasks] if isinstance(tasks, list) else [],
     }
+
+
+def _running(task: object) -> dict[str, Any]:
+    """A task of a runner's record (queue, id, job, attempt, started), whatever it holds."""
+    found = task if isinstance(task, dict) else {}
+
+    def said(name: str) -> str:
+        value = found.get(name)
+        return shown(value) if isinstance(value, str) else ""
+
+    return {
+        "queue": said("queue"),
+        "id": said("id"),
+        "job": said("job"),
+        "attempt": number(str(found.get("attempt", ""))),
+        "started": _ms(found.get("started")),
+    }
+
+
+def _ms(value: object) -> float | None:
+    """A time in ms a runner's record holds for a task, None when it holds no such number."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        return float(value) if math.isfinite(value) else None
+    except OverflowError:  # (an int of 400 digits)
+        return None
 
 
 def _counts(settings: config.Settings, queues: list[str] | None) -> Flow[dict[str, dict[str, int]]]:
@@ -198,19 +236,30 @@ def _statuses(
 def _status(
     job: type[PeriodicJob], record: dict[str, str], last_task: dict[str, str], now: int
 ) -> dict[str, str]:
-    from .periodic import format_slot
-
-    following = int(record.get("next_slot") or job.schedule_.around(now)[1] or 0)
-    enqueued = int(record.get("last_enqueued_at") or 0)
+    following = number(record.get("next_slot")) or job.schedule_.around(now)[1] or 0
+    enqueued = number(record.get("last_enqueued_at"))
     unfinished = last_task.get("state") in ("waiting", "scheduled", "pending")
     return {
         "job": job.type_,
         "queue": job.queue,
         "schedule": str(job.schedule_),
-        "next run": format_slot(job, following) if following else "never",
-        "last run": format_slot(job, enqueued) if enqueued else "never",
+        "next run": _slot(job, following),
+        "last run": _slot(job, enqueued),
         "last outcome": last_task["state"] if unfinished else record.get("last_outcome", "-"),
     }
+
+
+def _slot(job: type[PeriodicJob], ms: int) -> str:
+    """A time of a periodic job's record in its time zone ("never" for none; as stored
+    when no datetime holds it)."""
+    from .periodic import format_slot
+
+    if not ms:
+        return "never"
+    try:
+        return format_slot(job, ms)
+    except (OverflowError, ValueError):
+        return f"{ms} ms"
 
 
 def _all(calls: list[Call[Any]]) -> Flow[list[Any]]:

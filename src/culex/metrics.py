@@ -32,7 +32,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from . import config
 from ._redis import commands
 from ._redis.keys import queue_keys, queues_key
-from ._redis.operations import Call
+from ._redis.operations import Call, shown
 from .errors import CulexError
 from .flow import Flow, run_async, run_sync
 from .inspection import STATES
@@ -98,7 +98,10 @@ def _checked(calls: list[Call[Any]]) -> Flow[list[Any]]:
 
 
 def families(snapshot: Snapshot) -> list[Metric]:
-    """The metric families of one snapshot, with their fixed names and labels."""
+    """The metric families of one snapshot, with their fixed names and labels. A queue
+    name that is not UTF-8 is a label with U+FFFD for its bytes (two such names that read
+    alike are one queue here: counts and counters added, the longer latency)."""
+    snapshot = _readable(snapshot)
     tasks = GaugeMetricFamily(
         "culex_queue_tasks", "Tasks in each queue, by state", labels=["queue", "state"]
     )
@@ -115,6 +118,23 @@ def families(snapshot: Snapshot) -> list[Metric]:
         "culex_runners", "Runners alive (beating within their lease)", value=snapshot.runners
     )
     return [tasks, latency, runners, *_outcomes(snapshot.totals)]
+
+
+def _readable(snapshot: Snapshot) -> Snapshot:
+    """The snapshot with its queue names as a label can hold them (shown())."""
+    if all(shown(queue) == queue for queue in snapshot.counts):
+        return snapshot
+    counts: dict[str, dict[str, int]] = {}
+    latency: dict[str, float] = {}
+    for queue, row in snapshot.counts.items():
+        label = shown(queue)
+        before = counts.get(label, dict.fromkeys(row, 0))
+        counts[label] = {state: before.get(state, 0) + n for state, n in row.items()}
+        latency[label] = max(latency.get(label, 0.0), snapshot.latency[queue])
+    totals: dict[tuple[str, str], Counts] = {}
+    for (queue, job), found in snapshot.totals.items():
+        totals[shown(queue), job] = totals.get((shown(queue), job), Counts()) + found
+    return Snapshot(counts, latency, snapshot.runners, totals)
 
 
 _BOUNDS = [str(float(bound)) for bound in DURATION_BUCKETS] + ["+Inf"]  # the le labels

@@ -243,14 +243,23 @@ def _controls(settings: config.Settings, queues: list[str] | None) -> Flow[dict[
 
 
 def _control(queue: str, fields: dict[str, str]) -> QueueControl:
+    """A queue's control hash as read; a limit no culex writes (not a number, below 0) is
+    its text as stored, never an error (it is what the pages and culex queues show)."""
+
     def set_rate(name: str) -> Rate | str | None:
         if fields.get(name) is None or fields.get(f"{name}_ms") is None:
             return None
-        count, window = int(fields[name]), int(fields[f"{name}_ms"])
-        return "none" if count == 0 else Rate(count, timedelta(milliseconds=window))
+        try:
+            count, window = int(fields[name]), int(fields[f"{name}_ms"])
+            return "none" if count == 0 else Rate(count, timedelta(milliseconds=window))
+        except ValueError:  # (ConfigurationError is one too)
+            return f"{fields[name]} per {fields[f'{name}_ms']} ms"
 
     def set_concurrency(name: str) -> int | str | None:
-        return None if fields.get(name) is None else (int(fields[name]) or "none")
+        if fields.get(name) is None:
+            return None
+        stored = fields[name]
+        return (int(stored) or "none") if stored.isdigit() and stored.isascii() else stored
 
     return QueueControl(
         queue,

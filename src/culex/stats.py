@@ -16,7 +16,7 @@ from typing import Any, Literal
 from . import config
 from ._redis import commands
 from ._redis.keys import check_queue_name, queue_keys, queues_key
-from ._redis.operations import Call, number
+from ._redis.operations import Call, number, shown
 from .errors import short
 from .flow import Flow, run_async, run_sync
 
@@ -128,13 +128,14 @@ class Bucket:
 
 def parse_counters(fields: dict[str, str]) -> dict[str, Counts]:
     """The counts per job of one counters hash (``<job>|<field>``: docs/wire-format.md);
-    fields it does not know are left out."""
+    fields it does not know are left out. A job name that is not UTF-8 is read with U+FFFD
+    for its bytes (two such names that read alike add up)."""
     found: dict[str, list[int]] = {}
     for name, value in fields.items():
         job, sep, part = name.rpartition("|")
         index = _FIELDS.get(part)
         if sep and index is not None:
-            tally = found.setdefault(job, [0] * _WIDTH)
+            tally = found.setdefault(shown(job), [0] * _WIDTH)
             n = number(value)
             tally[index] += n
             if len(part) > 1 and part != "ms":  # an outcome with a run-time bucket

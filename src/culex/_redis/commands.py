@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .keys import QueueKeys, runner_key, runners_key
-from .operations import Call, number, text
+from .operations import Call, number, shown, text
 from .priority import ready_ms
 
 # What a listing of dead tasks reads of each.
@@ -19,7 +19,9 @@ DEAD_FIELDS = ("type", "last_error", "retry_count", "attempt", "finished_at")
 
 
 def _parse_hash(reply: list[bytes]) -> dict[str, str]:
-    return {text(reply[i]): text(reply[i + 1]) for i in range(0, len(reply), 2)}
+    """A hash's fields (their names as stored: two never become one) and values as read
+    (:func:`~culex._redis.operations.shown`: bytes that are not UTF-8 as U+FFFD)."""
+    return {text(reply[i]): shown(reply[i + 1]) for i in range(0, len(reply), 2)}
 
 
 def read_task(keys: QueueKeys, task_id: str) -> Call[dict[str, str]]:
@@ -56,10 +58,11 @@ def read_control(keys: QueueKeys) -> Call[dict[str, str]]:
 def oldest_waiting(keys: QueueKeys) -> list[Call[int | None]]:
     """When the task that runs next became ready (ms; None: none is ready), as two calls
     (:func:`earliest` reads their replies): the first in ``waiting`` (the highest priority,
-    then the earliest ready), and the first of the groups' ready tasks."""
+    then the earliest ready), and the first of the groups' ready tasks. A score of -inf or
+    +inf (stored by a foreign producer) holds no time: None, as for none."""
 
     def parse(reply: list[bytes]) -> int | None:
-        return ready_ms(float(reply[1])) if reply else None
+        return ready_ms(float(reply[1])) if reply and math.isfinite(float(reply[1])) else None
 
     return [
         Call((), ("ZRANGE", key, 0, 0, "WITHSCORES"), parse)
@@ -181,12 +184,12 @@ def expire_at(key: str, at_ms: int) -> Call[int]:
 MAX_PERIODIC_JOBS = 1000  # the most periodic jobs a listing reads
 
 
-def periodic_entries(registry_key: str) -> Call[list[tuple[str, int]]]:
+def periodic_entries(registry_key: str) -> Call[list[tuple[str, float]]]:
     """(``<queue> <job type>``, when its entry lapses in ms) of the registered periodic jobs
-    (a lapsed one may still be listed: compare with the server's clock)."""
+    (a lapsed one may still be listed: compare with the server's clock; +inf: never)."""
 
-    def parse(reply: list[bytes]) -> list[tuple[str, int]]:
-        return [(text(reply[i]), int(float(reply[i + 1]))) for i in range(0, len(reply), 2)]
+    def parse(reply: list[bytes]) -> list[tuple[str, float]]:
+        return [(text(reply[i]), float(reply[i + 1])) for i in range(0, len(reply), 2)]
 
     return Call((), ("ZRANGE", registry_key, 0, MAX_PERIODIC_JOBS - 1, "WITHSCORES"), parse)
 
@@ -196,11 +199,12 @@ def server_time() -> Call[int]:
     return Call((), ("TIME",), lambda reply: int(reply[0]) * 1000 + int(reply[1]) // 1000)
 
 
-def dead_ids(keys: QueueKeys, *, limit: int, offset: int = 0) -> Call[list[tuple[str, int]]]:
-    """(id, time of death in ms) of dead tasks, newest first, from ``offset`` on."""
+def dead_ids(keys: QueueKeys, *, limit: int, offset: int = 0) -> Call[list[tuple[str, float]]]:
+    """(id, time of death in ms, as stored: -inf or +inf from a foreign producer) of dead
+    tasks, newest first, from ``offset`` on."""
 
-    def parse(reply: list[bytes]) -> list[tuple[str, int]]:
-        return [(text(reply[i]), int(float(reply[i + 1]))) for i in range(0, len(reply), 2)]
+    def parse(reply: list[bytes]) -> list[tuple[str, float]]:
+        return [(text(reply[i]), float(reply[i + 1])) for i in range(0, len(reply), 2)]
 
     return Call((), ("ZRANGE", keys.dead, offset, offset + limit - 1, "REV", "WITHSCORES"), parse)
 
@@ -211,7 +215,7 @@ def read_dead(keys: QueueKeys, task_id: str) -> Call[dict[str, str]]:
     Send one per id with ``run_many``: a page of the dead set in one round trip."""
 
     def parse(reply: list[bytes | None]) -> dict[str, str]:
-        return {name: text(v) for name, v in zip(DEAD_FIELDS, reply, strict=True) if v is not None}
+        return {name: shown(v) for name, v in zip(DEAD_FIELDS, reply, strict=True) if v is not None}
 
     return Call((), ("HMGET", keys.task(task_id), *DEAD_FIELDS), parse)
 
@@ -287,7 +291,7 @@ def read_row(keys: QueueKeys, task_id: str) -> Call[dict[str, str]]:
     """The fields of a task that a row shows ({} when it has no hash)."""
 
     def parse(reply: list[bytes | None]) -> dict[str, str]:
-        return {name: text(v) for name, v in zip(ROW_FIELDS, reply, strict=True) if v is not None}
+        return {name: shown(v) for name, v in zip(ROW_FIELDS, reply, strict=True) if v is not None}
 
     return Call((), ("HMGET", keys.task(task_id), *ROW_FIELDS), parse)
 
@@ -312,7 +316,7 @@ def read_fields(keys: QueueKeys, task_id: str, names: Sequence[str]) -> Call[lis
     return Call(
         (),
         ("HMGET", keys.task(task_id), *names),
-        lambda reply: [None if v is None else text(v) for v in reply],
+        lambda reply: [None if v is None else shown(v) for v in reply],
     )
 
 

@@ -47,6 +47,26 @@ def text(value: bytes | str | None) -> str:
     return value.decode("utf-8", "surrogateescape")
 
 
+def shown(value: bytes | str | None) -> str:
+    """A reply value decoded for reading (a page, a listing, a scrape): bytes that are not
+    UTF-8 become U+FFFD, as does a surrogate :func:`text` kept for them, so the text
+    encodes anywhere. Not for ids or names sent back to Redis: those keep their bytes."""
+    if value is None:
+        return ""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if value.isascii():
+        return value
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        try:
+            return value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+        except UnicodeEncodeError:  # (a surrogate that no byte made: made in Python)
+            return "".join("\ufffd" if "\ud800" <= c <= "\udfff" else c for c in value)
+    return value
+
+
 def number(value: bytes | str | int | None, default: int = 0) -> int:
     """An integer field of a reply, or ``default`` when it is missing or garbage."""
     if isinstance(value, int):
@@ -554,8 +574,8 @@ class PeriodicRead(NamedTuple):
 
 def _parse_periodic_read(reply: list[Any]) -> PeriodicRead:
     fields = reply[0]
-    record = {text(fields[i]): text(fields[i + 1]) for i in range(0, len(fields), 2)}
-    return PeriodicRead(record, text(reply[1]))
+    record = {text(fields[i]): shown(fields[i + 1]) for i in range(0, len(fields), 2)}
+    return PeriodicRead(record, shown(reply[1]))
 
 
 def read_periodic(keys: QueueKeys, job_type: str) -> Call[PeriodicRead]:
@@ -719,7 +739,8 @@ class BrowseReply(NamedTuple):
 
 def _parse_browse(reply: list[Any]) -> BrowseReply:
     score, last = text(reply[2]), text(reply[3])
-    rows = [BrowsedRow(*(text(v) for v in row)) for row in reply[4:]]
+    # (the id as stored, an address; the fields as read: not UTF-8 as U+FFFD)
+    rows = [BrowsedRow(text(row[0]), *(shown(v) for v in row[1:])) for row in reply[4:]]
     return BrowseReply(int(reply[0]), int(reply[1]), (score, last) if last else None, rows)
 
 

@@ -110,10 +110,21 @@ def client_options(address: Address, socket_timeout: float) -> dict[str, Any]:
 
 def _words(call: Call[Any], as_source: bool) -> tuple[Any, ...]:
     if call.script is None:
-        return tuple(call.args)
+        return _raw(call.args)
     if as_source:
-        return ("EVAL", call.script.source, len(call.keys), *call.keys, *call.args)
-    return ("EVALSHA", call.script.sha, len(call.keys), *call.keys, *call.args)
+        return ("EVAL", call.script.source, len(call.keys), *_raw(call.keys), *_raw(call.args))
+    return ("EVALSHA", call.script.sha, len(call.keys), *_raw(call.keys), *_raw(call.args))
+
+
+def _raw(words: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``words`` as redis-py can send them: a text that holds a surrogate (a queue name or an
+    id read back with surrogateescape, whose bytes are not UTF-8) as those bytes; redis-py
+    would fail to encode it (culex's own driver packs it so: drivers._pack_slowly)."""
+    if all(not isinstance(word, str) or word.isascii() for word in words):
+        return words
+    return tuple(
+        word.encode("utf-8", "surrogateescape") if isinstance(word, str) else word for word in words
+    )
 
 
 def _command(call: Call[Any]) -> str:

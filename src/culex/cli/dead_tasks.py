@@ -93,10 +93,13 @@ def _show_dead(tasks: list[DeadTask], queue: str) -> None:
         print(f"no dead tasks in {queue}")
         return
     columns = ("id", "type", "died at", "attempts", "reason")
-    cells = [
-        (t.id, t.type, local_time(t.died_at), str(t.attempt), one_line(t.error)) for t in tasks
-    ]
+    cells = [(t.id, t.type, _died(t), str(t.attempt), one_line(t.error)) for t in tasks]
     print_table(columns, [dict(zip(columns, row, strict=True)) for row in cells])
+
+
+def _died(task: DeadTask) -> str:
+    """When a dead task died; as stored (ms) when no datetime holds it."""
+    return f"{task.died_ms:.0f} ms" if task.died_at is None else local_time(task.died_at)
 
 
 def cancel_command(args: argparse.Namespace) -> int:

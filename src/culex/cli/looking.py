@@ -8,6 +8,7 @@ import json
 import time
 
 from .. import config
+from .._redis.operations import shown
 from ..codecs import moment
 from ..errors import CulexError
 from ..failures import AttemptError, attempt_errors
@@ -28,7 +29,7 @@ def queues_command(args: argparse.Namespace) -> int:
     for queue, row in counts.items():
         print(
             (
-                f"{queue:<30}"
+                f"{shown(queue):<30}"
                 + "".join(f"{row[s]:>10}" for s in states)
                 + f"{latency.get(queue, 0.0):>9.1f}s"
                 + f"  {steered.get(queue, '')}"
@@ -100,25 +101,29 @@ def task_command(args: argparse.Namespace) -> int:
     from ..task import Task
 
     settings = config.settings_for(args.redis_url)
-    record = Task(args.id, args.queue, settings.redis_url, prefix=settings.prefix).info()
+    try:  # (a bad queue name or id: checked before any I/O)
+        record = Task(args.id, args.queue, settings.redis_url, prefix=settings.prefix).info()
+    except (TypeError, ValueError) as exc:
+        raise CulexError(str(exc)) from None
     if not record:
         print(f"{args.queue}<{args.id}>: no such task (never enqueued, or expired)")
         return 1
     width = max(len(name) for name in record)
     for name, value in record.items():
-        shown = value
+        said = value
         if name in _TIMES and value.isdigit() and (when := moment(int(value))) is not None:
-            shown = f"{when.isoformat(timespec='milliseconds')} ({value})"
+            said = f"{when.isoformat(timespec='milliseconds')} ({value})"
         elif name == "progress":
             with contextlib.suppress(ValueError):  # (else shown as stored)
-                shown = f"{float(value):.0%} ({value})"
+                said = f"{float(value):.0%} ({value})"
         elif name == "errors" and (entries := attempt_errors(value)):
-            shown = _attempt_errors(entries).replace("\n", "\n" + " " * (width + 2))
+            said = _attempt_errors(entries).replace("\n", "\n" + " " * (width + 2))
         elif name in _JSON:
-            with contextlib.suppress(ValueError):  # (else shown as stored)
-                shown = json.dumps(json.loads(value), indent=2, ensure_ascii=False)
-            shown = shown.replace("\n", "\n" + " " * (width + 2))
-        print(f"{name:<{width}}  {shown}")
+            # (else shown as stored: not JSON, or nested too deep for Python's parser)
+            with contextlib.suppress(ValueError, RecursionError):
+                said = json.dumps(json.loads(value), indent=2, ensure_ascii=False)
+            said = said.replace("\n", "\n" + " " * (width + 2))
+        print(shown(f"{name:<{width}}  {said}"))
     return 0
 
 
@@ -131,18 +136,27 @@ def runners_command(args: argparse.Namespace) -> int:
     print(f"{len(found)} runner(s)")
     for runner in found:
         busy = len(runner["tasks"])
-        print(
+        print(shown(
             f"{runner['id']}  pid {runner['pid']}  queues {','.join(runner['queues'])}  "
-            f"busy {busy}/{runner['concurrency']}  up {(now_ms - runner['started']) / 1000:.0f} s"
-            f"  last beat {(now_ms - runner['beat']) / 1000:.1f} s ago  culex {runner['version']}"
-        )
+            f"busy {busy}/{runner['concurrency']}  up {_since(now_ms, runner['started'], '.0f')}"
+            f"  last beat {_since(now_ms, runner['beat'], '.1f')} ago  culex {runner['version']}"
+        ))  # fmt: skip
         for task in runner["tasks"]:
-            running_s = (now_ms - task.get("started", now_ms)) / 1000
-            print(
-                f"    {task.get('queue')}<{task.get('id')}> {task.get('job')} "
-                f"(attempt {task.get('attempt')}) for {running_s:.1f} s"
-            )
+            print(shown(
+                f"    {task['queue']}<{task['id']}> {task['job']} "
+                f"(attempt {task['attempt']}) for {_since(now_ms, task['started'], '.1f')}"
+            ))  # fmt: skip
     return 0
+
+
+def _since(now_ms: float, ms: float | None, style: str) -> str:
+    """How long ago a time a runner's record holds was: "12 s" ("-" when it holds none)."""
+    if not ms:
+        return "-"
+    try:
+        return f"{(now_ms - ms) / 1000:{style}} s"
+    except OverflowError:  # (an int of 400 digits)
+        return "-"
 
 
 # What a task's time in each state's set means, as the column of ``culex tasks`` says it.

@@ -121,5 +121,8 @@ def _periodic_time(seconds: float | None, timezone: str) -> str:
 
     if seconds is None:
         return "never"
-    when = EPOCH + timedelta(seconds=seconds)
-    return when.astimezone(zone_of(timezone)).strftime("%Y-%m-%d %H:%M:%S %Z")
+    try:
+        when = EPOCH + timedelta(seconds=seconds)
+        return when.astimezone(zone_of(timezone)).strftime("%Y-%m-%d %H:%M:%S %Z")
+    except (OverflowError, ValueError):  # (no datetime holds it: as stored)
+        return f"{seconds * 1000:.0f} ms"

@@ -4,21 +4,25 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    pass
+from .._redis.operations import shown
 
 
 def print_table(columns: Sequence[str], rows: list[dict[str, str]]) -> None:
-    """Columns padded to their widest cell, a header line first."""
+    """Columns padded to their widest cell, a header line first; each cell as :func:`shown`
+    reads it (a name or an id that is not UTF-8 cannot stop the command)."""
+    rows = [{c: shown(row[c]) for c in columns} for row in rows]
     widths = [max([len(c), *(len(row[c]) for row in rows)]) for c in columns]
     for line in [dict(zip(columns, columns, strict=True)), *rows]:
         print("  ".join(line[c].ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
 
 
 def local_time(moment: datetime) -> str:
-    return moment.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+    """A time in this machine's zone; a UTC time past 9999 there is shown in UTC."""
+    try:
+        return moment.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+    except OverflowError:
+        return moment.strftime("%Y-%m-%d %H:%M:%S %Z")
 
 
 def one_line(reason: str, width: int = 80) -> str:

@@ -14,7 +14,7 @@ from .._redis.keys import check_queue_name
 from ..errors import short
 from ..failures import attempt_errors
 from ..task import Task, check_id
-from . import listing
+from . import formatting, listing
 from .templating import path_for, render
 
 # Which actions each state allows.
@@ -110,11 +110,15 @@ async def dead(request: Request) -> Response:
     counts = await inspection.aqueue_counts(request.app.state.settings)
     chosen = request.query_params.get("queue")
     if chosen not in counts:
-        with_dead = [q for q, row in sorted(counts.items()) if row["dead"]]
-        chosen = with_dead[0] if with_dead else None
+        # (a queue whose name is not UTF-8 last: its page, at its name as shown, finds none)
+        with_dead = sorted(
+            (formatting.readable(q) != q, q) for q, row in counts.items() if row["dead"]
+        )
+        chosen = with_dead[0][1] if with_dead else None
     if chosen is None:
         return render(request, "dead.html", {"counts": counts, "page": "dead"})
-    url = path_for(request, "queue").include_query_params(queue=chosen, state="dead", from_dead=1)
+    shown = formatting.readable(chosen)
+    url = path_for(request, "queue").include_query_params(queue=shown, state="dead", from_dead=1)
     return RedirectResponse(str(url), status_code=303)
 
 
@@ -123,7 +127,8 @@ async def task(request: Request) -> Response:
     record = await addressed_task(request, name, task_id).ainfo()
     if not record:
         raise HTTPException(404, f"{name}<{task_id}>: no such task (never enqueued, or expired)")
-    times = [(field, record[field]) for field in TIMES if record.get(field, "").isdigit()]
+    # (a time as stored when no date holds it: formatting.date)
+    times = [(field, record[field]) for field in TIMES if record.get(field)]
     context = {"queue": name, "task_id": task_id, "record": record, "times": times}
     errors = attempt_errors(record.get("errors"))[::-1]  # (newest first)
     return render(
@@ -178,6 +183,12 @@ async def metrics(request: Request) -> Response:
 async def not_found(request: Request, exc: Exception) -> Response:
     detail = exc.detail if isinstance(exc, HTTPException) else "not found"
     return render(request, "missing.html", {"detail": detail, "page": ""}, status=404)
+
+
+async def refused(request: Request, exc: Exception) -> Response:
+    """A read Redis refused (down, or a key of another type where culex keeps a hash or a
+    set, as another program may have written it): a 503 that says why, not a bare 500."""
+    return render(request, "refused.html", {"detail": str(exc), "page": ""}, status=503)
 
 
 async def _search_id(request: Request, name: str, query: listing.Query) -> Response:

@@ -22,6 +22,9 @@ def templates() -> Jinja2Templates:
         loader=jinja2.FileSystemLoader(HERE / "templates"),
         autoescape=True,  # every page, every value: nothing a task carries is marked safe
         undefined=jinja2.StrictUndefined,
+        # (every value as a page can hold it: bytes a producer wrote that are not UTF-8 are
+        # shown as U+FFFD, never a page that fails to encode)
+        finalize=formatting.readable,
     )
     env.filters.update(
         date=formatting.date,
@@ -45,9 +48,18 @@ def path_for(request: Request, name: str, **params: str) -> URL:
     return URL(request.scope.get("root_path", "").rstrip("/") + str(inner))
 
 
+class _ReadableURL(URL):
+    """A URL whose query takes any text a record holds (formatting.readable): a queue name
+    or an id that is not UTF-8 links to its name as shown, not to a page that fails."""
+
+    def include_query_params(self, **params: Any) -> URL:
+        readable = {name: formatting.readable(value) for name, value in params.items()}
+        return URL(str(super().include_query_params(**readable)))
+
+
 @jinja2.pass_context
 def _url_for(context: dict[str, Any], name: str, /, **params: str) -> URL:
-    return path_for(context["request"], name, **params)
+    return _ReadableURL(str(path_for(context["request"], name, **params)))
 
 
 def render(request: Request, name: str, context: dict[str, Any], status: int = 200) -> Response:

@@ -9,7 +9,8 @@
 -- KEYS[1] the state's zset  <prefix>:{<queue>}:waiting, :scheduled, :pending or :dead
 -- KEYS[2] task key prefix   <prefix>:{<queue>}:task:
 -- ARGV[1] order             "asc" (lowest score first: oldest) or "desc" (newest first)
--- ARGV[2] after_score       the cursor's score (a finite number), or "" for the first page
+-- ARGV[2] after_score       the cursor's score (a finite number, or inf or -inf, which an
+--                           older producer may have stored), or "" for the first page
 -- ARGV[3] after_id          the cursor's id ("" with no cursor)
 -- ARGV[4] limit             rows at most (> 0; this and the other counts whole numbers, at
 --                           most 2^42 - 1: include/numbers.lua)
@@ -65,10 +66,12 @@ local limit = argv_whole('browse', 4, 'limit', 1, MOST)
 local examine = argv_whole('browse', 5, 'examine', 1, MOST)
 local cut = argv_whole('browse', 7, 'cut', 1, MOST)
 local after = ARGV[2] ~= '' and tonumber(ARGV[2])
-if (ARGV[1] ~= 'asc' and ARGV[1] ~= 'desc')
-    or (ARGV[2] ~= '' and not (after and after == after and math.abs(after) < math.huge)) then
+-- (inf and -inf too: a score an older producer stored, which a page must be able to pass)
+local infinite = ARGV[2] == 'inf' or ARGV[2] == '-inf' or ARGV[2] == '+inf'
+if (ARGV[1] ~= 'asc' and ARGV[1] ~= 'desc') or (ARGV[2] ~= '' and not infinite
+    and not (after and after == after and math.abs(after) < math.huge)) then
   return redis.error_reply('ERR browse: ARGV[1] order must be asc or desc, ARGV[2] after_score '
-    .. '"" or a finite number')
+    .. '"", a finite number, inf or -inf')
 end
 local set, job = KEYS[1], ARGV[6]
 
