@@ -393,9 +393,10 @@ def _parse_pairs(reply: list[bytes]) -> list[tuple[str, str]]:
 
 
 def reclaim(
-    keys: QueueKeys, *, limit: int, dead_ttl_ms: int, dead_max: int
+    keys: QueueKeys, *, limit: int, dead_ttl_ms: int, dead_max: int, max_stalls: int = 3
 ) -> Call[list[tuple[str, str]]]:
-    """Expired leases become failed attempts: (id, "waiting", "scheduled" or "dead")."""
+    """Expired leases are stalls, counted apart from retries: (id, "waiting", "scheduled"
+    or "dead"); dead past ``max_stalls`` (the setting's default, 3, is reclaim.lua's)."""
     return Call(
         (
             keys.pending,
@@ -412,7 +413,7 @@ def reclaim(
             keys.groups_prefix,
             keys.cancels,
         ),
-        (limit, dead_ttl_ms, dead_max),
+        (limit, dead_ttl_ms, dead_max, max_stalls),
         _parse_pairs,
         scripts.RECLAIM,
     )

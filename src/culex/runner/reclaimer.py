@@ -1,4 +1,5 @@
-"""The reclaimer: turns the expired leases of lost runners into failed attempts.
+"""The reclaimer: sends tasks whose lease expired (a stall) back to waiting, or to dead past
+max_stalls.
 
 Every runner runs one over its own queues; reclaim.lua decides, with the server's clock,
 which leases have expired, so two runners reclaiming the same queue do no harm.
@@ -52,6 +53,7 @@ class Reclaimer:
                 limit=RECLAIM_LIMIT,
                 dead_ttl_ms=self.settings.failed_job_ttl_ms,
                 dead_max=self.settings.dead_max,
+                max_stalls=self.settings.max_stalls,
             )
             for q in self.queues
         ]
@@ -64,7 +66,7 @@ class Reclaimer:
             if isinstance(reclaimed, list):
                 for task_id, state in reclaimed:
                     logger.warning(
-                        "task %s<%s> lost its runner (lease expired), now %s",
+                        "task %s<%s> stalled (its lease expired: runner lost), now %s",
                         queue,
                         task_id,
                         state,

@@ -13,7 +13,8 @@
 -- ARGV[2..] ids           the ids to retry; none: the oldest `limit` ids in dead
 -- Returns: {retried, skipped}: two arrays of ids. An id is retried when it is in dead and
 --          its hash says state "dead": it leaves dead, its hash is persisted, state
---          "waiting", retry_count 0, retried_at and due_at = now, finished_at removed
+--          "waiting", retry_count 0, retried_at and due_at = now, finished_at and stalls
+--          removed
 --          (last_error, failed_at, attempt and priority are kept), and it is added to
 --          waiting, ready now at its priority (include/priority.lua). Its dedupe key is not
 --          taken again: the key was freed when it died, and may name another task now. Any other id is skipped and changes nothing, except an id in dead
@@ -127,7 +128,7 @@ for _, id in ipairs(ids) do
     redis.call('PERSIST', key)
     redis.call('HSET', key, 'state', 'waiting', 'retry_count', 0, 'retried_at', now,
       'due_at', now)
-    redis.call('HDEL', key, 'finished_at')
+    redis.call('HDEL', key, 'finished_at', 'stalls')
     make_ready(KEYS[2], KEYS[5], id, waiting_score(now, f[2]), f[3], t[1] * 1000000 + t[2])
     retried[#retried + 1] = id
   end
