@@ -88,6 +88,8 @@ class Runner:
         self._slot_freed = asyncio.Event()
         self._reports: list[Outcome] = []  # the reporter's outbox
         self._report_ready = asyncio.Event()
+        self._reports_landed = asyncio.Event()  # clear while reports wait for the server
+        self._reports_landed.set()
         self._keeper: LeaseKeeper | None = None
         self._claimer: Claimer | None = None
         self._pool = _Pool(self.settings.concurrency)
@@ -215,8 +217,11 @@ class Runner:
             running=self._running,
             slot_freed=self._slot_freed,
             stopping=self._stopping,
+            reports_landed=self._reports_landed,
         )
-        reporter = Reporter(self.settings, driver, keeper, self._reports, self._report_ready)
+        reporter = Reporter(
+            self.settings, driver, keeper, self._reports, self._report_ready, self._reports_landed
+        )
         reclaimer = Reclaimer(self.settings, driver, self.queues)
         watcher = CancelWatcher(self.settings, driver, self._held, self._cancel)
         helpers = [

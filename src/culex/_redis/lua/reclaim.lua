@@ -1,3 +1,4 @@
+#!lua
 -- reclaim: pending tasks whose lease has expired stalled: their runner was lost, or never
 -- got the task (a claim's reply lost on the way), or could not renew the lease for that
 -- long. A stall is not a failed attempt: the task may never have run. It counts in the

@@ -1,3 +1,4 @@
+#!lua
 -- retry_dead: put dead tasks back in waiting, with their retries restored. A retried task
 -- goes to the back of the line (ready now) and must no longer expire. Its `attempt` is
 -- kept: attempt numbers only grow, so a report from a run before its death stays refused.
