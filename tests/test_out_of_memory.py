@@ -16,8 +16,9 @@ import redis
 
 import culex
 from culex import config
+from culex._redis.keys import queue_keys
 
-from .conftest import await_until, private_tcp_server, running, server_ms, snapshot
+from .conftest import await_until, members, private_tcp_server, running, server_ms, snapshot
 
 LEASE = 1.0
 SLOTS = 5
@@ -117,3 +118,48 @@ async def test_tasks_that_succeed_end_succeeded_after_an_outage_of_memory(
         assert info["state"] == "succeeded", info
         assert (info["retry_count"], info["attempt"], info.get("stalls")) == ("0", "1", None)
     assert "the outcomes are reported: claiming again" in caplog.text
+
+
+class BulkyJob(culex.QueuedJob):
+    queue = "bulky"
+    text: str
+
+
+def test_a_batch_stored_in_part_says_which_and_is_sent_again_without_duplicates(
+    own_server: redis.Redis,
+) -> None:
+    """The server runs out of memory in the middle of an enqueue_many: the error names
+    the tasks stored and those not, and the same batch sent again (same ids) stores each
+    task once."""
+    r = own_server
+    jobs = [BulkyJob(text=f"{n:05d}" + "x" * 10_000) for n in range(500)]  # 5 MB in all
+    ids = [f"bulk-{n}" for n in range(500)]
+    used = int(r.info("memory")["used_memory"])
+    r.config_set("maxmemory", used + 2_000_000)  # room for about 200 of them
+    with pytest.raises(culex.EnqueueManyError) as raised:
+        culex.enqueue_many(jobs, ids=ids)
+    error = raised.value
+    assert error.stored and error.failed, str(error)
+    assert sorted(error.stored_ids + error.failed_ids) == sorted(ids)
+    assert [job for _, job in error.failed] == [jobs[ids.index(i)] for i in error.failed_ids]
+    keys = queue_keys("culex", "bulky")
+    assert sorted(members(r, keys.waiting)) == sorted(error.stored_ids)  # exactly those
+    assert all(r.exists(keys.task(i)) == 0 for i in error.failed_ids)  # refused whole
+    assert "not stored: " + error.failed_ids[0] in str(error)
+    r.config_set("maxmemory", 0)  # memory is back
+    tasks = culex.enqueue_many(jobs, ids=ids)  # the same batch again
+    assert [t.id for t in tasks] == ids
+    assert sorted(members(r, keys.waiting)) == sorted(ids)
+    for task_id, job in zip(ids, jobs, strict=True):
+        assert r.hget(keys.task(task_id), "params") == job.params_json().encode()
+
+
+def test_enqueue_many_checks_its_ids_before_it_sends(own_server: redis.Redis) -> None:
+    jobs = [BulkyJob(text="a"), BulkyJob(text="b")]
+    with pytest.raises(ValueError, match="2 jobs"):
+        culex.enqueue_many(jobs, ids=["one"])
+    with pytest.raises(ValueError, match="twice"):
+        culex.enqueue_many(jobs, ids=["one", "one"])
+    with pytest.raises(TypeError, match="list of str"):
+        culex.enqueue_many(jobs, ids="ab")
+    assert own_server.dbsize() == 0
