@@ -109,6 +109,10 @@ async def test_tasks_that_succeed_end_succeeded_after_an_outage_of_memory(
             )
             assert queue_state(r) == before  # every write refused whole: nothing half-done
             assert len(SteadyJob.runs) == SLOTS  # nothing claimed during the outage
+            # nor even asked for, once a report was refused (but a claim already in flight)
+            held = next(i for i, rec in enumerate(caplog.records) if "no more" in rec.message)
+            claims = [rec for rec in caplog.records[held:] if rec.module == "claimer"]
+            assert len(claims) <= 1, [rec.message for rec in claims]
             give_it_back(r)
             results = [await task.aresult(timeout=30) for task in tasks]
     assert results == list(range(TASKS))
