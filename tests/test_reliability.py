@@ -162,6 +162,25 @@ async def test_a_task_that_stalls_every_time_ends_dead_after_max_stalls(r: redis
         await task.aresult(timeout=1)
 
 
+def test_a_job_class_checks_its_max_stalls() -> None:
+    with pytest.raises(ValueError, match="max_stalls must be >= 0"):
+
+        class Negative(culex.QueuedJob):
+            max_stalls = -1
+
+    with pytest.raises(TypeError, match="max_stalls must be an int"):
+
+        class Text(culex.QueuedJob):
+            max_stalls = "2"  # type: ignore[assignment]
+
+    class Own(culex.QueuedJob):
+        queue = "own_stalls"
+        max_stalls = 0
+
+    assert culex.registry.own_stalls("own_stalls") == {"Own": 0}
+    culex.registry.remove(Own)
+
+
 def test_the_keeper_says_when_it_could_not_renew(
     r: redis.Redis, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

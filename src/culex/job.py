@@ -94,6 +94,8 @@ class Job:
     # An attribute, or a method taking the retry count: may this task run again?
     rescheduleable: ClassVar[bool] = True
     lease: ClassVar[float | timedelta | None] = None  # None: the runner's lease setting
+    # how many stalls (expired leases) a task outlives; None: the runner's max_stalls setting
+    max_stalls: ClassVar[int | None] = None
     timeout: ClassVar[float | timedelta | None] = None  # a time limit per attempt
     # how long a returned value is kept; None: the result_ttl setting; 0: successful_job_ttl
     result_ttl: ClassVar[float | timedelta | None] = None
@@ -462,6 +464,11 @@ def _check_policy(cls: type[Job]) -> None:
         )
     if cls.isolation == "process" and inspect.iscoroutinefunction(cls.perform):
         raise TypeError(f'{name}: isolation = "process" is for a sync perform, not async def')
+    stalls = cls.max_stalls
+    if stalls is not None and (isinstance(stalls, bool) or not isinstance(stalls, int)):
+        raise TypeError(f"{name}.max_stalls must be an int or None, got {short(stalls)}")
+    if stalls is not None and stalls < 0:
+        raise ValueError(f"{name}.max_stalls must be >= 0, got {stalls}")
     for attr in ("lease", "timeout"):
         value = getattr(cls, attr)
         if value is not None:

@@ -299,6 +299,26 @@ def test_reclaim_counts_stalls_apart_from_retries(r: redis.Redis) -> None:
     assert r.hget(K.task("bury"), "stalls") is None
 
 
+def test_a_job_type_with_its_own_max_stalls_takes_it_over_the_runners(r: redis.Redis) -> None:
+    d = drive(r)
+    put(d, "plain")
+    d.run(
+        operations.enqueue(K, "fragile", "FragileJob", "{}", due_ms=None, delay_ms=0, max_retries=4)
+    )
+    claim(d, lease_ms=0)  # both leases run out at once
+    call = operations.reclaim(
+        K, limit=10, dead_ttl_ms=DAY_MS, dead_max=10, max_stalls=3, own_stalls={"FragileJob": 0}
+    )
+    moved = d.run(call)
+    assert dict(moved) == {"plain": "waiting", "fragile": "dead"}
+    reason = r.hget(K.task("fragile"), "last_error")
+    assert reason == b"lease expired (runner lost): stall 1, past max_stalls (0)"
+    odd = operations.reclaim(K, limit=10, dead_ttl_ms=DAY_MS, dead_max=10)
+    with pytest.raises(ServerError, match="pairs"):  # a type without its number: no write
+        odd_args: operations.Call[Any] = odd._replace(args=(*odd.args, "FragileJob"))
+        d.run(odd_args)
+
+
 def test_fail_reclaim_and_cancel_write_the_same_dead_record_and_trim_dead_alike(
     r: redis.Redis,
 ) -> None:

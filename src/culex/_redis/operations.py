@@ -8,7 +8,7 @@ it, so no operation is written twice.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, NamedTuple, TypeVar
 
@@ -393,10 +393,18 @@ def _parse_pairs(reply: list[bytes]) -> list[tuple[str, str]]:
 
 
 def reclaim(
-    keys: QueueKeys, *, limit: int, dead_ttl_ms: int, dead_max: int, max_stalls: int = 3
+    keys: QueueKeys,
+    *,
+    limit: int,
+    dead_ttl_ms: int,
+    dead_max: int,
+    max_stalls: int = 3,
+    own_stalls: Mapping[str, int] | None = None,
 ) -> Call[list[tuple[str, str]]]:
     """Expired leases are stalls, counted apart from retries: (id, "waiting", "scheduled"
-    or "dead"); dead past ``max_stalls`` (the setting's default, 3, is reclaim.lua's)."""
+    or "dead"); dead past ``max_stalls`` (the setting's default, 3, is reclaim.lua's), or
+    past its job type's own bound in ``own_stalls``."""
+    bounds: list[Arg] = [x for pair in (own_stalls or {}).items() for x in pair]
     return Call(
         (
             keys.pending,
@@ -413,7 +421,7 @@ def reclaim(
             keys.groups_prefix,
             keys.cancels,
         ),
-        (limit, dead_ttl_ms, dead_max, max_stalls),
+        (limit, dead_ttl_ms, dead_max, max_stalls, *bounds),
         _parse_pairs,
         scripts.RECLAIM,
     )

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from .. import config
 from .._redis import operations
@@ -29,11 +29,17 @@ class Reclaimer:
     all in one round trip. A pass that fails is not repeated: the next one comes anyway."""
 
     def __init__(
-        self, settings: config.Settings, driver: AsyncDriverProtocol, queues: Iterable[str]
+        self,
+        settings: config.Settings,
+        driver: AsyncDriverProtocol,
+        queues: Iterable[str],
+        own_stalls: Mapping[str, Mapping[str, int]] | None = None,
     ) -> None:
         self.settings = settings
         self.driver = driver
         self.queues = list(queues)
+        # By queue: the job types whose classes set their own max_stalls, with it.
+        self.own_stalls = own_stalls or {}
 
     async def run(self, stop: asyncio.Event) -> None:
         """Until ``stop`` is set: wait a pass's interval, then reclaim."""
@@ -54,6 +60,7 @@ class Reclaimer:
                 dead_ttl_ms=self.settings.failed_job_ttl_ms,
                 dead_max=self.settings.dead_max,
                 max_stalls=self.settings.max_stalls,
+                own_stalls=self.own_stalls.get(q),
             )
             for q in self.queues
         ]

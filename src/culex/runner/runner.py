@@ -222,7 +222,8 @@ class Runner:
         reporter = Reporter(
             self.settings, driver, keeper, self._reports, self._report_ready, self._reports_landed
         )
-        reclaimer = Reclaimer(self.settings, driver, self.queues)
+        own_stalls = {q: self.jobs.own_stalls(q) for q in self.queues}
+        reclaimer = Reclaimer(self.settings, driver, self.queues, own_stalls)
         watcher = CancelWatcher(self.settings, driver, self._held, self._cancel)
         helpers = [
             asyncio.create_task(reporter.run(), name="culex-reporter"),

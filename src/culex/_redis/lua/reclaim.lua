@@ -38,6 +38,8 @@
 -- ARGV[3] dead_max
 -- ARGV[4] max_stalls     optional: how many stalls a task outlives (default 3; 0: the
 --        first stall sends it to dead)
+-- ARGV[5..] pairs         optional: job type, max_stalls of that type's own (a job class
+--        that sets its own bound); a task of another type takes ARGV[4]
 -- Returns: {id, outcome, id, outcome, ...} with outcome "waiting", "scheduled" or "dead".
 --          A task key that holds another type is renamed to <key>:wrongtype and its id
 --          goes to dead as a broken task (as in claim). A task that runs again goes back
@@ -311,6 +313,13 @@ local max_stalls = tonumber(ARGV[4] or 3)
 if not (limit and ttl and dead_max and max_stalls) then  -- (before any write)
   return redis.error_reply('ERR reclaim: ARGV[1] to ARGV[4] must be numbers')
 end
+local own = {}  -- job type -> its own max_stalls
+for i = 5, #ARGV, 2 do
+  own[ARGV[i]] = tonumber(ARGV[i + 1])
+  if not own[ARGV[i]] then  -- (before any write)
+    return redis.error_reply('ERR reclaim: ARGV[5..] must be pairs of a job type and a number')
+  end
+end
 if not KEYS[9] then
   return redis.error_reply('ERR reclaim takes 9 keys: the counters prefix is KEYS[9]')
 end
@@ -343,8 +352,9 @@ for i, id in ipairs(ids) do
     stalls = (tonumber(f[10]) or 0) + 1
     if f[9] then
       why = f[9]
-    elseif f[3] ~= '1' and stalls > max_stalls then
-      why = reason .. ': stall ' .. stalls .. ', past max_stalls (' .. max_stalls .. ')'
+    elseif f[3] ~= '1' and stalls > (own[f[4] or ''] or max_stalls) then
+      why = reason .. ': stall ' .. stalls .. ', past max_stalls ('
+        .. (own[f[4] or ''] or max_stalls) .. ')'
     elseif f[3] ~= '1' then
       ends = false
     end
