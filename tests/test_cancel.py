@@ -232,7 +232,8 @@ def test_reclaim_buries_a_task_whose_runner_is_gone_before_it_could_cancel_it(
     assert sorted(reclaimed) == [("orphan", "dead"), ("other", "waiting")]
     after = r.hgetall(K.task("orphan"))
     assert after[b"state"] == b"dead" and after[b"last_error"] == b"cancelled: stop it"
-    assert b"cancel_requested" not in after and after[b"retry_count"] == b"1"
+    assert b"cancel_requested" not in after and after[b"retry_count"] == b"0"
+    assert after[b"stalls"] == b"1"  # (a stall, not a failed attempt)
     assert r.exists(K.cancels) == 0
     assert counted(r, "CalledOffJob") == {"d": 1, "f": 1}  # "other" failed, to run again
     stale = next(t for t in lost if t.id == "orphan")

@@ -230,9 +230,8 @@ def test_a_report_from_before_the_retry_is_refused(r: redis.Redis) -> None:
     put(d, "t", max_retries=0)
     [lost] = claim(d)
     r.zadd(K.pending, {"t": 1})  # its lease ran out while the runner still worked
-    assert d.run(operations.reclaim(K, limit=10, dead_ttl_ms=DAY_MS, dead_max=10)) == [
-        ("t", "dead")
-    ]
+    reclaim = operations.reclaim(K, limit=10, dead_ttl_ms=DAY_MS, dead_max=10, max_stalls=0)
+    assert d.run(reclaim) == [("t", "dead")]
     assert culex.Task("t", K.name).retry()
     late = [("t", lost.attempt, '"late"', 5000)]
     assert d.run(operations.complete(K, late)) == [("t", lost.attempt)]  # refused while waiting

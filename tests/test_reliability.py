@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import sys
@@ -23,6 +24,7 @@ from culex._redis.keys import queue_keys
 from culex._redis.operations import Claimed
 from culex.embedded import EmbeddedServer
 from culex.runner.lease import LeaseKeeper
+from culex.runner.reclaimer import Reclaimer
 from culex.server_binary import binary_version, server_binary
 
 from .conftest import (
@@ -107,25 +109,76 @@ async def test_a_job_class_lease_overrides_the_setting(r: redis.Redis) -> None:
 
 class OnceJob(culex.QueuedJob):
     queue = "crashed"
+    max_retries = 0  # a stall must not spend a retry: none is left to spend
 
     async def perform(self) -> int:
         return self.attempt
 
 
-async def test_a_lost_runners_task_runs_again_as_a_failed_attempt(r: redis.Redis) -> None:
+async def test_a_claim_whose_reply_was_lost_runs_after_its_lease_without_a_retry(
+    r: redis.Redis,
+) -> None:
+    """The claim took the task, but its reply never reached a runner (lost on the way):
+    after the lease the task runs and succeeds, though it had no retry to spend."""
     culex.configure(lease=0.3)
     keys = queue_keys("culex", "crashed")
     task = await OnceJob().aenqueue()
     driver = await connection.async_driver()
-    # a runner claims the task, then dies without a word
-    await driver.run(
+    await driver.run(  # the reply is thrown away
         operations.claim(keys, limit=1, lease_ms=300, promote_limit=0, dead_ttl_ms=1000)
     )
     async with running(culex.Runner(run_from=["crashed"])):
         assert await task.aresult(timeout=20) == 2
     info = await task.ainfo()
-    assert info["retry_count"] == "1"
-    assert info["last_error"] == "lease expired (runner lost)"
+    assert info["state"] == "succeeded" and info["retry_count"] == "0"
+    assert info["stalls"] == "1" and "last_error" not in info
+
+
+def ended(r: redis.Redis, deadline: float) -> bool:
+    return server_ms(r) > deadline
+
+
+async def test_a_task_that_stalls_every_time_ends_dead_after_max_stalls(r: redis.Redis) -> None:
+    """Every claim of it is lost (as a task that kills its runner each time): the stall
+    past max_stalls (the setting, read by the runner's reclaimer) sends it to dead."""
+    culex.configure(max_stalls=2)
+    settings = config.settings()
+    keys = queue_keys("culex", "crashed")
+    task = await OnceJob().aenqueue()
+    driver = await connection.async_driver()
+    reclaimer = Reclaimer(settings, driver, ["crashed"])
+    for stall in (1, 2, 3):
+        r.zadd(keys.scheduled, {task.id: 0}, xx=True)  # (its back-off, skipped)
+        claim = operations.claim(keys, limit=1, lease_ms=1, promote_limit=10, dead_ttl_ms=1000)
+        assert [c.id for c in (await driver.run(claim)).tasks] == [task.id]
+        lease_end = r.zscore(keys.pending, task.id) or 0
+        await await_until(functools.partial(ended, r, lease_end), what="the 1 ms lease to end")
+        await reclaimer.reclaim()
+        info = await task.ainfo()
+        assert info["stalls"] == str(stall) and info["retry_count"] == "0"
+        assert info["state"] == ("dead" if stall == 3 else "waiting" if stall == 1 else "scheduled")
+    assert info["last_error"] == "lease expired (runner lost): stall 3, past max_stalls (2)"
+    with pytest.raises(culex.TaskFailed, match="past max_stalls"):
+        await task.aresult(timeout=1)
+
+
+def test_a_job_class_checks_its_max_stalls() -> None:
+    with pytest.raises(ValueError, match="max_stalls must be >= 0"):
+
+        class Negative(culex.QueuedJob):
+            max_stalls = -1
+
+    with pytest.raises(TypeError, match="max_stalls must be an int"):
+
+        class Text(culex.QueuedJob):
+            max_stalls = "2"  # type: ignore[assignment]
+
+    class Own(culex.QueuedJob):
+        queue = "own_stalls"
+        max_stalls = 0
+
+    assert culex.registry.own_stalls("own_stalls") == {"Own": 0}
+    culex.registry.remove(Own)
 
 
 def test_the_keeper_says_when_it_could_not_renew(

@@ -472,10 +472,9 @@ async def _dead_by_fail(r: redis.Redis, d: SyncDriverProtocol) -> str:
 async def _dead_by_reclaim(r: redis.Redis, d: SyncDriverProtocol) -> str:
     claim(d)
     r.zadd(W.pending, {"t": 1})  # its lease ran out long ago
-    assert d.run(operations.reclaim(W, limit=10, dead_ttl_ms=DAY_MS, dead_max=10)) == [
-        ("t", "dead")
-    ]
-    return "lease expired (runner lost)"
+    reclaim = operations.reclaim(W, limit=10, dead_ttl_ms=DAY_MS, dead_max=10, max_stalls=0)
+    assert d.run(reclaim) == [("t", "dead")]
+    return "lease expired (runner lost): stall 1, past max_stalls (0)"
 
 
 async def _dead_by_cancel(r: redis.Redis, d: SyncDriverProtocol) -> str:

@@ -8,6 +8,7 @@
 
 from .config import Settings, configure, settings
 from .dead import DeadTask, adead_tasks, aretry_dead, dead_tasks, retry_dead
+from .enqueue import EnqueueManyError
 from .errors import (
     ConfigurationError,
     CulexError,
@@ -38,6 +39,7 @@ __all__ = [
     "ConfigurationError",
     "CulexError",
     "DeadTask",
+    "EnqueueManyError",
     "Job",
     "JobFailure",
     "JobRegistry",

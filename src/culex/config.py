@@ -37,6 +37,9 @@ class Settings:
     run_from: tuple[str, ...] = ()
     strict_queues: bool = False  # ask the queues in run_from's order, not in turns
     lease: float = 30.0  # how long a runner may hold a task without a heartbeat
+    # how many times a task's lease may run out (a stall: its runner lost, or the claim's
+    # reply) before it goes to dead; counted apart from max_retries
+    max_stalls: int = 3
     concurrency: int = 10
     prefix: str = "culex"
     grace_period: float = 25.0  # how long a stopping runner waits for running tasks
@@ -85,8 +88,12 @@ def seconds(value: object, name: str, *, minimum: float = 0.0) -> float:
 
 
 def _positive_int(value: object, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigurationError(f"{name} must be a whole number >= 1, got {short(value)}")
+    return _whole(value, name, 1)
+
+
+def _whole(value: object, name: str, least: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ConfigurationError(f"{name} must be a whole number >= {least}, got {short(value)}")
     return value
 
 
@@ -235,6 +242,7 @@ _CHECKS: dict[str, Callable[[object, str], Any]] = {
     "run_from": _queues,
     "strict_queues": _flag,
     "lease": lambda v, n: seconds(v, n, minimum=0.1),
+    "max_stalls": lambda v, n: _whole(v, n, 0),
     "concurrency": _positive_int,
     "prefix": _prefix,
     "grace_period": seconds,

@@ -7,6 +7,7 @@ Described once as a flow (no I/O); ``flow.run_sync`` and ``flow.run_async`` driv
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -17,7 +18,7 @@ from ._redis.keys import queue_keys, queues_key
 from ._redis.operations import Call, Enqueued
 from ._redis.priority import check_delay_ms, check_ready_ms
 from .compatibility import warn_of_older
-from .errors import ConfigurationError, ServerError
+from .errors import ConfigurationError, ServerError, short
 from .flow import Flow
 from .task import Task, check_id, new_id
 
@@ -68,6 +69,64 @@ def check_group(group: object) -> str:
     return group
 
 
+class EnqueueManyError(ServerError):
+    """``enqueue_many`` stored part of a batch (the server refused a write, or could not be
+    reached). ``stored``: the tasks stored (or already there under their id), in order;
+    ``failed``: ``(id, job)`` of each task not known to be stored, in order: it may or may
+    not be there. Enqueue them again with ``ids=`` (or the whole batch with the same ids):
+    a stored id is never stored twice."""
+
+    def __init__(
+        self, cause: ServerError, stored: list[Task], failed: list[tuple[str, QueuedJob]]
+    ) -> None:
+        ids = ", ".join(task_id for task_id, _ in failed[:3])
+        more = f" and {len(failed) - 3} more" if len(failed) > 3 else ""
+        super().__init__(
+            f"enqueue_many stored {len(stored)} of {len(stored) + len(failed)} tasks; not "
+            f"stored: {ids[:300]}{more} (send them again with the same ids): {cause}"
+        )
+        self.stored = stored
+        self.failed = failed
+
+    @property
+    def stored_ids(self) -> list[str]:
+        return [task.id for task in self.stored]
+
+    @property
+    def failed_ids(self) -> list[str]:
+        return [task_id for task_id, _ in self.failed]
+
+
+@dataclass
+class Batch:
+    """The ids of an ``enqueue_many`` batch, drawn or given, and which of them are stored
+    so far (filled as the replies come in; read when a round trip fails)."""
+
+    ids: list[str]
+    given: bool
+    stored: dict[int, Task] = field(default_factory=dict)  # by the job's place
+
+    @classmethod
+    def of(cls, jobs: Sequence[QueuedJob], ids: Sequence[str] | None) -> Batch:
+        if ids is None:
+            return cls([new_id() for _ in jobs], False)
+        if isinstance(ids, str) or not isinstance(ids, Sequence):
+            raise TypeError(f"ids= must be a list of str, one per job, got {short(ids)}")
+        if len(ids) != len(jobs):
+            raise ValueError(f"ids= has {len(ids)} ids for {len(jobs)} jobs: one per job")
+        checked = [check_id(task_id) for task_id in ids]
+        if len(set(checked)) != len(checked):
+            twice = next(i for i in checked if checked.count(i) > 1)
+            raise ValueError(f"ids= names {short(twice)} twice: one task per id")
+        return cls(checked, True)
+
+    def error(self, jobs: Sequence[QueuedJob], cause: ServerError) -> EnqueueManyError:
+        """What was stored and what was not, when ``cause`` ended the batch."""
+        stored = [self.stored[i] for i in sorted(self.stored)]
+        failed = [(self.ids[i], job) for i, job in enumerate(jobs) if i not in self.stored]
+        return EnqueueManyError(cause, stored, failed)
+
+
 class FlowControl(NamedTuple):
     """What one enqueue asks beyond the job: a priority for every task (None: each job's
     class's), a dedupe key (only for one task; "" for none), a group ("" for none)."""
@@ -86,9 +145,11 @@ def enqueue_flow(
     priority: int | None = None,
     dedupe_key: str | None = None,
     group: str | None = None,
+    batch: Batch | None = None,
 ) -> Flow[list[Task]]:
     """Enqueue ``jobs``; the flow's value is their tasks, in order. ``priority`` overrides
-    each job's class's; ``dedupe_key`` takes one job; ``group``: every task's group."""
+    each job's class's; ``dedupe_key`` takes one job; ``group``: every task's group;
+    ``batch``: the jobs' ids, and where the stored ones are noted as their replies come."""
     control = FlowControl(
         None if priority is None else check_priority(priority),
         "" if dedupe_key is None else check_dedupe_key(dedupe_key),
@@ -97,7 +158,7 @@ def enqueue_flow(
     if control.dedupe_key and len(jobs) != 1:
         raise TypeError("dedupe_key= names one task: enqueue one job with it")
     with tracing.producing(jobs) as producing:  # made inside a span: a span of its own
-        tasks = yield from _enqueue(jobs, delay, at, task_id, producing.field, control)
+        tasks = yield from _enqueue(jobs, delay, at, task_id, producing.field, control, batch)
         producing.sent(tasks)
     if control.group:  # (at most once a minute per queue: compatibility.py)
         queues = list(dict.fromkeys(job.queue for job in jobs))
@@ -117,12 +178,15 @@ def _enqueue(
     task_id: str | None,
     trace: str,
     control: FlowControl,
+    batch: Batch | None = None,
 ) -> Flow[list[Task]]:
     settings = config.settings()
     due_ms, delay_ms = when(delay, at)
     given = None if task_id is None else check_id(task_id)
+    batch = batch or Batch([given or new_id() for _ in jobs], given is not None)
     calls = [
-        _call(job, settings, due_ms, delay_ms, given or new_id(), trace, control) for job in jobs
+        _call(job, settings, due_ms, delay_ms, task_id, trace, control)
+        for job, task_id in zip(jobs, batch.ids, strict=True)
     ]
     new_queues = [
         q
@@ -134,20 +198,27 @@ def _enqueue(
     confirm = (yield from _confirmation(settings)) if settings.durable_enqueue else None
     if len(calls) == 1 and not first and confirm is None:
         outcome = yield calls[0]  # the common case: one command, no pipeline
-        if outcome.existed and task_id is None:
+        if outcome.existed and not batch.given:
             outcome = yield from _redraw(
                 jobs[0], settings, due_ms, delay_ms, confirm, trace, control
             )
         return [_task(outcome, jobs[0])]
     for start in range(0, len(calls), CHUNK):
-        replies = yield from _sent([*first, *calls[start : start + CHUNK]], confirm)
-        done: list[Enqueued] = replies[len(first) :]
-        for outcome, job in zip(done, jobs[start:], strict=False):
-            if outcome.existed and task_id is None:
+        replies = yield from _sent([*first, *calls[start : start + CHUNK]], confirm, "return")
+        refused = next((r for r in replies[: len(first)] if isinstance(r, Exception)), None)
+        done: list[Enqueued | ServerError] = replies[len(first) :]
+        for i, (outcome, job) in enumerate(zip(done, jobs[start:], strict=False), start):
+            if isinstance(outcome, Exception):
+                refused = refused or outcome  # (the rest of the chunk is still noted)
+                continue
+            if outcome.existed and not batch.given:
                 outcome = yield from _redraw(
                     job, settings, due_ms, delay_ms, confirm, trace, control
                 )
             tasks.append(_task(outcome, job))
+            batch.stored[i] = tasks[-1]
+        if refused is not None:
+            raise refused
         _registered.update((settings.redis_url, settings.prefix, q) for q in new_queues)
         first = []
     return tasks
@@ -179,9 +250,12 @@ def _redraw(
             return outcome
 
 
-def _sent(calls: list[Call[Any]], confirm: Confirm | None) -> Flow[list[Any]]:
+def _sent(
+    calls: list[Call[Any]], confirm: Confirm | None, refused: str = "raise"
+) -> Flow[list[Any]]:
     """Send ``calls`` in one round trip, with the durability check behind them if
-    ``confirm`` names one; the value is their replies. A refused call raises."""
+    ``confirm`` names one; the value is their replies. A refused call raises (with
+    ``refused="return"``, its ServerError is its reply); a failed check always raises."""
     replies: list[Any]
     if confirm is None:
         replies = yield calls
@@ -193,6 +267,8 @@ def _sent(calls: list[Call[Any]], confirm: Confirm | None) -> Flow[list[Any]]:
             raise ServerError(f"durable_enqueue: the check behind the write failed: {confirmed}")
         if not confirmed:
             raise ServerError(f"durable_enqueue: {unconfirmed} in time")
+    if refused == "return":
+        return replies
     for reply in replies:
         if isinstance(reply, Exception):
             raise reply

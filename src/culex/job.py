@@ -12,7 +12,7 @@ import inspect
 import logging
 import re
 import typing
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, ClassVar, NoReturn
 
@@ -21,8 +21,8 @@ from ._redis.keys import check_queue_name
 from ._redis.priority import check_delay_ms
 from ._redis.scripts import MOST
 from .codecs import Codec, Deserializer, Serializer
-from .enqueue import check_priority, enqueue_flow
-from .errors import JobFailure, short
+from .enqueue import Batch, check_priority, enqueue_flow
+from .errors import JobFailure, ServerError, short
 from .flow import run_async, run_sync
 from .job_registry import registry
 from .queue_control import QueueLimits, Rate, concurrency, rate
@@ -95,6 +95,8 @@ class Job:
     # An attribute, or a method taking the retry count: may this task run again?
     rescheduleable: ClassVar[bool] = True
     lease: ClassVar[float | timedelta | None] = None  # None: the runner's lease setting
+    # how many stalls (expired leases) a task outlives; None: the runner's max_stalls setting
+    max_stalls: ClassVar[int | None] = None
     timeout: ClassVar[float | timedelta | None] = None  # a time limit per attempt
     # how long a returned value is kept; None: the result_ttl setting; 0: successful_job_ttl
     result_ttl: ClassVar[float | timedelta | None] = None
@@ -330,28 +332,47 @@ class QueuedJob(Job):
 def enqueue_many(
     jobs: Iterable[QueuedJob],
     *,
+    ids: Sequence[str] | None = None,
     delay: timedelta | float | None = None,
     at: datetime | None = None,
     priority: int | None = None,
     group: str | None = None,
 ) -> list[Task]:
     """Enqueue many job objects in few round trips (1,000 per pipeline); returns their tasks.
-    ``priority``: every task's, instead of its class's; ``group``: every task's group. (No
-    ``dedupe_key``: one key names one task; enqueue each job that has one by itself.)"""
-    return run_sync(enqueue_flow(_checked(jobs), delay, at, priority=priority, group=group))
+    ``ids``: the tasks' own ids, one per job (as ``enqueue(id=...)``: an id already stored
+    changes nothing, so a batch sent again stores each task once). ``priority``: every
+    task's, instead of its class's; ``group``: every task's group. (No ``dedupe_key``: one
+    key names one task; enqueue each job that has one by itself.)
+
+    A batch the server stored only part of (out of memory, a lost connection) raises
+    :class:`culex.EnqueueManyError`: its ``stored`` tasks and the ``failed`` ``(id, job)``
+    pairs, whose ids (drawn by culex when ``ids`` is None) let you send them again."""
+    listed = _checked(jobs)
+    batch = Batch.of(listed, ids)
+    flow = enqueue_flow(listed, delay, at, priority=priority, group=group, batch=batch)
+    try:
+        return run_sync(flow)
+    except ServerError as exc:
+        raise batch.error(listed, exc) from exc
 
 
 async def aenqueue_many(
     jobs: Iterable[QueuedJob],
     *,
+    ids: Sequence[str] | None = None,
     delay: timedelta | float | None = None,
     at: datetime | None = None,
     priority: int | None = None,
     group: str | None = None,
 ) -> list[Task]:
     """The async twin of :func:`enqueue_many`."""
-    flow = enqueue_flow(_checked(jobs), delay, at, priority=priority, group=group)
-    return await run_async(flow)
+    listed = _checked(jobs)
+    batch = Batch.of(listed, ids)
+    flow = enqueue_flow(listed, delay, at, priority=priority, group=group, batch=batch)
+    try:
+        return await run_async(flow)
+    except ServerError as exc:
+        raise batch.error(listed, exc) from exc
 
 
 def _checked(jobs: Iterable[QueuedJob]) -> list[QueuedJob]:
@@ -450,6 +471,11 @@ def _check_policy(cls: type[Job]) -> None:
         )
     if cls.isolation == "process" and inspect.iscoroutinefunction(cls.perform):
         raise TypeError(f'{name}: isolation = "process" is for a sync perform, not async def')
+    stalls = cls.max_stalls
+    if stalls is not None and (isinstance(stalls, bool) or not isinstance(stalls, int)):
+        raise TypeError(f"{name}.max_stalls must be an int or None, got {short(stalls)}")
+    if stalls is not None and stalls < 0:
+        raise ValueError(f"{name}.max_stalls must be >= 0, got {stalls}")
     for attr in ("lease", "timeout"):
         value = getattr(cls, attr)
         if value is not None:

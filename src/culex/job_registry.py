@@ -67,6 +67,14 @@ class JobRegistry:
             next((f.group_concurrency for f in found if f.group_concurrency), None),
         )
 
+    def own_stalls(self, queue: str) -> dict[str, int]:
+        """The job types of ``queue`` whose classes set their own max_stalls, with it."""
+        return {
+            job.type_: job.max_stalls
+            for job in self._jobs.values()
+            if job.queue == queue and job.max_stalls is not None
+        }
+
     def get(self, name: str) -> type[Job] | None:
         return self._jobs.get(name)
 

@@ -213,7 +213,8 @@ def test_a_run_time_of_0_ms_writes_no_sum(
 def test_reclaim_counts_lost_attempts_without_a_run_time(r: redis.Redis) -> None:
     d = driver_of(r)
     put(d, "again", "AJob")
-    put(d, "gone", "BJob", max_retries=0)
+    put(d, "gone", "BJob")
+    r.hset(K.task("gone"), "stalls", 3)  # its last stall allowed
     claim(d)
     r.zadd(K.pending, {"again": 1, "gone": 1})  # their leases expired long ago
     moved = d.run(operations.reclaim(K, limit=10, dead_ttl_ms=DAY_MS, dead_max=10))

@@ -57,8 +57,8 @@ class Contract(NamedTuple):
         """Whether a call with this many KEYS and ARGV is one the header describes."""
         fixed = len(self.argv) - (self.tail > 0)
         keyed = self.keys - self.optional_keys <= keys <= self.keys
-        if self.tail:
-            return keyed and args >= fixed and (args - fixed) % self.tail == 0
+        if self.tail and args > fixed:
+            return keyed and (args - fixed) % self.tail == 0
         return keyed and fixed - self.optional <= args <= fixed
 
 
@@ -222,13 +222,14 @@ class PlainRunner:
         keys = [self.task(held.id), self.pending, self.waiting, self.signal]
         return bool(self.send("release", keys, [held.id, held.attempt]) == 1)
 
-    def reclaim(self, limit: int = 100) -> dict[str, str]:
+    def reclaim(self, limit: int = 100, max_stalls: int = 3) -> dict[str, str]:
         keys = [
             self.pending, self.scheduled, self.dead, self.task_prefix, self.waiting,
             self.signal, self.periodic_prefix, self.done_prefix, self.stats_prefix,
             self.control, self.dedupe, self.groups, self.cancels,
         ]  # fmt: skip
-        pairs = self.send("reclaim", keys, [limit, self.DEAD_TTL_MS, self.DEAD_MAX])
+        args = [limit, self.DEAD_TTL_MS, self.DEAD_MAX, "", max_stalls]  # ("": no heal_ms)
+        pairs = self.send("reclaim", keys, args)
         return {text(pairs[i]): text(pairs[i + 1]) for i in range(0, len(pairs), 2)}
 
     def cancel(self, task_id: str, reason: str = "") -> str:
@@ -440,16 +441,17 @@ def test_a_plain_runner_runs_every_state_change_through_the_shipped_files(r: red
     assert r.hmget(q.task("pushed-back"), "progress", "progress_message") == [b"0.5", b"half way"]
     assert q.complete([(again, "null")]) == []
 
-    # a runner dies: its expired leases are reclaimed as failed attempts
-    q.enqueue("orphan", "AddJob")
-    q.enqueue("orphan-for-good", "AddJob", max_retries=0)
+    # a runner dies: its expired leases are reclaimed as stalls, apart from the retries
+    q.enqueue("orphan", "AddJob", max_retries=0)
+    q.enqueue("orphan-for-good", "AddJob")
     lost = q.claim(lease_ms=0)  # a lease of 0 ms has run out at once
-    assert q.reclaim() == {"orphan": "waiting", "orphan-for-good": "dead"}
+    assert q.reclaim(max_stalls=1) == {"orphan": "waiting", "orphan-for-good": "waiting"}
     assert q.heartbeat(lost) == ["orphan", "orphan-for-good"]  # the lost runner learns it
-    [rerun] = q.claim()
-    assert (rerun.id, rerun.attempt, rerun.retry_count) == ("orphan", 2, 1)
+    rerun = {held.id: held for held in q.claim(lease_ms=0)}
+    assert (rerun["orphan"].attempt, rerun["orphan"].retry_count) == (2, 0)
     assert q.complete([(lost[0], "late")]) == ["orphan"]
-    assert q.complete([(rerun, "2")]) == []
+    assert q.complete([(rerun["orphan"], "2")]) == []
+    assert q.reclaim(max_stalls=1) == {"orphan-for-good": "dead"}  # its second stall
 
     # one slot of a periodic job, enqueued once however many runners ask
     seconds, _ = r.time()
@@ -654,6 +656,7 @@ NUMBERS = [  # (script, ARGV index of a number it reads, a state it acts on and 
     ("heartbeat", 1, _heartbeat),
     ("beat", 2, _beat),
     ("reclaim", 1, _reclaim), ("reclaim", 2, _reclaim), ("reclaim", 3, _reclaim),
+    ("reclaim", 4, _reclaim), ("reclaim", 5, _reclaim),
     ("retry_dead", 1, _retry_dead),
     ("schedule", 4, _schedule),
     ("cancel", 3, _cancel), ("cancel", 4, _cancel),

@@ -43,9 +43,10 @@ def claim(d: SyncDriverProtocol, limit: int = 10, lease_ms: int = 30_000) -> ope
     )
 
 
-def reclaim(d: SyncDriverProtocol) -> dict[str, str]:
+def reclaim(d: SyncDriverProtocol, max_stalls: int = 3) -> dict[str, str]:
     """Reclaim every lost lease: each task's id, and the state it went to."""
-    moved = d.run(operations.reclaim(K, limit=10, dead_ttl_ms=DAY_MS, dead_max=10))
+    call = operations.reclaim(K, limit=10, dead_ttl_ms=DAY_MS, dead_max=10, max_stalls=max_stalls)
+    moved = d.run(call)
     return dict(moved)
 
 
@@ -260,32 +261,64 @@ def test_release_hands_back_without_counting_a_failure(r: redis.Redis) -> None:
     assert claim(d).tasks[0].attempt == 2
 
 
-def test_reclaim_turns_expired_leases_into_failed_attempts(r: redis.Redis) -> None:
+def test_reclaim_counts_stalls_apart_from_retries(r: redis.Redis) -> None:
+    """An expired lease is a stall, not a failed attempt: a task with max_retries 0 runs
+    again, its retries untouched; the stall past max_stalls sends it to dead."""
     d = drive(r)
-    put(d, "retry", max_retries=2)
-    put(d, "bury", max_retries=0)
+    put(d, "again", max_retries=0)
+    put(d, "bury")
+    r.hset(K.task("bury"), "stalls", 2)  # two stalls already: max_stalls 2 allows no more
     put(d, "alive")
     claimed = {t.id: t for t in claim(d, lease_ms=60_000).tasks}
     r.delete(K.signal)
-    r.zadd(K.pending, {"retry": 1, "bury": 1})  # their leases ran out long ago
-    out = reclaim(d)
+    r.zadd(K.pending, {"again": 1, "bury": 1})  # their leases ran out long ago
+    out = reclaim(d, max_stalls=2)
     # The first re-run after a lost runner is not delayed (the lease was the wait) ...
-    assert out == {"retry": "waiting", "bury": "dead"}
-    assert r.hget(K.task("retry"), "last_error") == b"lease expired (runner lost)"
-    assert r.hget(K.task("retry"), "state") == b"waiting" and r.llen(K.signal) == 1
+    assert out == {"again": "waiting", "bury": "dead"}
+    h = r.hgetall(K.task("again"))
+    assert h[b"state"] == b"waiting" and r.llen(K.signal) == 1
+    assert h[b"stalls"] == b"1" and h[b"retry_count"] == b"0" and b"last_error" not in h
+    assert h[b"stalled_at"] == h[b"due_at"]
+    dead = r.hgetall(K.task("bury"))
+    assert dead[b"last_error"] == b"lease expired (runner lost): stall 3, past max_stalls (2)"
+    assert dead[b"stalls"] == b"3" and dead[b"retry_count"] == b"0"
     assert r.zscore(K.dead, "bury") is not None
     assert r.zrange(K.pending, 0, -1) == [b"alive"]
-    # ... a second loss backs off 2 s x 1², a third would be 2 s x 2².
+    # ... a second stall backs off 2 s x 1², a third would be 2 s x 2².
     again = claim(d, lease_ms=60_000).tasks[0]
-    assert again.id == "retry" and again.attempt == claimed["retry"].attempt + 1
-    r.zadd(K.pending, {"retry": 1})
-    assert reclaim(d) == {"retry": "scheduled"}
-    h = r.hgetall(K.task("retry"))
-    assert r.zscore(K.scheduled, "retry") == int(h[b"failed_at"]) + 2000
-    assert h[b"retry_count"] == b"2"
+    assert again.id == "again" and again.attempt == claimed["again"].attempt + 1
+    r.zadd(K.pending, {"again": 1})
+    assert reclaim(d, max_stalls=2) == {"again": "scheduled"}
+    h = r.hgetall(K.task("again"))
+    assert r.zscore(K.scheduled, "again") == int(h[b"stalled_at"]) + 2000
+    assert h[b"stalls"] == b"2" and h[b"retry_count"] == b"0"
     # the lost runner's late report is refused
-    late = d.run(operations.complete(K, [("retry", claimed["retry"].attempt, "1", 1000)]))
-    assert late == [("retry", claimed["retry"].attempt)]
+    late = d.run(operations.complete(K, [("again", claimed["again"].attempt, "1", 1000)]))
+    assert late == [("again", claimed["again"].attempt)]
+    # a dead task retried by hand starts with no stalls
+    assert d.run(operations.retry_dead(K, ["bury"])).retried == ["bury"]
+    assert r.hget(K.task("bury"), "stalls") is None
+
+
+def test_a_job_type_with_its_own_max_stalls_takes_it_over_the_runners(r: redis.Redis) -> None:
+    d = drive(r)
+    put(d, "plain")
+    d.run(
+        operations.enqueue(K, "fragile", "FragileJob", "{}", due_ms=None, delay_ms=0, max_retries=4)
+    )
+    claim(d, lease_ms=0)  # both leases run out at once
+    call = operations.reclaim(
+        K, limit=10, dead_ttl_ms=DAY_MS, dead_max=10, max_stalls=3, own_stalls={"FragileJob": 0}
+    )
+    moved = d.run(call)
+    assert dict(moved) == {"plain": "waiting", "fragile": "dead"}
+    reason = r.hget(K.task("fragile"), "last_error")
+    assert reason == b"lease expired (runner lost): stall 1, past max_stalls (0)"
+    odd = operations.reclaim(K, limit=10, dead_ttl_ms=DAY_MS, dead_max=10)
+    # a type without its number: refused, nothing written
+    with pytest.raises(ServerError, match="max_stalls of FragileJob"):
+        odd_args: operations.Call[Any] = odd._replace(args=(*odd.args, "FragileJob"))
+        d.run(odd_args)
 
 
 def test_fail_reclaim_and_cancel_write_the_same_dead_record_and_trim_dead_alike(
@@ -314,17 +347,21 @@ def test_fail_reclaim_and_cancel_write_the_same_dead_record_and_trim_dead_alike(
     )
     assert sorted(r.zrange(K.dead, 0, -1)) == [b"failed", b"old1", b"old2"]
     r.zadd(K.pending, {"lost": 1})  # its lease ran out long ago
-    d.run(operations.reclaim(K, limit=10, dead_ttl_ms=DAY_MS, dead_max=3))
+    d.run(operations.reclaim(K, limit=10, dead_ttl_ms=DAY_MS, dead_max=3, max_stalls=0))
     assert sorted(r.zrange(K.dead, 0, -1)) == [b"failed", b"lost", b"old2"]
     d.run(operations.cancel(K, "cancelled", "", dead_ttl_ms=DAY_MS, dead_max=3))
-    reasons = {"failed": "boom", "lost": "lease expired (runner lost)", "cancelled": "cancelled"}
+    reasons = {
+        "failed": "boom",
+        "lost": "lease expired (runner lost): stall 1, past max_stalls (0)",
+        "cancelled": "cancelled",
+    }
     for task_id, reason in reasons.items():
         h = r.hgetall(K.task(task_id))
         assert h[b"state"] == b"dead" and h[b"last_error"] == reason.encode()
         assert h[b"failed_at"] == h[b"finished_at"]
         assert r.zscore(K.dead, task_id) == int(h[b"failed_at"])
         assert 0 < r.pttl(K.task(task_id)) <= DAY_MS
-    assert r.hget(K.task("lost"), "retry_count") == b"1"  # the lost attempt was counted
+    assert r.hget(K.task("lost"), "stalls") == b"1"  # the stall was counted, not as a retry
     assert sorted(r.zrange(K.dead, 0, -1)) == [b"cancelled", b"failed", b"lost"]
 
 
@@ -675,8 +712,7 @@ def ended(d: SyncDriverProtocol, r: redis.Redis, how: str) -> None:
             )
         )
     else:
-        r.hset(K.task("t"), "max_retries", 0)
-        assert reclaim(d) == {"t": "dead"}
+        assert reclaim(d, max_stalls=0) == {"t": "dead"}
 
 
 @pytest.mark.parametrize("how", ["complete", "fail", "reclaim", "cancel", "delete", "claim-bury"])

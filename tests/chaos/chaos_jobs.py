@@ -63,7 +63,6 @@ class ChaosJob(culex.QueuedJob):
     """Sleeps ``ms`` milliseconds (asyncio: a graceful stop can cancel it)."""
 
     queue = QUEUE
-    # Killed runners cost a task an attempt each; a storm must not bury a healthy task.
     max_retries = 20
     ms: int
 
@@ -120,10 +119,10 @@ class PoisonRaiseJob(culex.QueuedJob):
 
 
 class PoisonExitJob(culex.QueuedJob):
-    """Kills its runner process on every attempt (``os._exit``): dead after max_retries + 1."""
+    """Kills its runner process on every attempt (``os._exit``): dead after max_stalls + 1
+    (its attempts are stalls, never failures: max_retries does not bound it)."""
 
     queue = QUEUE
-    # Each attempt costs a lease and the retry back-off (2 s, then 8 s): one retry is enough.
     max_retries = 1
 
     def perform(self) -> Any:

@@ -94,7 +94,10 @@ def test_sigkill_storm_on_a_cluster(
     assert len({master_of_queue(cluster, q) for q in QUEUES}) == 3  # one queue per master
     point_at(cluster)
     fleet = fleets(
-        cluster.url, concurrency=8, env={"CULEX_LEASE": str(STORM_LEASE)}, log_level="WARNING"
+        cluster.url,
+        concurrency=8,
+        env={"CULEX_LEASE": str(STORM_LEASE), "CULEX_MAX_STALLS": "20"},  # (as the storm's)
+        log_level="WARNING",
     )
     for _ in range(RUNNERS):
         fleet.start()

@@ -1,6 +1,7 @@
 """Scenario 5: poison tasks among healthy ones. Some always raise; some kill their runner
-(``os._exit``) on every attempt. Dead ends up holding exactly the poison tasks, each run at
-most max_retries + 1 times, and every other task succeeds.
+(``os._exit``) on every attempt. Dead ends up holding exactly the poison tasks, a raising one
+run at most max_retries + 1 times (plus its stalls: a killer took its runner down), a killer
+max_stalls + 1 times, and every other task succeeds.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ RUNNERS = 3
 HEALTHY = 300
 RAISING = 5
 EXITING = 3
+MAX_STALLS = 1  # a killer takes down 2 runners
 LOST = "lease expired (runner lost)"
 
 
@@ -33,7 +35,9 @@ LOST = "lease expired (runner lost)"
 def test_poison_tasks(
     r: redis.Redis, url: str, ledger: Ledger, fleets: Callable[..., Fleet], rng: random.Random
 ) -> None:
-    fleet = fleets(url, concurrency=4, env={"CULEX_LEASE": str(LEASE)})
+    fleet = fleets(
+        url, concurrency=4, env={"CULEX_LEASE": str(LEASE), "CULEX_MAX_STALLS": str(MAX_STALLS)}
+    )
     for _ in range(RUNNERS):
         fleet.start()
     work: list[tuple[str, culex.QueuedJob, str]] = [
@@ -81,20 +85,33 @@ def test_poison_tasks(
     )
     assert verdict.ok, verdict.problems()
     assert dead == poison_ids, f"dead holds {sorted(dead)}"
-    limits = {i: type(job).max_retries + 1 for i, job, _ in poison}
+
+    def stalls(task_id: str) -> int:
+        return int(r.hget(keys.task(task_id), "stalls") or 0)
+
+    # A killer's attempts end only by stalls; a raising task's by its failures, and by a
+    # stall when a killer took its runner down.
+    limits = {
+        i: MAX_STALLS + 1 if isinstance(job, PoisonExitJob) else job.max_retries + 1 + stalls(i)
+        for i, job, _ in poison
+    }
     # Every runner that died was killed by a poison task, and every such task killed one.
     died = {f.pid for f in verdict.faults if f.kind == DIED}
     for task_id in poison_ids:
         # Each attempt was claimed, and each counted: one claimed by a runner that a killer
-        # took down may never have started (its lease expired: a failed attempt without a
-        # run), so a task ran fewer times than it was claimed only when a runner died.
+        # took down may never have started (its lease expired: a stall, without a run), so
+        # a task ran fewer times than it was claimed only when a runner died.
         attempts = int(r.hget(keys.task(task_id), "attempt") or 0)
-        assert attempts == limits[task_id], f"{task_id} was claimed {attempts} times"
+        if reasons[task_id].startswith(LOST):  # (ended by its stalls: fewer failures)
+            assert stalls(task_id) == MAX_STALLS + 1, f"{task_id} stalled {stalls(task_id)}"
+        assert attempts <= limits[task_id], f"{task_id} was claimed {attempts} times"
+        if task_id.startswith("exit"):
+            assert attempts == limits[task_id], f"{task_id} was claimed {attempts} times"
         assert runs[task_id] <= attempts, f"{task_id} ran {runs[task_id]} times"
         assert runs[task_id] == attempts or died, f"{task_id} ran {runs[task_id]} times"
         assert reasons[task_id], f"{task_id} is dead without a reason"
     for n in range(RAISING):
         reason = reasons[f"raise-{n}"]
-        assert "poison: this task always raises" in reason or reason == LOST, reason
+        assert "poison: this task always raises" in reason or reason.startswith(LOST), reason
     killers = {e.pid for e in verdict.executions if e.outcome == "exit"}
     assert died == killers, f"runners died: {sorted(died)}; ran an os._exit: {sorted(killers)}"

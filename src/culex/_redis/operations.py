@@ -8,7 +8,7 @@ it, so no operation is written twice.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, NamedTuple, TypeVar
 
@@ -473,11 +473,16 @@ def reclaim(
     dead_ttl_ms: int,
     dead_max: int,
     heal_ms: int | None = None,
+    max_stalls: int = 3,
+    own_stalls: Mapping[str, int] | None = None,
 ) -> Call[Reclaimed]:
-    """Expired leases become failed attempts: (id, "waiting", "scheduled" or "dead"). With
-    ``heal_ms``, at most once per that many ms per queue the counts admission trusts are
-    made true (each group's running count, the blocked mark): ``healed`` lists the group
-    counts that were wrong. Dead is trimmed by age on every call."""
+    """Expired leases are stalls, counted apart from retries: (id, "waiting", "scheduled"
+    or "dead"); dead past ``max_stalls`` (the setting's default, 3, is reclaim.lua's), or
+    past its job type's own bound in ``own_stalls``. With ``heal_ms``, at most once per
+    that many ms per queue the counts admission trusts are made true (each group's running
+    count, the blocked mark): ``healed`` lists the group counts that were wrong. Dead is
+    trimmed by age on every call."""
+    bounds: list[Arg] = [x for pair in (own_stalls or {}).items() for x in pair]
     return Call(
         (
             keys.pending,
@@ -494,9 +499,7 @@ def reclaim(
             keys.groups_prefix,
             keys.cancels,
         ),
-        (limit, dead_ttl_ms, dead_max)
-        if heal_ms is None
-        else (limit, dead_ttl_ms, dead_max, heal_ms),
+        (limit, dead_ttl_ms, dead_max, "" if heal_ms is None else heal_ms, max_stalls, *bounds),
         _parse_reclaimed,
         scripts.RECLAIM,
     )

@@ -91,7 +91,7 @@ def _span(seconds: float) -> str:
 
 # The fields of a task hash that hold a time (ms since the epoch), and those that hold JSON.
 _TIMES = ("enqueue_time", "due_at", "started_at", "failed_at", "finished_at", "retried_at", "slot",
-          "retry_later_at", "progress_at")  # fmt: skip
+          "retry_later_at", "progress_at", "stalled_at")  # fmt: skip
 
 
 _JSON = ("params", "result")

@@ -62,6 +62,7 @@ class Claimer:
         running: Sized,
         slot_freed: asyncio.Event,
         stopping: asyncio.Event,
+        reports_landed: asyncio.Event | None = None,
     ) -> None:
         self.settings = settings
         self.driver = driver
@@ -77,6 +78,9 @@ class Claimer:
         self.running = running
         self.slot_freed = slot_freed
         self.stopping = stopping
+        # Clear while the reporter holds outcomes the server could not take (out of memory,
+        # out of reach): no task is claimed then, so none piles up behind them.
+        self.reports_landed = reports_landed
         self.backoff = Backoff(*SERVER_ERROR)
         self.reserved = 0  # slots held for a claim pipelined behind the blocking wait
         # The blocking waits for a signal in flight, by the signal keys each waits on.
@@ -97,6 +101,9 @@ class Claimer:
         )
         plan = self.order.plan
         while not self.stopping.is_set():
+            if self.reports_landed is not None and not self.reports_landed.is_set():
+                await self._until(self.reports_landed.wait())
+                continue
             free = self.free()
             if free <= 0:
                 self.slot_freed.clear()
@@ -272,6 +279,8 @@ class Claimer:
         """
         calls: list[Call[Any]] = [commands.wait_signal(signals, self.settings.idle_wait)]
         held = self._held.get(first.name, 0.0) > time.monotonic()
+        if self.reports_landed is not None and not self.reports_landed.is_set():
+            held = True
         if self.free() < 2 or first.name in self._unhealthy or held or first.signal not in signals:
             return asyncio.ensure_future(self.driver.run_many(calls))
         calls.append(self._claim_call(first, 1))

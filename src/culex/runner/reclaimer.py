@@ -1,4 +1,5 @@
-"""The reclaimer: turns the expired leases of lost runners into failed attempts.
+"""The reclaimer: sends tasks whose lease expired (a stall) back to waiting, or to dead past
+max_stalls.
 
 Every runner runs one over its own queues; reclaim.lua decides, with the server's clock,
 which leases have expired, so two runners reclaiming the same queue do no harm. The same
@@ -12,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from .. import config
 from .._redis import operations
@@ -31,11 +32,17 @@ class Reclaimer:
     all in one round trip. A pass that fails is not repeated: the next one comes anyway."""
 
     def __init__(
-        self, settings: config.Settings, driver: AsyncDriverProtocol, queues: Iterable[str]
+        self,
+        settings: config.Settings,
+        driver: AsyncDriverProtocol,
+        queues: Iterable[str],
+        own_stalls: Mapping[str, Mapping[str, int]] | None = None,
     ) -> None:
         self.settings = settings
         self.driver = driver
         self.queues = list(queues)
+        # By queue: the job types whose classes set their own max_stalls, with it.
+        self.own_stalls = own_stalls or {}
 
     async def run(self, stop: asyncio.Event) -> None:
         """Until ``stop`` is set: wait a pass's interval, then reclaim."""
@@ -56,6 +63,8 @@ class Reclaimer:
                 dead_ttl_ms=self.settings.failed_job_ttl_ms,
                 dead_max=self.settings.dead_max,
                 heal_ms=self.settings.lease_ms,  # (counts set right within about a lease)
+                max_stalls=self.settings.max_stalls,
+                own_stalls=self.own_stalls.get(q),
             )
             for q in self.queues
         ]
@@ -75,7 +84,7 @@ class Reclaimer:
             if isinstance(reclaimed, list):
                 for task_id, state in reclaimed:
                     logger.warning(
-                        "task %s<%s> lost its runner (lease expired), now %s",
+                        "task %s<%s> stalled (its lease expired: runner lost), now %s",
                         queue,
                         task_id,
                         state,

@@ -4,8 +4,10 @@ Successes of one queue go in one complete call, each failure in a fail call (wit
 traceback, which the task's errors keep: culex.failures), each
 push-back (culex.RetryLater) in a retry_later call; a report the server refuses (the lease
 was lost and the task handed out again) is logged and dropped; a batch that could not be
-sent is sent again after a back-off. A hand-back on stop is a
-report too: the task goes back to waiting, fenced the same way.
+sent is sent again after a back-off, and while the server cannot take it (out of memory,
+out of reach: ServerUnavailable) ``landed`` is clear, so the claimer takes no more tasks
+until the reports are in. A hand-back on stop is a report too: the task goes back to
+waiting, fenced the same way.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from .._redis.drivers import AsyncDriverProtocol
 from .._redis.keys import queue_keys
 from .._redis.operations import Call, Claimed
 from .._redis.scripts import MOST
-from ..errors import ServerError
+from ..errors import ServerError, ServerUnavailable
 from ..execution import Outcome, task_name
 from .backoff import SERVER_ERROR, Backoff
 from .lease import LeaseKeeper
@@ -43,12 +45,16 @@ class Reporter:
         keeper: LeaseKeeper,
         outbox: list[Outcome],
         ready: asyncio.Event,
+        landed: asyncio.Event | None = None,
     ) -> None:
         self.settings = settings
         self.driver = driver
         self.keeper = keeper
         self.outbox = outbox
         self.ready = ready
+        # Set while no report waits for a server that could not take it (the claimer waits)
+        self.landed = landed if landed is not None else asyncio.Event()
+        self.landed.set()
         self.backoff = Backoff(*SERVER_ERROR)
         self._closing = False
 
@@ -71,6 +77,13 @@ class Reporter:
             self.outbox.clear()
             calls, owners = self._calls(batch)
             results = await self.send(calls, "reporting outcomes")
+            if any(r is UNSENT or isinstance(r, ServerUnavailable) for r in results):
+                if self.landed.is_set():
+                    logger.warning("no more tasks are claimed until the outcomes are reported")
+                self.landed.clear()
+            elif not self.landed.is_set():
+                logger.warning("the outcomes are reported: claiming again")
+                self.landed.set()
             for outcomes, result in zip(owners, results, strict=True):
                 if isinstance(result, ServerError) or result is UNSENT:
                     self.outbox += outcomes  # sent again after the pause

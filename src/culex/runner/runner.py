@@ -89,6 +89,8 @@ class Runner:
         self._slot_freed = asyncio.Event()
         self._reports: list[Outcome] = []  # the reporter's outbox
         self._report_ready = asyncio.Event()
+        self._reports_landed = asyncio.Event()  # clear while reports wait for the server
+        self._reports_landed.set()
         self._keeper: LeaseKeeper | None = None
         self._claimer: Claimer | None = None
         self._pool = _Pool(self.settings.concurrency)
@@ -217,9 +219,13 @@ class Runner:
             running=self._running,
             slot_freed=self._slot_freed,
             stopping=self._stopping,
+            reports_landed=self._reports_landed,
         )
-        reporter = Reporter(self.settings, driver, keeper, self._reports, self._report_ready)
-        reclaimer = Reclaimer(self.settings, driver, self.queues)
+        reporter = Reporter(
+            self.settings, driver, keeper, self._reports, self._report_ready, self._reports_landed
+        )
+        own_stalls = {q: self.jobs.own_stalls(q) for q in self.queues}
+        reclaimer = Reclaimer(self.settings, driver, self.queues, own_stalls)
         watcher = CancelWatcher(self.settings, driver, self._held, self._cancel)
         helpers = [
             asyncio.create_task(reporter.run(), name="culex-reporter"),

@@ -1,3 +1,4 @@
+#!lua
 -- beat: a runner records itself in the runner registry (or, with ttl_ms 0, leaves it).
 --
 -- KEYS[1] runners zset <prefix>:{runners} (member: runner id, score: expiry ms)

@@ -1,3 +1,4 @@
+#!lua flags=no-writes
 -- browse: one page of the tasks of one state, read from its sorted set by score (the set is
 -- the index: nothing scans task hashes). Writes nothing. A page goes on from a cursor, the
 -- (score, id) of the last id the page before looked at, so it is stable while tasks come

@@ -1,3 +1,4 @@
+#!lua
 -- cancel: call off a task. A task that has not started goes to dead as a task that failed
 -- for good does (there is no state of its own), so a producer waiting for its result is
 -- told it died, `culex dead` lists it and retry_dead can put it back. A running (pending)

@@ -1,3 +1,4 @@
+#!lua
 -- claim: promote due scheduled tasks, then take up to `limit` tasks from waiting
 -- (highest priority first, then lowest ready time: include/priority.lua), lease them in
 -- pending, and return what a runner needs.

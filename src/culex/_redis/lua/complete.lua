@@ -1,3 +1,4 @@
+#!lua
 -- complete: pending tasks succeeded; store their results and let their hashes expire.
 -- One call reports a whole batch of one queue (a runner sends what finished meanwhile).
 --

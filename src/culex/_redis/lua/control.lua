@@ -1,3 +1,4 @@
+#!lua
 -- control: pause or resume a queue, or set its limits at run time (culex.pause, resume,
 -- limit); read by every claim of the queue (claim.lua, KEYS[8]).
 --

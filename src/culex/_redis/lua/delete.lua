@@ -1,3 +1,4 @@
+#!lua
 -- delete: remove tasks that are not running, for good: each id leaves its state's set and
 -- its hash is deleted. A pending task is refused (its runner holds it under a lease and
 -- only its report ends it), and so is a succeeded one (its hash expires by itself).

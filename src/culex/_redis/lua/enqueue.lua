@@ -1,3 +1,4 @@
+#!lua
 -- enqueue: store a new task and put it in waiting (ready now) or scheduled (due later).
 --
 -- KEYS[1] task hash      <prefix>:{<queue>}:task:<id>

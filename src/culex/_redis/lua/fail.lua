@@ -1,3 +1,4 @@
+#!lua
 -- fail: a pending task's attempt failed; schedule its retry, or bury it in dead.
 --
 -- KEYS[1] task hash

@@ -1,3 +1,4 @@
+#!lua
 -- hasten: make scheduled tasks due now, due or not (culex.testing's drain runs a retry's
 -- back-off or a delayed task at once). Each goes to waiting, after the tasks ready
 -- before it at its priority, exactly as claim.lua promotes a due one (include/priority.lua);

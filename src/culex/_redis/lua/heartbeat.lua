@@ -1,4 +1,8 @@
--- heartbeat: renew the leases of a runner's pending tasks in one queue.
+#!lua flags=allow-oom
+-- heartbeat: renew the leases of a runner's pending tasks in one queue. Flagged allow-oom
+-- (the one script that is): it only moves a deadline of an id already in pending, so a
+-- server out of memory (maxmemory reached) still renews the leases of tasks whose reports
+-- it refuses meanwhile, and none of them is reclaimed for the outage.
 --
 -- KEYS[1] pending zset
 -- KEYS[2] task key prefix <prefix>:{<queue>}:task:

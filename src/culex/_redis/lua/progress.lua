@@ -1,3 +1,4 @@
+#!lua
 -- progress: a running task's job reports how far its attempt has got (job.progress()).
 -- Stored on the task's hash, timed by the server's clock, and kept after the task ends
 -- (the last progress reported stays readable, as the task's other fields do).

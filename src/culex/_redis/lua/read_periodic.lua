@@ -1,3 +1,4 @@
+#!lua flags=no-writes
 -- read_periodic: a periodic job's record and the state of its last task, in one call, for
 -- readers that list periodic jobs without their classes (`culex periodic`, dashboards).
 -- Writes nothing.

@@ -1,10 +1,15 @@
--- reclaim: pending tasks whose lease has expired lost their runner. Each counts as a
--- failed attempt ("lease expired (runner lost)"), or goes to dead when its retries are
--- used up. The back-off is one step behind a raised failure's (2 s x (n-1)^2: 0, 2, 8,
--- 18 s), since the expired lease itself was a wait: the first re-run after a crash
--- starts at once, within lease + reclaim interval, and a task that keeps killing its
--- runner still backs off. The lost runner's late report is refused, because the task
--- is no longer pending under its attempt.
+#!lua
+-- reclaim: pending tasks whose lease has expired stalled: their runner was lost, or never
+-- got the task (a claim's reply lost on the way), or could not renew the lease for that
+-- long. A stall is not a failed attempt: the task may never have run. It counts in the
+-- task's own `stalls` field, apart from retry_count and max_retries, and the task runs
+-- again; the stall past max_stalls (ARGV[5]) sends it to dead ("lease expired (runner
+-- lost): stall N, past max_stalls (M)"), so a task that kills its runner every time
+-- still ends. The back-off follows the stalls: 2 s x (n-1)^2, so 0, 2, 8 s: the first
+-- re-run after a crash starts at once, within lease + reclaim interval, and a task that
+-- keeps killing its runner still backs off. The lost runner's late report is refused,
+-- because the task is no longer pending under its attempt. A periodic task is never run
+-- twice for a slot: a lost one goes to dead.
 --
 -- KEYS[1] pending zset
 -- KEYS[2] scheduled zset
@@ -44,6 +49,10 @@
 --                        pending through a script that does not know groups (an older
 --                        runner's complete or reclaim), which would hold its group back
 --                        for ever. With ARGV[4] the reply is nested (below).
+-- ARGV[5] max_stalls     optional: how many stalls a task outlives (default 3; 0: the
+--                        first stall sends it to dead)
+-- ARGV[6..] pairs        optional: job type, max_stalls of that type's own (a job class
+--                        that sets its own bound); a task of another type takes ARGV[5]
 -- (each a whole number, at most 2^42 - 1: include/numbers.lua; an error, and nothing
 -- written, for another)
 -- Returns: {id, outcome, id, outcome, ...} with outcome "waiting", "scheduled" or "dead";
@@ -357,6 +366,11 @@ local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local limit = argv_whole('reclaim', 1, 'limit', 0, MOST)
 local ttl = argv_whole('reclaim', 2, 'dead_ttl_ms', 1, MOST)
 local dead_max = argv_whole('reclaim', 3, 'dead_max', 1, MOST)
+local max_stalls = argv_whole('reclaim', 5, 'max_stalls', 0, MOST, 3)
+local own = {}  -- job type -> its own max_stalls
+for i = 6, #ARGV, 2 do
+  own[ARGV[i]] = argv_whole('reclaim', i + 1, 'max_stalls of ' .. ARGV[i], 0, MOST)
+end
 if not KEYS[9] then
   return redis.error_reply('ERR reclaim takes 9 keys: the counters prefix is KEYS[9]')
 end
@@ -371,41 +385,41 @@ local ids = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, li
 local found = {}
 for i, id in ipairs(ids) do
   found[i] = redis.pcall('HMGET', KEYS[4] .. id, 'retry_count', 'max_retries', 'periodic',
-    'type', 'priority', 'dedupe_key', 'group', 'group_held', 'cancel_requested')
+    'type', 'priority', 'dedupe_key', 'group', 'group_held', 'cancel_requested', 'stalls')
 end
 for i, id in ipairs(ids) do
   redis.call('ZREM', KEYS[1], id)
   local key = KEYS[4] .. id
   local f = found[i]
-  local retries = 1
-  local max_retries = 4
+  local stalls = 1
   local why = reason
+  local ends = true  -- (goes to dead: broken, cancelled, periodic, or past max_stalls)
   if f['err'] then
     -- Not ours to delete: kept beside the record, in the same slot (as claim does).
     local kind = redis.call('TYPE', key)['ok']
     redis.call('RENAME', key, key .. ':wrongtype')
     why = 'broken task: task key held a ' .. kind .. ', kept at ' .. key .. ':wrongtype'
     f = {}
-    max_retries = -1
   else
-    -- (a retry_count or max_retries that is not a whole number in 0 .. MOST counts as
-    -- missing: 0 and 4)
-    retries = (whole(f[1], 0, MOST - 1) or 0) + 1
-    max_retries = whole(f[2], 0, MOST) or 4
+    -- (a stalls count that is not a whole number in 0 .. MOST counts as 0)
+    stalls = (whole(f[10], 0, MOST - 1) or 0) + 1
     if f[9] then
-      max_retries = -1
       why = f[9]
+    elseif f[3] ~= '1' and stalls > (own[f[4] or ''] or max_stalls) then
+      why = reason .. ': stall ' .. stalls .. ', past max_stalls ('
+        .. (own[f[4] or ''] or max_stalls) .. ')'
+    elseif f[3] ~= '1' then
+      ends = false
     end
   end
   if f[8] == '1' then
     group_ended(KEYS[12], key, f[7], KEYS[6], t[1] * 1000000 + t[2])
   end
   local outcome
-  if retries <= max_retries then
+  if not ends then
     -- (at most the latest ready time a score holds: include/priority.lua)
-    local due = math.min(now + 2000 * (retries - 1) * (retries - 1), MOST)
-    redis.call('HSET', key, 'retry_count', retries, 'last_error', reason, 'failed_at', now,
-      'due_at', due)
+    local due = math.min(now + 2000 * (stalls - 1) * (stalls - 1), MOST)
+    redis.call('HSET', key, 'stalls', stalls, 'stalled_at', now, 'due_at', due)
     if due <= now then
       outcome = 'waiting'
       make_ready(KEYS[5], KEYS[12], id, waiting_score(due, f[5]), f[7], t[1] * 1000000 + t[2])
@@ -419,7 +433,10 @@ for i, id in ipairs(ids) do
   else
     outcome = 'dead'
     count(tally, f[4] or '', 'd')
-    to_dead(key, KEYS[3], KEYS[8] .. id, id, why, now, ttl, retries)
+    if f[4] then  -- (the stall that ends it is counted too; a broken task has no record)
+      redis.call('HSET', key, 'stalls', stalls)
+    end
+    to_dead(key, KEYS[3], KEYS[8] .. id, id, why, now, ttl)
     if f[9] then  -- (the request is answered: a retry_dead of the task runs it again)
       redis.call('HDEL', key, 'cancel_requested')
       if KEYS[13] then  -- (pcall: a key of another type must not stop the reclaim)

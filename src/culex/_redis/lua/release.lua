@@ -1,3 +1,4 @@
+#!lua
 -- release: hand a pending task back to waiting at once without counting a failure
 -- (a runner stopping gracefully). Its ready time and priority are kept so it keeps its
 -- place in line (include/priority.lua).

@@ -1,3 +1,4 @@
+#!lua
 -- retry_dead: put dead tasks back in waiting, with their retries restored. A retried task
 -- goes to the back of the line (ready now) and must no longer expire. Its `attempt` is
 -- kept: attempt numbers only grow, so a report from a run before its death stays refused.
@@ -14,8 +15,9 @@
 -- ARGV[2..] ids           the ids to retry; none: the oldest `limit` ids in dead
 -- Returns: {retried, skipped}: two arrays of ids. An id is retried when it is in dead and
 --          its hash says state "dead": it leaves dead, its hash is persisted, state
---          "waiting", retry_count 0, retried_at and due_at = now, finished_at and any
---          cancel_requested removed (a deliberate retry from dead clears an old request)
+--          "waiting", retry_count 0, retried_at and due_at = now, finished_at, stalls
+--          and any cancel_requested removed (a deliberate retry from dead clears an old
+--          request)
 --          (last_error, failed_at, attempt and priority are kept), and it is added to
 --          waiting, ready now at its priority (include/priority.lua). Its dedupe key is not
 --          taken again: the key was freed when it died, and may name another task now. Any other id is skipped and changes nothing, except an id in dead
@@ -169,7 +171,7 @@ for _, id in ipairs(ids) do
     redis.call('HSET', key, 'state', 'waiting', 'retry_count', 0, 'retried_at', now,
       'due_at', now)
     -- (a cancel request left on it is old: an operator's retry from dead runs it again)
-    redis.call('HDEL', key, 'finished_at', 'cancel_requested')
+    redis.call('HDEL', key, 'finished_at', 'stalls', 'cancel_requested')
     make_ready(KEYS[2], KEYS[5], id, waiting_score(now, f[2]), f[3], t[1] * 1000000 + t[2])
     retried[#retried + 1] = id
   end

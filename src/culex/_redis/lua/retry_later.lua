@@ -1,3 +1,4 @@
+#!lua
 -- retry_later: a pending task's job asked to run again later (culex.RetryLater: a remote
 -- service said "slow down"). The task goes to scheduled, due after the delay, WITHOUT
 -- counting a failed attempt: retry_count, last_error and failed_at stay as they were, and

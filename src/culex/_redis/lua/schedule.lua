@@ -1,3 +1,4 @@
+#!lua
 -- schedule: enqueue one slot of a periodic job, exactly once however many runners ask.
 -- The record remembers the latest slot decided; a slot at or before it is never enqueued
 -- again, so the first runner to ask wins and the others change nothing.

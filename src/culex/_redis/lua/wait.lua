@@ -1,3 +1,4 @@
+#!lua
 -- wait: a producer waits for a task's end (succeeded or dead) without polling.
 -- A finished or unknown task: its fields, nothing written. Otherwise the task's hash is
 -- marked waited=1, and the script that ends the task (complete, fail or reclaim to dead,
