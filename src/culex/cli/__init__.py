@@ -5,6 +5,7 @@ queues, serve the dashboard, demo."""
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -15,13 +16,28 @@ from . import dead_tasks, looking, periodic_jobs, running, steering
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``culex`` and ``python -m culex``; returns the exit code."""
+    """Entry point of ``culex`` and ``python -m culex``; returns the exit code.
+
+    The one place where a command's refusal becomes one line, ``culex: <message>`` on
+    stderr, and exit code 2 (as argparse's own usage errors): a CulexError, the TypeError
+    or ValueError with which culex's API refuses a bad value (a queue name with a space, a
+    rate that is no rate...), an OSError (a port in use, a folder not there).
+    ``--log-level DEBUG`` logs its traceback too. A reader that goes away
+    (``culex dead payments | head -1``) ends the command quietly, exit code 1."""
     parser = _parser()
     args = parser.parse_args(argv)
     logs.configure(args.log_level, sys.stderr, _log_label(args))
     try:
-        return int(args.command(args))
-    except CulexError as exc:
+        code = int(args.command(args))
+        sys.stdout.flush()  # (here: a pipe closed early raises now, not at exit)
+        return code
+    except BrokenPipeError:
+        # Python's documented way: what is left to write goes nowhere, and exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
+    except (CulexError, TypeError, ValueError, OSError) as exc:
+        logging.getLogger("culex").debug("culex %s refused", args.command.__name__, exc_info=True)
         print(f"culex: {exc}", file=sys.stderr)
         return 2
 

@@ -110,6 +110,8 @@ def metrics_command(args: argparse.Namespace) -> int:
     except ImportError as exc:
         print(f"culex metrics needs prometheus-client ({exc}): pip install 'culex[metrics]'")
         return 2
+    if not 0 <= args.port < 65536:
+        raise CulexError(f"--port must be 0 to 65535, not {args.port}")
     settings = config.settings_for(args.redis_url)
     serve(settings, args.host, args.port)
     return 0
