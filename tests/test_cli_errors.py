@@ -134,3 +134,46 @@ def test_an_unreachable_cluster_is_one_line(tmp_path: Path) -> None:
         f"culex: cannot reach the Redis server at redis+cluster://user:***@127.0.0.1:{port}"
     )
     assert "Secret" not in done.stderr and done.stderr.count("\n") == 1
+
+
+BAD_MODULES = {
+    "bad_syntax": "import culex\n\nclass A(culex.QueuedJob):\n    def perform(self) -> None\n",
+    "bad_param": (
+        "import threading\nimport culex\n\n\nclass B(culex.QueuedJob):\n"
+        "    lock: threading.Lock\n\n    def perform(self) -> None: ...\n"
+    ),
+    "bad_dependency": "import culex\nimport no_such_dependency\n",
+}
+
+
+@pytest.mark.parametrize("how", ["module", "file"])
+def test_culex_run_shows_the_job_modules_own_error_without_culex_frames(
+    how: str, tmp_path: Path
+) -> None:
+    shown = {}
+    for name, source in BAD_MODULES.items():
+        (tmp_path / f"{name}.py").write_text(source)
+        target = name if how == "module" else str(tmp_path / f"{name}.py")
+        done = subprocess.run(
+            [sys.executable, "-m", "culex", "run", target],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tmp_path,
+        )
+        assert done.returncode == 2
+        assert done.stderr.startswith(f"culex: cannot import {target}:\n")
+        assert "importlib" not in done.stderr and "frozen" not in done.stderr
+        assert str(Path(culex.__file__).parent) not in done.stderr
+        shown[name] = done.stderr
+    assert shown["bad_syntax"].endswith(
+        f'  File "{tmp_path / "bad_syntax.py"}", line 4\n'
+        "    def perform(self) -> None\n"
+        "                             ^\n"
+        "SyntaxError: expected ':'\n"
+    )
+    assert f'  File "{tmp_path / "bad_param.py"}", line 5, in <module>\n' in shown["bad_param"]
+    assert "TypeError: B.lock: unsupported param type" in shown["bad_param"]
+    assert "use str, int, float" in shown["bad_param"]  # (culex's advice)
+    assert f'  File "{tmp_path / "bad_dependency.py"}", line 2' in shown["bad_dependency"]
+    assert "'no_such_dependency' is not installed for the Python" in shown["bad_dependency"]

@@ -8,6 +8,7 @@ import gc
 import importlib
 import importlib.util
 import sys
+import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,26 +20,59 @@ if TYPE_CHECKING:
 
 
 def load_module(name: str) -> None:
-    """Import the user's module (by dotted name, or by file path) so its jobs register."""
+    """Import the user's module (by dotted name, or by file path) so its jobs register.
+
+    What the import raises is a CulexError that shows the user's own error as Python
+    shows it (file, line, a SyntaxError's caret, the message) without the frames of culex
+    and importlib that led to it."""
     path = Path(name)
-    if name.endswith(".py") and path.is_file():
-        spec = importlib.util.spec_from_file_location(path.stem, path)
-        if spec is None or spec.loader is None:
-            raise CulexError(f"cannot load {name}")
-        sys.path.insert(0, str(path.parent.resolve()))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[path.stem] = module
-        spec.loader.exec_module(module)
-        return
-    sys.path.insert(0, str(Path.cwd()))
     try:
+        if name.endswith(".py") and path.is_file():
+            spec = importlib.util.spec_from_file_location(path.stem, path)
+            if spec is None or spec.loader is None:
+                raise CulexError(f"cannot load {name}")
+            sys.path.insert(0, str(path.parent.resolve()))
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[path.stem] = module
+            spec.loader.exec_module(module)
+            return
+        sys.path.insert(0, str(Path.cwd()))
         importlib.import_module(name)
     except ModuleNotFoundError as exc:
         if exc.name and name.startswith(exc.name):
             raise CulexError(
                 f"no module named {name!r} (run culex from your project's folder)"
             ) from None
+        raise CulexError(_import_error(name, exc, _missing_advice(exc))) from None
+    except CulexError:
         raise
+    except Exception as exc:
+        raise CulexError(_import_error(name, exc, "")) from None
+
+
+# Where the frames culex leaves out of an import error come from: culex itself, importlib.
+_OWN_FILES = (str(Path(__file__).resolve().parent.parent), str(Path(importlib.__file__).parent))
+
+
+def _import_error(name: str, exc: BaseException, advice: str) -> str:
+    """``cannot import NAME:``, the traceback of ``exc`` from the user's frames only (a
+    SyntaxError's file, line and caret as Python shows them), and ``advice`` if any."""
+    shown = traceback.TracebackException.from_exception(exc)
+    frames = [
+        frame for frame in shown.stack if not frame.filename.startswith(("<frozen ", *_OWN_FILES))
+    ]
+    shown.stack = traceback.StackSummary.from_list(frames)
+    lines = "".join(shown.format(chain=False)).rstrip("\n")
+    if not frames:  # (a SyntaxError: its file and line are in its own lines)
+        lines = lines.removeprefix("Traceback (most recent call last):\n")
+    return f"cannot import {name}:\n{lines}" + (f"\n{advice}" if advice else "")
+
+
+def _missing_advice(exc: ModuleNotFoundError) -> str:
+    return (
+        f"(the module {exc.name!r} is not installed for the Python that runs culex, "
+        f"{sys.executable})"
+    )
 
 
 def run_command(args: argparse.Namespace) -> int:
