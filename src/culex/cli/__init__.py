@@ -70,6 +70,7 @@ def _parser() -> argparse.ArgumentParser:
     # Every command but run (whose settings flags hold it), server and demo takes --redis-url.
     server_option = argparse.ArgumentParser(add_help=False)
     server_option.add_argument("--redis-url", help="redis://... (default: the embedded server)")
+    _url_file_flag(server_option)
 
     def command(
         name: str, help: str, usage: str | None = None, *, server: bool = True
@@ -90,6 +91,7 @@ def _parser() -> argparse.ArgumentParser:
     # Given by the supervisor to each runner it starts: a pipe that ends when it does.
     run.add_argument("--supervisor-pipe", type=int, help=argparse.SUPPRESS)
     _setting_flags(run)
+    _url_file_flag(run)
     run.set_defaults(command=running.run_command)
 
     server = command("server", help="the embedded Valkey server", server=False)
@@ -196,7 +198,17 @@ def _parser() -> argparse.ArgumentParser:
     dashboard.add_argument("--port", type=int, default=8000, help="default 8000")
     dashboard.add_argument("--read-only", action="store_true", help="no actions; POSTs get 403")
     dashboard.add_argument(
-        "--basic-auth", metavar="USER:PASSWORD", help="ask every request for these credentials"
+        "--basic-auth",
+        metavar="USER:PASSWORD",
+        help="ask every request for these credentials (seen in ps: prefer --basic-auth-file "
+        f"or ${running.BASIC_AUTH_ENV})",
+    )
+    dashboard.add_argument(
+        "--basic-auth-file",
+        dest="basic_auth",
+        type=_file_text,
+        metavar="PATH",
+        help="--basic-auth's USER:PASSWORD, read from this file",
     )
     dashboard.set_defaults(command=running.dashboard_command)
 
@@ -223,6 +235,29 @@ def _setting_flags(run: argparse.ArgumentParser) -> None:
             group.add_argument(*flags, dest=name, action=argparse.BooleanOptionalAction, help=env)
         else:
             group.add_argument(*flags, dest=name, metavar=_METAVARS[kind], help=env)
+
+
+def _url_file_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--redis-url-file",
+        dest="redis_url",
+        type=_file_text,
+        metavar="PATH",
+        help="--redis-url read from this file (a password in a flag is seen in ps; "
+        "$CULEX_REDIS_URL is not)",
+    )
+
+
+def _file_text(path: str) -> str:
+    """A ...-file flag: the file's text, without the line end after it."""
+    try:
+        with open(path, encoding="utf-8") as file:
+            text = file.read().rstrip("\r\n")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise argparse.ArgumentTypeError(f"cannot read {path}: {exc}") from None
+    if not text:
+        raise argparse.ArgumentTypeError(f"{path} is empty")
+    return text
 
 
 def _processes(text: str) -> int:

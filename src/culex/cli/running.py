@@ -7,16 +7,22 @@ import argparse
 import gc
 import importlib
 import importlib.util
+import os
+import signal
 import sys
 import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import config
+from .._redis.address import Address
 from ..errors import CulexError
 
 if TYPE_CHECKING:
     pass
+
+# The dashboard's basic auth, USER:PASSWORD, when no flag gives it.
+BASIC_AUTH_ENV = "CULEX_BASIC_AUTH"
 
 
 def load_module(name: str) -> None:
@@ -125,17 +131,40 @@ def dashboard_command(args: argparse.Namespace) -> int:
             f"the dashboard needs its extra: pip install 'culex[dashboard]' ({exc})"
         ) from None
     credentials = None
-    if args.basic_auth is not None:
-        user, colon, password = args.basic_auth.partition(":")
+    # --basic-auth or --basic-auth-file, else the environment (not seen in ps).
+    given = args.basic_auth if args.basic_auth is not None else os.environ.get(BASIC_AUTH_ENV)
+    if given is not None:
+        user, colon, password = given.partition(":")
         if not colon or not user or not password:
-            raise CulexError("--basic-auth takes USER:PASSWORD, both non-empty")
+            raise CulexError(
+                "--basic-auth takes USER:PASSWORD, both non-empty (so do --basic-auth-file "
+                f"and ${BASIC_AUTH_ENV})"
+            )
         credentials = (user, password)
     if not 0 < args.port < 65536:
         raise CulexError(f"--port must be 1 to 65535, not {args.port}")
     settings = config.settings_for(args.redis_url)
+    if settings.redis_url:
+        Address.parse(settings.redis_url)  # (a URL that is no URL: said now, once)
     dashboard = app(settings, read_only=args.read_only, basic_auth=credentials)
-    uvicorn.run(dashboard, host=args.host, port=args.port, log_level=args.log_level.lower())
-    return 0
+    server = uvicorn.Server(
+        uvicorn.Config(dashboard, host=args.host, port=args.port, log_level=args.log_level.lower())
+    )
+
+    # uvicorn stops gracefully on SIGTERM or SIGINT, then raises the signal again for the
+    # handlers that were there before its own: these, so that the process exits 0 after a
+    # graceful stop (not killed by the signal, -15). One that lands before uvicorn has put
+    # its own in place asks the server to stop as soon as it has started.
+    def stop(signum: int, frame: object) -> None:
+        server.should_exit = True
+
+    before = {signum: signal.signal(signum, stop) for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        server.run()
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
+    return 0 if server.started else 1
 
 
 def metrics_command(args: argparse.Namespace) -> int:

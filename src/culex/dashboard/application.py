@@ -10,7 +10,8 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from .. import config
-from . import actions, pages, security, templating, throughput
+from ..errors import ServerUnavailable
+from . import actions, outage, pages, security, templating, throughput
 
 HERE = Path(__file__).resolve().parent
 
@@ -38,7 +39,7 @@ def app(
     dashboard = Starlette(
         routes=_routes(),
         middleware=[Middleware(security.Guard, credentials=credentials)],
-        exception_handlers={404: pages.not_found},
+        exception_handlers={404: pages.not_found, ServerUnavailable: outage.unreachable},
     )
     dashboard.state.settings = settings or config.settings()
     dashboard.state.read_only = read_only
