@@ -252,10 +252,11 @@ def _unread(url: str, reason: str) -> str:
     login, at, place = rest.rpartition("@")
     if not (sep and at):
         return f"{masked(url)!r}: {reason}"
-    pieces = [piece for piece in re.split(r"[:/?#@]", login) if piece]
-    if any(piece in reason for piece in pieces):
+    cut = any(c in login for c in "/?#")  # (urlsplit took a piece of it for the rest)
+    pieces = [piece for piece in re.split(r"[:/?#@]", login) if len(piece) > 3]
+    if cut or any(piece in reason for piece in pieces):
         reason = "it cannot be read"
-    if any(c in login for c in "/?#@"):
+    if cut:
         reason += (
             "; a '/', '?', '#' or '@' in the user name or password must be percent-encoded: "
             "%2F, %3F, %23, %40"

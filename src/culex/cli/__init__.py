@@ -36,6 +36,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 1
+    except KeyboardInterrupt:  # (Ctrl-C in a command that does not handle it itself)
+        print("culex: interrupted", file=sys.stderr)
+        return 130
     except (CulexError, TypeError, ValueError, OSError) as exc:
         logging.getLogger("culex").debug("culex %s refused", args.command.__name__, exc_info=True)
         print(f"culex: {exc}", file=sys.stderr)
