@@ -57,7 +57,11 @@ def load_module(name: str) -> None:
 
 
 # Where the frames culex leaves out of an import error come from: culex itself, importlib.
-_OWN_FILES = (str(Path(__file__).resolve().parent.parent), str(Path(importlib.__file__).parent))
+_OWN_FILES = tuple(
+    str(folder) + os.sep
+    for package in (Path(__file__).parent.parent, Path(importlib.__file__).parent)
+    for folder in {package, package.resolve()}
+)
 
 
 def _import_error(name: str, exc: BaseException, advice: str) -> str:
