@@ -177,3 +177,10 @@ def test_culex_run_shows_the_job_modules_own_error_without_culex_frames(
     assert "use str, int, float" in shown["bad_param"]  # (culex's advice)
     assert f'  File "{tmp_path / "bad_dependency.py"}", line 2' in shown["bad_dependency"]
     assert "'no_such_dependency' is not installed for the Python" in shown["bad_dependency"]
+
+
+def test_a_url_of_another_scheme_never_shows_its_password() -> None:
+    done = culex_run("pause", "emails", "--redis-url", "http://Zq9/SEC@127.0.0.1:6379")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "Zq9" not in done.stderr and "SEC" not in done.stderr
+    assert "'http://***@127.0.0.1:6379'" in done.stderr

@@ -227,7 +227,8 @@ def _check_options(query: dict[str, str], *, tls: bool) -> None:
 def masked(url: str) -> str:
     """``url`` as an error or a log may show it: its password and a ``sentinel_password``
     as ``***``; in a text that does not read as a URL with a login (``redis:/user:pw@host``,
-    an unclosed ``[``), all before its last ``@`` from its ``://`` on."""
+    an unclosed ``[``, a ``/``, ``?`` or ``#`` before the last ``@``), all before its last
+    ``@`` from its ``://`` on."""
     try:
         shown = _without_password(url)
     except ValueError:  # (urlsplit refused it)
@@ -236,7 +237,8 @@ def masked(url: str) -> str:
     scheme, sep, login = head.partition("://")
     if not sep:
         scheme, login = "", head
-    if at and ":" in login and not (login.endswith(":***") and login.count(":") == 1):
+    cut = any(c in login for c in "/?#")  # (a password urlsplit did not see whole)
+    if at and (":" in login or cut) and not (login.endswith(":***") and login.count(":") == 1):
         shown = f"{scheme}{sep}***@{tail}"
     return shown
 
