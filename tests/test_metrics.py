@@ -275,3 +275,20 @@ def test_a_scrape_of_a_cluster_reads_every_shard(
     waiting = {q: value(samples, "culex_queue_tasks", queue=q, state="waiting") for q in SHARDED}
     assert waiting == {"emails": 1, "reports": 2, "images": 3, "search": 4}
     assert value(samples, "culex_runners") == 0
+
+
+def test_an_idle_connection_blocks_no_scrape(r: redis.Redis, url: str) -> None:
+    import socket
+    from urllib.parse import urlsplit
+
+    where = urlsplit(url)
+    with (
+        socket.create_connection((where.hostname, where.port)) as idle,
+        socket.create_connection((where.hostname, where.port)) as half,
+    ):
+        half.sendall(b"GET /metr")  # a request that never ends
+        # (one server thread for all: the scrape waited behind them, for ever)
+        content_type, samples = scrape(url)
+        assert content_type == metrics.CONTENT_TYPE
+        assert ("culex_runners", frozenset()) in samples
+        assert idle.fileno() >= 0  # (still open: the scrape did not wait for it to end)

@@ -287,7 +287,8 @@ def test_a_module_that_cannot_be_imported_ends_the_command_before_any_runner(
         text=True,
         timeout=60,
     )
-    assert done.returncode == 1
+    assert done.returncode == 2
+    assert done.stderr.startswith("culex: cannot import broken_jobs:\n")
     assert "ImportError: no libfoo" in done.stderr
     assert "started" not in done.stderr
 

@@ -6,6 +6,7 @@ One succeeds, one fails once and succeeds on its retry, one is delayed by two se
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from datetime import timedelta
 
@@ -57,15 +58,21 @@ class ReminderJob(culex.QueuedJob):
 async def _show() -> None:
     runner = culex.Runner(run_from=["culex_demo"], concurrency=4)
     running = asyncio.create_task(runner.arun())
-    tasks = [
-        await WelcomeJob(name="newcomer").aenqueue(),
-        await FlakyJob().aenqueue(),
-        await ReminderJob(text="culex keeps your tasks").aenqueue(delay=timedelta(seconds=2)),
-    ]
-    for task in tasks:
-        logger.info("enqueued %s: %s", task, await task.astate())
-    for task in tasks:
-        logger.info("result of %s: %r", task, await task.aresult(timeout=30))
+    try:
+        tasks = [
+            await WelcomeJob(name="newcomer").aenqueue(),
+            await FlakyJob().aenqueue(),
+            await ReminderJob(text="culex keeps your tasks").aenqueue(delay=timedelta(seconds=2)),
+        ]
+        for task in tasks:
+            logger.info("enqueued %s: %s", task, await task.astate())
+        for task in tasks:
+            logger.info("result of %s: %r", task, await task.aresult(timeout=30))
+    except BaseException:  # (a bad URL, no server): the error is the enqueue's, said once
+        running.cancel()
+        with contextlib.suppress(BaseException):
+            await running
+        raise
     runner.stop()
     await running
 

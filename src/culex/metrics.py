@@ -17,7 +17,7 @@ import signal
 import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, HTTPServer
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from prometheus_client.core import (
@@ -211,10 +211,18 @@ def _text(found: list[Metric]) -> bytes:
 # -- culex metrics: an HTTP server of /metrics alone -------------------------------------
 
 
+# How long a connection may keep quiet (a request not sent, a reply not read) before it
+# is dropped: each connection has a thread of its own, so a slow one holds only its own.
+CLIENT_TIMEOUT = 30.0
+
+
 def serve(settings: config.Settings, host: str, port: int) -> None:
     """Serve ``GET /metrics`` on ``host:port`` (0: a free port) until SIGTERM or SIGINT;
-    prints the address it serves. One scrape at a time (Prometheus does not send more)."""
-    server = HTTPServer((host, port), _handler(settings))
+    prints the address it serves. Each connection is served by a thread of its own, and
+    dropped after CLIENT_TIMEOUT seconds of silence: an idle or slow client (a port
+    scanner, a stuck proxy) blocks no scrape."""
+    server = ThreadingHTTPServer((host, port), _handler(settings))
+    server.daemon_threads = True  # (a connection still open does not hold up the exit)
     shown_host, shown_port = server.server_address[:2]
 
     # Both signals are handled here, not left to Python's default: a process started in
@@ -237,6 +245,8 @@ def serve(settings: config.Settings, host: str, port: int) -> None:
 
 def _handler(settings: config.Settings) -> type[BaseHTTPRequestHandler]:
     class MetricsHandler(BaseHTTPRequestHandler):
+        timeout = CLIENT_TIMEOUT  # (the connection's socket timeout)
+
         def do_GET(self) -> None:
             if self.path.split("?", 1)[0] != "/metrics":
                 self._reply(404, b"not found: culex serves /metrics\n", "text/plain")

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlencode, urlsplit, urlunsplit
@@ -94,7 +95,7 @@ class Address:
             if kind is not None:
                 return cls._parse_many(url, kind, parts, query)
         except ValueError as exc:
-            raise ConfigurationError(f"bad Redis URL {masked(url)!r}: {exc}") from None
+            raise ConfigurationError(f"bad Redis URL {_unread(url, str(exc))}") from None
         raise ConfigurationError(
             f"bad Redis URL {masked(url)!r}: the scheme must be redis://, rediss://, "
             "unix://, redis+sentinel://, redis+cluster:// (or rediss+..., valkey...)"
@@ -226,7 +227,8 @@ def _check_options(query: dict[str, str], *, tls: bool) -> None:
 def masked(url: str) -> str:
     """``url`` as an error or a log may show it: its password and a ``sentinel_password``
     as ``***``; in a text that does not read as a URL with a login (``redis:/user:pw@host``,
-    an unclosed ``[``), all before its last ``@`` from its ``://`` on."""
+    an unclosed ``[``, a ``/``, ``?`` or ``#`` before the last ``@``), all before its last
+    ``@`` from its ``://`` on."""
     try:
         shown = _without_password(url)
     except ValueError:  # (urlsplit refused it)
@@ -235,9 +237,34 @@ def masked(url: str) -> str:
     scheme, sep, login = head.partition("://")
     if not sep:
         scheme, login = "", head
-    if at and ":" in login and not (login.endswith(":***") and login.count(":") == 1):
+    cut = any(c in login for c in "/?#")  # (a password urlsplit did not see whole)
+    if at and (":" in login or cut) and not (login.endswith(":***") and login.count(":") == 1):
         shown = f"{scheme}{sep}***@{tail}"
     return shown
+
+
+def _unread(url: str, reason: str) -> str:
+    """What an error says of a URL that cannot be read: the URL with all between its
+    ``://`` and its last ``@`` as ``***``, and why, unless the reason quotes a piece of
+    that login. A password with a ``/``, ``?`` or ``#`` not percent-encoded ends the
+    login early for urlsplit, which then reads the rest of the password as a port, a path
+    or a query, and its complaint ("Port could not be cast to integer value as 'Zq9+SEC'")
+    holds it."""
+    scheme, sep, rest = url.partition("://")
+    login, at, place = rest.rpartition("@")
+    if not (sep and at):
+        return f"{masked(url)!r}: {reason}"
+    cut = any(c in login for c in "/?#")  # (urlsplit took a piece of it for the rest)
+    pieces = [piece for piece in re.split(r"[:/?#@]", login) if len(piece) > 3]
+    if cut or any(piece in reason for piece in pieces):
+        reason = "it cannot be read"
+    if cut:
+        reason += (
+            "; a '/', '?', '#' or '@' in the user name or password must be percent-encoded: "
+            "%2F, %3F, %23, %40"
+        )
+    shown = f"{scheme}://***@{place}"
+    return f"{shown!r}: {reason}"
 
 
 def _without_password(url: str) -> str:

@@ -300,7 +300,10 @@ class _Client:
         if address.kind == "cluster":
             cluster = module.cluster
             nodes = [cluster.ClusterNode(host, port) for host, port in address.nodes]
-            self.client = cluster.RedisCluster(startup_nodes=nodes, **options)
+            try:  # (the blocking client reads the slot map here: no node may answer)
+                self.client = cluster.RedisCluster(startup_nodes=nodes, **options)
+            except (redis.exceptions.RedisError, redis.exceptions.RedisClusterException) as exc:
+                raise server_error(ConnectionError(str(exc)), address.shown) from exc
         elif address.kind == "sentinel":
             sentinel_options = {
                 "socket_timeout": socket_timeout,
@@ -378,7 +381,8 @@ class RedisPySyncDriver(_RedisPyDriver):
             if batch.stale:
                 batch.stale = False
                 if self.cluster:  # (no node may answer yet: the next try says so)
-                    with contextlib.suppress(redis.exceptions.RedisError):
+                    unread = (redis.exceptions.RedisError, redis.exceptions.RedisClusterException)
+                    with contextlib.suppress(*unread):
                         self._client.client.nodes_manager.initialize()
             try:
                 sends = batch.sends(self._client.node_of, self._client.node_at)
@@ -515,7 +519,7 @@ class RedisPyAsyncDriver(_RedisPyDriver):
             else:
                 await self._client.client.initialize()
                 self._ready = True
-        except redis.exceptions.RedisError as exc:
+        except (redis.exceptions.RedisError, redis.exceptions.RedisClusterException) as exc:
             if not self._ready:
                 raise server_error(ConnectionError(str(exc)), self.where) from exc
             # else: no node answers yet; the next try says so

@@ -5,6 +5,7 @@ queues, serve the dashboard, demo."""
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -15,13 +16,31 @@ from . import dead_tasks, looking, periodic_jobs, running, steering
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``culex`` and ``python -m culex``; returns the exit code."""
+    """Entry point of ``culex`` and ``python -m culex``; returns the exit code.
+
+    The one place where a command's refusal becomes one line, ``culex: <message>`` on
+    stderr, and exit code 2 (as argparse's own usage errors): a CulexError, the TypeError
+    or ValueError with which culex's API refuses a bad value (a queue name with a space, a
+    rate that is no rate...), an OSError (a port in use, a folder not there).
+    ``--log-level DEBUG`` logs its traceback too. A reader that goes away
+    (``culex dead payments | head -1``) ends the command quietly, exit code 1."""
     parser = _parser()
     args = parser.parse_args(argv)
     logs.configure(args.log_level, sys.stderr, _log_label(args))
     try:
-        return int(args.command(args))
-    except CulexError as exc:
+        code = int(args.command(args))
+        sys.stdout.flush()  # (here: a pipe closed early raises now, not at exit)
+        return code
+    except BrokenPipeError:
+        # Python's documented way: what is left to write goes nowhere, and exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
+    except KeyboardInterrupt:  # (Ctrl-C in a command that does not handle it itself)
+        print("culex: interrupted", file=sys.stderr)
+        return 130
+    except (CulexError, TypeError, ValueError, OSError) as exc:
+        logging.getLogger("culex").debug("culex %s refused", args.command.__name__, exc_info=True)
         print(f"culex: {exc}", file=sys.stderr)
         return 2
 
@@ -54,6 +73,7 @@ def _parser() -> argparse.ArgumentParser:
     # Every command but run (whose settings flags hold it), server and demo takes --redis-url.
     server_option = argparse.ArgumentParser(add_help=False)
     server_option.add_argument("--redis-url", help="redis://... (default: the embedded server)")
+    _url_file_flag(server_option)
 
     def command(
         name: str, help: str, usage: str | None = None, *, server: bool = True
@@ -74,6 +94,7 @@ def _parser() -> argparse.ArgumentParser:
     # Given by the supervisor to each runner it starts: a pipe that ends when it does.
     run.add_argument("--supervisor-pipe", type=int, help=argparse.SUPPRESS)
     _setting_flags(run)
+    _url_file_flag(run)
     run.set_defaults(command=running.run_command)
 
     server = command("server", help="the embedded Valkey server", server=False)
@@ -180,7 +201,17 @@ def _parser() -> argparse.ArgumentParser:
     dashboard.add_argument("--port", type=int, default=8000, help="default 8000")
     dashboard.add_argument("--read-only", action="store_true", help="no actions; POSTs get 403")
     dashboard.add_argument(
-        "--basic-auth", metavar="USER:PASSWORD", help="ask every request for these credentials"
+        "--basic-auth",
+        metavar="USER:PASSWORD",
+        help="ask every request for these credentials (seen in ps: prefer --basic-auth-file "
+        f"or ${running.BASIC_AUTH_ENV})",
+    )
+    dashboard.add_argument(
+        "--basic-auth-file",
+        dest="basic_auth",
+        type=_file_text,
+        metavar="PATH",
+        help="--basic-auth's USER:PASSWORD, read from this file",
     )
     dashboard.set_defaults(command=running.dashboard_command)
 
@@ -207,6 +238,29 @@ def _setting_flags(run: argparse.ArgumentParser) -> None:
             group.add_argument(*flags, dest=name, action=argparse.BooleanOptionalAction, help=env)
         else:
             group.add_argument(*flags, dest=name, metavar=_METAVARS[kind], help=env)
+
+
+def _url_file_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--redis-url-file",
+        dest="redis_url",
+        type=_file_text,
+        metavar="PATH",
+        help="--redis-url read from this file (a password in a flag is seen in ps; "
+        "$CULEX_REDIS_URL is not)",
+    )
+
+
+def _file_text(path: str) -> str:
+    """A ...-file flag: the file's text, without the line end after it."""
+    try:
+        with open(path, encoding="utf-8") as file:
+            text = file.read().rstrip("\r\n")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise argparse.ArgumentTypeError(f"cannot read {path}: {exc}") from None
+    if not text:
+        raise argparse.ArgumentTypeError(f"{path} is empty")
+    return text
 
 
 def _processes(text: str) -> int:

@@ -10,8 +10,8 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from .. import config
-from ..errors import ServerError
-from . import actions, pages, security, templating, throughput
+from ..errors import ServerError, ServerUnavailable
+from . import actions, outage, pages, security, templating, throughput
 
 HERE = Path(__file__).resolve().parent
 
@@ -39,7 +39,13 @@ def app(
     dashboard = Starlette(
         routes=_routes(),
         middleware=[Middleware(security.Guard, credentials=credentials)],
-        exception_handlers={404: pages.not_found, ServerError: pages.refused},
+        # (the server out of reach: a page that says so and reloads; another refusal:
+        # pages.refused says the server's reason)
+        exception_handlers={
+            404: pages.not_found,
+            ServerUnavailable: outage.unreachable,
+            ServerError: pages.refused,
+        },
     )
     dashboard.state.settings = settings or config.settings()
     dashboard.state.read_only = read_only
