@@ -243,3 +243,39 @@ def test_an_id_culex_drew_that_was_taken_is_drawn_again(
     # A client-made id that is taken is the idempotent case: nothing is drawn, nothing changes.
     assert SendWelcomeEmailJob(to="again").enqueue(id="taken").id == "taken"
     assert r.zcard(keys.waiting) == 4
+
+
+def test_a_subclass_s_default_queue_is_its_own_class_name_unless_a_base_set_one(
+    r: redis.Redis,
+) -> None:
+    """The default queue is the class name, under an abstract base too (docs/flask.md's
+    AppJob): a queue set on a base is inherited, one a base took from its name is not."""
+
+    class AppJob(culex.QueuedJob, abstract=True):
+        def perform(self) -> None: ...
+
+    class ThumbnailJob(AppJob): ...
+
+    class SharedJob(culex.QueuedJob, abstract=True):
+        queue = "media"
+
+    class ResizeJob(SharedJob):
+        def perform(self) -> None: ...
+
+    class BigResizeJob(ResizeJob):
+        queue = "big"
+
+    class PlainJob(culex.QueuedJob):
+        def perform(self) -> None: ...
+
+    class ChildJob(PlainJob): ...
+
+    try:
+        assert (AppJob.queue, ThumbnailJob.queue) == ("app_job", "thumbnail_job")
+        assert (SharedJob.queue, ResizeJob.queue, BigResizeJob.queue) == ("media",) * 2 + ("big",)
+        assert (PlainJob.queue, ChildJob.queue) == ("plain_job", "child_job")
+        task = ThumbnailJob().enqueue()
+        assert culex.Task(task.id, "thumbnail_job").state() == culex.TaskState.WAITING
+    finally:
+        for job in (ThumbnailJob, ResizeJob, BigResizeJob, PlainJob, ChildJob):
+            culex.registry.remove(job)
