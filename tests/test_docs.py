@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 import sys
+import textwrap
 import types
 from pathlib import Path
 
@@ -110,3 +113,33 @@ def test_ci_runs_the_readme_s_test_command() -> None:
         {"CULEX_DRIVER": "redis-py"},
         {"CULEX_TEST_SERVER": "redis-server"},
     ]
+
+
+def test_every_culex_module_the_docs_spell_works_after_a_bare_import_culex() -> None:
+    """The docs write ``culex.inspection.runners()``, ``culex.bulk.apply(...)``: after
+    ``import culex`` alone each resolves (imported at its first use, not by the import)."""
+    root = DOCS.parent
+    spelled = set()
+    for page in [*DOCS.glob("*.md"), root / "README.md"]:
+        spelled |= set(re.findall(r"\bculex\.([a-z]\w*)\.([A-Za-z_]\w*)", page.read_text()))
+    assert ("inspection", "runners") in spelled and ("bulk", "apply") in spelled
+    code = textwrap.dedent(
+        f"""
+        import sys
+        import culex
+
+        lazy = ("bulk", "dashboard", "django", "inspection", "metrics", "testing")
+        print("imported by import culex:", [m for m in lazy if f"culex.{{m}}" in sys.modules])
+        for module, name in {sorted(spelled)!r}:
+            getattr(getattr(culex, module), name)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONPATH": str(root / "src")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "imported by import culex: []\n"
