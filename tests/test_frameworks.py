@@ -182,35 +182,6 @@ def test_django_connections_are_closed_around_each_task(url: str, tmp_path: Path
     assert out.split("\n")[:2] == ["plain False", "closing True"]
 
 
-def test_the_fastapi_guide_runs(r: redis.Redis, tmp_path: Path) -> None:
-    pytest.importorskip("fastapi", reason="the FastAPI guide's test needs fastapi")
-    out = with_runner(
-        "fastapi.md",
-        tmp_path,
-        "app.jobs",
-        """
-            import time
-            from fastapi.testclient import TestClient
-            from app.main import api
-
-            client = TestClient(api)
-            task = client.post("/signup", params={"user": "ann"}).json()["task"]
-            deadline = time.monotonic() + 30
-            while (seen := client.get(f"/signup/{task}").json())["state"] != "succeeded":
-                assert time.monotonic() < deadline, seen
-                time.sleep(0.05)
-            print(seen["result"])
-            print(client.get("/signup/no-such-task").status_code)
-            print(client.get("/culex/").status_code)  # the dashboard, refused without the token
-            page = client.get("/culex/", headers={"authorization": "Bearer s3cret"})
-            print(page.status_code, "welcome_job" in page.text)
-            """,
-        ADMIN_TOKEN="s3cret",
-    )
-    assert out.split("\n")[:4] == ["welcome, ann", "404", "401", "200 True"]
-    project_tests(tmp_path)
-
-
 def test_the_flask_guide_runs(r: redis.Redis, tmp_path: Path) -> None:
     pytest.importorskip("flask", reason="the Flask guide's test needs flask")
     out = with_runner(
