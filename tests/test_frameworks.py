@@ -180,23 +180,3 @@ def test_django_connections_are_closed_around_each_task(url: str, tmp_path: Path
     )
     # The connection a task opened stays open without the mixin, and is closed with it.
     assert out.split("\n")[:2] == ["plain False", "closing True"]
-
-
-def test_the_flask_guide_runs(r: redis.Redis, tmp_path: Path) -> None:
-    pytest.importorskip("flask", reason="the Flask guide's test needs flask")
-    out = with_runner(
-        "flask.md",
-        tmp_path,
-        "photos.jobs",
-        """
-            import culex
-            from photos import app
-            from photos.jobs import ThumbnailJob
-
-            answer = app.test_client().post("/photos/cat.png")
-            task = culex.Task(answer.json["task"], ThumbnailJob.queue, job=ThumbnailJob)
-            print(answer.status_code, task.result(timeout=30))
-            """,
-    )
-    # current_app's config reached perform, in the runner's process
-    assert out.strip() == "202 cat.png at 128px"

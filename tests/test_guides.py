@@ -267,3 +267,17 @@ def test_the_fastapi_guide_runs(culex_wheel: Path, tmp_path: Path) -> None:
         assert http(f"{base}/culex/", auth=("staff", "wrong"))[0] == 401
         status, _, page = http(f"{base}/culex/", auth=("staff", "change-me"))
         assert status == 200 and "welcome_job" in page
+
+
+def test_the_flask_guide_runs(culex_wheel: Path, tmp_path: Path) -> None:
+    with follow("flask.md", tmp_path, culex_wheel) as (reader, _):
+        base = f"http://127.0.0.1:{reader.port}"
+        wait_until(lambda: serving(base), timeout=60, what="flask to serve")
+        status, _, body = http(f"{base}/photos/cat.png", "POST")
+        assert status == 202, body
+        task = json.loads(body)["task"]
+        # current_app's config reached perform, in the runner's process; the view found the
+        # task in thumbnail_job, ThumbnailJob's queue under its abstract base
+        seen = until_ended(f"{base}/thumbnails/{task}")
+        assert seen == {"state": "succeeded", "result": "cat.png at 128px"}
+        assert http(f"{base}/thumbnails/no-such-task")[0] == 404
