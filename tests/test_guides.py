@@ -7,7 +7,7 @@ A page marks what a reader copies with HTML comments, which a rendered page does
 order), ``<!-- run -->`` before a block of commands run one by one, each of which must
 succeed, and ``<!-- start -->`` before a command a reader leaves running in a terminal of
 its own (a web server, ``culex run``): started in the background and stopped with Ctrl-C's
-SIGINT once the test is done with it. The files are all written before the first command.
+SIGINT once the test is done with it. Files and commands come in the page's order.
 
 The commands run as written, in bash, with the page's virtual environment active, and with
 two differences only: ``pip install`` gets culex from this checkout (a wheel built from it
@@ -30,9 +30,11 @@ import re
 import shlex
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -57,10 +59,12 @@ pytestmark = [
 
 @dataclass
 class Page:
-    """A page's files (path -> text) and its steps: ("run" | "start", command)."""
+    """A page's steps in its order: ("file", path, text), ("run" | "start", command, "")."""
 
-    files: dict[str, str] = field(default_factory=dict)
-    steps: list[tuple[str, str]] = field(default_factory=list)
+    steps: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def commands(self) -> list[str]:
+        return [command for kind, command, _ in self.steps if kind != "file"]
 
 
 MARKED = re.compile(
@@ -74,12 +78,12 @@ def read_page(name: str) -> Page:
     for found in MARKED.finditer(text):
         body = found["body"]
         if found["path"]:
-            page.files[found["path"]] = page.files.get(found["path"], "") + body
+            page.steps.append(("file", found["path"], body))
             continue
         kind = "start" if found.group(1) == "start" else "run"
         for line in body.splitlines():
             if line.strip():
-                page.steps.append((kind, line))
+                page.steps.append((kind, line, ""))
     # A code block left unmarked is one the suite never runs: every python block is marked.
     python_blocks = len(re.findall(r"^```python\n", text, flags=re.M))
     marked_python = len(re.findall(r"^<!-- file: \S+ -->\n```python\n", text, flags=re.M))
@@ -121,7 +125,7 @@ class Reader:
         env = {
             k: v
             for k, v in os.environ.items()
-            if not k.startswith(("CULEX_", "PYTHON", "PYTEST_", "VIRTUAL_ENV", "DJANGO_"))
+            if not k.startswith(("CULEX_", "PYTHON", "PYTEST_", "VIRTUAL_ENV", "DJANGO_", "REDIS_"))
         }
         venv = folder / ".venv"
         # (python is the suite's own until the page's .venv exists: its first command)
@@ -172,20 +176,24 @@ class Reader:
 
 @contextmanager
 def follow(page_name: str, folder: Path, wheel: Path) -> Iterator[tuple[Reader, dict[str, str]]]:
-    """The page's files written and its commands run (the started ones running): the reader
+    """The page's files written and its commands run, in the page's order (the started ones
+    running): the reader
     and what each ``run`` command printed. Afterwards the started commands get Ctrl-C (each
     must end cleanly) and the project's embedded server is stopped."""
     page = read_page(page_name)
-    assert page.steps and page.steps[0] == ("run", "python -m venv .venv && . .venv/bin/activate")
-    for path, text in page.files.items():
-        (folder / path).parent.mkdir(parents=True, exist_ok=True)
-        (folder / path).write_text(text)
+    assert page.commands()[0] == "python -m venv .venv && . .venv/bin/activate"
     reader = Reader(folder, wheel, free_port())
     printed = {}
+    written: set[str] = set()
     with ExitStack() as stack:
         stack.callback(stop_embedded_server, reader)
-        for kind, command in page.steps:
-            if kind == "run":
+        for kind, command, text in page.steps:
+            if kind == "file":  # (a file the page wrote already grows; another is replaced)
+                (folder / command).parent.mkdir(parents=True, exist_ok=True)
+                with (folder / command).open("a" if command in written else "w") as file:
+                    file.write(text)
+                written.add(command)
+            elif kind == "run":
                 printed[command] = reader.run(command)
             else:
                 reader.start(command)
@@ -281,3 +289,20 @@ def test_the_flask_guide_runs(culex_wheel: Path, tmp_path: Path) -> None:
         seen = until_ended(f"{base}/thumbnails/{task}")
         assert seen == {"state": "succeeded", "result": "cat.png at 128px"}
         assert http(f"{base}/thumbnails/no-such-task")[0] == 404
+
+
+def test_the_django_guide_runs(culex_wheel: Path, tmp_path: Path) -> None:
+    with follow("django.md", tmp_path, culex_wheel) as (reader, printed):
+        assert passed(printed["pytest"]) == 2
+        base = f"http://127.0.0.1:{reader.port}"
+        wait_until(lambda: serving(base), timeout=60, what="runserver to serve")
+        form = urllib.parse.urlencode({"email": "ann@example.com"}).encode()
+        with urllib.request.urlopen(f"{base}/orders", data=form, timeout=30) as answer:
+            order = json.loads(answer.read())["order"]
+
+        def receipt_sent() -> bool:
+            with sqlite3.connect(tmp_path / "db.sqlite3") as db:
+                row = db.execute("select receipt_sent from shop_order where id = ?", (order,))
+                return bool(row.fetchone()[0])
+
+        wait_until(receipt_sent, timeout=60, what="the runner to send the receipt")
