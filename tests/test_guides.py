@@ -306,3 +306,10 @@ def test_the_django_guide_runs(culex_wheel: Path, tmp_path: Path) -> None:
                 return bool(row.fetchone()[0])
 
         wait_until(receipt_sent, timeout=60, what="the runner to send the receipt")
+
+
+def test_the_testing_guide_runs(culex_wheel: Path, tmp_path: Path) -> None:
+    """The page's tests pass, the async one too, with what the page installs and no more."""
+    with follow("testing.md", tmp_path, culex_wheel) as (_, printed):
+        [out] = [out for command, out in printed.items() if command.startswith("pytest")]
+        assert passed(out) == 6
