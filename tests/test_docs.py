@@ -1,4 +1,5 @@
-"""The guide's examples run, in order, in one namespace, against the test server."""
+"""The docs' examples run (docs/flow-control.md here, in one namespace, against the test server;
+the guides, as a reader runs them: tests/test_guides.py), and what the pages spell works."""
 
 from __future__ import annotations
 
@@ -20,27 +21,6 @@ DOCS = Path(__file__).resolve().parent.parent / "docs"
 
 def python_blocks(page: Path) -> list[str]:
     return re.findall(r"^```python\n(.*?)^```", page.read_text(), flags=re.S | re.M)
-
-
-@pytest.mark.parametrize("page", ["guide.md"])
-def test_examples_run(page: str, r: redis.Redis, capsys: pytest.CaptureFixture[str]) -> None:
-    blocks = python_blocks(DOCS / page)
-    assert len(blocks) >= 5
-    module = types.ModuleType("culex_docs_example")
-    sys.modules[module.__name__] = module  # job classes resolve their annotations here
-    try:
-        for block in blocks:
-            exec(compile(block, f"{page}", "exec"), module.__dict__)
-    finally:
-        del sys.modules[module.__name__]
-        for job in list(culex.registry):
-            if job.__module__ == module.__name__:
-                culex.registry.remove(job)
-    out = capsys.readouterr().out
-    assert "SendEmailJob.to: expected str, got int 42" in out
-    assert "sent\n7\n" in out
-    assert "Decimal('2.10')\n" in out
-    assert "nothing to charge\nConnectionError: the bank is down\n" in out
 
 
 def test_the_flow_control_examples_run(r: redis.Redis, capsys: pytest.CaptureFixture[str]) -> None:

@@ -313,3 +313,14 @@ def test_the_testing_guide_runs(culex_wheel: Path, tmp_path: Path) -> None:
     with follow("testing.md", tmp_path, culex_wheel) as (_, printed):
         [out] = [out for command, out in printed.items() if command.startswith("pytest")]
         assert passed(out) == 6
+
+
+def test_the_user_guide_runs(culex_wheel: Path, tmp_path: Path) -> None:
+    """docs/guide.md: its examples, one script, on the embedded server of a fresh venv."""
+    with follow("guide.md", tmp_path, culex_wheel) as (_, printed):
+        out = printed["python guide.py"]
+        assert "SendEmailJob.to: expected str, got int 42\n" in out
+        assert "sent\n7\n" in out
+        assert "Decimal('2.10')\n" in out
+        assert "nothing to charge\nConnectionError: the bank is down\n" in out
+        assert "cancelled: the customer unsubscribed\n" in out
