@@ -231,12 +231,23 @@ def http(
         return error.code, dict(error.headers), error.read().decode()
 
 
-def serving(base: str) -> bool:
-    try:
-        http(base)
-    except OSError:
-        return False
-    return True
+def serving(reader: Reader) -> str:
+    """The web side's address, once it answers (a started command that ended: its output)."""
+    base = f"http://127.0.0.1:{reader.port}"
+
+    def answers() -> bool:
+        for command, process in reader.started:
+            if process.poll() is not None:
+                out = process.stdout.read() if process.stdout else ""
+                raise AssertionError(f"{command} ended with {process.returncode}:\n{out}")
+        try:
+            http(base)
+        except OSError:
+            return False
+        return True
+
+    wait_until(answers, timeout=60, what="the web side to answer")
+    return base
 
 
 def until_ended(url: str) -> dict[str, str]:
@@ -261,8 +272,7 @@ def passed(out: str) -> int:
 def test_the_fastapi_guide_runs(culex_wheel: Path, tmp_path: Path) -> None:
     with follow("fastapi.md", tmp_path, culex_wheel) as (reader, printed):
         assert passed(printed["pytest"]) == 2
-        base = f"http://127.0.0.1:{reader.port}"
-        wait_until(lambda: serving(base), timeout=60, what="uvicorn to serve")
+        base = serving(reader)
         status, _, body = http(f"{base}/signup?user=ann", "POST")
         assert status == 200, body
         task = json.loads(body)["task"]
@@ -279,8 +289,7 @@ def test_the_fastapi_guide_runs(culex_wheel: Path, tmp_path: Path) -> None:
 
 def test_the_flask_guide_runs(culex_wheel: Path, tmp_path: Path) -> None:
     with follow("flask.md", tmp_path, culex_wheel) as (reader, _):
-        base = f"http://127.0.0.1:{reader.port}"
-        wait_until(lambda: serving(base), timeout=60, what="flask to serve")
+        base = serving(reader)
         status, _, body = http(f"{base}/photos/cat.png", "POST")
         assert status == 202, body
         task = json.loads(body)["task"]
@@ -294,8 +303,7 @@ def test_the_flask_guide_runs(culex_wheel: Path, tmp_path: Path) -> None:
 def test_the_django_guide_runs(culex_wheel: Path, tmp_path: Path) -> None:
     with follow("django.md", tmp_path, culex_wheel) as (reader, printed):
         assert passed(printed["pytest"]) == 2
-        base = f"http://127.0.0.1:{reader.port}"
-        wait_until(lambda: serving(base), timeout=60, what="runserver to serve")
+        base = serving(reader)
         form = urllib.parse.urlencode({"email": "ann@example.com"}).encode()
         with urllib.request.urlopen(f"{base}/orders", data=form, timeout=30) as answer:
             order = json.loads(answer.read())["order"]
