@@ -128,8 +128,12 @@ class Reader:
             if not k.startswith(("CULEX_", "PYTHON", "PYTEST_", "VIRTUAL_ENV", "DJANGO_", "REDIS_"))
         }
         venv = folder / ".venv"
-        # (python is the suite's own until the page's .venv exists: its first command)
-        path = f"{venv / 'bin'}:{Path(sys.executable).parent}:{env.get('PATH', '')}"
+        # python is the suite's own until the page's .venv exists (its first command makes it)
+        suite_python = folder.parent / f"{folder.name}-python"
+        suite_python.mkdir(exist_ok=True)
+        (suite_python / "python").unlink(missing_ok=True)
+        (suite_python / "python").symlink_to(sys.executable)
+        path = f"{venv / 'bin'}:{suite_python}:{env.get('PATH', '')}"
         self.env = env | {
             "PATH": path,
             "VIRTUAL_ENV": str(venv),
