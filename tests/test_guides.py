@@ -16,9 +16,9 @@ by its own variable, ``UVICORN_PORT`` or ``FLASK_RUN_PORT``; Django's ``runserve
 none and is given it as its argument). No culex setting comes from the suite: the web side
 and the runner meet on culex's embedded server in the project's folder, as a reader's do.
 
-Making a venv and installing into it takes most of the time (about 25 s a page here, with
-pip's cache warm). These tests use no server of the suite's, so the run of the suite on
-redis-server (tests/suites.py) skips them.
+Making a venv and installing into it takes most of the time: the five pages took 60 to 70 s
+here, on 2 cores, with pip's cache warm or not. These tests use no server of the suite's, so
+the run of the suite on redis-server (tests/suites.py) skips them.
 """
 
 from __future__ import annotations
