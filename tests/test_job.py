@@ -251,31 +251,33 @@ def test_a_subclass_s_default_queue_is_its_own_class_name_unless_a_base_set_one(
     """The default queue is the class name, under an abstract base too (docs/flask.md's
     AppJob): a queue set on a base is inherited, one a base took from its name is not."""
 
-    class AppJob(culex.QueuedJob, abstract=True):
+    class RuleAppJob(culex.QueuedJob, abstract=True):
         def perform(self) -> None: ...
 
-    class ThumbnailJob(AppJob): ...
+    class RuleThumbnailJob(RuleAppJob): ...
 
-    class SharedJob(culex.QueuedJob, abstract=True):
+    class RuleSharedJob(culex.QueuedJob, abstract=True):
         queue = "media"
 
-    class ResizeJob(SharedJob):
+    class RuleResizeJob(RuleSharedJob):
         def perform(self) -> None: ...
 
-    class BigResizeJob(ResizeJob):
+    class RuleBigResizeJob(RuleResizeJob):
         queue = "big"
 
-    class PlainJob(culex.QueuedJob):
+    class RulePlainJob(culex.QueuedJob):
         def perform(self) -> None: ...
 
-    class ChildJob(PlainJob): ...
+    class RuleChildJob(RulePlainJob): ...
 
     try:
-        assert (AppJob.queue, ThumbnailJob.queue) == ("app_job", "thumbnail_job")
-        assert (SharedJob.queue, ResizeJob.queue, BigResizeJob.queue) == ("media",) * 2 + ("big",)
-        assert (PlainJob.queue, ChildJob.queue) == ("plain_job", "child_job")
-        task = ThumbnailJob().enqueue()
-        assert culex.Task(task.id, "thumbnail_job").state() == culex.TaskState.WAITING
+        assert RuleAppJob.queue == "rule_app_job"
+        assert RuleThumbnailJob.queue == "rule_thumbnail_job"
+        assert RuleSharedJob.queue == RuleResizeJob.queue == "media"
+        assert RuleBigResizeJob.queue == "big"
+        assert (RulePlainJob.queue, RuleChildJob.queue) == ("rule_plain_job", "rule_child_job")
+        task = RuleThumbnailJob().enqueue()
+        assert culex.Task(task.id, "rule_thumbnail_job").state() == culex.TaskState.WAITING
     finally:
-        for job in (ThumbnailJob, ResizeJob, BigResizeJob, PlainJob, ChildJob):
+        for job in (RuleThumbnailJob, RuleResizeJob, RuleBigResizeJob, RulePlainJob, RuleChildJob):
             culex.registry.remove(job)
