@@ -271,3 +271,41 @@ def test_an_id_culex_drew_that_was_taken_is_drawn_again(
     # A client-made id that is taken is the idempotent case: nothing is drawn, nothing changes.
     assert SendWelcomeEmailJob(to="again").enqueue(id="taken").id == "taken"
     assert r.zcard(keys.waiting) == 4
+
+
+def test_a_subclass_s_default_queue_is_its_own_class_name_unless_a_base_set_one(
+    r: redis.Redis,
+) -> None:
+    """The default queue is the class name, under an abstract base too (docs/flask.md's
+    AppJob): a queue set on a base is inherited, one a base took from its name is not."""
+
+    class RuleAppJob(culex.QueuedJob, abstract=True):
+        def perform(self) -> None: ...
+
+    class RuleThumbnailJob(RuleAppJob): ...
+
+    class RuleSharedJob(culex.QueuedJob, abstract=True):
+        queue = "media"
+
+    class RuleResizeJob(RuleSharedJob):
+        def perform(self) -> None: ...
+
+    class RuleBigResizeJob(RuleResizeJob):
+        queue = "big"
+
+    class RulePlainJob(culex.QueuedJob):
+        def perform(self) -> None: ...
+
+    class RuleChildJob(RulePlainJob): ...
+
+    try:
+        assert RuleAppJob.queue == "rule_app_job"
+        assert RuleThumbnailJob.queue == "rule_thumbnail_job"
+        assert RuleSharedJob.queue == RuleResizeJob.queue == "media"
+        assert RuleBigResizeJob.queue == "big"
+        assert (RulePlainJob.queue, RuleChildJob.queue) == ("rule_plain_job", "rule_child_job")
+        task = RuleThumbnailJob().enqueue()
+        assert culex.Task(task.id, "rule_thumbnail_job").state() == culex.TaskState.WAITING
+    finally:
+        for job in (RuleThumbnailJob, RuleResizeJob, RuleBigResizeJob, RulePlainJob, RuleChildJob):
+            culex.registry.remove(job)

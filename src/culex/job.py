@@ -91,6 +91,7 @@ class Job:
 
     # Policy belongs to the job (override in a subclass).
     queue: ClassVar[str] = ""
+    queue_from_name_: ClassVar[bool] = False  # queue is the class name, not set: not inherited
     max_retries: ClassVar[int] = 4
     # An attribute, or a method taking the retry count: may this task run again?
     rescheduleable: ClassVar[bool] = True
@@ -141,8 +142,13 @@ class Job:
         cls.async_perform_ = inspect.iscoroutinefunction(cls.perform)
         cls.result_codec_ = _result_codec(cls)
         if "queue" not in cls.__dict__ or not cls.__dict__["queue"]:
-            inherited = cls.queue if not abstract else ""
+            # A queue a base set (queue = "emails") is inherited; one a base took from its
+            # own class name is not: this class's default queue is its own name.
+            inherited = "" if cls.queue_from_name_ else cls.queue
             cls.queue = inherited or snake_case(cls.__name__)
+            cls.queue_from_name_ = not inherited
+        else:
+            cls.queue_from_name_ = False
         check_queue_name(cls.queue)
         _check_policy(cls)
         cls.limits_ = _limits(cls)
