@@ -228,7 +228,8 @@ class PlainRunner:
             self.signal, self.periodic_prefix, self.done_prefix, self.stats_prefix,
             self.control, self.dedupe, self.groups, self.cancels,
         ]  # fmt: skip
-        args = [limit, self.DEAD_TTL_MS, self.DEAD_MAX, "", max_stalls]  # ("": no heal_ms)
+        no_heal: list[int | str] = [limit, self.DEAD_TTL_MS, self.DEAD_MAX, ""]  # (no heal_ms)
+        args = [*no_heal, max_stalls]
         pairs = self.send("reclaim", keys, args)
         return {text(pairs[i]): text(pairs[i + 1]) for i in range(0, len(pairs), 2)}
 
