@@ -80,7 +80,7 @@ RUNNER = ROOT / "docs" / "examples" / "foreign_runner.py"
 LUA = ENQUEUE_LUA.parent
 
 
-class FlakyJob(culex.QueuedJob):  # the foreign runner's FlakyJob fails its first attempt
+class FirstTryFailsJob(culex.QueuedJob):  # the foreign runner fails its first attempt
     queue = "foreign"
     max_retries = 1
 
@@ -88,7 +88,7 @@ class FlakyJob(culex.QueuedJob):  # the foreign runner's FlakyJob fails its firs
         return "ok"
 
 
-class BrokenJob(culex.QueuedJob):  # ... and its BrokenJob always fails
+class NeverWorksJob(culex.QueuedJob):  # ... and always fails this one
     queue = "foreign"
     max_retries = 0
 
@@ -103,8 +103,8 @@ def test_a_foreign_runner_runs_culex_tasks(r: redis.Redis, url: str) -> None:
     job type it does not know."""
     added = AddJob(a=2, b=3).enqueue()
     later = AddJob(a=5, b=5).enqueue(delay=0.2)
-    flaky = FlakyJob().enqueue()
-    broken = BrokenJob().enqueue()
+    flaky = FirstTryFailsJob().enqueue()
+    broken = NeverWorksJob().enqueue()
     r.eval(
         ENQUEUE_LUA.read_text(), 4, "culex:{foreign}:task:x1", "culex:{foreign}:waiting",
         "culex:{foreign}:scheduled", "culex:{foreign}:signal", "x1", "NopeJob", "foreign", "{}",

@@ -44,7 +44,7 @@ def broken(params, attempt):
     raise ValueError("always fails")
 
 
-JOBS = {"AddJob": add, "FlakyJob": flaky, "BrokenJob": broken}
+JOBS = {"AddJob": add, "FirstTryFailsJob": flaky, "NeverWorksJob": broken}
 
 
 class Runner:

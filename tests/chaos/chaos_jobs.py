@@ -124,6 +124,7 @@ class PoisonExitJob(culex.QueuedJob):
 
     queue = QUEUE
     max_retries = 1
+    max_stalls = 1  # (its own bound: the tasks that share its runners keep the setting's)
 
     def perform(self) -> Any:
         record("start", self)
