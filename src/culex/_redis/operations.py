@@ -605,6 +605,17 @@ def hasten(keys: QueueKeys, *, limit: int) -> Call[int]:
     )
 
 
+def run_now(keys: QueueKeys, task_id: str) -> Call[str]:
+    """Make one scheduled task ready now (the dashboard's "run now"); the reply is
+    "waiting" when it moved, else the state that refused it ("" when it has no record)."""
+    return Call(
+        (keys.task(task_id), keys.scheduled, keys.waiting, keys.signal, keys.groups_prefix),
+        (task_id,),
+        text,
+        scripts.RUN_NOW,
+    )
+
+
 # -- dead tasks: list them, put them back -------------------------------------------------
 
 
