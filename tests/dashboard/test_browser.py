@@ -177,14 +177,14 @@ def test_a_bulk_action_asks_first(dashboard: str, page: Page) -> None:
 def test_search_by_id_opens_the_task(dashboard: str, page: Page) -> None:
     task = DashboardMailJob(to="found@example.com").enqueue()
     page.goto(f"{dashboard}/queue?queue=dash_mail")
-    page.get_by_label("find a task by id").fill(task.id)
+    page.get_by_label("search tasks").fill(task.id)
     page.get_by_role("button", name="Search").click()
     expect(page).to_have_url(re.compile(f"/task\\?queue=dash_mail&id={task.id}$"))
     expect(page.locator("#params")).to_contain_text("found@example.com")
     page.goto(f"{dashboard}/queue?queue=dash_mail")
-    page.get_by_label("find a task by id").fill("not-a-task")
+    page.get_by_label("search tasks").fill("not-a-task")
     page.get_by_role("button", name="Search").click()
-    expect(page.locator("#missing")).to_contain_text("no task 'not-a-task' in dash_mail")
+    expect(page.locator("#no-rows")).to_contain_text("No waiting task matching “not-a-task”")
 
 
 def test_search_by_job_type_and_act_on_every_match(dashboard: str, page: Page) -> None:
@@ -210,7 +210,7 @@ def test_pages_of_a_long_list_in_both_orders(dashboard: str, page: Page) -> None
     page.goto(f"{dashboard}/queue?queue=dash_mail&state=waiting&limit=25")
     rows = page.locator("table.tasks tbody tr")
     expect(rows).to_have_count(25)
-    expect(rows.first).to_have_attribute("data-task", tasks[-1].id)  # newest first
+    expect(rows.first).to_have_attribute("data-task", tasks[0].id)  # run order: next first
     seen = set()
     for _ in range(3):
         seen |= {rows.nth(i).get_attribute("data-task") for i in range(rows.count())}
@@ -218,9 +218,9 @@ def test_pages_of_a_long_list_in_both_orders(dashboard: str, page: Page) -> None
             break
         page.get_by_role("link", name="next page").click()
     assert seen == {t.id for t in tasks}
-    page.get_by_label("order").select_option("oldest")
+    page.get_by_label("order").select_option("newest")
     page.get_by_role("button", name="Search").click()
-    expect(rows.first).to_have_attribute("data-task", tasks[0].id)
+    expect(rows.first).to_have_attribute("data-task", tasks[-1].id)
 
 
 def test_delete_a_task(dashboard: str, page: Page) -> None:

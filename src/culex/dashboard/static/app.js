@@ -71,13 +71,27 @@
     schedule();
   }
 
-  // Forms and buttons with data-confirm ask first (bulk actions, retry, cancel).
+  // Forms and buttons with data-confirm ask first (bulk actions, retry, cancel). A bulk
+  // action asks with its chosen action's own words and count (data-confirm-ticked, where
+  // {n} is how many are ticked, or data-confirm-filter).
+  function question(form, submitter) {
+    const action = form.querySelector("select[name=action]");
+    if (submitter && submitter.name === "scope" && action !== null) {
+      const option = action.options[action.selectedIndex];
+      const words = submitter.value === "filter" ? option.dataset.confirmFilter : option.dataset.confirmTicked;
+      if (words) {
+        const ticked = form.querySelectorAll("input[name=id]:checked").length;
+        return words.replace("{n}", ticked.toLocaleString("en-US"));
+      }
+    }
+    return (submitter && submitter.dataset.confirm) || form.dataset.confirm;
+  }
+
   function setupConfirm() {
     document.addEventListener("submit", function (event) {
       const form = event.target;
-      const submitter = event.submitter;
-      const question = (submitter && submitter.dataset.confirm) || form.dataset.confirm;
-      if (question && !window.confirm(question)) event.preventDefault();
+      const asked = question(form, event.submitter);
+      if (asked && !window.confirm(asked)) event.preventDefault();
     });
   }
 
