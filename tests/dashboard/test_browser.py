@@ -538,3 +538,169 @@ def test_a_task_s_errors_stay_open_or_closed_across_a_live_refresh(
     newest, oldest = page.locator("#errors details").all()
     expect(newest).not_to_have_attribute("open", "")
     expect(oldest).to_have_attribute("open", "")
+
+
+# -- search, the Dead page, retries, confirmations, run order and run now ------------------
+
+
+class DashboardBillingJob(culex.QueuedJob):
+    queue = "dash_billing"
+    invoice: str
+
+    def perform(self) -> None:
+        pass
+
+
+def failed_once(task: Task, error: str) -> None:
+    """Claim ``task`` and fail it with ``error``: scheduled for a retry an hour on."""
+    from culex._redis import operations
+    from culex._redis.keys import queue_keys
+
+    from ..conftest import driver_of
+
+    keys = queue_keys("culex", task.queue)
+    d = driver_of(redis.Redis.from_url(config.settings().redis_url))
+    claimed = d.run(
+        operations.claim(keys, limit=1, lease_ms=60_000, promote_limit=1, dead_ttl_ms=60_000)
+    ).tasks
+    assert [c.id for c in claimed] == [task.id]
+    d.run(operations.fail(keys, task.id, 1, error, retry_delay_ms=3_600_000, dead_ttl_ms=60_000,
+                          dead_max=10))  # fmt: skip
+
+
+def listed(page: Page) -> list[str | None]:
+    rows = page.locator("table.tasks tbody tr")
+    return [rows.nth(i).get_attribute("data-task") for i in range(rows.count())]
+
+
+def test_search_by_an_id_prefix_part_of_a_job_type_params_and_last_error(
+    dashboard: str, page: Page
+) -> None:
+    mails = [DashboardMailJob(to=f"user{i}@example.com").enqueue() for i in range(3)]
+    report = DashboardReportJob(name="quarterly").enqueue()
+    broken = DashboardMailJob(to="bounce@example.com").enqueue()
+    assert broken.cancel("SMTPError 550 mailbox unavailable")
+    page.goto(f"{dashboard}/queue?queue=dash_mail")
+
+    def search(text: str, state: str = "waiting") -> list[str | None]:
+        page.goto(f"{dashboard}/queue?queue=dash_mail&state={state}")
+        page.get_by_label("search tasks").fill(text)
+        page.get_by_role("button", name="Search").click()
+        expect(page.locator("#listing")).to_contain_text("looked at", ignore_case=True)
+        return listed(page)
+
+    assert search(mails[1].id[:-2]) == [mails[1].id]  # an id prefix
+    assert search("Report") == [report.id]  # part of a job type
+    assert search("user2@") == [mails[2].id]  # text in params
+    assert search("mailbox unavailable", "dead") == [broken.id]  # text in the last error
+    expect(page.locator("td.reason")).to_contain_text("SMTPError 550")
+    assert search("nobody@") == []
+    expect(page.locator("#no-rows")).to_contain_text("matching “nobody@”")
+    expect(page.locator("#no-rows")).to_contain_text("Looked at 4 of 4")
+    # A search is never acted on whole: only ticked tasks.
+    expect(page.get_by_role("button", name="on every matching task")).to_have_count(0)
+
+
+def test_the_dead_page_lists_every_queue_s_dead_tasks_newest_first(
+    r: redis.Redis, dashboard: str, page: Page
+) -> None:
+    from ..conftest import server_ms
+
+    mail = DashboardMailJob(to="old@example.com").enqueue()
+    bill = DashboardBillingJob(invoice="INV-7").enqueue()
+    newest = DashboardMailJob(to="new@example.com").enqueue()
+    for task, why in ((mail, "first"), (bill, "second"), (newest, "third")):
+        then = server_ms(r)
+        wait_until(lambda: server_ms(r) > then)  # (each dies in a ms of its own)
+        assert task.cancel(why)
+    page.goto(f"{dashboard}/dead")
+    expect(page.locator("#dead-tasks tbody tr")).to_have_count(3)
+    rows = page.locator("#dead-tasks tbody tr")
+    ids = [rows.nth(i).get_attribute("data-task") for i in range(3)]
+    assert ids == [newest.id, bill.id, mail.id]
+    expect(rows.nth(1)).to_have_attribute("data-queue", "dash_billing")
+    expect(rows.nth(1).locator("td.params")).to_contain_text("INV-7")
+    expect(rows.nth(1).locator("td.reason")).to_have_text("cancelled: second")
+    page.goto(f"{dashboard}/dead?limit=2")
+    expect(rows).to_have_count(2)
+    page.get_by_role("link", name="next page").click()
+    expect(rows).to_have_count(1)
+    expect(rows.first).to_have_attribute("data-task", mail.id)
+    page.get_by_label("Dead tasks of").select_option("dash_billing")
+    expect(page.get_by_role("heading", name="Queue dash_billing")).to_be_visible()
+    assert listed(page) == [bill.id]
+
+
+def test_the_retries_view_shows_scheduled_retries_apart_from_delayed_tasks(
+    dashboard: str, page: Page
+) -> None:
+    delayed = DashboardMailJob(to="later@example.com").enqueue(delay=7200)
+    retrying = DashboardMailJob(to="flaky@example.com").enqueue()
+    failed_once(retrying, "TimeoutError: the mail server did not answer")
+    page.goto(f"{dashboard}/queue?queue=dash_mail&state=scheduled")
+    assert listed(page) == [retrying.id, delayed.id]  # soonest due first
+    page.locator('[data-kind="retrying"]').click()
+    assert listed(page) == [retrying.id]
+    row = page.locator(f'tr[data-task="{retrying.id}"]')
+    expect(row.locator("td.params")).to_contain_text("flaky@example.com")
+    expect(row.locator("td.reason")).to_have_text("TimeoutError: the mail server did not answer")
+    page.locator('[data-kind="delayed"]').click()
+    assert listed(page) == [delayed.id]
+
+
+def test_a_bulk_confirmation_names_the_action_and_the_count(dashboard: str, page: Page) -> None:
+    tasks = dead_tasks(3)
+    asked: list[str] = []
+
+    def answer(dialog: object) -> None:
+        asked.append(dialog.message)  # type: ignore[attr-defined]
+        dialog.dismiss()  # type: ignore[attr-defined]
+
+    page.on("dialog", answer)
+    page.goto(f"{dashboard}/queue?queue=dash_mail&state=dead")
+    page.get_by_label("action").select_option("delete")
+    page.get_by_role("button", name="on every matching task").click()
+    page.get_by_label(f"tick {tasks[0].id}").check()
+    page.get_by_label(f"tick {tasks[2].id}").check()
+    page.get_by_label("action").select_option("retry")
+    page.get_by_role("button", name="on ticked").click()
+    wait_until(lambda: len(asked) == 2)
+    assert asked == [
+        "Delete 3 dead task(s) of dash_mail? This cannot be undone.",
+        "Retry 2 ticked dead task(s) of dash_mail?",
+    ]
+    assert {t.state() for t in tasks} == {TaskState.DEAD}  # (both dismissed: nothing sent)
+
+
+def test_scheduled_soonest_first_with_dates_and_run_now(dashboard: str, page: Page) -> None:
+    later, soon, middle = (DashboardMailJob(to=f"{h}@example.com").enqueue(delay=h * 3600)
+                           for h in (3, 1, 2))  # fmt: skip
+    accept_dialogs(page)
+    page.goto(f"{dashboard}/queue?queue=dash_mail&state=scheduled")
+    assert listed(page) == [soon.id, middle.id, later.id]
+    soon_row = page.locator(f'tr[data-task="{soon.id}"]')
+    expect(soon_row.locator("time")).to_contain_text("in ")
+    expect(soon_row.locator(".at")).to_have_text(re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"))
+    page.locator(f'tr[data-task="{middle.id}"] [data-run-now]').click()
+    expect(page.locator("#notice")).to_contain_text("Made ready now")
+    assert listed(page) == [soon.id, later.id]
+    assert middle.state() == TaskState.WAITING
+    page.goto(f"{dashboard}/task?queue=dash_mail&id={later.id}")
+    page.get_by_role("button", name="Run now").click()
+    expect(page.locator("#task-state")).to_have_text("waiting")
+    assert later.state() == TaskState.WAITING
+    # Run order in waiting: priority first, then ready time.
+    urgent = DashboardMailJob(to="urgent@example.com").enqueue(priority=10)
+    page.goto(f"{dashboard}/queue?queue=dash_mail")
+    assert listed(page) == [urgent.id, middle.id, later.id]
+
+
+def test_run_now_of_a_task_that_is_no_longer_scheduled_is_refused(
+    dashboard: str, page: Page
+) -> None:
+    task = DashboardMailJob(to="a@example.com").enqueue(delay=3600)
+    page.goto(f"{dashboard}/queue?queue=dash_mail&state=scheduled")
+    assert task.cancel()
+    page.locator(f'tr[data-task="{task.id}"] [data-run-now]').click()
+    expect(page.locator("#notice")).to_contain_text("Nothing done")
+    assert task.state() == TaskState.DEAD
