@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import re
 import threading
 from collections.abc import Iterator
@@ -551,7 +552,7 @@ class DashboardBillingJob(culex.QueuedJob):
         pass
 
 
-def failed_once(task: Task, error: str) -> None:
+def failed_once(r: redis.Redis, task: Task, error: str) -> None:
     """Claim ``task`` and fail it with ``error``: scheduled for a retry an hour on."""
     from culex._redis import operations
     from culex._redis.keys import queue_keys
@@ -559,7 +560,7 @@ def failed_once(task: Task, error: str) -> None:
     from ..conftest import driver_of
 
     keys = queue_keys("culex", task.queue)
-    d = driver_of(redis.Redis.from_url(config.settings().redis_url))
+    d = driver_of(r)
     claimed = d.run(
         operations.claim(keys, limit=1, lease_ms=60_000, promote_limit=1, dead_ttl_ms=60_000)
     ).tasks
@@ -609,9 +610,12 @@ def test_the_dead_page_lists_every_queue_s_dead_tasks_newest_first(
     mail = DashboardMailJob(to="old@example.com").enqueue()
     bill = DashboardBillingJob(invoice="INV-7").enqueue()
     newest = DashboardMailJob(to="new@example.com").enqueue()
+
+    def later_than(then: int) -> bool:
+        return server_ms(r) > then
+
     for task, why in ((mail, "first"), (bill, "second"), (newest, "third")):
-        then = server_ms(r)
-        wait_until(lambda: server_ms(r) > then)  # (each dies in a ms of its own)
+        wait_until(functools.partial(later_than, server_ms(r)))  # (each dies in a ms of its own)
         assert task.cancel(why)
     page.goto(f"{dashboard}/dead")
     expect(page.locator("#dead-tasks tbody tr")).to_have_count(3)
@@ -632,11 +636,11 @@ def test_the_dead_page_lists_every_queue_s_dead_tasks_newest_first(
 
 
 def test_the_retries_view_shows_scheduled_retries_apart_from_delayed_tasks(
-    dashboard: str, page: Page
+    r: redis.Redis, dashboard: str, page: Page
 ) -> None:
     delayed = DashboardMailJob(to="later@example.com").enqueue(delay=7200)
     retrying = DashboardMailJob(to="flaky@example.com").enqueue()
-    failed_once(retrying, "TimeoutError: the mail server did not answer")
+    failed_once(r, retrying, "TimeoutError: the mail server did not answer")
     page.goto(f"{dashboard}/queue?queue=dash_mail&state=scheduled")
     assert listed(page) == [retrying.id, delayed.id]  # soonest due first
     page.locator('[data-kind="retrying"]').click()
