@@ -213,6 +213,12 @@ def main() -> int:
                 shoot(page, f"{base}/queue?queue=sync_stock_job&state=scheduled", "scheduled.png")
                 shoot(page, f"{base}/queue?queue=charge_card_job&state=dead&q=order+1003",
                       "search.png")  # fmt: skip
+                page.goto(f"{base}/queue?queue=charge_card_job&state=dead")
+                page.get_by_label("action").select_option("delete")
+                page.get_by_role("button", name="on every matching task").click()
+                page.locator("#confirm-dialog").wait_for()
+                page.screenshot(path=IMAGES / "confirm.png")
+                print("docs/images/confirm.png")
                 browser.close()
         finally:
             server.stop()

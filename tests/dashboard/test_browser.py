@@ -57,7 +57,9 @@ def dead_tasks(count: int, reason: str = "gave up") -> list[Task]:
 
 
 def accept_dialogs(page: Page) -> None:
-    page.on("dialog", lambda dialog: dialog.accept())
+    """Answer each confirmation of the page with its action's button (not Cancel)."""
+    dialog = page.locator("#confirm-dialog")
+    page.add_locator_handler(dialog, lambda: dialog.locator("[data-confirm-yes]").click())
 
 
 def count_cell(page: Page, queue: str, state: str) -> str:
@@ -166,11 +168,20 @@ def test_bulk_retry_of_every_task_the_filter_matches(dashboard: str, page: Page)
     assert {t.state() for t in tasks} == {TaskState.WAITING}
 
 
-def test_a_bulk_action_asks_first(dashboard: str, page: Page) -> None:
+def test_a_bulk_action_asks_first_and_cancel_is_the_default(dashboard: str, page: Page) -> None:
     (task,) = dead_tasks(1)
-    page.on("dialog", lambda dialog: dialog.dismiss())
     page.goto(f"{dashboard}/queue?queue=dash_mail&state=dead")
+    page.get_by_label("action").select_option("delete")
     page.get_by_role("button", name="on every matching task").click()
+    dialog = page.locator("#confirm-dialog")
+    expect(dialog).to_be_visible()
+    expect(dialog.locator("[data-confirm-no]")).to_be_focused()
+    expect(dialog.locator("[data-confirm-yes]")).to_have_text("Delete")
+    page.keyboard.press("Enter")  # (the default button: Cancel)
+    expect(dialog).to_be_hidden()
+    page.get_by_role("button", name="on every matching task").click()
+    page.keyboard.press("Escape")
+    expect(dialog).to_be_hidden()
     page.goto(f"{dashboard}/queue?queue=dash_mail&state=dead")  # (nothing was sent)
     assert task.state() == TaskState.DEAD
 
@@ -654,26 +665,27 @@ def test_the_retries_view_shows_scheduled_retries_apart_from_delayed_tasks(
 
 def test_a_bulk_confirmation_names_the_action_and_the_count(dashboard: str, page: Page) -> None:
     tasks = dead_tasks(3)
-    asked: list[str] = []
-
-    def answer(dialog: object) -> None:
-        asked.append(dialog.message)  # type: ignore[attr-defined]
-        dialog.dismiss()  # type: ignore[attr-defined]
-
-    page.on("dialog", answer)
+    dialog = page.locator("#confirm-dialog")
     page.goto(f"{dashboard}/queue?queue=dash_mail&state=dead")
     page.get_by_label("action").select_option("delete")
     page.get_by_role("button", name="on every matching task").click()
+    expect(dialog.locator("p")).to_have_text(
+        "Delete 3 dead task(s) of dash_mail? This cannot be undone."
+    )
+    dialog.locator("[data-confirm-no]").click()
     page.get_by_label(f"tick {tasks[0].id}").check()
     page.get_by_label(f"tick {tasks[2].id}").check()
     page.get_by_label("action").select_option("retry")
     page.get_by_role("button", name="on ticked").click()
-    wait_until(lambda: len(asked) == 2)
-    assert asked == [
-        "Delete 3 dead task(s) of dash_mail? This cannot be undone.",
-        "Retry 2 ticked dead task(s) of dash_mail?",
-    ]
-    assert {t.state() for t in tasks} == {TaskState.DEAD}  # (both dismissed: nothing sent)
+    expect(dialog.locator("p")).to_have_text("Retry 2 ticked dead task(s) of dash_mail?")
+    expect(dialog.locator("[data-confirm-yes]")).to_have_text("Retry")
+    dialog.locator("[data-confirm-no]").click()
+    expect(dialog).to_be_hidden()
+    assert {t.state() for t in tasks} == {TaskState.DEAD}  # (both cancelled: nothing sent)
+    dialog.page.get_by_role("button", name="on ticked").click()
+    dialog.locator("[data-confirm-yes]").click()
+    expect(page.locator("#notice")).to_contain_text("Put 2 task(s) back in waiting")
+    assert [t.state() for t in tasks] == ["waiting", "dead", "waiting"]
 
 
 def test_scheduled_soonest_first_with_dates_and_run_now(dashboard: str, page: Page) -> None:

@@ -87,11 +87,65 @@
     return (submitter && submitter.dataset.confirm) || form.dataset.confirm;
   }
 
+  // The question is asked in a dialog of the page whose default button is Cancel (it has
+  // the focus: Enter or Escape cancels); the other button names the action.
+  function confirmDialog() {
+    let dialog = document.getElementById("confirm-dialog");
+    if (dialog !== null) return dialog;
+    dialog = document.createElement("dialog");
+    dialog.id = "confirm-dialog";
+    dialog.setAttribute("aria-labelledby", "confirm-question");
+    const text = document.createElement("p");
+    text.id = "confirm-question";
+    const buttons = document.createElement("form");
+    buttons.method = "dialog";
+    buttons.className = "buttons";
+    const no = document.createElement("button");
+    no.value = "cancel";
+    no.textContent = "Cancel";
+    no.autofocus = true;
+    no.dataset.confirmNo = "";
+    const yes = document.createElement("button");
+    yes.value = "yes";
+    yes.className = "warn";
+    yes.dataset.confirmYes = "";
+    buttons.append(no, yes);
+    dialog.append(text, buttons);
+    document.body.append(dialog);
+    return dialog;
+  }
+
+  function ask(words, label, then) {
+    const dialog = confirmDialog();
+    dialog.querySelector("#confirm-question").textContent = words; // text, never HTML
+    dialog.querySelector("[data-confirm-yes]").textContent = label;
+    dialog.returnValue = "";
+    dialog.addEventListener("close", function () {
+      if (dialog.returnValue === "yes") then();
+    }, { once: true });
+    dialog.showModal();
+    dialog.querySelector("[data-confirm-no]").focus();
+  }
+
   function setupConfirm() {
     document.addEventListener("submit", function (event) {
       const form = event.target;
-      const asked = question(form, event.submitter);
-      if (asked && !window.confirm(asked)) event.preventDefault();
+      const submitter = event.submitter;
+      if (form.method === "dialog") return;
+      if (form.dataset.confirmed === "1") {
+        delete form.dataset.confirmed;
+        return;
+      }
+      const asked = question(form, submitter);
+      if (!asked) return;
+      event.preventDefault();
+      // (the action's button says what it does: the verb the question starts with)
+      let label = asked.split(" ")[0].replace(/\W+$/, "") || "OK";
+      if (label === "Cancel") label = "Yes, cancel";
+      ask(asked, label, function () {
+        form.dataset.confirmed = "1";
+        form.requestSubmit(submitter || undefined);
+      });
     });
   }
 
