@@ -267,6 +267,23 @@ def test_live_refresh_updates_a_count_and_stops_when_paused(dashboard: str, page
     expect(page.locator('tr[data-queue="dash_mail"] [data-count="waiting"]')).to_have_text("3")
 
 
+def test_a_question_asked_across_a_live_refresh_still_acts(dashboard: str, page: Page) -> None:
+    tasks = dead_tasks(2)
+    live = [0]
+    page.on("request", lambda request: _count_live(request.headers, live))
+    page.clock.install()
+    page.goto(f"{dashboard}/queue?queue=dash_mail&state=dead")
+    page.get_by_role("button", name="on every matching task").click()
+    expect(page.locator("#confirm-dialog")).to_be_visible()
+    dead_tasks(1)  # (the refreshed list would differ)
+    page.clock.run_for(7000)
+    wait_until(lambda: live[0] >= 2)
+    page.evaluate("() => new Promise(resolve => setTimeout(resolve, 0))")
+    page.locator("#confirm-dialog [data-confirm-yes]").click()
+    expect(page.locator("#notice")).to_contain_text("Put 3 task(s) back in waiting")
+    assert {t.state() for t in tasks} == {TaskState.WAITING}
+
+
 def test_live_refresh_waits_while_the_tab_is_hidden(dashboard: str, page: Page) -> None:
     live = [0]
     page.on("request", lambda request: _count_live(request.headers, live))
@@ -330,6 +347,12 @@ def test_a_post_without_its_csrf_token_gets_403(dashboard: str, page: Page) -> N
     assert token is not None
     assert page.request.post(retry, form={"csrf": token}).ok  # the page's own token works
     assert task.state() == TaskState.WAITING
+    later = DashboardMailJob(to="later@example.com").enqueue(delay=3600)
+    run_now = f"{dashboard}/task/run_now?queue=dash_mail&id={later.id}"
+    assert page.request.post(run_now, form={"csrf": "0" * 64}).status == 403
+    assert later.state() == TaskState.SCHEDULED
+    assert page.request.post(run_now, form={"csrf": token}).ok
+    assert later.state() == TaskState.WAITING
 
 
 def test_read_only_mode_shows_no_action_and_refuses_posts(r: redis.Redis, page: Page) -> None:
@@ -346,6 +369,13 @@ def test_read_only_mode_shows_no_action_and_refuses_posts(r: redis.Redis, page: 
         assert refused.status == 403 and "read-only" in refused.text()
         refused = page.request.post(f"{url}/queue/pause", form={"queue": "dash_mail"})
         assert refused.status == 403
+        later = DashboardMailJob(to="later@example.com").enqueue(delay=3600)
+        page.goto(f"{url}/queue?queue=dash_mail&state=scheduled")
+        expect(page.get_by_role("row").filter(has_text=later.id)).to_be_visible()
+        expect(page.locator("[data-run-now]")).to_have_count(0)
+        refused = page.request.post(f"{url}/task/run_now?queue=dash_mail&id={later.id}")
+        assert refused.status == 403
+        assert later.state() == TaskState.SCHEDULED
     assert task.state() == TaskState.DEAD
     assert not queue_control.controls(queues=["dash_mail"])["dash_mail"].paused
 

@@ -28,6 +28,9 @@
     if (!response.ok || !liveOn() || mine !== refreshes) return;
     const text = await response.text();
     if (mine !== refreshes) return; // a newer refresh started meanwhile: it wins
+    // Nothing is swapped while a question is asked: its form must stay the one answered.
+    const asking = document.getElementById("confirm-dialog");
+    if (asking !== null && asking.open) return;
     const fresh = new DOMParser().parseFromString(text, "text/html");
     document.querySelectorAll("[data-live][id]").forEach(function (old) {
       // Keep a list whose tasks the user is ticking.
