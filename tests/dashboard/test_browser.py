@@ -641,6 +641,12 @@ def test_search_by_an_id_prefix_part_of_a_job_type_params_and_last_error(
     expect(page.locator("#no-rows")).to_contain_text("Looked at 4 of 4")
     # A search is never acted on whole: only ticked tasks.
     expect(page.get_by_role("button", name="on every matching task")).to_have_count(0)
+    token = page.locator('input[name="csrf"]').first.get_attribute("value")
+    form = {"csrf": token or "", "queue": "dash_mail", "state": "dead", "q": "nobody@",
+            "action": "delete", "scope": "filter"}  # fmt: skip
+    refused = page.request.post(f"{dashboard}/queue/bulk", form=form)
+    assert refused.status == 400 and "tick them" in refused.text()
+    assert broken.state() == TaskState.DEAD
 
 
 def test_the_dead_page_lists_every_queue_s_dead_tasks_newest_first(
@@ -674,6 +680,8 @@ def test_the_dead_page_lists_every_queue_s_dead_tasks_newest_first(
     page.get_by_label("Dead tasks of").select_option("dash_billing")
     expect(page.get_by_role("heading", name="Queue dash_billing")).to_be_visible()
     assert listed(page) == [bill.id]
+    page.get_by_label("Dead tasks of").select_option("every queue")
+    expect(page.locator("#dead-tasks tbody tr")).to_have_count(3)
 
 
 def test_the_retries_view_shows_scheduled_retries_apart_from_delayed_tasks(
