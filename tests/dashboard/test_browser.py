@@ -642,8 +642,10 @@ def test_search_by_an_id_prefix_part_of_a_job_type_params_and_last_error(
     # A search is never acted on whole: only ticked tasks.
     expect(page.get_by_role("button", name="on every matching task")).to_have_count(0)
     token = page.locator('input[name="csrf"]').first.get_attribute("value")
-    form = {"csrf": token or "", "queue": "dash_mail", "state": "dead", "q": "nobody@",
-            "action": "delete", "scope": "filter"}  # fmt: skip
+    form: dict[str, str | float | bool] = {
+        "csrf": token or "", "queue": "dash_mail", "state": "dead", "q": "nobody@",
+        "action": "delete", "scope": "filter",
+    }  # fmt: skip
     refused = page.request.post(f"{dashboard}/queue/bulk", form=form)
     assert refused.status == 400 and "tick them" in refused.text()
     assert broken.state() == TaskState.DEAD
