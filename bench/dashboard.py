@@ -6,7 +6,8 @@
 Fills a private server as bench/inspection.py does, serves the dashboard with uvicorn in a
 thread, and times each page over HTTP (the median of ``--repeat`` GETs, a fresh connection
 each, as a browser's refresh): the overview, a queue's first page of waiting and of dead
-(100 rows), a page half-way down waiting, a job filter, a task, and its live refresh. Prints
+(100 rows), a page half-way down waiting, a job filter, a search (text no task holds: the
+2,000 ids a page looks at; an id prefix), the Dead page, a task, and its live refresh. Prints
 the figures and each page's size; asserts nothing.
 """
 
@@ -78,12 +79,15 @@ def main() -> None:
             q = f"{base}/queue?queue=bench"
             pages = [
                 ("overview", f"{base}/", False),
-                ("queue: waiting, first 100, newest first", f"{q}&limit=100", False),
-                ("queue: waiting, next 100 (cursor)", f"{q}&limit=100&cursor={half.next_cursor}",
-                 False),
-                ("queue: waiting, 100 oldest first", f"{q}&limit=100&order=oldest", False),
+                ("queue: waiting, first 100, newest first", f"{q}&limit=100&order=newest", False),
+                ("queue: waiting, next 100 (cursor)",
+                 f"{q}&limit=100&order=newest&cursor={half.next_cursor}", False),
+                ("queue: waiting, 100 in run order (oldest first)", f"{q}&limit=100", False),
                 ("queue: waiting, job CommonJob, 100", f"{q}&limit=100&job=CommonJob", False),
                 ("queue: dead, first 100", f"{q}&state=dead&limit=100", False),
+                ("queue: waiting, search text in none", f"{q}&limit=100&q=no-such-text", False),
+                ("queue: waiting, search an id prefix", f"{q}&limit=100&q={some[:-4]}", False),
+                ("dead page (every queue), first 100", f"{base}/dead?limit=100", False),
                 ("task page", f"{base}/task?queue=bench&id={some}", False),
                 ("overview, live refresh", f"{base}/", True),
             ]  # fmt: skip

@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
 
 import redis
@@ -65,8 +66,20 @@ class ChargeCardJob(culex.QueuedJob):
         raise ConnectionError(f"payment gateway timed out for order {self.order}")
 
 
+class SyncStockJob(culex.QueuedJob):
+    sku: str
+    max_retries = 5
+
+    def reschedule_interval(self, retry_count: int) -> timedelta:
+        return timedelta(minutes=10 * retry_count)
+
+    def perform(self) -> None:
+        raise ConnectionRefusedError(f"warehouse API refused {self.sku}")
+
+
 def fill() -> None:
-    """The shop's day: waiting and scheduled tasks, and charges that died."""
+    """The shop's day: waiting and scheduled tasks, charges that died, stock syncs waiting
+    out a retry beside delayed ones, and two reminders called off."""
     rng = random.Random(7)
     culex.enqueue_many(SendEmailJob(to=f"user{i}@example.com") for i in range(140))
     culex.enqueue_many(
@@ -80,6 +93,13 @@ def fill() -> None:
     culex.enqueue_many(
         ChargeCardJob(order=1000 + i, cents=rng.randint(500, 9000)) for i in range(9)
     )
+    culex.enqueue_many(SyncStockJob(sku=f"SKU-{i:04d}") for i in range(4))
+    culex.enqueue_many((SyncStockJob(sku=f"SKU-{i:04d}") for i in range(4, 7)), delay=1800)
+    for task in culex.enqueue_many(
+        (SendEmailJob(to=f"gone{i}@example.com", template="reminder") for i in range(2)),
+        delay=7200,
+    ):
+        task.cancel("customer unsubscribed")
 
 
 def past_hour(url: str) -> None:
@@ -116,7 +136,7 @@ def runners() -> Iterator[None]:
     tasks take a while), one on charges (they fail)."""
     workers = [
         culex.Runner(run_from=["send_email_job", "resize_image_job"], concurrency=4),
-        culex.Runner(run_from=["charge_card_job"], concurrency=2),
+        culex.Runner(run_from=["charge_card_job", "sync_stock_job"], concurrency=2),
     ]
     loops = [asyncio.new_event_loop() for _ in workers]
     threads = [
@@ -130,7 +150,12 @@ def runners() -> Iterator[None]:
         while time.monotonic() < deadline:
             counts = inspection.queue_counts()
             running = [t for r in inspection.runners() for t in r["tasks"]]
-            if counts.get("charge_card_job", {}).get("dead") == 9 and len(running) >= 4:
+            retrying = counts.get("sync_stock_job", {}).get("scheduled") == 7
+            if (
+                counts.get("charge_card_job", {}).get("dead") == 9
+                and len(running) >= 4
+                and retrying
+            ):
                 break
             time.sleep(0.2)
         yield
@@ -184,6 +209,16 @@ def main() -> int:
                 shoot(page, f"{base}/queue?queue=charge_card_job&state=dead", "queue.png")
                 shoot(page, f"{base}/task?queue=charge_card_job&id={dead.id}", "task.png")
                 shoot(page, f"{base}/runners", "runners.png")
+                shoot(page, f"{base}/dead", "dead.png")
+                shoot(page, f"{base}/queue?queue=sync_stock_job&state=scheduled", "scheduled.png")
+                shoot(page, f"{base}/queue?queue=charge_card_job&state=dead&q=order+1003",
+                      "search.png")  # fmt: skip
+                page.goto(f"{base}/queue?queue=charge_card_job&state=dead")
+                page.get_by_label("action").select_option("delete")
+                page.get_by_role("button", name="on every matching task").click()
+                page.locator("#confirm-dialog").wait_for()
+                page.screenshot(path=IMAGES / "confirm.png")
+                print("docs/images/confirm.png")
                 browser.close()
         finally:
             server.stop()

@@ -261,3 +261,77 @@ def test_the_operations_page_examples_run(
         "2",
         "{'waiting': 121, 'pending': 0, 'scheduled': 0, 'dead': 0}",
     ]
+
+
+# -- search, kinds, and every queue's dead tasks -------------------------------------------
+
+
+def test_a_search_finds_an_id_prefix_part_of_a_job_type_and_text_in_params_or_last_error(
+    r: redis.Redis,
+) -> None:
+    put(r, "waiting", [("inv-2024-001", T0, "BillingJob"), ("inv-2024-002", T0 + 1, "MailJob")])
+    put(r, "waiting", [("x-params", T0 + 2, "MailJob")], params='{"to": "ada@example.com"}')
+    put(r, "waiting", [("x-error", T0 + 3, "MailJob")], last_error="SMTPError: 451 try later")
+    put(r, "waiting", [("x-other", T0 + 4, "OtherJob")])
+
+    def found(text: str) -> list[str]:
+        return walk("waiting", newest_first=False, search=text)[0]
+
+    assert found("inv-2024") == ["inv-2024-001", "inv-2024-002"]  # an id prefix
+    assert found("2024-002") == []  # (an id only by its start: the set is scored by time)
+    assert found("Billing") == ["inv-2024-001"]  # part of a job type
+    assert found("ada@example") == ["x-params"]
+    assert found("451") == ["x-error"]
+    assert found("smtperror") == []  # (case as written)
+    assert found("x-") == ["x-params", "x-error", "x-other"]
+
+
+def test_a_search_looks_at_2000_ids_a_page_at_most_and_goes_on_from_its_cursor(
+    r: redis.Redis,
+) -> None:
+    put(r, "waiting", [(f"t{i:05}", T0 + i, "J") for i in range(2500)])
+    put(r, "waiting", [("needle", T0 + 3000, "J")], params='{"find": "me"}')
+    first = inspection.tasks(Q, "waiting", newest_first=False, search='"find"')
+    assert (first.rows, first.looked, first.total) == ([], browsing.EXAMINE, 2501)
+    assert first.next_cursor is not None
+    ids, pages = walk("waiting", first.next_cursor, newest_first=False, search='"find"')
+    assert ids == ["needle"] and pages[0].looked == 501
+
+
+def test_a_kind_tells_scheduled_retries_from_delayed_tasks(r: redis.Redis) -> None:
+    put(r, "scheduled", [("delayed", T0, "J")])
+    put(r, "scheduled", [("failed-once", T0 + 1, "J")], retry_count="1", last_error="boom")
+    put(r, "scheduled", [("stalled", T0 + 2, "J")], stalls="1")
+    put(r, "scheduled", [("odd", T0 + 3, "J")], retry_count="nan")  # (counts as 0)
+    assert walk("scheduled", kind="retrying", newest_first=False)[0] == ["failed-once", "stalled"]
+    assert walk("scheduled", kind="delayed", newest_first=False)[0] == ["delayed", "odd"]
+    with pytest.raises(ValueError, match="kind must be retrying or delayed"):
+        inspection.tasks(Q, "scheduled", kind="later")
+
+
+def test_every_queue_s_dead_tasks_newest_first_page_by_page_ties_and_all(r: redis.Redis) -> None:
+    import asyncio
+
+    scores = {"a": [5, 5, 3, 1], "b": [5, 4, 3, 3, 3], "c": [6, 2]}
+    for queue, listed in scores.items():
+        keys = queue_keys("culex", queue)
+        for i, score in enumerate(listed):
+            task_id = f"{queue}{i}"
+            r.hset(keys.task(task_id), mapping={"type": "J", "state": "dead", "params": "{}"})
+            r.zadd(keys.dead, {task_id: T0 + score})
+    # score (newest first), then queue, then id as a queue's own page has it (last first)
+    expected = [f"{q}{-int(i)}" for _, q, i in sorted(
+        (-s, q, -i) for q, listed in scores.items() for i, s in enumerate(listed))]  # fmt: skip
+    dead = {q: len(listed) for q, listed in scores.items()} | {"empty": 0}
+    for limit in (1, 2, 3, 20):
+        seen, cursor = [], None
+        while True:
+            page = asyncio.run(inspection.adead_everywhere(dead, limit=limit, cursor=cursor))
+            assert len(page.rows) <= limit and page.queues == ["a", "b", "c"]
+            seen += [row.id for row in page.rows]
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        assert seen == expected, limit
+    with pytest.raises(ValueError, match="not a cursor"):
+        asyncio.run(inspection.adead_everywhere(dead, cursor="bm90IGEgY3Vyc29y"))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import math
 import re
 from collections.abc import Iterable
@@ -26,6 +27,7 @@ STATES = ("waiting", "pending", "scheduled", "dead")
 MAX_PAGE = 500  # rows a page holds at most
 EXAMINE = 2000  # ids a page with a job filter looks at, at most
 CUT = 500  # characters shown of last_error and of params
+MAX_SEARCH = 200  # characters of a search text
 # A score as the server says it (ZRANGE WITHSCORES): ASCII digits, or -inf and +inf, which a
 # foreign producer may have stored. Nothing else is sent back as a cursor's score.
 _SCORE = re.compile(r"-?(inf|[0-9]+(\.[0-9]+)?(e[+-]?[0-9]+)?)")
@@ -58,6 +60,7 @@ class TaskPage:
     rows: list[TaskRow]
     total: int  # how many tasks the state holds (ZCARD), not how many match
     next_cursor: str | None  # None: no more
+    looked: int = 0  # how many ids the page looked at (with a filter: at most 2,000)
 
 
 def tasks(
@@ -69,6 +72,8 @@ def tasks(
     cursor: str | None = None,
     limit: int = 50,
     job: str | None = None,
+    search: str | None = None,
+    kind: str | None = None,
 ) -> TaskPage:
     """A page of the tasks of ``queue`` in ``state`` (waiting, scheduled, pending or dead),
     newest first by their score (``newest_first=False``: oldest first), ``limit`` (1..500)
@@ -83,9 +88,14 @@ def tasks(
     ``job``: only tasks of that job type. A page then looks at 2,000 ids at most, so it may
     hold fewer rows than ``limit``, or none, and still have a ``next_cursor``: go on until
     it is None. Tasks whose record expired are left out. An unknown queue gives empty pages.
+
+    ``search``: only tasks whose id begins with it, or whose job type, params or last error
+    holds it (as written, case and all); ``kind``: "retrying", only tasks that failed or
+    stalled before (in scheduled: waiting out a retry's back-off), or "delayed", only the
+    others. Each looks at 2,000 ids a page at most, as ``job`` does.
     """
     settings = settings or config.settings()
-    flow = _page_flow(queue, state, settings, newest_first, cursor, limit, job)
+    flow = _page_flow(queue, state, settings, newest_first, cursor, limit, job, search, kind)
     return run_sync(flow, settings.redis_url)
 
 
@@ -98,10 +108,12 @@ async def atasks(
     cursor: str | None = None,
     limit: int = 50,
     job: str | None = None,
+    search: str | None = None,
+    kind: str | None = None,
 ) -> TaskPage:
     """The async twin of :func:`tasks`."""
     settings = settings or config.settings()
-    flow = _page_flow(queue, state, settings, newest_first, cursor, limit, job)
+    flow = _page_flow(queue, state, settings, newest_first, cursor, limit, job, search, kind)
     return await run_async(flow, settings.redis_url)
 
 
@@ -137,6 +149,16 @@ def check_job(job: object) -> str:
     if not job or not job.isprintable():
         raise ValueError(f"a job type must be printable text, not empty: {short(job)}")
     return job
+
+
+def check_search(text: object) -> str:
+    """Return a search text if it is one (printable, at most 200 characters), else raise a
+    clear error."""
+    if not isinstance(text, str):
+        raise TypeError(f"a search must be a str, got {type(text).__name__}")
+    if not text.isprintable() or len(text) > MAX_SEARCH:
+        raise ValueError(f"a search must be printable text of at most {MAX_SEARCH} characters")
+    return text
 
 
 def state_set(keys: QueueKeys, state: str) -> str:
@@ -196,6 +218,8 @@ def browse_call(
     job: str | None,
     examine: int = EXAMINE,
     in_set: str | None = None,
+    search: str = "",
+    kind: str = "",
 ) -> Call[operations.BrowseReply]:
     """The call that reads one page (its arguments already checked): ``limit`` rows at
     most, looking at ``examine`` ids at most (never fewer than ``limit``), of ``in_set``
@@ -203,6 +227,7 @@ def browse_call(
     return operations.browse(
         keys, in_set or state_set(keys, state), ascending=ascending, after=after, limit=limit,
         examine=max(limit, examine), job=job or "", cut=CUT * 4,  # (bytes: 4 per character)
+        search=search, kind=kind,
     )  # fmt: skip
 
 
@@ -214,6 +239,8 @@ def _page_flow(
     cursor: str | None,
     limit: int,
     job: str | None,
+    search: str | None = None,
+    kind: str | None = None,
 ) -> Flow[TaskPage]:
     """The arguments of :func:`tasks`, checked before any I/O, and the flow of the page."""
     keys = queue_keys(settings.prefix, check_queue_name(queue))
@@ -231,11 +258,14 @@ def _page_flow(
     if part >= len(sets):
         raise ValueError(f"not a cursor that a page of {state} tasks gave: {short(cursor)}")
     job = None if job is None else check_job(job)
+    search = "" if search is None else check_search(search)
+    if kind not in (None, "", "retrying", "delayed"):
+        raise ValueError(f"kind must be retrying or delayed, got {short(kind)}")
 
     def call(index: int, position: tuple[str, str] | None, rows: int) -> Call[Any]:
         return browse_call(
             keys, state, ascending=not newest_first, after=position, limit=rows, job=job,
-            in_set=sets[index],
+            in_set=sets[index], search=search, kind=kind or "",
         )  # fmt: skip
 
     return _page(call, sets, part, after, limit, queue, state)
@@ -251,15 +281,17 @@ def _page(
     reply, *sizes = raised((yield [call(part, after, limit), *others]))
     rows = [_row(queue, state, row) for row in reply.rows]
     total = reply.total + sum(sizes)
+    looked = reply.looked
     cursor = encode_cursor(reply.cursor, part)
     while cursor is None and part + 1 < len(sets) and len(rows) < limit:
         part += 1
         reply = raised((yield [call(part, None, limit - len(rows))]))[0]
         rows += [_row(queue, state, row) for row in reply.rows]
+        looked += reply.looked
         cursor = encode_cursor(reply.cursor, part)
     if cursor is None and part + 1 < len(sets):  # (this page ends where a set ends)
         cursor = _start_of(part + 1)
-    return TaskPage(rows, total, cursor)
+    return TaskPage(rows, total, cursor, looked)
 
 
 def _start_of(part: int) -> str:
@@ -305,3 +337,99 @@ def _find(keys: QueueKeys, task_id: str) -> Flow[TaskRow | None]:
         fields.get("priority", ""), fields.get("group", ""),
     )  # fmt: skip
     return _row(keys.name, state, row)
+
+
+# -- every queue's dead tasks, newest first ----------------------------------------------
+
+DEAD_QUEUES = 100  # queues a page of every queue's dead tasks reads at most
+# An id after every id in a set's byte order (ids have at most MAX_ID_LENGTH bytes): sent
+# as that many 0xff bytes and one more (surrogateescape), as a cursor's id.
+_PAST_EVERY_ID = "\udcff" * (MAX_ID_LENGTH + 1)
+
+
+@dataclass(frozen=True)
+class DeadPage:
+    """A page of the dead tasks of many queues, newest first."""
+
+    rows: list[TaskRow]
+    queues: list[str]  # the queues read (at most DEAD_QUEUES: those with the most dead)
+    left_out: int  # queues with dead tasks that were not read (past DEAD_QUEUES)
+    next_cursor: str | None  # None: no more
+
+
+async def adead_everywhere(
+    dead: dict[str, int],
+    settings: config.Settings | None = None,
+    *,
+    limit: int = 50,
+    cursor: str | None = None,
+) -> DeadPage:
+    """A page of every queue's dead tasks, newest first (ties: by queue name, then as each
+    queue's page orders them), ``limit`` rows from ``cursor`` on (a page's ``next_cursor``).
+    ``dead``: each queue's count of dead tasks (``aqueue_counts``); the DEAD_QUEUES queues
+    with the most are read, ``limit`` rows of each at most, in one round trip."""
+    settings = settings or config.settings()
+    flow = _dead_flow(dead, settings, limit, cursor)
+    return await run_async(flow, settings.redis_url)
+
+
+def _encode_dead_cursor(score: str, queue: str, task_id: str) -> str:
+    raw = json.dumps([score, queue, task_id]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_dead_cursor(cursor: str) -> tuple[str, str, str]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        score, queue, task_id = json.loads(raw)
+        if not (isinstance(queue, str) and isinstance(task_id, str) and isinstance(score, str)):
+            raise ValueError(cursor)
+        if not _SCORE.fullmatch(score) or not 0 < len(task_id) <= MAX_ID_LENGTH:
+            raise ValueError(score)
+        return score, check_queue_name(queue), task_id
+    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError):
+        raise ValueError(f"not a cursor that a page of dead tasks gave: {short(cursor)}") from None
+
+
+def _dead_flow(
+    dead: dict[str, int], settings: config.Settings, limit: int, cursor: str | None
+) -> Flow[DeadPage]:
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
+        raise ValueError(f"limit must be 1 to {MAX_PAGE}, got {limit!r}")
+    at = None if cursor is None else _decode_dead_cursor(cursor)
+    with_dead = sorted((q for q, n in dead.items() if n > 0), key=lambda q: (-dead[q], q))
+    queues = sorted(with_dead[:DEAD_QUEUES])
+    return _dead_page(queues, len(with_dead) - len(queues), settings, limit, at)
+
+
+def _dead_page(
+    queues: list[str], left_out: int, settings: config.Settings, limit: int,
+    at: tuple[str, str, str] | None,
+) -> Flow[DeadPage]:  # fmt: skip
+    calls: list[Call[Any]] = []
+    for queue in queues:
+        after = None
+        if at is not None:  # each queue goes on after the cursor in the order of the page
+            score, last_queue, last_id = at
+            if queue == last_queue:
+                after = (score, last_id)
+            else:  # an earlier queue showed its tasks of that score; a later one did not
+                after = (score, "" if queue < last_queue else _PAST_EVERY_ID)
+        keys = queue_keys(settings.prefix, queue)
+        calls.append(browse_call(keys, "dead", ascending=False, after=after, limit=limit,
+                                 job=None, examine=limit))  # fmt: skip
+    replies = raised((yield calls)) if calls else []
+    found: list[tuple[float, str, str, TaskRow]] = []
+    more = False
+    for queue, reply in zip(queues, replies, strict=True):
+        more = more or reply.cursor is not None
+        found += [(float(row.score), row.score, row.id, _row(queue, "dead", row))
+                  for row in reply.rows]  # fmt: skip
+    # (ids in a queue's byte order, last first, as a page of one queue orders them)
+    found.sort(key=lambda item: item[2].encode("utf-8", "surrogateescape"), reverse=True)
+    found.sort(key=lambda item: (-item[0], item[3].queue))
+    shown = found[:limit]
+    more = more or len(found) > limit
+    last = shown[-1] if shown else None
+    next_cursor = _encode_dead_cursor(last[1], last[3].queue, last[2]) if more and last else None
+    return DeadPage([item[3] for item in shown], queues, left_out, next_cursor)

@@ -16,8 +16,10 @@ from ._redis import commands
 from ._redis.keys import queue_keys, queues_key
 from ._redis.operations import Call, number, shown
 from .browsing import STATES as STATES
+from .browsing import DeadPage as DeadPage
 from .browsing import TaskPage as TaskPage  # (the names a dashboard reads from here too)
 from .browsing import TaskRow as TaskRow
+from .browsing import adead_everywhere as adead_everywhere
 from .browsing import afind_task as afind_task
 from .browsing import atasks as atasks
 from .browsing import find_task as find_task

@@ -233,6 +233,19 @@ class Task:
     async def aretry(self) -> bool:
         return await run_async(self._retry_flow(), self.url)
 
+    def run_now(self) -> bool:
+        """Make the task ready now if it is scheduled (delayed, or waiting out a retry's
+        back-off): it goes to waiting, after the tasks already ready at its priority.
+        False: it was not scheduled (it ran, was cancelled or moved meanwhile), or its
+        record expired; nothing changes."""
+        return run_sync(self._run_now_flow(), self.url)
+
+    async def arun_now(self) -> bool:
+        return await run_async(self._run_now_flow(), self.url)
+
+    def _run_now_flow(self) -> Flow[bool]:
+        return one_call(operations.run_now(self._keys(), self.id), lambda reply: reply == "waiting")
+
     def cancel(self, reason: str = "") -> bool:
         """Call off the task. True when it is called off; False when it has already ended
         (succeeded or dead) or has no record: nothing changes.

@@ -207,6 +207,7 @@ CASES: dict[str, Case] = {
         fields=(on("retry_later_count"), on("retry_count"), on("started_at")),
     ),
     "progress": Case(pending, operations.progress(K, TASK, 1, 0.5, ""), numbers=(1, 2)),
+    "run_now": Case(scheduled, operations.run_now(K, TASK), fields=(on("priority"),)),
 }
 
 

@@ -302,6 +302,12 @@ class PlainRunner:
         reply = self.send("control", [self.control, self.signal], args)
         return {text(reply[i]): text(reply[i + 1]) for i in range(0, len(reply), 2)}
 
+    def run_now(self, task_id: str) -> str:
+        """Make one scheduled task ready now (the dashboard's "run now"): "waiting", or the
+        state that refused it."""
+        keys = [self.task(task_id), self.scheduled, self.waiting, self.signal]
+        return text(self.send("run_now", keys, [task_id]))
+
     def hasten(self, limit: Number = 100) -> int:
         """Make the scheduled tasks due now (a test's drain)."""
         keys = [self.scheduled, self.waiting, self.signal, self.task_prefix]
@@ -487,6 +493,15 @@ def test_a_plain_runner_runs_every_state_change_through_the_shipped_files(r: red
     [hastened] = q.claim()
     assert (hastened.id, hastened.attempt) == ("hastened", 1)
     assert q.complete([(hastened, "null")]) == []
+    # "run now" makes one scheduled task ready at once, and refuses any other
+    assert q.enqueue("run-now", "AddJob", delay_ms=HOUR_MS) == "scheduled"
+    q.client.delete(q.signal)
+    assert q.run_now("run-now") == "waiting"
+    assert q.wait(timeout=10)  # run_now signalled the queue
+    assert q.run_now("run-now") == "waiting"  # (refused: it is not scheduled)
+    [ran] = q.claim()
+    assert (ran.id, ran.attempt) == ("run-now", 1)
+    assert q.complete([(ran, "null")]) == []
 
     # flow control: a paused queue starts nothing; limits hold per claim, across runners
     q.enqueue("held-back", "AddJob")
@@ -526,7 +541,7 @@ def test_a_plain_runner_runs_every_state_change_through_the_shipped_files(r: red
         "stopped": "dead",
         "someday": "dead", "handed-back": "succeeded", "orphan": "succeeded",
         "orphan-for-good": "dead", f"TickJob:{slot}": "succeeded", "later": "scheduled",
-        "running": "pending", "queued": "waiting", "hastened": "succeeded",
+        "running": "pending", "queued": "waiting", "hastened": "succeeded", "run-now": "succeeded",
         "held-back": "succeeded", "second-in-line": "succeeded", "over-the-rate": "succeeded",
         "pushed-back": "succeeded",
         "low": "succeeded", "high": "succeeded",

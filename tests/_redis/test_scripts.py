@@ -765,3 +765,50 @@ def test_a_dedupe_key_without_its_keys_or_too_long_is_refused_before_any_write(
     # a producer written before priorities and dedupe keys: 4 KEYS, 7 ARGV, as before
     assert enqueue(keys=base, args=["t", "J", "q", "{}", "", 0, 4]) == [b"waiting", b"t"]
     assert r.zscore(K.waiting, "t") == int(field(r, K.task("t"), "enqueue_time"))
+
+
+def test_run_now_makes_one_scheduled_task_ready_now_and_refuses_any_other(
+    r: redis.Redis,
+) -> None:
+    d = drive(r)
+    put(d, "later", delay_ms=DAY_MS)
+    put(d, "other", delay_ms=DAY_MS)
+    put(d, "early")  # (its id sorts first too: both may be ready in the same ms)
+    d.run(operations.enqueue(K, "urgent", "J", "{}", due_ms=None, delay_ms=DAY_MS, max_retries=4,
+                             priority=5))  # fmt: skip
+    r.delete(K.signal)
+    before = server_ms(r)
+    assert d.run(operations.run_now(K, "later")) == "waiting"
+    after = server_ms(r)
+    assert members(r, K.scheduled) == ["other", "urgent"]  # the others stay scheduled
+    assert members(r, K.waiting) == ["early", "later"]  # after the tasks ready before it
+    assert field(r, K.task("later"), "state") == b"waiting"
+    assert before <= int(field(r, K.task("later"), "due_at")) <= after  # ready now
+    assert ready_ms(score(r, K.waiting, "later")) == int(field(r, K.task("later"), "due_at"))
+    assert r.llen(K.signal) == 1  # a runner is woken
+    assert d.run(operations.run_now(K, "urgent")) == "waiting"
+    assert members(r, K.waiting)[0] == "urgent"  # its priority stands
+    assert priority_of(score(r, K.waiting, "urgent")) == 5
+    # Not scheduled (any more): refused, nothing written.
+    claim(d, limit=1)  # urgent is pending now
+    snap, count = snapshot(r), dirty(r)
+    for task_id, state in (("later", "waiting"), ("urgent", "pending"), ("gone", "")):
+        assert d.run(operations.run_now(K, task_id)) == state
+    assert snapshot(r) == snap and dirty(r) == count
+    r.hset(K.task("stray"), "state", "scheduled")  # its hash says scheduled, no set holds it
+    r.zadd(K.scheduled, {"odd": 1})  # in scheduled, its hash says otherwise
+    r.hset(K.task("odd"), "state", "dead")
+    snap, count = snapshot(r), dirty(r)
+    assert d.run(operations.run_now(K, "stray")) == "not scheduled"
+    assert d.run(operations.run_now(K, "odd")) == "dead"
+    assert snapshot(r) == snap and dirty(r) == count
+
+
+def test_run_now_sends_a_task_of_a_group_to_its_group(r: redis.Redis) -> None:
+    d = drive(r)
+    d.run(operations.enqueue(K, "g1", "J", "{}", due_ms=None, delay_ms=DAY_MS, max_retries=4,
+                             group="acme"))  # fmt: skip
+    assert d.run(operations.run_now(K, "g1")) == "waiting"
+    assert members(r, K.grouped_ready) == ["g1"] and r.zcard(K.waiting) == 0
+    assert members(r, K.groups_prefix + "g:acme") == ["g1"]
+    assert claim(d).tasks[0].id == "g1"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import re
 import threading
 from collections.abc import Iterator
@@ -56,7 +57,9 @@ def dead_tasks(count: int, reason: str = "gave up") -> list[Task]:
 
 
 def accept_dialogs(page: Page) -> None:
-    page.on("dialog", lambda dialog: dialog.accept())
+    """Answer each confirmation of the page with its action's button (not Cancel)."""
+    dialog = page.locator("#confirm-dialog")
+    page.add_locator_handler(dialog, lambda: dialog.locator("[data-confirm-yes]").click())
 
 
 def count_cell(page: Page, queue: str, state: str) -> str:
@@ -165,11 +168,20 @@ def test_bulk_retry_of_every_task_the_filter_matches(dashboard: str, page: Page)
     assert {t.state() for t in tasks} == {TaskState.WAITING}
 
 
-def test_a_bulk_action_asks_first(dashboard: str, page: Page) -> None:
+def test_a_bulk_action_asks_first_and_cancel_is_the_default(dashboard: str, page: Page) -> None:
     (task,) = dead_tasks(1)
-    page.on("dialog", lambda dialog: dialog.dismiss())
     page.goto(f"{dashboard}/queue?queue=dash_mail&state=dead")
+    page.get_by_label("action").select_option("delete")
     page.get_by_role("button", name="on every matching task").click()
+    dialog = page.locator("#confirm-dialog")
+    expect(dialog).to_be_visible()
+    expect(dialog.locator("[data-confirm-no]")).to_be_focused()
+    expect(dialog.locator("[data-confirm-yes]")).to_have_text("Delete")
+    page.keyboard.press("Enter")  # (the default button: Cancel)
+    expect(dialog).to_be_hidden()
+    page.get_by_role("button", name="on every matching task").click()
+    page.keyboard.press("Escape")
+    expect(dialog).to_be_hidden()
     page.goto(f"{dashboard}/queue?queue=dash_mail&state=dead")  # (nothing was sent)
     assert task.state() == TaskState.DEAD
 
@@ -177,14 +189,14 @@ def test_a_bulk_action_asks_first(dashboard: str, page: Page) -> None:
 def test_search_by_id_opens_the_task(dashboard: str, page: Page) -> None:
     task = DashboardMailJob(to="found@example.com").enqueue()
     page.goto(f"{dashboard}/queue?queue=dash_mail")
-    page.get_by_label("find a task by id").fill(task.id)
+    page.get_by_label("search tasks").fill(task.id)
     page.get_by_role("button", name="Search").click()
     expect(page).to_have_url(re.compile(f"/task\\?queue=dash_mail&id={task.id}$"))
     expect(page.locator("#params")).to_contain_text("found@example.com")
     page.goto(f"{dashboard}/queue?queue=dash_mail")
-    page.get_by_label("find a task by id").fill("not-a-task")
+    page.get_by_label("search tasks").fill("not-a-task")
     page.get_by_role("button", name="Search").click()
-    expect(page.locator("#missing")).to_contain_text("no task 'not-a-task' in dash_mail")
+    expect(page.locator("#no-rows")).to_contain_text("No waiting task matching “not-a-task”")
 
 
 def test_search_by_job_type_and_act_on_every_match(dashboard: str, page: Page) -> None:
@@ -210,7 +222,7 @@ def test_pages_of_a_long_list_in_both_orders(dashboard: str, page: Page) -> None
     page.goto(f"{dashboard}/queue?queue=dash_mail&state=waiting&limit=25")
     rows = page.locator("table.tasks tbody tr")
     expect(rows).to_have_count(25)
-    expect(rows.first).to_have_attribute("data-task", tasks[-1].id)  # newest first
+    expect(rows.first).to_have_attribute("data-task", tasks[0].id)  # run order: next first
     seen = set()
     for _ in range(3):
         seen |= {rows.nth(i).get_attribute("data-task") for i in range(rows.count())}
@@ -218,9 +230,9 @@ def test_pages_of_a_long_list_in_both_orders(dashboard: str, page: Page) -> None
             break
         page.get_by_role("link", name="next page").click()
     assert seen == {t.id for t in tasks}
-    page.get_by_label("order").select_option("oldest")
+    page.get_by_label("order").select_option("newest")
     page.get_by_role("button", name="Search").click()
-    expect(rows.first).to_have_attribute("data-task", tasks[0].id)
+    expect(rows.first).to_have_attribute("data-task", tasks[-1].id)
 
 
 def test_delete_a_task(dashboard: str, page: Page) -> None:
@@ -253,6 +265,23 @@ def test_live_refresh_updates_a_count_and_stops_when_paused(dashboard: str, page
     page.get_by_role("button", name="Paused").click()
     page.clock.run_for(4000)
     expect(page.locator('tr[data-queue="dash_mail"] [data-count="waiting"]')).to_have_text("3")
+
+
+def test_a_question_asked_across_a_live_refresh_still_acts(dashboard: str, page: Page) -> None:
+    tasks = dead_tasks(2)
+    live = [0]
+    page.on("request", lambda request: _count_live(request.headers, live))
+    page.clock.install()
+    page.goto(f"{dashboard}/queue?queue=dash_mail&state=dead")
+    page.get_by_role("button", name="on every matching task").click()
+    expect(page.locator("#confirm-dialog")).to_be_visible()
+    dead_tasks(1)  # (the refreshed list would differ)
+    page.clock.run_for(7000)
+    wait_until(lambda: live[0] >= 2)
+    page.evaluate("() => new Promise(resolve => setTimeout(resolve, 0))")
+    page.locator("#confirm-dialog [data-confirm-yes]").click()
+    expect(page.locator("#notice")).to_contain_text("Put 3 task(s) back in waiting")
+    assert {t.state() for t in tasks} == {TaskState.WAITING}
 
 
 def test_live_refresh_waits_while_the_tab_is_hidden(dashboard: str, page: Page) -> None:
@@ -318,6 +347,12 @@ def test_a_post_without_its_csrf_token_gets_403(dashboard: str, page: Page) -> N
     assert token is not None
     assert page.request.post(retry, form={"csrf": token}).ok  # the page's own token works
     assert task.state() == TaskState.WAITING
+    later = DashboardMailJob(to="later@example.com").enqueue(delay=3600)
+    run_now = f"{dashboard}/task/run_now?queue=dash_mail&id={later.id}"
+    assert page.request.post(run_now, form={"csrf": "0" * 64}).status == 403
+    assert later.state() == TaskState.SCHEDULED
+    assert page.request.post(run_now, form={"csrf": token}).ok
+    assert later.state() == TaskState.WAITING
 
 
 def test_read_only_mode_shows_no_action_and_refuses_posts(r: redis.Redis, page: Page) -> None:
@@ -334,6 +369,13 @@ def test_read_only_mode_shows_no_action_and_refuses_posts(r: redis.Redis, page: 
         assert refused.status == 403 and "read-only" in refused.text()
         refused = page.request.post(f"{url}/queue/pause", form={"queue": "dash_mail"})
         assert refused.status == 403
+        later = DashboardMailJob(to="later@example.com").enqueue(delay=3600)
+        page.goto(f"{url}/queue?queue=dash_mail&state=scheduled")
+        expect(page.get_by_role("row").filter(has_text=later.id)).to_be_visible()
+        expect(page.locator("[data-run-now]")).to_have_count(0)
+        refused = page.request.post(f"{url}/task/run_now?queue=dash_mail&id={later.id}")
+        assert refused.status == 403
+        assert later.state() == TaskState.SCHEDULED
     assert task.state() == TaskState.DEAD
     assert not queue_control.controls(queues=["dash_mail"])["dash_mail"].paused
 
@@ -538,3 +580,183 @@ def test_a_task_s_errors_stay_open_or_closed_across_a_live_refresh(
     newest, oldest = page.locator("#errors details").all()
     expect(newest).not_to_have_attribute("open", "")
     expect(oldest).to_have_attribute("open", "")
+
+
+# -- search, the Dead page, retries, confirmations, run order and run now ------------------
+
+
+class DashboardBillingJob(culex.QueuedJob):
+    queue = "dash_billing"
+    invoice: str
+
+    def perform(self) -> None:
+        pass
+
+
+def failed_once(r: redis.Redis, task: Task, error: str) -> None:
+    """Claim ``task`` and fail it with ``error``: scheduled for a retry an hour on."""
+    from culex._redis import operations
+    from culex._redis.keys import queue_keys
+
+    from ..conftest import driver_of
+
+    keys = queue_keys("culex", task.queue)
+    d = driver_of(r)
+    claimed = d.run(
+        operations.claim(keys, limit=1, lease_ms=60_000, promote_limit=1, dead_ttl_ms=60_000)
+    ).tasks
+    assert [c.id for c in claimed] == [task.id]
+    d.run(operations.fail(keys, task.id, 1, error, retry_delay_ms=3_600_000, dead_ttl_ms=60_000,
+                          dead_max=10))  # fmt: skip
+
+
+def listed(page: Page) -> list[str | None]:
+    rows = page.locator("table.tasks tbody tr")
+    return [rows.nth(i).get_attribute("data-task") for i in range(rows.count())]
+
+
+def test_search_by_an_id_prefix_part_of_a_job_type_params_and_last_error(
+    dashboard: str, page: Page
+) -> None:
+    mails = [DashboardMailJob(to=f"user{i}@example.com").enqueue() for i in range(3)]
+    report = DashboardReportJob(name="quarterly").enqueue()
+    broken = DashboardMailJob(to="bounce@example.com").enqueue()
+    assert broken.cancel("SMTPError 550 mailbox unavailable")
+    page.goto(f"{dashboard}/queue?queue=dash_mail")
+
+    def search(text: str, state: str = "waiting") -> list[str | None]:
+        page.goto(f"{dashboard}/queue?queue=dash_mail&state={state}")
+        page.get_by_label("search tasks").fill(text)
+        page.get_by_role("button", name="Search").click()
+        expect(page.locator("#listing")).to_contain_text("looked at", ignore_case=True)
+        return listed(page)
+
+    assert search(mails[1].id[:-2]) == [mails[1].id]  # an id prefix
+    assert search("Report") == [report.id]  # part of a job type
+    assert search("user2@") == [mails[2].id]  # text in params
+    assert search("mailbox unavailable", "dead") == [broken.id]  # text in the last error
+    expect(page.locator("td.reason")).to_contain_text("SMTPError 550")
+    assert search("nobody@") == []
+    expect(page.locator("#no-rows")).to_contain_text("matching “nobody@”")
+    expect(page.locator("#no-rows")).to_contain_text("Looked at 4 of 4")
+    # A search is never acted on whole: only ticked tasks.
+    expect(page.get_by_role("button", name="on every matching task")).to_have_count(0)
+    token = page.locator('input[name="csrf"]').first.get_attribute("value")
+    form: dict[str, str | float | bool] = {
+        "csrf": token or "", "queue": "dash_mail", "state": "dead", "q": "nobody@",
+        "action": "delete", "scope": "filter",
+    }  # fmt: skip
+    refused = page.request.post(f"{dashboard}/queue/bulk", form=form)
+    assert refused.status == 400 and "tick them" in refused.text()
+    assert broken.state() == TaskState.DEAD
+
+
+def test_the_dead_page_lists_every_queue_s_dead_tasks_newest_first(
+    r: redis.Redis, dashboard: str, page: Page
+) -> None:
+    from ..conftest import server_ms
+
+    mail = DashboardMailJob(to="old@example.com").enqueue()
+    bill = DashboardBillingJob(invoice="INV-7").enqueue()
+    newest = DashboardMailJob(to="new@example.com").enqueue()
+
+    def later_than(then: int) -> bool:
+        return server_ms(r) > then
+
+    for task, why in ((mail, "first"), (bill, "second"), (newest, "third")):
+        wait_until(functools.partial(later_than, server_ms(r)))  # (each dies in a ms of its own)
+        assert task.cancel(why)
+    page.goto(f"{dashboard}/dead")
+    expect(page.locator("#dead-tasks tbody tr")).to_have_count(3)
+    rows = page.locator("#dead-tasks tbody tr")
+    ids = [rows.nth(i).get_attribute("data-task") for i in range(3)]
+    assert ids == [newest.id, bill.id, mail.id]
+    expect(rows.nth(1)).to_have_attribute("data-queue", "dash_billing")
+    expect(rows.nth(1).locator("td.params")).to_contain_text("INV-7")
+    expect(rows.nth(1).locator("td.reason")).to_have_text("cancelled: second")
+    page.goto(f"{dashboard}/dead?limit=2")
+    expect(rows).to_have_count(2)
+    page.get_by_role("link", name="next page").click()
+    expect(rows).to_have_count(1)
+    expect(rows.first).to_have_attribute("data-task", mail.id)
+    page.get_by_label("Dead tasks of").select_option("dash_billing")
+    expect(page.get_by_role("heading", name="Queue dash_billing")).to_be_visible()
+    assert listed(page) == [bill.id]
+    page.get_by_label("Dead tasks of").select_option("every queue")
+    expect(page.locator("#dead-tasks tbody tr")).to_have_count(3)
+
+
+def test_the_retries_view_shows_scheduled_retries_apart_from_delayed_tasks(
+    r: redis.Redis, dashboard: str, page: Page
+) -> None:
+    delayed = DashboardMailJob(to="later@example.com").enqueue(delay=7200)
+    retrying = DashboardMailJob(to="flaky@example.com").enqueue()
+    failed_once(r, retrying, "TimeoutError: the mail server did not answer")
+    page.goto(f"{dashboard}/queue?queue=dash_mail&state=scheduled")
+    assert listed(page) == [retrying.id, delayed.id]  # soonest due first
+    page.locator('[data-kind="retrying"]').click()
+    assert listed(page) == [retrying.id]
+    row = page.locator(f'tr[data-task="{retrying.id}"]')
+    expect(row.locator("td.params")).to_contain_text("flaky@example.com")
+    expect(row.locator("td.reason")).to_have_text("TimeoutError: the mail server did not answer")
+    page.locator('[data-kind="delayed"]').click()
+    assert listed(page) == [delayed.id]
+
+
+def test_a_bulk_confirmation_names_the_action_and_the_count(dashboard: str, page: Page) -> None:
+    tasks = dead_tasks(3)
+    dialog = page.locator("#confirm-dialog")
+    page.goto(f"{dashboard}/queue?queue=dash_mail&state=dead")
+    page.get_by_label("action").select_option("delete")
+    page.get_by_role("button", name="on every matching task").click()
+    expect(dialog.locator("p")).to_have_text(
+        "Delete 3 dead task(s) of dash_mail? This cannot be undone."
+    )
+    dialog.locator("[data-confirm-no]").click()
+    page.get_by_label(f"tick {tasks[0].id}").check()
+    page.get_by_label(f"tick {tasks[2].id}").check()
+    page.get_by_label("action").select_option("retry")
+    page.get_by_role("button", name="on ticked").click()
+    expect(dialog.locator("p")).to_have_text("Retry 2 ticked dead task(s) of dash_mail?")
+    expect(dialog.locator("[data-confirm-yes]")).to_have_text("Retry")
+    dialog.locator("[data-confirm-no]").click()
+    expect(dialog).to_be_hidden()
+    assert {t.state() for t in tasks} == {TaskState.DEAD}  # (both cancelled: nothing sent)
+    dialog.page.get_by_role("button", name="on ticked").click()
+    dialog.locator("[data-confirm-yes]").click()
+    expect(page.locator("#notice")).to_contain_text("Put 2 task(s) back in waiting")
+    assert [t.state() for t in tasks] == ["waiting", "dead", "waiting"]
+
+
+def test_scheduled_soonest_first_with_dates_and_run_now(dashboard: str, page: Page) -> None:
+    later, soon, middle = (DashboardMailJob(to=f"{h}@example.com").enqueue(delay=h * 3600)
+                           for h in (3, 1, 2))  # fmt: skip
+    accept_dialogs(page)
+    page.goto(f"{dashboard}/queue?queue=dash_mail&state=scheduled")
+    assert listed(page) == [soon.id, middle.id, later.id]
+    soon_row = page.locator(f'tr[data-task="{soon.id}"]')
+    expect(soon_row.locator("time")).to_contain_text("in ")
+    expect(soon_row.locator(".at")).to_have_text(re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"))
+    page.locator(f'tr[data-task="{middle.id}"] [data-run-now]').click()
+    expect(page.locator("#notice")).to_contain_text("Made ready now")
+    assert listed(page) == [soon.id, later.id]
+    assert middle.state() == TaskState.WAITING
+    page.goto(f"{dashboard}/task?queue=dash_mail&id={later.id}")
+    page.get_by_role("button", name="Run now").click()
+    expect(page.locator("#task-state")).to_have_text("waiting")
+    assert later.state() == TaskState.WAITING
+    # Run order in waiting: priority first, then ready time.
+    urgent = DashboardMailJob(to="urgent@example.com").enqueue(priority=10)
+    page.goto(f"{dashboard}/queue?queue=dash_mail")
+    assert listed(page) == [urgent.id, middle.id, later.id]
+
+
+def test_run_now_of_a_task_that_is_no_longer_scheduled_is_refused(
+    dashboard: str, page: Page
+) -> None:
+    task = DashboardMailJob(to="a@example.com").enqueue(delay=3600)
+    page.goto(f"{dashboard}/queue?queue=dash_mail&state=scheduled")
+    assert task.cancel()
+    page.locator(f'tr[data-task="{task.id}"] [data-run-now]').click()
+    expect(page.locator("#notice")).to_contain_text("Nothing done")
+    assert task.state() == TaskState.DEAD

@@ -605,6 +605,17 @@ def hasten(keys: QueueKeys, *, limit: int) -> Call[int]:
     )
 
 
+def run_now(keys: QueueKeys, task_id: str) -> Call[str]:
+    """Make one scheduled task ready now (the dashboard's "run now"); the reply is
+    "waiting" when it moved, else the state that refused it ("" when it has no record)."""
+    return Call(
+        (keys.task(task_id), keys.scheduled, keys.waiting, keys.signal, keys.groups_prefix),
+        (task_id,),
+        text,
+        scripts.RUN_NOW,
+    )
+
+
 # -- dead tasks: list them, put them back -------------------------------------------------
 
 
@@ -757,13 +768,19 @@ def browse(
     examine: int,
     job: str,
     cut: int,
+    search: str = "",
+    kind: str = "",
 ) -> Call[BrowseReply]:
     """A page of ``state_set`` (one of ``keys``' four sets) from the cursor ``after``; with
-    ``job``, only its tasks, looking at ``examine`` ids at most. Writes nothing."""
+    ``job``, only its tasks, with ``search`` only those whose id begins with it or whose
+    type, params or last_error holds it, with ``kind`` ("retrying" or "delayed") only
+    those that failed or stalled before (or not), looking at ``examine`` ids at most.
+    Writes nothing."""
     score, last = after if after is not None else ("", "")
+    tail = (search, kind) if search or kind else ()  # (optional: a call as before them)
     return Call(
         (state_set, keys.task_prefix),
-        ("asc" if ascending else "desc", score, last, limit, examine, job, cut),
+        ("asc" if ascending else "desc", score, last, limit, examine, job, cut, *tail),
         _parse_browse,
         scripts.BROWSE,
     )

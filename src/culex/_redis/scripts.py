@@ -58,6 +58,7 @@ HASTEN = Script.load("hasten")
 CONTROL = Script.load("control")
 RETRY_LATER = Script.load("retry_later")
 PROGRESS = Script.load("progress")
+RUN_NOW = Script.load("run_now")
 
 ALL = (
     ENQUEUE,
@@ -79,4 +80,5 @@ ALL = (
     CONTROL,
     RETRY_LATER,
     PROGRESS,
+    RUN_NOW,
 )

@@ -32,6 +32,13 @@ async def task_action(request: Request) -> Response:
     task = addressed_task(request, name, task_id)
     if action == "retry":
         done = await task.aretry()
+    elif action == "run_now":  # (a scheduled task: ready now, refused in any other state)
+        done = await task.arun_now()
+        if request.query_params.get("back") == "scheduled":  # (from the scheduled tab)
+            url = path_for(request, "queue").include_query_params(
+                queue=name, state="scheduled", done="run_now" if done else "refused", id=task_id
+            )
+            return RedirectResponse(str(url), status_code=303)
     elif action == "cancel":
         outcome = await run_async(task.cancel_flow(CANCEL_REASON), task.url)
         if outcome == CANCELLING:  # a running task: its runner stops it
@@ -65,6 +72,8 @@ async def bulk(request: Request) -> Response:
         raise HTTPException(400, f"{short(action)} cannot be done to {query.state} tasks")
     ids = _ids(form)
     everything = form.get("scope") == "filter"
+    if everything and query.searched:
+        raise HTTPException(400, "a search or a kind of task is not acted on at once: tick them")
     if not ids and not everything:
         raise HTTPException(400, "tick some tasks first, or choose every matching task")
     count = await _apply(request, name, str(action), None if everything else ids)

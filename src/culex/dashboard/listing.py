@@ -1,5 +1,6 @@
-"""A queue page's list of tasks: the query in its URL (state, order, page, job type) and
-the page of rows it reads through ``inspection.atasks``, bounded (at most MAX_LIMIT rows)."""
+"""A queue page's list of tasks: the query in its URL (state, order, page, job type, search,
+kind) and the page of rows it reads through ``inspection.atasks``, bounded (at most
+MAX_LIMIT rows, and with a filter at most ``browsing.EXAMINE`` ids looked at a page)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,10 @@ from ..inspection import STATES, TaskPage
 
 LIMITS = (25, 50, 100)
 MAX_LIMIT = max(LIMITS)
+# The states listed in the order they run by default (the task to run next first: waiting's
+# priority then ready time, scheduled's due time); the others newest first.
+RUN_ORDER = ("waiting", "scheduled")
+KINDS = ("retrying", "delayed")  # of scheduled tasks: after a failure or stall, or not
 
 
 @dataclass(frozen=True)
@@ -25,13 +30,14 @@ class Query:
     limit: int = 50
     job: str = ""
     search: str = ""
+    kind: str = ""
 
     @classmethod
     def parse(cls, params: Mapping[str, str]) -> Query:
         state = params.get("state", "waiting")
         if state not in STATES:
             raise HTTPException(400, f"state must be one of {', '.join(STATES)}")
-        order = params.get("order", "newest")
+        order = params.get("order") or ("oldest" if state in RUN_ORDER else "newest")
         if order not in ("newest", "oldest"):
             raise HTTPException(400, "order must be newest or oldest")
         cursor = params.get("cursor") or None
@@ -41,14 +47,31 @@ class Query:
             limit = int(params.get("limit", "50"))
         except ValueError:
             raise HTTPException(400, "limit must be a whole number") from None
+        kind = params.get("kind", "")
+        if kind and kind not in KINDS:
+            raise HTTPException(400, f"kind must be one of {', '.join(KINDS)}")
+        search = params.get("q", "").strip()[:200]
+        if not search.isprintable():
+            raise HTTPException(400, "a search must be printable text")
         return cls(
             state=state,
             newest_first=order == "newest",
             cursor=cursor,
             limit=min(max(limit, 1), MAX_LIMIT),
             job=params.get("job", "").strip()[:200],
-            search=params.get("q", "").strip()[:200],
+            search=search,
+            kind=kind,
         )
+
+    @property
+    def filtered(self) -> bool:
+        """Whether rows are picked one by one (a page then looks at a bounded number)."""
+        return bool(self.job or self.search or self.kind)
+
+    @property
+    def searched(self) -> bool:
+        """Whether the page is narrowed beyond what a bulk action on every match can do."""
+        return bool(self.search or self.kind)
 
     def params(self, **changes: object) -> dict[str, str]:
         """This query as URL parameters, with ``changes`` (cursor=None drops the page)."""
@@ -58,6 +81,8 @@ class Query:
             "order": "newest" if query.newest_first else "oldest",
             "limit": str(query.limit),
             "job": query.job,
+            "q": query.search,
+            "kind": query.kind,
             "cursor": query.cursor or "",
         }
         return {key: value for key, value in found.items() if value}
@@ -74,6 +99,8 @@ async def page(queue: str, query: Query, settings: config.Settings) -> TaskPage:
             cursor=query.cursor,
             limit=query.limit,
             job=query.job or None,
+            search=query.search or None,
+            kind=query.kind or None,
         )
     except (TypeError, ValueError) as exc:
         raise HTTPException(400, str(exc)) from None

@@ -11,7 +11,6 @@ from starlette.responses import PlainTextResponse, RedirectResponse, Response
 
 from .. import inspection, queue_control, stats
 from .._redis.keys import check_queue_name
-from ..errors import short
 from ..failures import attempt_errors
 from ..task import Task, check_id
 from . import formatting, listing
@@ -23,6 +22,8 @@ ACTIONS = {
     "waiting": ("cancel", "delete"),
     "scheduled": ("cancel", "delete"),
 }
+# What each action does, as a confirmation names it, and whether it can be undone.
+VERBS = {"retry": ("Retry", True), "delete": ("Delete", False), "cancel": ("Cancel", False)}
 
 # The fields of a task's record that hold a time (ms since the epoch), in the order shown.
 TIMES = ("enqueue_time", "due_at", "started_at", "failed_at", "finished_at", "retried_at", "slot",
@@ -75,8 +76,10 @@ async def runners(request: Request) -> Response:
 async def queue(request: Request) -> Response:
     name = queue_name(request)
     query = listing.Query.parse(request.query_params)
-    if query.search:
-        return await _search_id(request, name, query)
+    if query.search and not query.cursor:
+        found = await _search_id(request, name, query)
+        if found is not None:
+            return found
     settings = request.app.state.settings
     # The dead tab offers every queue in a selector: it reads them all.
     everyone = await inspection.aqueue_counts(settings, None if query.state == "dead" else [name])
@@ -93,6 +96,7 @@ async def queue(request: Request) -> Response:
             "query": query,
             "listing": await listing.page(name, query, settings),
             "actions": ACTIONS,
+            "verbs": VERBS,
             "limits": listing.LIMITS,
             "page": "dead" if request.query_params.get("from_dead") else "queues",
         },
@@ -106,17 +110,27 @@ async def periodic(request: Request) -> Response:
 
 
 async def dead(request: Request) -> Response:
-    """Every queue's dead tasks: the dead tab of the chosen queue (the first with any)."""
-    counts = await inspection.aqueue_counts(request.app.state.settings)
+    """Every queue's dead tasks, newest first (the DEAD_QUEUES queues with the most), a
+    page at a time; with ``?queue=``, the dead tab of that queue."""
+    settings = request.app.state.settings
+    counts = await inspection.aqueue_counts(settings)
     chosen = request.query_params.get("queue")
     if chosen not in counts:
-        # (a queue whose name is not UTF-8 last: its page, at its name as shown, finds none)
-        with_dead = sorted(
-            (formatting.readable(q) != q, q) for q, row in counts.items() if row["dead"]
-        )
-        chosen = with_dead[0][1] if with_dead else None
-    if chosen is None:
-        return render(request, "dead.html", {"counts": counts, "page": "dead"})
+        query = listing.Query.parse({**request.query_params, "state": "dead"})
+        try:
+            found = await inspection.adead_everywhere(
+                {q: row["dead"] for q, row in counts.items()}, settings,
+                limit=query.limit, cursor=query.cursor,
+            )  # fmt: skip
+        except (TypeError, ValueError) as exc:
+            raise HTTPException(400, str(exc)) from None
+        with_dead = {q: row["dead"] for q, row in sorted(counts.items()) if row["dead"]}
+        return render(
+            request,
+            "dead.html",
+            {"found": found, "with_dead": with_dead, "query": query, "limits": listing.LIMITS,
+             "total": sum(with_dead.values()), "page": "dead"},
+        )  # fmt: skip
     shown = formatting.readable(chosen)
     url = path_for(request, "queue").include_query_params(queue=shown, state="dead", from_dead=1)
     return RedirectResponse(str(url), status_code=303)
@@ -191,16 +205,15 @@ async def refused(request: Request, exc: Exception) -> Response:
     return render(request, "refused.html", {"detail": str(exc), "page": ""}, status=503)
 
 
-async def _search_id(request: Request, name: str, query: listing.Query) -> Response:
-    """A search by id opens the task's page when the queue holds it."""
+async def _search_id(request: Request, name: str, query: listing.Query) -> Response | None:
+    """A search that is a whole task id opens the task's page when the queue holds it (in
+    any state); else None: the page lists the tasks of its state that match the text."""
     try:
         found = await inspection.afind_task(name, query.search, request.app.state.settings)
-    except (TypeError, ValueError) as exc:
-        raise HTTPException(404, str(exc)) from None
+    except (TypeError, ValueError):
+        return None  # (not an id: a text to look for)
     if found is None:
-        raise HTTPException(
-            404, f"no task {short(query.search)} in {name} (never enqueued, or expired)"
-        )
+        return None
     url = path_for(request, "task").include_query_params(queue=name, id=found.id)
     return RedirectResponse(str(url), 303)
 

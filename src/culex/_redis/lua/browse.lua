@@ -5,7 +5,8 @@
 -- and go: ids after the cursor in the set's order (score, then id byte by byte) are next,
 -- whether or not the cursor's own id is still there. With a job type, ids are looked at
 -- one by one (HMGET type) and only those of that type are rows, up to `examine` ids: a page
--- may then hold fewer rows than `limit` (none at all), with a cursor to go on from.
+-- may then hold fewer rows than `limit` (none at all), with a cursor to go on from. A
+-- search (ARGV[8]) and a kind (ARGV[9]) look at ids the same way, within the same bound.
 --
 -- KEYS[1] the state's zset  <prefix>:{<queue>}:waiting, :scheduled, :pending or :dead
 -- KEYS[2] task key prefix   <prefix>:{<queue>}:task:
@@ -18,6 +19,12 @@
 -- ARGV[5] examine           ids looked at at most (>= limit)
 -- ARGV[6] job               a job type: only its tasks are rows; "" for every task
 -- ARGV[7] cut               bytes kept of last_error and of params (> 0)
+-- ARGV[8] search            optional: only tasks whose id begins with this text, or whose
+--                           type, params or last_error holds it (plain bytes, case as
+--                           written); "" or none: every task
+-- ARGV[9] kind              optional: "retrying" (only tasks with retry_count or stalls
+--                           above 0: in scheduled, those waiting out a retry's back-off),
+--                           "delayed" (only the others), "" or none: every task
 -- Returns: {total, looked, next_score, next_id, row, row, ...}: total = ZCARD of the zset;
 --          looked = how many ids the page looked at; next_score and next_id: the cursor of the next page (the last id looked at),
 --          both "" when the set holds no more ids in this order; each row
@@ -75,6 +82,10 @@ if (ARGV[1] ~= 'asc' and ARGV[1] ~= 'desc') or (ARGV[2] ~= '' and not infinite
     .. '"", a finite number, inf or -inf')
 end
 local set, job = KEYS[1], ARGV[6]
+local search, kind = ARGV[8] or '', ARGV[9] or ''
+if kind ~= '' and kind ~= 'retrying' and kind ~= 'delayed' then
+  return redis.error_reply('ERR browse: ARGV[9] kind must be retrying, delayed or ""')
+end
 
 -- a < b byte by byte, as the zset orders equal scores (Lua's < follows the locale)
 local function less(a, b)
@@ -119,15 +130,26 @@ local function row(id, score)
     if t ~= job then return nil end
   end
   local f = redis.pcall('HMGET', key, 'type', 'enqueue_time', 'retry_count', 'last_error',
-    'params', 'priority', 'group')
+    'params', 'priority', 'group', 'stalls')
   if f['err'] or not f[1] then return nil end
+  if search ~= '' and string.sub(id, 1, #search) ~= search
+      and not string.find(f[1], search, 1, true)
+      and not string.find(f[5] or '', search, 1, true)
+      and not string.find(f[4] or '', search, 1, true) then
+    return nil
+  end
+  if kind ~= '' then
+    -- (a count that is no number counts as 0)
+    local again = (tonumber(f[3] or '') or 0) > 0 or (tonumber(f[8] or '') or 0) > 0
+    if again ~= (kind == 'retrying') then return nil end
+  end
   return {id, score, f[1], f[2] or '', f[3] or '', string.sub(f[4] or '', 1, cut),
     string.sub(f[5] or '', 1, cut), f[6] or '', f[7] or ''}
 end
 
 local reply = {total, 0, '', ''}
 local rows, looked, last_score, last_id = 0, 0, nil, nil
-local chunk = job == '' and limit or 500
+local chunk = (job == '' and search == '' and kind == '') and limit or 500
 while rows < limit and looked < examine and pos >= 0 and pos < total do
   local want = math.min(chunk, examine - looked)
   local first, final = pos, pos + want - 1

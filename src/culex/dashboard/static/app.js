@@ -28,6 +28,9 @@
     if (!response.ok || !liveOn() || mine !== refreshes) return;
     const text = await response.text();
     if (mine !== refreshes) return; // a newer refresh started meanwhile: it wins
+    // Nothing is swapped while a question is asked: its form must stay the one answered.
+    const asking = document.getElementById("confirm-dialog");
+    if (asking !== null && asking.open) return;
     const fresh = new DOMParser().parseFromString(text, "text/html");
     document.querySelectorAll("[data-live][id]").forEach(function (old) {
       // Keep a list whose tasks the user is ticking.
@@ -71,13 +74,81 @@
     schedule();
   }
 
-  // Forms and buttons with data-confirm ask first (bulk actions, retry, cancel).
+  // Forms and buttons with data-confirm ask first (bulk actions, retry, cancel). A bulk
+  // action asks with its chosen action's own words and count (data-confirm-ticked, where
+  // {n} is how many are ticked, or data-confirm-filter).
+  function question(form, submitter) {
+    const action = form.querySelector("select[name=action]");
+    if (submitter && submitter.name === "scope" && action !== null) {
+      const option = action.options[action.selectedIndex];
+      const words = submitter.value === "filter" ? option.dataset.confirmFilter : option.dataset.confirmTicked;
+      if (words) {
+        const ticked = form.querySelectorAll("input[name=id]:checked").length;
+        return words.replace("{n}", ticked.toLocaleString("en-US"));
+      }
+    }
+    return (submitter && submitter.dataset.confirm) || form.dataset.confirm;
+  }
+
+  // The question is asked in a dialog of the page whose default button is Cancel (it has
+  // the focus: Enter or Escape cancels); the other button names the action.
+  function confirmDialog() {
+    let dialog = document.getElementById("confirm-dialog");
+    if (dialog !== null) return dialog;
+    dialog = document.createElement("dialog");
+    dialog.id = "confirm-dialog";
+    dialog.setAttribute("aria-labelledby", "confirm-question");
+    const text = document.createElement("p");
+    text.id = "confirm-question";
+    const buttons = document.createElement("form");
+    buttons.method = "dialog";
+    buttons.className = "buttons";
+    const no = document.createElement("button");
+    no.value = "cancel";
+    no.textContent = "Cancel";
+    no.autofocus = true;
+    no.dataset.confirmNo = "";
+    const yes = document.createElement("button");
+    yes.value = "yes";
+    yes.className = "warn";
+    yes.dataset.confirmYes = "";
+    buttons.append(no, yes);
+    dialog.append(text, buttons);
+    document.body.append(dialog);
+    return dialog;
+  }
+
+  function ask(words, label, then) {
+    const dialog = confirmDialog();
+    dialog.querySelector("#confirm-question").textContent = words; // text, never HTML
+    dialog.querySelector("[data-confirm-yes]").textContent = label;
+    dialog.returnValue = "";
+    dialog.addEventListener("close", function () {
+      if (dialog.returnValue === "yes") then();
+    }, { once: true });
+    dialog.showModal();
+    dialog.querySelector("[data-confirm-no]").focus();
+  }
+
   function setupConfirm() {
     document.addEventListener("submit", function (event) {
       const form = event.target;
       const submitter = event.submitter;
-      const question = (submitter && submitter.dataset.confirm) || form.dataset.confirm;
-      if (question && !window.confirm(question)) event.preventDefault();
+      if (form.method === "dialog") return;
+      if (form.dataset.confirmed === "1") {
+        delete form.dataset.confirmed;
+        return;
+      }
+      const asked = question(form, submitter);
+      if (!asked) return;
+      event.preventDefault();
+      // (the action's button says what it does: the verb the question starts with)
+      let label = asked.split(" ")[0].replace(/\W+$/, "") || "OK";
+      if (label === "Cancel") label = "Yes, cancel";
+      ask(asked, label, function () {
+        form.dataset.confirmed = "1";
+        form.requestSubmit(submitter || undefined);
+      });
     });
   }
 
