@@ -271,6 +271,36 @@ async def test_time_limits_and_process_isolation(r: redis.Redis, tmp_path: Path)
         os.kill(child, 0)  # the child was killed at the limit
 
 
+class OwnTimeoutThreadJob(culex.QueuedJob):
+    queue = "limits"
+    timeout = 30  # a limit it never reaches: its own TimeoutError is a failure like any other
+    max_retries = 0
+
+    def perform(self) -> None:
+        raise TimeoutError("the partner's API did not answer")
+
+
+class OwnTimeoutAsyncJob(culex.QueuedJob):
+    queue = "limits"
+    timeout = 30
+    max_retries = 0
+
+    async def perform(self) -> None:
+        raise TimeoutError("the socket read timed out")
+
+
+async def test_a_timeout_error_that_perform_raises_itself_keeps_its_message(
+    r: redis.Redis,
+) -> None:
+    thread = await OwnTimeoutThreadJob().aenqueue()
+    coro = await OwnTimeoutAsyncJob().aenqueue()
+    async with running(culex.Runner(run_from=["limits"])):
+        with pytest.raises(culex.TaskFailed, match="TimeoutError: the partner's API did not"):
+            await thread.aresult(timeout=20)
+        with pytest.raises(culex.TaskFailed, match="TimeoutError: the socket read timed out"):
+            await coro.aresult(timeout=20)
+
+
 def test_isolation_is_checked_when_the_class_is_defined() -> None:
     with pytest.raises(ValueError, match="isolation"):
 

@@ -143,8 +143,12 @@ async def _judged(job: Job, claimed: Claimed, pool: Executor) -> Outcome:
         return _failed(job, claimed, exc.reason, exc.retry, started, exc)
     except RetryLater as exc:
         return _later(job, claimed, exc, started)
-    except TimeoutError as exc:
+    except OverTime as exc:
         return _failed(job, claimed, f"timed out after {timeout} s", True, started, exc)
+    except TimeoutError as exc:  # (the process child, killed at the limit)
+        if job.isolation == "process":
+            return _failed(job, claimed, f"timed out after {timeout} s", True, started, exc)
+        return _failed(job, claimed, f"{type(exc).__name__}: {exc}", True, started, exc)
     except (ChildRaised, ChildDied) as exc:
         return _failed(job, claimed, str(exc), True, started, exc)
     except Exception as exc:
@@ -163,12 +167,19 @@ async def _run_in_thread(job: Job, pool: Executor, timeout: float | None) -> Any
     try:
         return await asyncio.wait_for(future, timeout)
     except TimeoutError:
+        if not future.cancelled():  # (perform's own TimeoutError: a failure like any other)
+            raise
         logger.warning(
             "[%s] timed out; its thread cannot be stopped and runs on "
             '(isolation = "process" kills the work at the limit)',
             job.type_,
         )
-        raise
+        raise OverTime from None
+
+
+class OverTime(Exception):
+    """A perform ran past its job's ``timeout`` (told apart from a TimeoutError that
+    perform raised itself, e.g. a socket's, which fails the attempt with its own message)."""
 
 
 def _run_sync(job: Job) -> Any:
@@ -189,7 +200,13 @@ async def _run_async(job: Job, timeout: float | None) -> Any:
             await _maybe_await(job.before_perform)
         if timeout is None:
             return await job.perform()
-        return await asyncio.wait_for(job.perform(), timeout)
+        try:
+            async with asyncio.timeout(timeout) as limit:
+                return await job.perform()
+        except TimeoutError:
+            if limit.expired():
+                raise OverTime from None
+            raise  # (perform's own TimeoutError: a failure like any other)
     finally:
         if kind.after_perform is not Job.after_perform:
             await _maybe_await(_after, job)
