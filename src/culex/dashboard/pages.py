@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any
 
@@ -31,14 +32,26 @@ TIMES = ("enqueue_time", "due_at", "started_at", "failed_at", "finished_at", "re
 TEXT_FIELDS = ("params", "result", "last_error")
 
 
+# The overview's queue table shows this many queues a page (by name, through ?after=).
+QUEUES_SHOWN = 50
+
+
 async def overview(request: Request) -> Response:
+    """The queues, a page of them by name; the totals and the last hour are those of the
+    page's queues (every queue, when one page holds them all): each read is bounded by the
+    page, whatever the number of queues (docs/dashboard.md, "How fast")."""
     settings = request.app.state.settings
-    counts = await inspection.aqueue_counts(settings)
-    latency = await inspection.aqueue_latency(settings, list(counts)) if counts else {}
-    controls = await queue_control.acontrols(settings, list(counts)) if counts else {}
+    shown = await inspection.aqueue_page(
+        settings, after=request.query_params.get("after") or None, limit=QUEUES_SHOWN
+    )
+    names = shown.names
+    counts = await inspection.aqueue_counts(settings, names) if names else {}
+    latency = await inspection.aqueue_latency(settings, names) if names else {}
+    controls = await queue_control.acontrols(settings, names) if names else {}
     totals = {state: sum(row[state] for row in counts.values()) for state in inspection.STATES}
     at_work = await inspection.arunners(settings)
-    hour = await stats.asummary(settings, window=3600)
+    counted = nameable(names)
+    hour = await stats.asummary(settings, queues=counted, window=3600) if counted else {}
     queues: list[dict[str, Any]] = [
         {
             "name": name,
@@ -47,7 +60,7 @@ async def overview(request: Request) -> Response:
             "paused": name in controls and controls[name].paused,
             "hour": hour.get(name) or stats.Counts(),
         }
-        for name, row in sorted(counts.items())
+        for name, row in counts.items()
     ]
     last_hour = sum(hour.values(), stats.Counts())
     return render(
@@ -58,6 +71,8 @@ async def overview(request: Request) -> Response:
             "totals": totals,
             "runners": at_work,
             "last_hour": last_hour,
+            "shown": shown,
+            "after": request.query_params.get("after") or "",
             "page": "overview",
         },
     )
@@ -78,9 +93,14 @@ async def queue(request: Request) -> Response:
     if query.search:
         return await _search_id(request, name, query)
     settings = request.app.state.settings
-    # The dead tab offers every queue in a selector: it reads them all.
-    everyone = await inspection.aqueue_counts(settings, None if query.state == "dead" else [name])
-    counts = everyone.get(name) or (await inspection.aqueue_counts(settings, [name]))[name]
+    counts = (await inspection.aqueue_counts(settings, [name]))[name]
+    # The dead tab offers the queues that hold dead tasks in a selector (DEAD_CHOICES first
+    # by name): one ZCARD a queue, a round trip per batch of them.
+    everyone: dict[str, dict[str, int]] = {}
+    if query.state == "dead":
+        held = await inspection.aqueues_holding("dead", settings, limit=DEAD_CHOICES)
+        everyone = {q: {"dead": n} for q, n in held.items()}
+        everyone[name] = counts
     control = (await queue_control.acontrols(settings, [name]))[name]
     return render(
         request,
@@ -105,15 +125,19 @@ async def periodic(request: Request) -> Response:
     return render(request, "periodic.html", {"jobs": rows, "page": "periodic"})
 
 
+# The dead tab's selector and the Dead page offer this many queues holding dead tasks.
+DEAD_CHOICES = 500
+
+
 async def dead(request: Request) -> Response:
     """Every queue's dead tasks: the dead tab of the chosen queue (the first with any)."""
-    counts = await inspection.aqueue_counts(request.app.state.settings)
+    counts = await inspection.aqueues_holding(
+        "dead", request.app.state.settings, limit=DEAD_CHOICES
+    )
     chosen = request.query_params.get("queue")
     if chosen not in counts:
         # (a queue whose name is not UTF-8 last: its page, at its name as shown, finds none)
-        with_dead = sorted(
-            (formatting.readable(q) != q, q) for q, row in counts.items() if row["dead"]
-        )
+        with_dead = sorted((formatting.readable(q) != q, q) for q in counts)
         chosen = with_dead[0][1] if with_dead else None
     if chosen is None:
         return render(request, "dead.html", {"counts": counts, "page": "dead"})
@@ -203,6 +227,16 @@ async def _search_id(request: Request, name: str, query: listing.Query) -> Respo
         )
     url = path_for(request, "task").include_query_params(queue=name, id=found.id)
     return RedirectResponse(str(url), 303)
+
+
+def nameable(names: list[str]) -> list[str]:
+    """The names a queue may have among ``names`` (the registry may hold a foreign
+    producer's others: the counters, read by name, pass them by)."""
+    found = []
+    for name in names:
+        with contextlib.suppress(ValueError):
+            found.append(check_queue_name(name))
+    return found
 
 
 def queue_name(request: Request) -> str:
