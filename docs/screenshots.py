@@ -7,7 +7,8 @@ runners at work, tasks waiting and scheduled, charges that died), gives the coun
 hour before as a busy shop's would be (written in the wire format of docs/wire-format.md,
 "Counters": a screenshot cannot wait an hour), serves the dashboard and photographs its
 pages in Debian's Chromium (/usr/bin/chromium) through Playwright. Nothing outside the
-temporary folder is touched.
+temporary folder is touched. The overview is photographed twice: 1200 px wide, and 420
+px as a phone shows it.
 """
 
 from __future__ import annotations
@@ -184,6 +185,8 @@ def main() -> int:
                 shoot(page, f"{base}/queue?queue=charge_card_job&state=dead", "queue.png")
                 shoot(page, f"{base}/task?queue=charge_card_job&id={dead.id}", "task.png")
                 shoot(page, f"{base}/runners", "runners.png")
+                phone = browser.new_page(viewport={"width": 420, "height": 800})
+                shoot(phone, base, "overview-420.png")
                 browser.close()
         finally:
             server.stop()
