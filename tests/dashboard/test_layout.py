@@ -13,6 +13,7 @@ import redis
 
 import culex
 from culex import config
+from culex._redis.keys import queues_key
 
 from .conftest import missing, serve
 
@@ -118,3 +119,21 @@ def test_the_chart_leaves_its_step_in_progress_out_and_tells_time_in_utc(
             expect(chart).to_have_attribute("data-drawn", "168")
     finally:
         context.close()
+
+
+def test_a_page_of_queues_charts_its_own(r: redis.Redis, page: Page) -> None:
+    names = [f"layout{i:03d}" for i in range(120)]
+    r.sadd(queues_key("culex"), *names)
+    with serve(app(config.settings())) as url:
+        page.goto(url)
+        expect(page.locator("#queues-shown")).to_have_text("1\N{EN DASH}50 of 120")
+        page.locator('#queue-pages a[rel="next"]').click()
+        expect(page.locator("#queues-shown")).to_have_text("51\N{EN DASH}100 of 120")
+        expect(page.locator("tr[data-queue]").first).to_have_attribute("data-queue", "layout050")
+        chart = page.locator("#chart")
+        assert "after=layout049" in (chart.get_attribute("data-series-url") or "")
+        expect(chart).to_have_attribute("data-points", "61")
+        page.get_by_role("button", name="day").click()
+        expect(chart).to_have_attribute("data-points", "25")
+        page.locator('#queue-pages a[rel="prev"]').click()
+        expect(page.locator("#queues-shown")).to_have_text("1\N{EN DASH}50 of 120")

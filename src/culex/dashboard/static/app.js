@@ -138,7 +138,9 @@
     const box = document.getElementById("chart");
     const picked = document.querySelector("#chart-range [aria-pressed=true]");
     const range = picked ? picked.dataset.range : "hour";
-    const response = await fetch(box.dataset.seriesUrl + "?range=" + range, {
+    const address = new URL(box.dataset.seriesUrl, window.location.href); // (may hold ?after=)
+    address.searchParams.set("range", range);
+    const response = await fetch(address.toString(), {
       credentials: "same-origin",
     });
     if (!response.ok || mine !== loads) return;
