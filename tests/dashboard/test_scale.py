@@ -12,7 +12,7 @@ import pytest
 import redis
 
 import culex
-from culex import config
+from culex import config, inspection
 from culex._redis.keys import queues_key
 
 pytest.importorskip("starlette", reason="the dashboard needs its extra: pip install -e '.[test]'")
@@ -110,3 +110,24 @@ def test_metrics_has_every_queue_in_batches(r: redis.Redis) -> None:
     assert sorted(waiting) == NAMES
     assert 'culex_queue_tasks{queue="scale1500",state="dead"} 1.0' in text
     assert ran["zcard"] == 5 * QUEUES
+
+
+def test_queue_page_and_queues_holding_read_the_registry(r: redis.Redis) -> None:
+    registered(r)
+    first = inspection.queue_page(limit=30)
+    assert (first.names, first.total, first.first) == (NAMES[:30], QUEUES, 0)
+    assert (first.next_after, first.previous_after) == ("scale0029", None)
+    second = inspection.queue_page(after=first.next_after, limit=30)
+    assert second.names == NAMES[30:60] and second.previous_after == ""
+    third = inspection.queue_page(after=second.next_after, limit=30)
+    assert third.previous_after == "scale0029"
+    last = inspection.queue_page(after="scale1990", limit=30)
+    assert last.names == NAMES[1991:] and last.next_after is None and last.first == 1991
+    assert inspection.queue_page(after="zzz").names == []
+    assert inspection.queues_holding("dead") == {"scale1500": 1}
+    assert inspection.queues_holding("waiting") == {}
+    for bad in (0, 1001, True):
+        with pytest.raises((TypeError, ValueError), match="limit"):
+            inspection.queue_page(limit=bad)
+    with pytest.raises(ValueError, match="state"):
+        inspection.queues_holding("done")
