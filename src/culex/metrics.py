@@ -66,33 +66,32 @@ def snapshot_flow(settings: config.Settings) -> Flow[Snapshot]:
     names, now = yield from _checked(
         [commands.known_queues(queues_key(prefix)), commands.server_time()]
     )
-    # A round trip per BATCH queues (100,000 queues: 800,000 reads in 100 of them), so
-    # neither end holds every reply of a big registry at once.
+    # A round trip per BATCH queues (100,000 queues: 800,000 reads in 100 of them), each
+    # batch's replies folded before the next is sent: neither end holds them all at once.
     runners = (yield from _checked([commands.count_runners(prefix, now)]))[0] if not names else 0
-    replies: list[Any] = []
-    for first in range(0, len(names), BATCH):
-        calls: list[Call[Any]] = [commands.count_runners(prefix, now)] if not first else []
-        for queue in names[first : first + BATCH]:
+    counts: dict[str, dict[str, int]] = {}
+    latency: dict[str, float] = {}
+    read: dict[str, dict[str, str]] = {}
+    per_queue = commands.COUNT_CALLS + 3
+    for start in range(0, len(names), BATCH):
+        batch = names[start : start + BATCH]
+        calls: list[Call[Any]] = [commands.count_runners(prefix, now)] if not start else []
+        for queue in batch:
             keys = queue_keys(prefix, queue)
             calls += [
                 *commands.count(keys),
                 *commands.oldest_waiting(keys),
                 commands.read_counter_totals(keys),
             ]
-        found = yield from _checked(calls)
-        if not first:
-            runners, *found = found
-        replies += found
-    counts: dict[str, dict[str, int]] = {}
-    latency: dict[str, float] = {}
-    read: dict[str, dict[str, str]] = {}
-    per_queue = commands.COUNT_CALLS + 3
-    for i, queue in enumerate(names):
-        *sizes, first, first_grouped, counters = replies[i * per_queue : (i + 1) * per_queue]
-        counts[queue] = commands.sizes(sizes)
-        oldest = commands.earliest((first, first_grouped))
-        latency[queue] = 0.0 if oldest is None else max(0.0, (now - oldest) / 1000)
-        read[queue] = counters
+        replies = yield from _checked(calls)
+        if not start:
+            runners, *replies = replies
+        for i, queue in enumerate(batch):
+            *sizes, first, first_grouped, counters = replies[i * per_queue : (i + 1) * per_queue]
+            counts[queue] = commands.sizes(sizes)
+            oldest = commands.earliest((first, first_grouped))
+            latency[queue] = 0.0 if oldest is None else max(0.0, (now - oldest) / 1000)
+            read[queue] = counters
     # (with the last minute counted, which the totals hold only later: the counters never
     # go back)
     totals = yield from totals_with_last_minute(prefix, read)
