@@ -1,18 +1,23 @@
-"""The dashboard's pages at scale: 1,000,000 waiting and 100,000 dead tasks.
+"""The dashboard's pages at scale: 1,000,000 waiting and 100,000 dead tasks in one queue;
+then 100,000 queues of 10 tasks each.
 
     python bench/dashboard.py [--waiting 1000000] [--dead 100000] [--repeat 7]
-                              [--server valkey|redis|PATH]
+                              [--queues 100000] [--per-queue 10] [--server valkey|redis|PATH]
 
 Fills a private server as bench/inspection.py does, serves the dashboard with uvicorn in a
 thread, and times each page over HTTP (the median of ``--repeat`` GETs, a fresh connection
 each, as a browser's refresh): the overview, a queue's first page of waiting and of dead
 (100 rows), a page half-way down waiting, a job filter, a search (text no task holds: the
-2,000 ids a page looks at; an id prefix), the Dead page, a task, and its live refresh. Prints
-the figures and each page's size; asserts nothing.
+2,000 ids a page looks at; an id prefix), the Dead page, a task, and its live refresh. Then,
+on a second private server, ``--queues`` queues (bench/queues_fill.py: every tenth holds a
+dead task): the overview's first page and one half-way through the queues, its chart (an
+hour, a week), the Dead page, a dead tab with its selector of queues, and /metrics (every
+queue: the median of 3 at most). Prints the figures and each page's size; asserts nothing.
 """
 
 from __future__ import annotations
 
+import argparse
 import socket
 import statistics
 import threading
@@ -24,6 +29,7 @@ from contextlib import contextmanager
 import redis
 import uvicorn
 from inspection import RARE, fill
+from queues_fill import fill_queues
 from server import arguments, private_server
 
 from culex import config, inspection
@@ -65,6 +71,8 @@ def main() -> None:
     parser.add_argument("--waiting", type=int, default=1_000_000)
     parser.add_argument("--dead", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--queues", type=int, default=100_000)
+    parser.add_argument("--per-queue", type=int, default=10)
     args = parser.parse_args()
     with private_server(args.server) as server:
         client = redis.Redis.from_url(server.url)
@@ -94,6 +102,33 @@ def main() -> None:
             for name, address, live in pages:
                 ms, size = timed(address, args.repeat, live)
                 print(f"{name:<46}{ms:>9.1f} ms  {size / 1024:>7.1f} KiB")
+    if args.queues:
+        with private_server(args.server) as server:
+            many(redis.Redis.from_url(server.url), config.settings(redis_url=server.url), args)
+
+
+def many(client: redis.Redis, settings: config.Settings, args: argparse.Namespace) -> None:
+    """The pages that read every queue, on ``--queues`` queues."""
+    start = time.perf_counter()
+    fill_queues(client, args.queues, args.per_queue)
+    filled = time.perf_counter() - start
+    tasks = args.queues * args.per_queue + args.queues // 10
+    print(f"\n{args.queues:,} queues, {tasks:,} tasks (filled in {filled:.1f} s)")
+    middle = f"q{args.queues // 2:06d}"
+    with served(settings) as base:
+        pages = [
+            ("overview (first 50 queues)", f"{base}/", args.repeat),
+            ("overview, 50 queues half-way (after=)", f"{base}/?after={middle}", args.repeat),
+            ("chart: an hour of 50 queues", f"{base}/series?range=hour", args.repeat),
+            ("chart: a week of 50 queues", f"{base}/series?range=week", args.repeat),
+            ("Dead page, and the dead tab it leads to", f"{base}/dead", args.repeat),
+            ("a dead tab, with its selector", f"{base}/queue?queue=q000000&state=dead",
+             args.repeat),
+            ("/metrics (every queue)", f"{base}/metrics", min(args.repeat, 3)),
+        ]  # fmt: skip
+        for name, address, repeat in pages:
+            ms, size = timed(address, repeat)
+            print(f"{name:<46}{ms:>9.1f} ms  {size / 1024:>7.1f} KiB")
 
 
 if __name__ == "__main__":

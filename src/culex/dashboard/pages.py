@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any
 
@@ -32,14 +33,26 @@ TIMES = ("enqueue_time", "due_at", "started_at", "failed_at", "finished_at", "re
 TEXT_FIELDS = ("params", "result", "last_error")
 
 
+# The overview's queue table shows this many queues a page (by name, through ?after=).
+QUEUES_SHOWN = 50
+
+
 async def overview(request: Request) -> Response:
+    """The queues, a page of them by name; the totals and the last hour are those of the
+    page's queues (every queue, when one page holds them all): each read is bounded by the
+    page, whatever the number of queues (docs/dashboard.md, "How fast")."""
     settings = request.app.state.settings
-    counts = await inspection.aqueue_counts(settings)
-    latency = await inspection.aqueue_latency(settings, list(counts)) if counts else {}
-    controls = await queue_control.acontrols(settings, list(counts)) if counts else {}
+    shown = await inspection.aqueue_page(
+        settings, after=request.query_params.get("after") or None, limit=QUEUES_SHOWN
+    )
+    names = shown.names
+    counts = await inspection.aqueue_counts(settings, names) if names else {}
+    latency = await inspection.aqueue_latency(settings, names) if names else {}
+    controls = await queue_control.acontrols(settings, names) if names else {}
     totals = {state: sum(row[state] for row in counts.values()) for state in inspection.STATES}
     at_work = await inspection.arunners(settings)
-    hour = await stats.asummary(settings, window=3600)
+    counted = nameable(names)
+    hour = await stats.asummary(settings, queues=counted, window=3600) if counted else {}
     queues: list[dict[str, Any]] = [
         {
             "name": name,
@@ -48,7 +61,7 @@ async def overview(request: Request) -> Response:
             "paused": name in controls and controls[name].paused,
             "hour": hour.get(name) or stats.Counts(),
         }
-        for name, row in sorted(counts.items())
+        for name, row in counts.items()
     ]
     last_hour = sum(hour.values(), stats.Counts())
     return render(
@@ -59,6 +72,8 @@ async def overview(request: Request) -> Response:
             "totals": totals,
             "runners": at_work,
             "last_hour": last_hour,
+            "shown": shown,
+            "after": request.query_params.get("after") or "",
             "page": "overview",
         },
     )
@@ -81,9 +96,14 @@ async def queue(request: Request) -> Response:
         if found is not None:
             return found
     settings = request.app.state.settings
-    # The dead tab offers every queue in a selector: it reads them all.
-    everyone = await inspection.aqueue_counts(settings, None if query.state == "dead" else [name])
-    counts = everyone.get(name) or (await inspection.aqueue_counts(settings, [name]))[name]
+    counts = (await inspection.aqueue_counts(settings, [name]))[name]
+    # The dead tab offers the queues that hold dead tasks in a selector (DEAD_CHOICES first
+    # by name): one ZCARD a queue, a round trip per batch of them.
+    everyone: dict[str, dict[str, int]] = {}
+    if query.state == "dead":
+        held = await inspection.aqueues_holding("dead", settings, limit=DEAD_CHOICES)
+        everyone = {q: {"dead": n} for q, n in held.items()}
+        everyone[name] = counts
     control = (await queue_control.acontrols(settings, [name]))[name]
     return render(
         request,
@@ -109,22 +129,27 @@ async def periodic(request: Request) -> Response:
     return render(request, "periodic.html", {"jobs": rows, "page": "periodic"})
 
 
+# The dead tab's selector and the Dead page offer this many queues holding dead tasks.
+DEAD_CHOICES = 500
+
+
 async def dead(request: Request) -> Response:
-    """Every queue's dead tasks, newest first (the DEAD_QUEUES queues with the most), a
-    page at a time; with ``?queue=``, the dead tab of that queue."""
+    """Every queue's dead tasks, newest first (the DEAD_QUEUES queues with the most, of the
+    first DEAD_CHOICES that hold any: one ZCARD a queue, so it stays bounded at 100,000
+    queues), a page at a time; with ``?queue=``, the dead tab of that queue."""
     settings = request.app.state.settings
-    counts = await inspection.aqueue_counts(settings)
+    counts = await inspection.aqueues_holding("dead", settings, limit=DEAD_CHOICES)
     chosen = request.query_params.get("queue")
     if chosen not in counts:
         query = listing.Query.parse({**request.query_params, "state": "dead"})
         try:
             found = await inspection.adead_everywhere(
-                {q: row["dead"] for q, row in counts.items()}, settings,
+                counts, settings,
                 limit=query.limit, cursor=query.cursor,
             )  # fmt: skip
         except (TypeError, ValueError) as exc:
             raise HTTPException(400, str(exc)) from None
-        with_dead = {q: row["dead"] for q, row in sorted(counts.items()) if row["dead"]}
+        with_dead = dict(sorted(counts.items()))
         return render(
             request,
             "dead.html",
@@ -216,6 +241,16 @@ async def _search_id(request: Request, name: str, query: listing.Query) -> Respo
         return None
     url = path_for(request, "task").include_query_params(queue=name, id=found.id)
     return RedirectResponse(str(url), 303)
+
+
+def nameable(names: list[str]) -> list[str]:
+    """The names a queue may have among ``names`` (the registry may hold a foreign
+    producer's others: the counters, read by name, pass them by)."""
+    found = []
+    for name in names:
+        with contextlib.suppress(ValueError):
+            found.append(check_queue_name(name))
+    return found
 
 
 def queue_name(request: Request) -> str:

@@ -11,7 +11,8 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from .. import stats
+from .. import inspection, stats
+from .pages import QUEUES_SHOWN, nameable
 
 # range name -> (its length in seconds, the step of its buckets)
 RANGES: dict[str, tuple[int, stats.Step]] = {
@@ -25,17 +26,25 @@ SERIES = ("processed", "failed", "dead")
 
 async def series(request: Request) -> Response:
     """The chart's data as JSON columns: ``t`` (each bucket's start, epoch seconds) and a
-    count per bucket for each of processed, failed and dead (every queue, or ``?queue=``)."""
+    count per bucket for each of processed, failed and dead (``?queue=``, or the queues of
+    the overview's page from ``?after=``: every queue when one page holds them all)."""
     name = request.query_params.get("range", "hour")
     if name not in RANGES:
         raise HTTPException(400, f"range must be one of {', '.join(RANGES)}")
     queue = request.query_params.get("queue") or None
     length, step = RANGES[name]
+    settings = request.app.state.settings
+    if queue is None:  # (the queues of the overview's page: bounded, whatever their number)
+        after = request.query_params.get("after") or None
+        shown = await inspection.aqueue_page(settings, after=after, limit=QUEUES_SHOWN)
+        queues = nameable(shown.names)
+    else:
+        queues = [queue]
     until = time.time()
     try:
         buckets = await stats.aseries(
-            request.app.state.settings,
-            queues=None if queue is None else [queue],
+            settings,
+            queues=queues,
             since=until - length,
             # (given, not the server's now: a week from a moment ago is more than a week)
             until=until,
@@ -66,4 +75,7 @@ def columns_of(
         columns["failed"][i] += counts.failed
         columns["dead"][i] += counts.dead
     columns["step"] = step
+    # The last step holds ``until``: it is still counting (the chart leaves it out of its
+    # lines, which would dip at every refresh; its counts are here all the same).
+    columns["partial"] = until < starts[-1] + size
     return columns

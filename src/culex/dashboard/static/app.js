@@ -179,20 +179,53 @@
 
   const COLORS = { processed: "#2f6fde", failed: "#e0a100", dead: "#d23f3f" };
 
+  // The chart tells time in UTC, as every date on the pages does (not in the browser's
+  // zone beside them): 24-hour times, and the date at midnight.
+  let FULL = null;
+  let HOUR = null;
+  let DAY = null;
+  function utc(ts) { return window.uPlot.tzDate(new Date(ts * 1000), "Etc/UTC"); }
+  function utcTicks(u, splits) {
+    return splits.map(function (ts) {
+      const at = utc(ts);
+      return at.getHours() === 0 && at.getMinutes() === 0 ? DAY(at) : HOUR(at);
+    });
+  }
+
+  // The width inside the chart's box (its padding left out), so the plot never spills out.
+  function plotWidth(box) {
+    const style = window.getComputedStyle(box);
+    const inner = box.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
+    return Math.max(Math.floor(inner), 200);
+  }
+
   async function loadChart() {
+    if (FULL === null) {
+      FULL = window.uPlot.fmtDate("{YYYY}-{MM}-{DD} {HH}:{mm}");
+      HOUR = window.uPlot.fmtDate("{HH}:{mm}");
+      DAY = window.uPlot.fmtDate("{MM}-{DD}");
+    }
     const mine = ++loads;
     const box = document.getElementById("chart");
     const picked = document.querySelector("#chart-range [aria-pressed=true]");
     const range = picked ? picked.dataset.range : "hour";
-    const response = await fetch(box.dataset.seriesUrl + "?range=" + range, {
+    const address = new URL(box.dataset.seriesUrl, window.location.href); // (may hold ?after=)
+    address.searchParams.set("range", range);
+    const response = await fetch(address.toString(), {
       credentials: "same-origin",
     });
     if (!response.ok || mine !== loads) return;
     const series = await response.json();
     if (mine !== loads) return;
-    const data = [series.t, series.processed, series.failed, series.dead];
+    // The last step is still counting (series.partial): drawn, it would dip towards 0 at
+    // every refresh, so the lines end at the last whole step (its counts are in the data).
+    const whole = series.partial ? series.t.length - 1 : series.t.length;
+    const data = [series.t, series.processed, series.failed, series.dead].map(function (column) {
+      return column.slice(0, whole);
+    });
     // What the chart shows, for a reader of the page (and its tests).
     box.dataset.points = String(series.t.length);
+    box.dataset.drawn = String(whole);
     box.dataset.step = series.step;
     box.dataset.processed = String(series.processed.reduce(function (a, b) { return a + b; }, 0));
     if (chart !== null && chart.__range === range) {
@@ -202,16 +235,17 @@
     if (chart !== null) chart.destroy();
     chart = new window.uPlot(
       {
-        width: Math.max(box.clientWidth, 300),
+        width: plotWidth(box),
         height: 240,
         series: [
-          {},
+          { label: "UTC", value: function (u, ts) { return ts == null ? "--" : FULL(utc(ts)); } },
           { label: "processed", stroke: COLORS.processed, width: 2, fill: "rgba(47,111,222,0.08)", points: { show: false } },
           { label: "failed", stroke: COLORS.failed, width: 2, points: { show: false } },
           { label: "dead", stroke: COLORS.dead, width: 2, points: { show: false } },
         ],
-        axes: [{}, { size: 50 }],
+        axes: [{ values: utcTicks }, { size: 50 }],
         scales: { x: { time: true } },
+        tzDate: utc,
       },
       data,
       box,
@@ -233,7 +267,7 @@
     });
     loadChart().then(function () {}, function () {});
     window.addEventListener("resize", function () {
-      if (chart !== null) chart.setSize({ width: Math.max(box.clientWidth, 300), height: 240 });
+      if (chart !== null) chart.setSize({ width: plotWidth(box), height: 240 });
     });
   }
 
