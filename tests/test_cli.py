@@ -285,7 +285,7 @@ def test_log_lines_show_while_the_runner_runs(r: redis.Redis, tmp_path: Path) ->
         assert task.result(timeout=20) == 10
         done = log.wait_for("succeeded, took", timeout=10)  # fails if it never shows
         lines = log.lines[: log.lines.index(done) + 1]
-        assert any(f"Running task cli_job<{task.id}> from cli_job" in line for line in lines)
+        assert any(f"Running task cli_job<{task.id}> (CliJob)" in line for line in lines)
         assert re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d - ", lines[-1]), lines[-1]
     finally:
         proc.send_signal(signal.SIGTERM)

@@ -245,7 +245,7 @@ async def test_a_stale_attempts_progress_and_retry_later_are_refused(
         assert LosingJob.stored == [False]
         assert r.hgetall(key) == before  # neither the progress nor the push-back landed
     assert b"progress" not in before and b"retry_later_count" not in before
-    assert f"report for task losing_job<{task.id}> (attempt 1) refused" in caplog.text
+    assert f"report for task losing<{task.id}> (attempt 1) refused" in caplog.text
 
 
 # -- in a test's drain ---------------------------------------------------------------------

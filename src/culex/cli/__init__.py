@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from .. import config, logs
 from ..errors import CulexError
 from . import dead_tasks, looking, periodic_jobs, running, steering
+from .which_server import existing_server, may_start_server
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -23,11 +24,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     or ValueError with which culex's API refuses a bad value (a queue name with a space, a
     rate that is no rate...), an OSError (a port in use, a folder not there).
     ``--log-level DEBUG`` logs its traceback too. A reader that goes away
-    (``culex dead payments | head -1``) ends the command quietly, exit code 1."""
+    (``culex dead payments | head -1``) ends the command quietly, exit code 1.
+
+    A command that reads or steers says first which server (one line on stderr, ``Server:
+    ...``, not with ``--log-level WARNING``), and refuses when none runs (which_server.py)."""
     parser = _parser()
     args = parser.parse_args(argv)
     logs.configure(args.log_level, sys.stderr, _log_label(args))
     try:
+        if not may_start_server(args):
+            existing_server(args, say=args.log_level in ("DEBUG", "INFO"))
         code = int(args.command(args))
         sys.stdout.flush()  # (here: a pipe closed early raises now, not at exit)
         return code
@@ -95,7 +101,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--supervisor-pipe", type=int, help=argparse.SUPPRESS)
     _setting_flags(run)
     _url_file_flag(run)
-    run.set_defaults(command=running.run_command)
+    run.set_defaults(command=running.run_command, starts_server=True)
 
     server = command("server", help="the embedded Valkey server", server=False)
     server.add_argument("action", choices=["start", "stop", "status"])
@@ -118,9 +124,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     stats.add_argument("--jobs", action="store_true", help="a line per job of each queue")
     stats.set_defaults(command=looking.stats_command)
-    task = command("task", help="one task's whole record, readable")
-    task.add_argument("queue")
-    task.add_argument("id")
+    task = command(
+        "task",
+        help="one task's whole record, readable",
+        usage="culex task QUEUE ID, or culex task QUEUE<ID> (as logs name it), or culex task ID",
+    )
+    task.add_argument("queue", metavar="QUEUE | QUEUE<ID> | ID")
+    task.add_argument("id", nargs="?", metavar="ID")
     task.set_defaults(command=looking.task_command)
     runners = command("runners", help="the runners at work now, and what each runs")
     runners.set_defaults(command=looking.runners_command)

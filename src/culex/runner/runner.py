@@ -359,7 +359,8 @@ class Runner:
 
     def _start(self, claimed: Claimed) -> None:
         if logger.isEnabledFor(logging.INFO):
-            logs.task_line(logger, "Running task %s from %s", task_name(claimed), claimed.queue)
+            job = claimed.type or "no job type"
+            logs.task_line(logger, "Running task %s (%s)", task_name(claimed), job)
         task = asyncio.create_task(self._execute(claimed))
         self._running[task] = claimed
         task.add_done_callback(self._done)
