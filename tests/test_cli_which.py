@@ -111,3 +111,28 @@ def test_culex_task_takes_the_name_the_log_prints_and_the_id_alone(r: redis.Redi
         f"  culex task named_emails<{task.id}>",
         f"  culex task named_sms<{task.id}>",
     ]
+
+
+class TypoJob(culex.QueuedJob):
+    queue = "typo_emails"
+
+    def perform(self) -> None: ...
+
+
+def test_a_queue_culex_never_saw_is_refused_with_the_names_close_to_it(r: redis.Redis) -> None:
+    from culex._redis.keys import queue_keys
+
+    TypoJob().enqueue()
+    for words in (["pause"], ["resume"], ["limit", "--rate", "5/s"], ["limit"]):
+        done = culex_run(words[0], "typo_emials", *words[1:])
+        assert done.returncode == 2, done
+        assert done.stderr.splitlines()[-1] == (
+            "culex: culex has never seen a queue named 'typo_emials' (did you mean "
+            "typo_emails?); add --force to change it all the same"
+        )
+        assert done.stdout == ""
+    assert not r.exists(queue_keys("culex", "typo_emials").control)  # nothing written
+    forced = culex_run("pause", "typo_emials", "--force")
+    assert forced.returncode == 0 and forced.stdout.startswith("typo_emials: paused")
+    assert "warning: culex has never seen a queue named 'typo_emials'" in forced.stderr
+    assert culex_run("pause", "typo_emails").returncode == 0  # the queue it knows

@@ -267,6 +267,7 @@ def test_an_old_claim_without_the_control_keys_ignores_flow_control(r: redis.Red
 def test_the_command_line_pauses_limits_and_resumes(
     r: redis.Redis, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    r.sadd("culex:queues", "steered")  # (a queue culex has seen: culex pause refuses others)
     assert main(["pause", "steered"]) == 0
     assert capsys.readouterr().out == "steered: paused; rate as declared; concurrency as declared\n"
     assert main(["limit", "steered", "--rate", "50/s", "--concurrency", "3"]) == 0

@@ -94,6 +94,7 @@ def test_culex_pause_and_limit_print_the_warning_as_a_line(
     r: redis.Redis, capsys: pytest.CaptureFixture[str]
 ) -> None:
     record(r, "old", "mixed")
+    r.sadd("culex:queues", "mixed")  # (as the runner's beat would: a queue culex has seen)
     assert main(["pause", "mixed"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("mixed: paused")

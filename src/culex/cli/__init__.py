@@ -186,9 +186,11 @@ def _parser() -> argparse.ArgumentParser:
 
     pause = command("pause", help="pause a queue: it keeps taking tasks and runs none")
     pause.add_argument("queue", metavar="QUEUE")
+    _force_flag(pause)
     pause.set_defaults(command=steering.pause_command)
     resume = command("resume", help="resume a paused queue")
     resume.add_argument("queue", metavar="QUEUE")
+    _force_flag(resume)
     resume.set_defaults(command=steering.resume_command)
     limit = command(
         "limit",
@@ -197,6 +199,7 @@ def _parser() -> argparse.ArgumentParser:
         "N/s|m|h|none] [--group-concurrency N|none] [--reset]",
     )
     limit.add_argument("queue", metavar="QUEUE")
+    _force_flag(limit)
     limit.add_argument("--rate", help='e.g. 50/s, 10/m, 1000/h; "none" lifts it')
     limit.add_argument("--concurrency", help='at most N running at once; "none" lifts it')
     limit.add_argument("--group-rate", help="the same as --rate, for each group of the queue")
@@ -248,6 +251,14 @@ def _setting_flags(run: argparse.ArgumentParser) -> None:
             group.add_argument(*flags, dest=name, action=argparse.BooleanOptionalAction, help=env)
         else:
             group.add_argument(*flags, dest=name, metavar=_METAVARS[kind], help=env)
+
+
+def _force_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="a queue culex has never seen (no task enqueued, no runner): change it all the same",
+    )
 
 
 def _url_file_flag(parser: argparse.ArgumentParser) -> None:

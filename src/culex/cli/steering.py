@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import sys
 import warnings
 from collections.abc import Iterator
 
 from .. import config
 from ..compatibility import OlderRunnerWarning
+from ..errors import CulexError
 from ..queue_control import QueueControl, limit, pause, resume
 
 
@@ -33,14 +35,47 @@ def older_runners_said() -> Iterator[None]:
         print(line)
 
 
+def seen_queue(queue: str, settings: config.Settings, force: bool) -> None:
+    """Refuse a queue culex has never seen (not in ``<prefix>:queues``, where enqueues and
+    runners name theirs), with the known names closest to it: a typo would otherwise pause
+    or limit a queue nothing runs while the meant one goes on. With ``force``, a warning on
+    stderr and go on. (A read before the change, for the user's sake only: the change
+    itself stays one atomic script, whatever the read found.)"""
+    import difflib
+
+    from .._redis import commands
+    from .._redis.keys import check_queue_name, queues_key
+    from ..flow import one_call, run_sync
+
+    check_queue_name(queue)
+    known = run_sync(
+        one_call(commands.known_queues(queues_key(settings.prefix))), settings.redis_url
+    )
+    if queue in known:
+        return
+    close = difflib.get_close_matches(queue, known, n=3)
+    said = f"culex has never seen a queue named {queue!r}" + (
+        f" (did you mean {' or '.join(close)}?)"
+        if close
+        else f" (known: {len(known)} queue(s), see culex queues)"
+    )
+    if not force:
+        raise CulexError(f"{said}; add --force to change it all the same")
+    print(f"warning: {said}", file=sys.stderr)
+
+
 def pause_command(args: argparse.Namespace) -> int:
+    settings = config.settings_for(args.redis_url)
+    seen_queue(args.queue, settings, args.force)
     with older_runners_said():
-        print(_describe(pause(args.queue, config.settings_for(args.redis_url))))
+        print(_describe(pause(args.queue, settings)))
     return 0
 
 
 def resume_command(args: argparse.Namespace) -> int:
-    print(_describe(resume(args.queue, config.settings_for(args.redis_url))))
+    settings = config.settings_for(args.redis_url)
+    seen_queue(args.queue, settings, args.force)
+    print(_describe(resume(args.queue, settings)))
     return 0
 
 
@@ -50,6 +85,7 @@ def limit_command(args: argparse.Namespace) -> int:
     from ..queue_control import controls
 
     settings = config.settings_for(args.redis_url)
+    seen_queue(args.queue, settings, args.force)
     changes: dict[str, object] = {}
     for name in ("rate", "group_rate"):
         if getattr(args, name) is not None:
