@@ -11,6 +11,7 @@ from pathlib import Path
 import redis
 
 import culex
+from culex.embedded import EmbeddedServer
 
 
 def culex_run(
@@ -58,7 +59,7 @@ def test_a_read_says_which_server_with_its_password_masked(server: object) -> No
 
 
 def test_the_embedded_server_of_the_folder_is_read_when_it_runs(
-    server: culex.EmbeddedServer,
+    server: EmbeddedServer,
 ) -> None:
     env = {k: v for k, v in os.environ.items() if k != "CULEX_REDIS_URL"}
     env["CULEX_DATA_DIR"] = str(server.data_dir)
@@ -136,3 +137,70 @@ def test_a_queue_culex_never_saw_is_refused_with_the_names_close_to_it(r: redis.
     assert forced.returncode == 0 and forced.stdout.startswith("typo_emials: paused")
     assert "warning: culex has never seen a queue named 'typo_emials'" in forced.stderr
     assert culex_run("pause", "typo_emails").returncode == 0  # the queue it knows
+
+
+LIMITED_JOBS = """
+import culex
+from culex.embedded import EmbeddedServer
+
+class PartnerJob(culex.QueuedJob):
+    queue = "partner_api"
+    concurrency_limit = 3
+    group_concurrency = 2
+
+    def perform(self) -> None: ...
+"""
+
+
+def test_every_limit_in_force_shows_with_its_value_and_source(
+    r: redis.Redis, tmp_path: Path
+) -> None:
+    import urllib.request
+
+    from culex import config
+    from culex.dashboard import app
+
+    from .conftest import wait_until
+    from .dashboard.conftest import serve
+
+    (tmp_path / "limited_jobs.py").write_text(LIMITED_JOBS)
+    before = culex_run("limit", "partner_api", "--force")  # no runner yet: declared unknown
+    assert before.stdout.splitlines()[1:] == [
+        "  rate               none  not known: no runner runs this queue",
+        "  concurrency        none  not known: no runner runs this queue",
+        "  group rate         none  not known: no runner runs this queue",
+        "  group concurrency  none  not known: no runner runs this queue",
+    ]
+    runner = subprocess.Popen(
+        [sys.executable, "-m", "culex", "run", "limited_jobs"],
+        cwd=tmp_path,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_until(lambda: r.zcard("culex:{runners}"), what="the runner's record")
+        done = culex_run("limit", "partner_api", "--group-rate", "5/s")
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.splitlines() == [
+            "partner_api: running",
+            "  rate               none  none",
+            "  concurrency        3     declared by PartnerJob",
+            "  group rate         5/s   set at run time",
+            "  group concurrency  2     declared by PartnerJob",
+        ]
+        listed = culex_run("queues").stdout.splitlines()
+        line = next(line for line in listed if line.startswith("partner_api"))
+        assert line.endswith(
+            "s  concurrency 3 declared by PartnerJob; group rate 5/s; group concurrency 2 "
+            "declared by PartnerJob"
+        )
+        with (
+            serve(app(config.Settings(redis_url=os.environ["CULEX_REDIS_URL"]))) as base,
+            urllib.request.urlopen(f"{base}/queue?queue=partner_api", timeout=10) as answer,
+        ):
+            page = answer.read().decode()
+        assert "concurrency 3 (declared by PartnerJob)" in page
+        assert "group rate 5/s (set at run time)" in page
+        assert "group concurrency 2 (declared by PartnerJob)" in page
+    finally:
+        runner.terminate()
+        runner.wait(timeout=30)

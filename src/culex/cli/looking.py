@@ -18,12 +18,13 @@ from .tables import one_line, print_table
 
 def queues_command(args: argparse.Namespace) -> int:
     from ..inspection import queue_counts, queue_latency
-    from ..queue_control import controls
+    from ..queue_control import limits_in_force
 
     settings = config.settings_for(args.redis_url)
     counts = queue_counts(settings)
     latency = queue_latency(settings, list(counts))
-    steered = {q: marks(state) for q, state in controls(settings, list(counts)).items()}
+    in_force = limits_in_force(settings, list(counts)) if counts else {}
+    steered = {q: marks(*state) for q, state in in_force.items()}
     states = ("waiting", "pending", "scheduled", "dead")
     print(f"{'queue':<30}" + "".join(f"{s:>10}" for s in states) + f"{'latency':>10}")
     for queue, row in counts.items():

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from .. import config
 from ..compatibility import OlderRunnerWarning
 from ..errors import CulexError
-from ..queue_control import QueueControl, limit, pause, resume
+from ..queue_control import LimitInForce, QueueControl, limit, pause, resume
 
 
 @contextlib.contextmanager
@@ -80,9 +80,9 @@ def resume_command(args: argparse.Namespace) -> int:
 
 
 def limit_command(args: argparse.Namespace) -> int:
-    """Set the limits given (``none`` lifts one), or drop them all with --reset; with
-    neither, show the queue's state."""
-    from ..queue_control import controls
+    """Set the limits given (``none`` lifts one), or drop them all with --reset; then (or
+    with neither) show every limit in force, its value and where it comes from."""
+    from ..queue_control import limits_in_force
 
     settings = config.settings_for(args.redis_url)
     seen_queue(args.queue, settings, args.force)
@@ -96,16 +96,19 @@ def limit_command(args: argparse.Namespace) -> int:
             changes[name] = None if given == "none" else _whole(given)
     with older_runners_said():
         if changes or args.reset:
-            state = limit(args.queue, reset=args.reset, settings=settings, **changes)  # type: ignore[arg-type]
-        else:
-            state = controls(settings, [args.queue])[args.queue]
-        print(_describe(state))
+            limit(args.queue, reset=args.reset, settings=settings, **changes)  # type: ignore[arg-type]
+        paused, in_force = limits_in_force(settings, [args.queue])[args.queue]
+        print(f"{args.queue}: {'paused' if paused else 'running'}")
+        width = max(len(one.name) for one in in_force)
+        value_width = max(len(one.value) for one in in_force)
+        for one in in_force:
+            print(f"  {one.name:<{width}}  {one.value:<{value_width}}  {one.source}".rstrip())
     return 0
 
 
 def _describe(state: QueueControl) -> str:
     """One line: ``emails: paused; rate 50/s; concurrency 3`` (limits set at run time;
-    "as declared": the job classes' own)."""
+    "as declared": the job classes' own, which ``culex limit QUEUE`` shows)."""
     said = ["paused" if state.paused else "running"]
     for name, value in _limits(state):
         if value is not None:
@@ -115,13 +118,17 @@ def _describe(state: QueueControl) -> str:
     return f"{state.queue}: " + "; ".join(said)
 
 
-def marks(state: QueueControl) -> str:
-    """What ``culex queues`` adds to a queue's line: ``paused; rate 50/s; concurrency 3``,
-    the pause and the limits set at run time ("" for none)."""
-    said = ["paused"] if state.paused else []
-    return "; ".join(
-        said + [f"{name} {value}" for name, value in _limits(state) if value is not None]
-    )
+def marks(paused: bool, in_force: list[LimitInForce]) -> str:
+    """What ``culex queues`` adds to a queue's line: ``paused; rate 50/s; concurrency 3
+    declared by SendEmailJob``, the pause and the limits in force, a limit set at run time
+    as its value alone ("" for none)."""
+    said = ["paused"] if paused else []
+    for one in in_force:
+        if one.source == "set at run time":
+            said.append(f"{one.name} {one.value}")
+        elif one.source.startswith("declared"):
+            said.append(f"{one.name} {one.value} {one.source}")
+    return "; ".join(said)
 
 
 def _limits(state: QueueControl) -> tuple[tuple[str, object], ...]:

@@ -82,12 +82,14 @@ async def queue(request: Request) -> Response:
     everyone = await inspection.aqueue_counts(settings, None if query.state == "dead" else [name])
     counts = everyone.get(name) or (await inspection.aqueue_counts(settings, [name]))[name]
     control = (await queue_control.acontrols(settings, [name]))[name]
+    _, in_force = (await queue_control.alimits_in_force(settings, [name]))[name]
     return render(
         request,
         "queue.html",
         {
             "queue": name,
             "control": control,
+            "in_force": [one for one in in_force if one.source != "none"],
             "counts": counts,
             "all_counts": everyone if query.state == "dead" else {},
             "query": query,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.metadata
+import json
 import logging
 import os
 import signal
@@ -137,6 +138,10 @@ class Runner:
             "version": culex_version(),
             "protocol": str(PROTOCOL),  # (what it honours: a record without it is older)
             "started": str(round(time.time() * 1000)),
+            # (what its job classes declare, per queue: culex limit shows it with its source)
+            "limits": json.dumps(
+                {q: found for q in self.queues if (found := self.jobs.declared_limits(q))}
+            ),
         }
 
     def _queues_said(self) -> str:
