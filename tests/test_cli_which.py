@@ -34,6 +34,14 @@ def no_server_env(folder: Path) -> dict[str, str]:
 
 
 def test_a_read_in_a_folder_with_no_server_starts_none_and_says_so(tmp_path: Path) -> None:
+    try:
+        refused_in(tmp_path)
+    finally:  # (a culex that starts one after all must not leave it running)
+        if (tmp_path / ".culex").exists():
+            EmbeddedServer(tmp_path / ".culex").stop()
+
+
+def refused_in(tmp_path: Path) -> None:
     for words in (["queues"], ["dead", "emails"], ["pause", "emails"], ["task", "some-id"]):
         done = subprocess.run(
             [sys.executable, "-m", "culex", *words],
@@ -74,10 +82,22 @@ def test_the_embedded_server_of_the_folder_is_read_when_it_runs(
     assert done.stderr == f"Server: the embedded server in {server.data_dir} ({server.url})\n"
 
 
+NAMED_JOBS = """
+import culex
+
 class NamedJob(culex.QueuedJob):
     queue = "named_emails"
 
-    def perform(self) -> None: ...
+    def perform(self) -> str:
+        return "done"
+"""
+
+
+class NamedJob(culex.QueuedJob):  # (the same job as the runner's, to enqueue it here)
+    queue = "named_emails"  # (not the job's own name, named_job: the log names the queue)
+
+    def perform(self) -> str:
+        return "done"
 
 
 class OtherNamedJob(culex.QueuedJob):
@@ -86,19 +106,31 @@ class OtherNamedJob(culex.QueuedJob):
     def perform(self) -> None: ...
 
 
-def test_culex_task_takes_the_name_the_log_prints_and_the_id_alone(r: redis.Redis) -> None:
-    from culex.execution import task_name
-    from culex.task import task_name as named
+def test_culex_task_takes_the_name_the_log_prints_and_the_id_alone(
+    r: redis.Redis, tmp_path: Path
+) -> None:
+    import re
 
-    task = NamedJob().enqueue()
-    printed = named(task.queue, task.id)
-    assert printed == f"named_emails<{task.id}>"
-    claimed_name = task_name.__doc__ or ""
-    assert "culex.task.task_name" in claimed_name
-    for words in ([printed], [task.id], ["named_emails", task.id]):
+    (tmp_path / "named_jobs.py").write_text(NAMED_JOBS)
+    runner = subprocess.Popen(
+        [sys.executable, "-m", "culex", "run", "named_jobs"],
+        cwd=tmp_path,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "CULEX_SUCCESSFUL_JOB_TTL": "600"},
+    )
+    try:
+        task = NamedJob().enqueue()
+        assert task.result(timeout=30) == "done"
+    finally:
+        runner.terminate()
+        _, log = runner.communicate(timeout=30)
+    printed = re.findall(r"Running task (\S+) \(NamedJob\)", log)
+    assert printed == [f"named_emails<{task.id}>"], log
+    for words in ([printed[0]], [task.id], ["named_emails", task.id]):
         done = culex_run("task", *words)
         assert done.returncode == 0, (words, done.stdout, done.stderr)
-        assert "type" in done.stdout and "NamedJob" in done.stdout
+        assert "NamedJob" in done.stdout and "succeeded" in done.stdout
     missing = culex_run("task", "no-such-id")
     assert missing.returncode == 1
     assert missing.stdout == (
