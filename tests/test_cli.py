@@ -416,6 +416,8 @@ def test_demo_shows_success_retry_and_delay(r: redis.Redis) -> None:
     assert "[FlakyJob] worked on attempt 2" in log
     assert "[ReminderJob] reminder: culex keeps your tasks" in log
     assert "result of" in log and "'reminded'" in log
+    # each task's state as read once its result is in (a read at enqueue time said pending)
+    assert re.findall(r"result of task culex_demo<\S+> \((\w+)\)", log) == ["succeeded"] * 3
 
 
 def test_the_demo_says_where_it_ran(monkeypatch: pytest.MonkeyPatch) -> None:

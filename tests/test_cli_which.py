@@ -236,3 +236,25 @@ def test_every_limit_in_force_shows_with_its_value_and_source(
     finally:
         runner.terminate()
         runner.wait(timeout=30)
+
+
+class ProgressShownJob(culex.QueuedJob):
+    queue = "progress_shown"
+
+    def perform(self) -> None: ...
+
+
+def test_culex_task_shows_progress_as_a_percent_and_its_message(r: redis.Redis) -> None:
+    from culex._redis.keys import queue_keys
+
+    task = ProgressShownJob().enqueue()
+    key = queue_keys("culex", "progress_shown").task(task.id)
+    r.hset(key, mapping={"progress": "0.10611111111111", "progress_message": "4 of 37 pages"})
+    lines = culex_run("task", task.id).stdout.splitlines()
+    assert [line.split() for line in lines if line.startswith("progress")] == [
+        ["progress", "11%:", "4", "of", "37", "pages"]
+    ]
+    r.hset(key, mapping={"progress": "0.999", "progress_message": ""})
+    lines = culex_run("task", task.id).stdout.splitlines()
+    shown = [line.split() for line in lines if line.startswith("progress")]
+    assert shown == [["progress", "100%", "(0.999)"]]  # (not done: the stored value says so)

@@ -160,8 +160,8 @@ def _parser() -> argparse.ArgumentParser:
     dead = command(
         "dead",
         help="a queue's dead tasks; retry puts them back in waiting, purge deletes them",
-        usage="culex dead QUEUE [--limit N], or culex dead retry QUEUE (ID ... | --all "
-        "[--job TYPE]), or culex dead purge QUEUE [--job TYPE] [--yes]",
+        usage="culex dead QUEUE [--limit N] [--offset N], or culex dead retry QUEUE (ID ... | "
+        "--all [--job TYPE]), or culex dead purge QUEUE [--job TYPE] [--yes]",
     )
     dead.add_argument("words", nargs="+", metavar="[retry|purge] QUEUE [ID ...]")
     dead.add_argument("--all", action="store_true", help="retry: every dead task of QUEUE")
@@ -169,6 +169,9 @@ def _parser() -> argparse.ArgumentParser:
         "--limit",
         type=int,
         help="how many to show (default 50); retry --all: how many to retry, oldest first",
+    )
+    dead.add_argument(
+        "--offset", type=int, default=0, metavar="N", help="show from the Nth on (default 0)"
     )
     dead.add_argument("--job", metavar="TYPE", help="retry --all, purge: only this job type")
     dead.add_argument("--yes", action="store_true", help="purge: do not ask first")
