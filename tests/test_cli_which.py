@@ -66,6 +66,15 @@ def test_a_read_says_which_server_with_its_password_masked(server: object) -> No
     assert done.stderr == f"Server: {os.environ['CULEX_REDIS_URL']}\n"
     quiet = culex_run("--log-level", "WARNING", "queues")
     assert quiet.returncode == 0 and quiet.stderr == ""
+    import socket
+
+    with socket.socket() as unused:  # a port nobody listens on
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+    out_of_reach = culex_run("queues", "--redis-url", f"redis://admin:Secret9@127.0.0.1:{port}")
+    assert out_of_reach.returncode == 2
+    assert out_of_reach.stderr.splitlines()[0] == f"Server: redis://admin:***@127.0.0.1:{port}"
+    assert "Secret9" not in out_of_reach.stderr
 
 
 def test_the_embedded_server_of_the_folder_is_read_when_it_runs(

@@ -269,7 +269,7 @@ def test_the_command_line_pauses_limits_and_resumes(
 ) -> None:
     r.sadd("culex:queues", "steered")  # (a queue culex has seen: culex pause refuses others)
     assert main(["pause", "steered"]) == 0
-    assert capsys.readouterr().out == "steered: paused; rate as declared; concurrency as declared\n"
+    assert capsys.readouterr().out == "steered: paused\n"
     unknown = "not known: no runner runs this queue"  # (no runner: nothing declared known)
     assert main(["limit", "steered", "--rate", "50/s", "--concurrency", "3"]) == 0
     assert capsys.readouterr().out.splitlines() == [

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from .. import config
 from ..compatibility import OlderRunnerWarning
 from ..errors import CulexError
-from ..queue_control import LimitInForce, QueueControl, limit, pause, resume
+from ..queue_control import LimitInForce, limit, pause, resume
 
 
 @contextlib.contextmanager
@@ -68,14 +68,16 @@ def pause_command(args: argparse.Namespace) -> int:
     settings = config.settings_for(args.redis_url)
     seen_queue(args.queue, settings, args.force)
     with older_runners_said():
-        print(_describe(pause(args.queue, settings)))
+        pause(args.queue, settings)
+        print(_summary(args.queue, settings))
     return 0
 
 
 def resume_command(args: argparse.Namespace) -> int:
     settings = config.settings_for(args.redis_url)
     seen_queue(args.queue, settings, args.force)
-    print(_describe(resume(args.queue, settings)))
+    resume(args.queue, settings)
+    print(_summary(args.queue, settings))
     return 0
 
 
@@ -106,16 +108,14 @@ def limit_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _describe(state: QueueControl) -> str:
-    """One line: ``emails: paused; rate 50/s; concurrency 3`` (limits set at run time;
-    "as declared": the job classes' own, which ``culex limit QUEUE`` shows)."""
-    said = ["paused" if state.paused else "running"]
-    for name, value in _limits(state):
-        if value is not None:
-            said.append(f"{name} {value}")
-        elif not name.startswith("group"):  # (the group limits only when set)
-            said.append(f"{name} as declared")
-    return f"{state.queue}: " + "; ".join(said)
+def _summary(queue: str, settings: config.Settings) -> str:
+    """One line, as read after the change: ``emails: paused; rate 50/s; concurrency 3
+    declared by SendEmailJob`` (``culex limit QUEUE`` shows every limit with its source)."""
+    from ..queue_control import limits_in_force
+
+    paused, in_force = limits_in_force(settings, [queue])[queue]
+    limits = marks(False, in_force)
+    return f"{queue}: {'paused' if paused else 'running'}" + (f"; {limits}" if limits else "")
 
 
 def marks(paused: bool, in_force: list[LimitInForce]) -> str:
@@ -129,16 +129,6 @@ def marks(paused: bool, in_force: list[LimitInForce]) -> str:
         elif one.source.startswith("declared"):
             said.append(f"{one.name} {one.value} {one.source}")
     return "; ".join(said)
-
-
-def _limits(state: QueueControl) -> tuple[tuple[str, object], ...]:
-    """The limits of ``state`` as the CLI names them (None: not set at run time)."""
-    return (
-        ("rate", state.rate),
-        ("concurrency", state.concurrency),
-        ("group rate", state.group_rate),
-        ("group concurrency", state.group_concurrency),
-    )
 
 
 def _whole(text: str) -> object:
