@@ -96,7 +96,7 @@ def test_the_embedded_server_of_the_folder_is_read_when_it_runs(
 NAMED_JOBS = """
 import culex
 
-class NamedJob(culex.QueuedJob):
+class WhichNamedJob(culex.QueuedJob):
     queue = "named_emails"
 
     def perform(self) -> str:
@@ -104,14 +104,14 @@ class NamedJob(culex.QueuedJob):
 """
 
 
-class NamedJob(culex.QueuedJob):  # (the same job as the runner's, to enqueue it here)
+class WhichNamedJob(culex.QueuedJob):  # (the same job as the runner's, to enqueue it here)
     queue = "named_emails"  # (not the job's own name, named_job: the log names the queue)
 
     def perform(self) -> str:
         return "done"
 
 
-class OtherNamedJob(culex.QueuedJob):
+class WhichOtherJob(culex.QueuedJob):
     queue = "named_sms"
 
     def perform(self) -> None: ...
@@ -131,23 +131,23 @@ def test_culex_task_takes_the_name_the_log_prints_and_the_id_alone(
         env={**os.environ, "CULEX_SUCCESSFUL_JOB_TTL": "600"},
     )
     try:
-        task = NamedJob().enqueue()
+        task = WhichNamedJob().enqueue()
         assert task.result(timeout=30) == "done"
     finally:
         runner.terminate()
         _, log = runner.communicate(timeout=30)
-    printed = re.findall(r"Running task (\S+) \(NamedJob\)", log)
+    printed = re.findall(r"Running task (\S+) \(WhichNamedJob\)", log)
     assert printed == [f"named_emails<{task.id}>"], log
     for words in ([printed[0]], [task.id], ["named_emails", task.id]):
         done = culex_run("task", *words)
         assert done.returncode == 0, (words, done.stdout, done.stderr)
-        assert "NamedJob" in done.stdout and "succeeded" in done.stdout
+        assert "WhichNamedJob" in done.stdout and "succeeded" in done.stdout
     missing = culex_run("task", "no-such-id")
     assert missing.returncode == 1
     assert missing.stdout == (
         "no-such-id: no task of this id in any queue culex knows (never enqueued, or expired)\n"
     )
-    OtherNamedJob().enqueue(id=task.id)
+    WhichOtherJob().enqueue(id=task.id)
     both = culex_run("task", task.id)
     assert both.returncode == 1
     assert both.stdout.splitlines() == [
@@ -157,7 +157,7 @@ def test_culex_task_takes_the_name_the_log_prints_and_the_id_alone(
     ]
 
 
-class TypoJob(culex.QueuedJob):
+class WhichTypoJob(culex.QueuedJob):
     queue = "typo_emails"
 
     def perform(self) -> None: ...
@@ -166,7 +166,7 @@ class TypoJob(culex.QueuedJob):
 def test_a_queue_culex_never_saw_is_refused_with_the_names_close_to_it(r: redis.Redis) -> None:
     from culex._redis.keys import queue_keys
 
-    TypoJob().enqueue()
+    WhichTypoJob().enqueue()
     for words in (["pause"], ["resume"], ["limit", "--rate", "5/s"], ["limit"]):
         done = culex_run(words[0], "typo_emials", *words[1:])
         assert done.returncode == 2, done
@@ -186,7 +186,7 @@ LIMITED_JOBS = """
 import culex
 from culex.embedded import EmbeddedServer
 
-class PartnerJob(culex.QueuedJob):
+class WhichPartnerJob(culex.QueuedJob):
     queue = "partner_api"
     concurrency_limit = 3
     group_concurrency = 2
@@ -226,30 +226,30 @@ def test_every_limit_in_force_shows_with_its_value_and_source(
         assert done.stdout.splitlines() == [
             "partner_api: running",
             "  rate               none  none",
-            "  concurrency        3     declared by PartnerJob",
+            "  concurrency        3     declared by WhichPartnerJob",
             "  group rate         5/s   set at run time",
-            "  group concurrency  2     declared by PartnerJob",
+            "  group concurrency  2     declared by WhichPartnerJob",
         ]
         listed = culex_run("queues").stdout.splitlines()
         line = next(line for line in listed if line.startswith("partner_api"))
         assert line.endswith(
-            "s  concurrency 3 declared by PartnerJob; group rate 5/s; group concurrency 2 "
-            "declared by PartnerJob"
+            "s  concurrency 3 declared by WhichPartnerJob; group rate 5/s; group concurrency 2 "
+            "declared by WhichPartnerJob"
         )
         with (
             serve(app(config.Settings(redis_url=os.environ["CULEX_REDIS_URL"]))) as base,
             urllib.request.urlopen(f"{base}/queue?queue=partner_api", timeout=10) as answer,
         ):
             page = answer.read().decode()
-        assert "concurrency 3 (declared by PartnerJob)" in page
+        assert "concurrency 3 (declared by WhichPartnerJob)" in page
         assert "group rate 5/s (set at run time)" in page
-        assert "group concurrency 2 (declared by PartnerJob)" in page
+        assert "group concurrency 2 (declared by WhichPartnerJob)" in page
     finally:
         runner.terminate()
         runner.wait(timeout=30)
 
 
-class ProgressShownJob(culex.QueuedJob):
+class WhichProgressJob(culex.QueuedJob):
     queue = "progress_shown"
 
     def perform(self) -> None: ...
@@ -258,7 +258,7 @@ class ProgressShownJob(culex.QueuedJob):
 def test_culex_task_shows_progress_as_a_percent_and_its_message(r: redis.Redis) -> None:
     from culex._redis.keys import queue_keys
 
-    task = ProgressShownJob().enqueue()
+    task = WhichProgressJob().enqueue()
     key = queue_keys("culex", "progress_shown").task(task.id)
     r.hset(key, mapping={"progress": "0.10611111111111", "progress_message": "4 of 37 pages"})
     lines = culex_run("task", task.id).stdout.splitlines()

@@ -259,7 +259,14 @@ class LimitInForce:
     value: str
     source: str
 
+    @property
+    def set_or_declared(self) -> bool:
+        """Whether it was set at run time or declared (what ``culex queues`` and the
+        dashboard's queue page show): not "none", not "not known"."""
+        return self.source == SET_AT_RUN_TIME or self.source.startswith("declared by ")
 
+
+SET_AT_RUN_TIME: Final = "set at run time"
 LIMIT_FIELDS: Final = ("rate", "concurrency", "group_rate", "group_concurrency")
 
 
@@ -313,7 +320,7 @@ def _sourced(state: QueueControl, declared: dict[str, Any] | None) -> list[Limit
         set_now = getattr(state, field)
         by_class = (declared or {}).get(field)
         if set_now is not None:
-            out.append(LimitInForce(name, str(set_now), "set at run time"))
+            out.append(LimitInForce(name, str(set_now), SET_AT_RUN_TIME))
         elif isinstance(by_class, list) and len(by_class) == 2:
             value, job = (shown(str(part)) for part in by_class)
             out.append(LimitInForce(name, value, f"declared by {job}"))

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from .. import config
 from ..compatibility import OlderRunnerWarning
 from ..errors import CulexError
-from ..queue_control import LimitInForce, limit, pause, resume
+from ..queue_control import SET_AT_RUN_TIME, LimitInForce, limit, pause, resume
 
 
 @contextlib.contextmanager
@@ -124,10 +124,9 @@ def marks(paused: bool, in_force: list[LimitInForce]) -> str:
     as its value alone ("" for none)."""
     said = ["paused"] if paused else []
     for one in in_force:
-        if one.source == "set at run time":
-            said.append(f"{one.name} {one.value}")
-        elif one.source.startswith("declared"):
-            said.append(f"{one.name} {one.value} {one.source}")
+        if one.set_or_declared:
+            set_now = one.source == SET_AT_RUN_TIME
+            said.append(f"{one.name} {one.value}" + ("" if set_now else f" {one.source}"))
     return "; ".join(said)
 
 

@@ -89,7 +89,7 @@ async def queue(request: Request) -> Response:
         {
             "queue": name,
             "control": control,
-            "in_force": [one for one in in_force if one.source != "none"],
+            "in_force": [one for one in in_force if one.set_or_declared],
             "counts": counts,
             "all_counts": everyone if query.state == "dead" else {},
             "query": query,
