@@ -285,7 +285,7 @@ def test_log_lines_show_while_the_runner_runs(r: redis.Redis, tmp_path: Path) ->
         assert task.result(timeout=20) == 10
         done = log.wait_for("succeeded, took", timeout=10)  # fails if it never shows
         lines = log.lines[: log.lines.index(done) + 1]
-        assert any(f"Running task cli_job<{task.id}> from cli_job" in line for line in lines)
+        assert any(f"Running task cli_job<{task.id}> (CliJob)" in line for line in lines)
         assert re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d - ", lines[-1]), lines[-1]
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -416,6 +416,8 @@ def test_demo_shows_success_retry_and_delay(r: redis.Redis) -> None:
     assert "[FlakyJob] worked on attempt 2" in log
     assert "[ReminderJob] reminder: culex keeps your tasks" in log
     assert "result of" in log and "'reminded'" in log
+    # each task's state as read once its result is in (a read at enqueue time said pending)
+    assert re.findall(r"result of task culex_demo<\S+> \((\w+)\)", log) == ["succeeded"] * 3
 
 
 def test_the_demo_says_where_it_ran(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -338,13 +338,25 @@ def test_culex_dead_lists_and_retries(r: redis.Redis, url: str) -> None:
 
     listed = culex_command("dead", K.name)
     assert listed.returncode == 0, listed.stderr
-    header, *rows = (re.split(r"\s{2,}", line) for line in listed.stdout.splitlines())
+    *table, total = listed.stdout.splitlines()
+    assert total == f"2 of 2 dead task(s) of {K.name}, newest first"
+    header, *rows = (re.split(r"\s{2,}", line) for line in table)
     assert header == ["id", "type", "died at", "attempts", "reason"]
     assert [row[0] for row in rows] == ["short", "long"]  # newest first
     assert rows[0][1] == "RevivedJob" and rows[0][3:] == ["1", "card declined"]
     assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", rows[0][2])
     assert rows[1][4] == "Traceback (most recent call last): ..."  # one line
-    assert culex_command("dead", K.name, "--limit", "1").stdout.count("\n") == 2
+    first = culex_command("dead", K.name, "--limit", "1").stdout.splitlines()
+    assert len(first) == 3 and first[1].startswith("short")
+    assert first[2] == (
+        f"1 of 2 dead task(s) of {K.name}, newest first; more: culex dead {K.name} --offset 1 "
+        "[--limit N]"
+    )
+    second = culex_command("dead", K.name, "--offset", "1").stdout.splitlines()
+    assert (
+        second[1].startswith("long")
+        and second[2] == f"2 to 2 of 2 dead task(s) of {K.name}, newest first"
+    )
 
     retried = culex_command("dead", "retry", K.name, "short", "ghost", "--redis-url", url)
     assert retried.returncode == 0, retried.stderr
@@ -362,7 +374,9 @@ def test_culex_dead_usage_errors(r: redis.Redis) -> None:
     for args in (("retry", "q"), ("retry", "q", "id", "--all"), ("q", "id")):
         done = culex_command("dead", *args)
         assert done.returncode == 2
-        assert "usage: culex dead QUEUE, or culex dead retry QUEUE" in done.stderr
+        assert (
+            "usage: culex dead QUEUE [--limit N] [--offset N], or culex dead retry" in done.stderr
+        )
     bad = culex_command("dead", "q", "--limit", "0")
     assert bad.returncode == 2 and "limit must be > 0" in bad.stderr
 

@@ -14,6 +14,7 @@ import culex
 from culex import config, logs
 from culex._redis.address import Address
 from culex.embedded import default_data_dir
+from culex.task import task_name
 
 logger = logging.getLogger("culex")
 
@@ -65,9 +66,14 @@ async def _show() -> None:
             await ReminderJob(text="culex keeps your tasks").aenqueue(delay=timedelta(seconds=2)),
         ]
         for task in tasks:
-            logger.info("enqueued %s: %s", task, await task.astate())
+            logger.info("enqueued task %s", task_name(task.queue, task.id))
         for task in tasks:
-            logger.info("result of %s: %r", task, await task.aresult(timeout=30))
+            # (the state read once the result is in: a state read at enqueue time is stale
+            # by the time anyone reads it, the runner having started or ended the task)
+            result = await task.aresult(timeout=30)
+            state = await task.astate()
+            said = state.value if state is not None else "expired"
+            logger.info("result of task %s (%s): %r", task_name(task.queue, task.id), said, result)
     except BaseException:  # (a bad URL, no server): the error is the enqueue's, said once
         running.cancel()
         with contextlib.suppress(BaseException):

@@ -22,8 +22,9 @@ from .config import seconds
 from .errors import JobFailure, RetryLater, short
 from .failures import traceback_of
 from .isolation import ChildDied, ChildRaised, run_in_process
-from .job import Job, snake_case
+from .job import Job
 from .job_registry import JobRegistry
+from .task import task_name as named
 
 logger = logging.getLogger("culex")
 
@@ -68,8 +69,9 @@ class Outcome:
 
 
 def task_name(claimed: Claimed) -> str:
-    """How logs name a task: ``send_email_job<ID>`` (the seed's form)."""
-    return f"{snake_case(claimed.type) if claimed.type else claimed.queue}<{claimed.id}>"
+    """How logs name a claimed task: ``emails<ID>``, as everywhere (culex.task.task_name),
+    so that ``culex task`` takes the name as the log wrote it."""
+    return named(claimed.queue, claimed.id)
 
 
 def decode(claimed: Claimed, registry: JobRegistry, max_payload_bytes: int) -> Job | Outcome:

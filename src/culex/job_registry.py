@@ -67,6 +67,20 @@ class JobRegistry:
             next((f.group_concurrency for f in found if f.group_concurrency), None),
         )
 
+    def declared_limits(self, queue: str) -> dict[str, list[str]]:
+        """What :meth:`queue_limits` holds, each limit as text with the job class that
+        declares it: ``{"concurrency": ["3", "SendEmailJob"]}`` (the runner registry's
+        ``limits``, read by ``culex limit``, ``culex queues`` and the dashboard)."""
+        found: dict[str, list[str]] = {}
+        for job in self._jobs.values():
+            if job.queue != queue:
+                continue
+            for field in ("rate", "concurrency", "group_rate", "group_concurrency"):
+                value = getattr(job.limits_, field)
+                if value is not None and field not in found:
+                    found[field] = [str(value), job.type_]
+        return found
+
     def own_stalls(self, queue: str) -> dict[str, int]:
         """The job types of ``queue`` whose classes set their own max_stalls, with it."""
         return {

@@ -8,6 +8,7 @@ never in a runner's slot, and never spends a retry (docs/flow-control.md).
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from datetime import timedelta
@@ -16,7 +17,7 @@ from typing import Any, Final
 from . import config
 from ._redis import commands, operations
 from ._redis.keys import check_queue_name, queue_keys, queues_key
-from ._redis.operations import Call
+from ._redis.operations import Call, shown
 from .compatibility import warn_of_older
 from .errors import ConfigurationError, short
 from .flow import Flow, run_async, run_sync
@@ -239,6 +240,94 @@ def _controls(settings: config.Settings, queues: list[str] | None) -> Flow[dict[
     out = {}
     for q, reply in zip(names, replies, strict=True):
         out[q] = _control(q, reply if isinstance(reply, dict) else {})
+    return out
+
+
+# -- every limit in force, with where it comes from ---------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LimitInForce:
+    """One limit of a queue as it holds now: ``name`` as the CLI says it ("rate",
+    "concurrency", "group rate", "group concurrency"), ``value`` ("50/s", "3"; "none": no
+    limit) and ``source``: "set at run time" (:func:`limit`), "declared by SendEmailJob"
+    (the job class, as the runners that run the queue publish it in their records), "none",
+    or "not known: no runner runs this queue" (no runner of this culex says what its job
+    classes declare, and none was set at run time)."""
+
+    name: str
+    value: str
+    source: str
+
+    @property
+    def set_or_declared(self) -> bool:
+        """Whether it was set at run time or declared (what ``culex queues`` and the
+        dashboard's queue page show): not "none", not "not known"."""
+        return self.source == SET_AT_RUN_TIME or self.source.startswith("declared by ")
+
+
+SET_AT_RUN_TIME: Final = "set at run time"
+LIMIT_FIELDS: Final = ("rate", "concurrency", "group_rate", "group_concurrency")
+
+
+def limits_in_force(
+    settings: config.Settings | None = None, queues: list[str] | None = None
+) -> dict[str, tuple[bool, list[LimitInForce]]]:
+    """Each queue's pause flag and its four limits in force, with their sources (default:
+    every known queue): the control hashes and the runner registry, in two round trips."""
+    settings = settings or config.settings()
+    return run_sync(_in_force(settings, queues), settings.redis_url)
+
+
+async def alimits_in_force(
+    settings: config.Settings | None = None, queues: list[str] | None = None
+) -> dict[str, tuple[bool, list[LimitInForce]]]:
+    """The async twin of :func:`limits_in_force`."""
+    settings = settings or config.settings()
+    return await run_async(_in_force(settings, queues), settings.redis_url)
+
+
+def _in_force(
+    settings: config.Settings, queues: list[str] | None
+) -> Flow[dict[str, tuple[bool, list[LimitInForce]]]]:
+    states = yield from _controls(settings, queues)
+    ids = yield commands.runner_ids(settings.prefix)
+    records = (yield [commands.read_runner(settings.prefix, i) for i in ids]) if ids else []
+    declared: dict[str, dict[str, Any]] = {}  # queue -> what its runners declare
+    for record in sorted(
+        (r for r in records if isinstance(r, dict) and "limits" in r),
+        key=lambda r: r.get("started", ""),
+    ):
+        try:
+            said = json.loads(record["limits"])
+        except (ValueError, RecursionError):
+            said = None
+        for queue in record.get("queues", "").split(","):
+            if queue and queue not in declared:
+                found = said.get(queue) if isinstance(said, dict) else None
+                declared[queue] = found if isinstance(found, dict) else {}
+    return {
+        queue: (state.paused, _sourced(state, declared.get(queue)))
+        for queue, state in states.items()
+    }
+
+
+def _sourced(state: QueueControl, declared: dict[str, Any] | None) -> list[LimitInForce]:
+    """The four limits of a queue: set at run time, else declared, else none."""
+    out = []
+    for field in LIMIT_FIELDS:
+        name = field.replace("_", " ")
+        set_now = getattr(state, field)
+        by_class = (declared or {}).get(field)
+        if set_now is not None:
+            out.append(LimitInForce(name, str(set_now), SET_AT_RUN_TIME))
+        elif isinstance(by_class, list) and len(by_class) == 2:
+            value, job = (shown(str(part)) for part in by_class)
+            out.append(LimitInForce(name, value, f"declared by {job}"))
+        elif declared is None:
+            out.append(LimitInForce(name, "none", "not known: no runner runs this queue"))
+        else:
+            out.append(LimitInForce(name, "none", "none"))
     return out
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import itertools
 import random
@@ -10,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import config
 from ._redis import commands, operations
-from ._redis.keys import QueueKeys, check_queue_name, queue_keys
+from ._redis.keys import QueueKeys, check_queue_name, queue_keys, queues_key
 from .errors import CulexError, TaskFailed, short
 from .flow import Flow, one_call, run_async, run_sync
 from .job_registry import registry
@@ -70,6 +71,39 @@ def check_id(task_id: object) -> str:
 WAIT_CHUNK = 1.0
 
 
+def task_name(queue: str, task_id: str) -> str:
+    """How culex names a task wherever it shows one (logs, the CLI, errors):
+    ``emails<019a5c...>``, its queue and its id. ``culex task`` takes it back as written."""
+    return f"{queue}<{task_id}>"
+
+
+def split_task_name(text: str) -> tuple[str, str] | None:
+    """The queue and id of a name as :func:`task_name` writes it (None: not of that form)."""
+    queue, bracket, rest = text.partition("<")
+    if not bracket or not queue or not rest.endswith(">") or len(rest) < 2:
+        return None
+    return queue, rest[:-1]
+
+
+def queues_holding(task_id: str, settings: config.Settings | None = None) -> list[str]:
+    """The queues culex knows (``<prefix>:queues``) that hold a task of this id: one
+    EXISTS per queue, all in one round trip (``culex task ID``)."""
+    settings = settings or config.settings()
+    return run_sync(_holding(check_id(task_id), settings), settings.redis_url)
+
+
+def _holding(task_id: str, settings: config.Settings) -> Flow[list[str]]:
+    names = yield commands.known_queues(queues_key(settings.prefix))
+    queues = []
+    for name in names:  # (a name no producer of culex wrote is no queue to look in)
+        with contextlib.suppress(TypeError, ValueError):
+            queues.append(check_queue_name(name))
+    if not queues:
+        return []
+    found = yield [commands.exists(queue_keys(settings.prefix, q).task(task_id)) for q in queues]
+    return [queue for queue, there in zip(queues, found, strict=True) if there]
+
+
 def _state_of(fields: dict[str, str]) -> TaskState | None:
     state = fields.get("state", "")
     return TaskState(state) if state in TaskState._value2member_map_ else None
@@ -105,7 +139,7 @@ class Task:
         self.prefix = prefix  # None: the configured prefix
 
     def __repr__(self) -> str:
-        return f"<Task {self.queue}<{self.id}>>"
+        return f"<Task {task_name(self.queue, self.id)}>"
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Task) and (other.id, other.queue) == (self.id, self.queue)
@@ -143,7 +177,7 @@ class Task:
         while not end.finished:
             left = WAIT_CHUNK if deadline is None else deadline - time.monotonic()
             if left <= 0:
-                raise TimeoutError(f"task {self.queue}<{self.id}> is still {end.state}")
+                raise TimeoutError(f"task {task_name(self.queue, self.id)} is still {end.state}")
             block = commands.block_until_done(keys, self.id, min(left, WAIT_CHUNK))
             replies = yield [block, read]
             for reply in replies:
@@ -155,8 +189,8 @@ class Task:
         if end.state == "dead":
             raise TaskFailed(self.id, end.last_error)
         raise TaskNotFound(
-            f"task {self.queue}<{self.id}> not found: it never existed, or it finished and "
-            "its record expired (see result_ttl and successful_job_ttl)"
+            f"task {task_name(self.queue, self.id)} not found: it never existed, or it finished "
+            "and its record expired (see result_ttl and successful_job_ttl)"
         )
 
     def _decode(self, end: operations.End) -> Any:

@@ -267,16 +267,27 @@ def test_an_old_claim_without_the_control_keys_ignores_flow_control(r: redis.Red
 def test_the_command_line_pauses_limits_and_resumes(
     r: redis.Redis, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    r.sadd("culex:queues", "steered")  # (a queue culex has seen: culex pause refuses others)
     assert main(["pause", "steered"]) == 0
-    assert capsys.readouterr().out == "steered: paused; rate as declared; concurrency as declared\n"
+    assert capsys.readouterr().out == "steered: paused\n"
+    unknown = "not known: no runner runs this queue"  # (no runner: nothing declared known)
     assert main(["limit", "steered", "--rate", "50/s", "--concurrency", "3"]) == 0
-    assert capsys.readouterr().out == "steered: paused; rate 50/s; concurrency 3\n"
+    assert capsys.readouterr().out.splitlines() == [
+        "steered: paused",
+        "  rate               50/s  set at run time",
+        "  concurrency        3     set at run time",
+        f"  group rate         none  {unknown}",
+        f"  group concurrency  none  {unknown}",
+    ]
     assert main(["limit", "steered", "--rate", "none"]) == 0
-    assert capsys.readouterr().out == "steered: paused; rate none; concurrency 3\n"
+    assert capsys.readouterr().out.splitlines()[1] == "  rate               none  set at run time"
     assert main(["resume", "steered"]) == 0
     assert capsys.readouterr().out == "steered: running; rate none; concurrency 3\n"
     assert main(["limit", "steered", "--reset"]) == 0
-    assert capsys.readouterr().out.endswith("rate as declared; concurrency as declared\n")
+    assert capsys.readouterr().out.splitlines()[1:3] == [
+        f"  rate               none  {unknown}",
+        f"  concurrency        none  {unknown}",
+    ]
     assert main(["limit", "steered", "--concurrency", "many"]) == 2
     assert "concurrency must be a whole number" in capsys.readouterr().err
     enqueue._registered.clear()  # (this process named the queue before the test's flush)

@@ -159,8 +159,7 @@ async def test_progress_is_seen_by_another_process_while_the_task_runs_and_kept_
         )  # fmt: skip
         assert shown.returncode == 0, shown.stderr
         assert "state             pending" in shown.stdout
-        assert "progress          40% (0.4)" in shown.stdout
-        assert "progress_message  rendered 4 of 10 pages" in shown.stdout
+        assert "progress          40%: rendered 4 of 10 pages" in shown.stdout
         # another handle, through the blocking API in a thread
         handle = culex.Task(task.id, "reporting")
         assert await asyncio.to_thread(handle.progress) == (0.4, "rendered 4 of 10 pages")
@@ -245,7 +244,7 @@ async def test_a_stale_attempts_progress_and_retry_later_are_refused(
         assert LosingJob.stored == [False]
         assert r.hgetall(key) == before  # neither the progress nor the push-back landed
     assert b"progress" not in before and b"retry_later_count" not in before
-    assert f"report for task losing_job<{task.id}> (attempt 1) refused" in caplog.text
+    assert f"report for task losing<{task.id}> (attempt 1) refused" in caplog.text
 
 
 # -- in a test's drain ---------------------------------------------------------------------

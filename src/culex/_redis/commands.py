@@ -354,3 +354,8 @@ def cancel_requests(keys: QueueKeys) -> Call[list[str]]:
     """The ids of the running tasks of a queue whose cancel was requested (cancel.lua),
     oldest first."""
     return first_ids(keys.cancels, MAX_CANCEL_REQUESTS)
+
+
+def exists(key: str) -> Call[bool]:
+    """Whether ``key`` exists (``culex task ID``: which known queue holds a task)."""
+    return Call((key,), ("EXISTS", key), lambda r: bool(r))

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from .. import config, logs
 from ..errors import CulexError
 from . import dead_tasks, looking, periodic_jobs, running, steering
+from .which_server import existing_server, may_start_server
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -23,11 +24,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     or ValueError with which culex's API refuses a bad value (a queue name with a space, a
     rate that is no rate...), an OSError (a port in use, a folder not there).
     ``--log-level DEBUG`` logs its traceback too. A reader that goes away
-    (``culex dead payments | head -1``) ends the command quietly, exit code 1."""
+    (``culex dead payments | head -1``) ends the command quietly, exit code 1.
+
+    A command that reads or steers says first which server (one line on stderr, ``Server:
+    ...``, not with ``--log-level WARNING``), and refuses when none runs (which_server.py)."""
     parser = _parser()
     args = parser.parse_args(argv)
     logs.configure(args.log_level, sys.stderr, _log_label(args))
     try:
+        if not may_start_server(args):
+            existing_server(args, say=args.log_level in ("DEBUG", "INFO"))
         code = int(args.command(args))
         sys.stdout.flush()  # (here: a pipe closed early raises now, not at exit)
         return code
@@ -95,7 +101,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--supervisor-pipe", type=int, help=argparse.SUPPRESS)
     _setting_flags(run)
     _url_file_flag(run)
-    run.set_defaults(command=running.run_command)
+    run.set_defaults(command=running.run_command, starts_server=True)
 
     server = command("server", help="the embedded Valkey server", server=False)
     server.add_argument("action", choices=["start", "stop", "status"])
@@ -118,9 +124,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     stats.add_argument("--jobs", action="store_true", help="a line per job of each queue")
     stats.set_defaults(command=looking.stats_command)
-    task = command("task", help="one task's whole record, readable")
-    task.add_argument("queue")
-    task.add_argument("id")
+    task = command(
+        "task",
+        help="one task's whole record, readable",
+        usage="culex task QUEUE ID, or culex task QUEUE<ID> (as logs name it), or culex task ID",
+    )
+    task.add_argument("queue", metavar="QUEUE | QUEUE<ID> | ID")
+    task.add_argument("id", nargs="?", metavar="ID")
     task.set_defaults(command=looking.task_command)
     runners = command("runners", help="the runners at work now, and what each runs")
     runners.set_defaults(command=looking.runners_command)
@@ -150,8 +160,8 @@ def _parser() -> argparse.ArgumentParser:
     dead = command(
         "dead",
         help="a queue's dead tasks; retry puts them back in waiting, purge deletes them",
-        usage="culex dead QUEUE [--limit N], or culex dead retry QUEUE (ID ... | --all "
-        "[--job TYPE]), or culex dead purge QUEUE [--job TYPE] [--yes]",
+        usage="culex dead QUEUE [--limit N] [--offset N], or culex dead retry QUEUE (ID ... | "
+        "--all [--job TYPE]), or culex dead purge QUEUE [--job TYPE] [--yes]",
     )
     dead.add_argument("words", nargs="+", metavar="[retry|purge] QUEUE [ID ...]")
     dead.add_argument("--all", action="store_true", help="retry: every dead task of QUEUE")
@@ -159,6 +169,9 @@ def _parser() -> argparse.ArgumentParser:
         "--limit",
         type=int,
         help="how many to show (default 50); retry --all: how many to retry, oldest first",
+    )
+    dead.add_argument(
+        "--offset", type=int, default=0, metavar="N", help="show from the Nth on (default 0)"
     )
     dead.add_argument("--job", metavar="TYPE", help="retry --all, purge: only this job type")
     dead.add_argument("--yes", action="store_true", help="purge: do not ask first")
@@ -176,9 +189,11 @@ def _parser() -> argparse.ArgumentParser:
 
     pause = command("pause", help="pause a queue: it keeps taking tasks and runs none")
     pause.add_argument("queue", metavar="QUEUE")
+    _force_flag(pause)
     pause.set_defaults(command=steering.pause_command)
     resume = command("resume", help="resume a paused queue")
     resume.add_argument("queue", metavar="QUEUE")
+    _force_flag(resume)
     resume.set_defaults(command=steering.resume_command)
     limit = command(
         "limit",
@@ -187,6 +202,7 @@ def _parser() -> argparse.ArgumentParser:
         "N/s|m|h|none] [--group-concurrency N|none] [--reset]",
     )
     limit.add_argument("queue", metavar="QUEUE")
+    _force_flag(limit)
     limit.add_argument("--rate", help='e.g. 50/s, 10/m, 1000/h; "none" lifts it')
     limit.add_argument("--concurrency", help='at most N running at once; "none" lifts it')
     limit.add_argument("--group-rate", help="the same as --rate, for each group of the queue")
@@ -238,6 +254,14 @@ def _setting_flags(run: argparse.ArgumentParser) -> None:
             group.add_argument(*flags, dest=name, action=argparse.BooleanOptionalAction, help=env)
         else:
             group.add_argument(*flags, dest=name, metavar=_METAVARS[kind], help=env)
+
+
+def _force_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="a queue culex has never seen (no task enqueued, no runner): change it all the same",
+    )
 
 
 def _url_file_flag(parser: argparse.ArgumentParser) -> None:

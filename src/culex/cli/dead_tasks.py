@@ -16,8 +16,8 @@ if TYPE_CHECKING:
 from .tables import local_time, one_line, print_table
 
 _DEAD_USAGE = (
-    "usage: culex dead QUEUE, or culex dead retry QUEUE (ID ... | --all [--job TYPE]), "
-    "or culex dead purge QUEUE [--job TYPE] [--yes]"
+    "usage: culex dead QUEUE [--limit N] [--offset N], or culex dead retry QUEUE (ID ... | "
+    "--all [--job TYPE]), or culex dead purge QUEUE [--job TYPE] [--yes]"
 )
 
 
@@ -32,6 +32,7 @@ def dead_command(args: argparse.Namespace) -> int:
         or (action == "retry" and bool(ids) == args.all)
         or (args.job is not None and not (action == "purge" or args.all))
         or (args.job is not None and args.limit is not None)
+        or (args.offset and action)
     ):
         raise CulexError(_DEAD_USAGE)
     try:
@@ -42,9 +43,10 @@ def dead_command(args: argparse.Namespace) -> int:
         if action == "retry":
             outcome = dead.retry(queue, ids or None, args.limit, settings=settings)
         else:
-            tasks = dead.dead_tasks(
-                queue, 50 if args.limit is None else args.limit, settings=settings
-            )
+            if args.offset < 0:
+                raise CulexError(f"--offset must be 0 or more, not {args.offset}")
+            limit = 50 if args.limit is None else args.limit
+            tasks = dead.dead_tasks(queue, limit, offset=args.offset, settings=settings)
     except (TypeError, ValueError) as exc:
         raise CulexError(str(exc)) from None
     if action == "retry":
@@ -52,7 +54,7 @@ def dead_command(args: argparse.Namespace) -> int:
         if outcome.skipped:
             print(f"skipped (not dead, or its record expired): {' '.join(outcome.skipped)}")
         return 0
-    _show_dead(tasks, queue)
+    _show_dead(tasks, queue, args.offset, settings)
     return 0
 
 
@@ -88,13 +90,24 @@ def _purge(queue: str, job: str | None, yes: bool, settings: config.Settings) ->
     return 0
 
 
-def _show_dead(tasks: list[DeadTask], queue: str) -> None:
+def _show_dead(tasks: list[DeadTask], queue: str, offset: int, settings: config.Settings) -> None:
+    """The page as a table, then how many dead tasks the queue holds, and how to see more."""
+    from ..inspection import queue_counts
+
+    total = queue_counts(settings, [queue])[queue]["dead"]
     if not tasks:
-        print(f"no dead tasks in {queue}")
+        print(
+            f"no dead tasks in {queue}"
+            + (f" from {offset:,} on (it holds {total:,})" if offset else "")
+        )
         return
     columns = ("id", "type", "died at", "attempts", "reason")
     cells = [(t.id, t.type, _died(t), str(t.attempt), one_line(t.error)) for t in tasks]
     print_table(columns, [dict(zip(columns, row, strict=True)) for row in cells])
+    end = offset + len(tasks)
+    said = f"{offset + 1:,} to {end:,}" if offset else f"{len(tasks):,}"
+    print(f"{said} of {total:,} dead task(s) of {queue}, newest first", end="")
+    print(f"; more: culex dead {queue} --offset {end} [--limit N]" if end < total else "")
 
 
 def _died(task: DeadTask) -> str:

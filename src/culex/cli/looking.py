@@ -18,12 +18,13 @@ from .tables import one_line, print_table
 
 def queues_command(args: argparse.Namespace) -> int:
     from ..inspection import queue_counts, queue_latency
-    from ..queue_control import controls
+    from ..queue_control import limits_in_force
 
     settings = config.settings_for(args.redis_url)
     counts = queue_counts(settings)
     latency = queue_latency(settings, list(counts))
-    steered = {q: marks(state) for q, state in controls(settings, list(counts)).items()}
+    in_force = limits_in_force(settings, list(counts)) if counts else {}
+    steered = {q: marks(*state) for q, state in in_force.items()}
     states = ("waiting", "pending", "scheduled", "dead")
     print(f"{'queue':<30}" + "".join(f"{s:>10}" for s in states) + f"{'latency':>10}")
     for queue, row in counts.items():
@@ -98,15 +99,21 @@ _JSON = ("params", "result")
 
 
 def task_command(args: argparse.Namespace) -> int:
-    from ..task import Task
+    """``culex task QUEUE ID``, ``culex task QUEUE<ID>`` as logs name a task, or ``culex
+    task ID`` alone, looked for in every queue culex knows."""
+    from ..task import Task, task_name
 
     settings = config.settings_for(args.redis_url)
     try:  # (a bad queue name or id: checked before any I/O)
-        record = Task(args.id, args.queue, settings.redis_url, prefix=settings.prefix).info()
+        named = _which_task(args.queue, args.id, settings)
+        if named is None:
+            return 1
+        queue, task_id = named
+        record = Task(task_id, queue, settings.redis_url, prefix=settings.prefix).info()
     except (TypeError, ValueError) as exc:
         raise CulexError(str(exc)) from None
     if not record:
-        print(f"{args.queue}<{args.id}>: no such task (never enqueued, or expired)")
+        print(f"{task_name(queue, task_id)}: no such task (never enqueued, or expired)")
         return 1
     width = max(len(name) for name in record)
     for name, value in record.items():
@@ -114,8 +121,9 @@ def task_command(args: argparse.Namespace) -> int:
         if name in _TIMES and value.isdigit() and (when := moment(int(value))) is not None:
             said = f"{when.isoformat(timespec='milliseconds')} ({value})"
         elif name == "progress":
-            with contextlib.suppress(ValueError):  # (else shown as stored)
-                said = f"{float(value):.0%} ({value})"
+            said = _progress(value, record.get("progress_message", ""))
+        elif name == "progress_message" and "progress" in record:
+            continue  # (said on the progress line)
         elif name == "errors" and (entries := attempt_errors(value)):
             said = _attempt_errors(entries).replace("\n", "\n" + " " * (width + 2))
         elif name in _JSON:
@@ -125,6 +133,42 @@ def task_command(args: argparse.Namespace) -> int:
             said = said.replace("\n", "\n" + " " * (width + 2))
         print(shown(f"{name:<{width}}  {said}"))
     return 0
+
+
+def _which_task(
+    first: str, task_id: str | None, settings: config.Settings
+) -> tuple[str, str] | None:
+    """The queue and id ``culex task`` names (None: said why not, on stdout)."""
+    from ..task import check_id, queues_holding, split_task_name, task_name
+
+    if task_id is not None:
+        return first, task_id
+    named = split_task_name(first)
+    if named is not None:
+        return named
+    holding = queues_holding(check_id(first), settings)
+    if len(holding) == 1:
+        return holding[0], first
+    if not holding:
+        print(f"{first}: no task of this id in any queue culex knows (never enqueued, or expired)")
+    else:
+        print(f"{first}: tasks of this id are in {len(holding)} queues; name one:")
+        for queue in holding:
+            print(shown(f"  culex task {task_name(queue, first)}"))
+    return None
+
+
+def _progress(value: str, message: str) -> str:
+    """``11%: rendered 4 of 10 pages``; the stored fraction too only where the percent
+    hides it (0% that is not 0, 100% that is not 1), or as stored when it is no number."""
+    try:
+        fraction = float(value)
+    except ValueError:
+        return value
+    said = f"{fraction:.0%}"
+    if said in ("0%", "100%") and fraction not in (0.0, 1.0):
+        said += f" ({value})"
+    return f"{said}: {message}" if message else said
 
 
 def runners_command(args: argparse.Namespace) -> int:

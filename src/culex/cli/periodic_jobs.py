@@ -59,6 +59,7 @@ def _trigger_periodic(
     name: str, module: str | None, queue: str | None, settings: config.Settings
 ) -> int:
     from ..periodic import trigger
+    from ..task import task_name
 
     target: str | type[PeriodicJob] = name
     if module is not None:
@@ -74,7 +75,7 @@ def _trigger_periodic(
         task = trigger(target, queue, settings)
     except (TypeError, ValueError) as exc:
         raise CulexError(str(exc)) from None
-    print(f"enqueued {name} as task {task.queue}<{task.id}>")
+    print(f"enqueued {name} as task {task_name(task.queue, task.id)}")
     return 0
 
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import sys
 import warnings
 from collections.abc import Iterator
 
 from .. import config
 from ..compatibility import OlderRunnerWarning
-from ..queue_control import QueueControl, limit, pause, resume
+from ..errors import CulexError
+from ..queue_control import SET_AT_RUN_TIME, LimitInForce, limit, pause, resume
 
 
 @contextlib.contextmanager
@@ -33,23 +35,59 @@ def older_runners_said() -> Iterator[None]:
         print(line)
 
 
+def seen_queue(queue: str, settings: config.Settings, force: bool) -> None:
+    """Refuse a queue culex has never seen (not in ``<prefix>:queues``, where enqueues and
+    runners name theirs), with the known names closest to it: a typo would otherwise pause
+    or limit a queue nothing runs while the meant one goes on. With ``force``, a warning on
+    stderr and go on. (A read before the change, for the user's sake only: the change
+    itself stays one atomic script, whatever the read found.)"""
+    import difflib
+
+    from .._redis import commands
+    from .._redis.keys import check_queue_name, queues_key
+    from ..flow import one_call, run_sync
+
+    check_queue_name(queue)
+    known = run_sync(
+        one_call(commands.known_queues(queues_key(settings.prefix))), settings.redis_url
+    )
+    if queue in known:
+        return
+    close = difflib.get_close_matches(queue, known, n=3)
+    said = f"culex has never seen a queue named {queue!r}" + (
+        f" (did you mean {' or '.join(close)}?)"
+        if close
+        else f" (known: {len(known)} queue(s), see culex queues)"
+    )
+    if not force:
+        raise CulexError(f"{said}; add --force to change it all the same")
+    print(f"warning: {said}", file=sys.stderr)
+
+
 def pause_command(args: argparse.Namespace) -> int:
+    settings = config.settings_for(args.redis_url)
+    seen_queue(args.queue, settings, args.force)
     with older_runners_said():
-        print(_describe(pause(args.queue, config.settings_for(args.redis_url))))
+        pause(args.queue, settings)
+        print(_summary(args.queue, settings))
     return 0
 
 
 def resume_command(args: argparse.Namespace) -> int:
-    print(_describe(resume(args.queue, config.settings_for(args.redis_url))))
+    settings = config.settings_for(args.redis_url)
+    seen_queue(args.queue, settings, args.force)
+    resume(args.queue, settings)
+    print(_summary(args.queue, settings))
     return 0
 
 
 def limit_command(args: argparse.Namespace) -> int:
-    """Set the limits given (``none`` lifts one), or drop them all with --reset; with
-    neither, show the queue's state."""
-    from ..queue_control import controls
+    """Set the limits given (``none`` lifts one), or drop them all with --reset; then (or
+    with neither) show every limit in force, its value and where it comes from."""
+    from ..queue_control import limits_in_force
 
     settings = config.settings_for(args.redis_url)
+    seen_queue(args.queue, settings, args.force)
     changes: dict[str, object] = {}
     for name in ("rate", "group_rate"):
         if getattr(args, name) is not None:
@@ -60,42 +98,36 @@ def limit_command(args: argparse.Namespace) -> int:
             changes[name] = None if given == "none" else _whole(given)
     with older_runners_said():
         if changes or args.reset:
-            state = limit(args.queue, reset=args.reset, settings=settings, **changes)  # type: ignore[arg-type]
-        else:
-            state = controls(settings, [args.queue])[args.queue]
-        print(_describe(state))
+            limit(args.queue, reset=args.reset, settings=settings, **changes)  # type: ignore[arg-type]
+        paused, in_force = limits_in_force(settings, [args.queue])[args.queue]
+        print(f"{args.queue}: {'paused' if paused else 'running'}")
+        width = max(len(one.name) for one in in_force)
+        value_width = max(len(one.value) for one in in_force)
+        for one in in_force:
+            print(f"  {one.name:<{width}}  {one.value:<{value_width}}  {one.source}".rstrip())
     return 0
 
 
-def _describe(state: QueueControl) -> str:
-    """One line: ``emails: paused; rate 50/s; concurrency 3`` (limits set at run time;
-    "as declared": the job classes' own)."""
-    said = ["paused" if state.paused else "running"]
-    for name, value in _limits(state):
-        if value is not None:
-            said.append(f"{name} {value}")
-        elif not name.startswith("group"):  # (the group limits only when set)
-            said.append(f"{name} as declared")
-    return f"{state.queue}: " + "; ".join(said)
+def _summary(queue: str, settings: config.Settings) -> str:
+    """One line, as read after the change: ``emails: paused; rate 50/s; concurrency 3
+    declared by SendEmailJob`` (``culex limit QUEUE`` shows every limit with its source)."""
+    from ..queue_control import limits_in_force
+
+    paused, in_force = limits_in_force(settings, [queue])[queue]
+    limits = marks(False, in_force)
+    return f"{queue}: {'paused' if paused else 'running'}" + (f"; {limits}" if limits else "")
 
 
-def marks(state: QueueControl) -> str:
-    """What ``culex queues`` adds to a queue's line: ``paused; rate 50/s; concurrency 3``,
-    the pause and the limits set at run time ("" for none)."""
-    said = ["paused"] if state.paused else []
-    return "; ".join(
-        said + [f"{name} {value}" for name, value in _limits(state) if value is not None]
-    )
-
-
-def _limits(state: QueueControl) -> tuple[tuple[str, object], ...]:
-    """The limits of ``state`` as the CLI names them (None: not set at run time)."""
-    return (
-        ("rate", state.rate),
-        ("concurrency", state.concurrency),
-        ("group rate", state.group_rate),
-        ("group concurrency", state.group_concurrency),
-    )
+def marks(paused: bool, in_force: list[LimitInForce]) -> str:
+    """What ``culex queues`` adds to a queue's line: ``paused; rate 50/s; concurrency 3
+    declared by SendEmailJob``, the pause and the limits in force, a limit set at run time
+    as its value alone ("" for none)."""
+    said = ["paused"] if paused else []
+    for one in in_force:
+        if one.set_or_declared:
+            set_now = one.source == SET_AT_RUN_TIME
+            said.append(f"{one.name} {one.value}" + ("" if set_now else f" {one.source}"))
+    return "; ".join(said)
 
 
 def _whole(text: str) -> object:

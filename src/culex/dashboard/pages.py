@@ -105,12 +105,14 @@ async def queue(request: Request) -> Response:
         everyone = {q: {"dead": n} for q, n in held.items()}
         everyone[name] = counts
     control = (await queue_control.acontrols(settings, [name]))[name]
+    _, in_force = (await queue_control.alimits_in_force(settings, [name]))[name]
     return render(
         request,
         "queue.html",
         {
             "queue": name,
             "control": control,
+            "in_force": [one for one in in_force if one.set_or_declared],
             "counts": counts,
             "all_counts": everyone if query.state == "dead" else {},
             "query": query,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.metadata
+import json
 import logging
 import os
 import signal
@@ -137,6 +138,10 @@ class Runner:
             "version": culex_version(),
             "protocol": str(PROTOCOL),  # (what it honours: a record without it is older)
             "started": str(round(time.time() * 1000)),
+            # (what its job classes declare, per queue: culex limit shows it with its source)
+            "limits": json.dumps(
+                {q: found for q in self.queues if (found := self.jobs.declared_limits(q))}
+            ),
         }
 
     def _queues_said(self) -> str:
@@ -359,7 +364,8 @@ class Runner:
 
     def _start(self, claimed: Claimed) -> None:
         if logger.isEnabledFor(logging.INFO):
-            logs.task_line(logger, "Running task %s from %s", task_name(claimed), claimed.queue)
+            job = claimed.type or "no job type"
+            logs.task_line(logger, "Running task %s (%s)", task_name(claimed), job)
         task = asyncio.create_task(self._execute(claimed))
         self._running[task] = claimed
         task.add_done_callback(self._done)
