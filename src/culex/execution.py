@@ -68,12 +68,12 @@ class Outcome:
 
 
 def task_name(claimed: Claimed) -> str:
-    """How logs name a task: ``send_email_job<ID>`` (the seed's form)."""
+    """How logs name a task: ``send_email_job<ID>`` (Mosquito's form)."""
     return f"{snake_case(claimed.type) if claimed.type else claimed.queue}<{claimed.id}>"
 
 
 def decode(claimed: Claimed, registry: JobRegistry, max_payload_bytes: int) -> Job | Outcome:
-    """The job object to run, or a dead Outcome when the task is broken (seed 003's rule):
+    """The job object to run, or a dead Outcome when the task is broken (hworker's rule):
     whatever decoding raises (a RecursionError from params nested too deep, any error of a
     param's decoder or a ``deserialize_<type>`` hook) makes it broken, never escapes."""
     if len(claimed.params) > max_payload_bytes:
@@ -295,6 +295,6 @@ def _took(started: float) -> str:
 
 
 def _clock(ms: int) -> str:
-    """00:00:02 for 2 s, as the seed prints a retry delay."""
+    """00:00:02 for 2 s, as Mosquito prints a retry delay."""
     total = ms // 1000
     return f"{total // 3600:02d}:{total % 3600 // 60:02d}:{total % 60:02d}"
