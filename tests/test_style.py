@@ -249,6 +249,7 @@ TEXT_SUFFIXES = {".py", ".md", ".lua", ".html", ".js", ".css", ".json", ".toml",
 # or without its folders.
 FILE_NAMED = re.compile(r"(?<![\w./-])((?:[\w.-]+/)*[\w-]+\.(?:py|md|lua))\b(?![\w/-])")
 URL = re.compile(r"https?://\S+")
+ANCHOR = re.compile(r"#([\w-]+)")  # a section of a page: docs/design.md#the-server
 # Files that are not this repository's, each with why it is named (fnmatch patterns).
 NOT_OURS = {
     "guide.py": "the reader's own script, that docs/guide.md builds up section by section",
@@ -313,26 +314,32 @@ def commentary(path: Path) -> list[tuple[int, str]]:
 
 def missing_files(root: Path, files: Iterable[Path]) -> list[str]:
     """Each file a comment or a page names that is not in the repository, as
-    ``path:line: name``. A name with a folder must end a path in the repository (or be
-    one from the naming file's folder); a bare name must be some file's name."""
+    ``path:line: name``. A name must end a path in the repository (or be one from the naming
+    file's folder), and a page's section named after it (``#anchor``) must be a heading."""
     known = {path.relative_to(root).as_posix() for path in pointing_files(root)}
     known |= {path.name for path in root.iterdir() if path.is_file()}
-    names = {path.rpartition("/")[2] for path in known}
     found = []
     for path in files:
         for number, text in commentary(path):
-            for match in FILE_NAMED.finditer(URL.sub(" ", text)):
+            text = URL.sub(" ", text)
+            for match in FILE_NAMED.finditer(text):
                 name = match.group(1)
                 if any(fnmatch.fnmatchcase(name, pattern) for pattern in NOT_OURS):
                     continue
-                if "/" in name:
-                    there = any(k == name or k.endswith("/" + name) for k in known)
-                    there = there or (path.parent / name).exists()
-                else:
-                    there = name in names
+                there = [root / k for k in known if k == name or k.endswith("/" + name)]
+                there += [path.parent / name] if (path.parent / name).is_file() else []
+                section = ANCHOR.match(text, match.end())
                 if not there:
                     found.append(f"{path.relative_to(root)}:{number}: {name}")
+                elif section and not any(section[1] in headings(page) for page in there):
+                    found.append(f"{path.relative_to(root)}:{number}: {name}{section[0]}")
     return sorted(found)
+
+
+def headings(page: Path) -> set[str]:
+    """The anchors of a page's headings, as a Markdown renderer makes them (GitHub's rule)."""
+    titles = re.findall(r"^#+ (.*)$", page.read_text(), flags=re.M)
+    return {re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-") for title in titles}
 
 
 def test_nothing_points_outside_the_repository() -> None:
@@ -348,10 +355,10 @@ def test_the_pointer_checks_find_what_they_look_for(tmp_path: Path) -> None:
     for folder in POINTED_FROM:
         (tmp_path / folder / "x").mkdir(parents=True)
     (tmp_path / "README.md").write_text("See docs/wire-format.md and design.md.\n")
-    (tmp_path / "docs" / "design.md").write_text("The contract, as in the\nseed.\n")
+    (tmp_path / "docs" / "design.md").write_text("# The server\n\nAs in the\nseed.\n")
     (tmp_path / "src" / "x" / "drivers.py").write_text(
         '"""The drivers (not client.py: x/drivers.py)."""\n'
-        "# STYLE.md says so; docs/design.md does not\n"
+        "# STYLE.md says so; docs/design.md#the-server and docs/design.md#a-client do not\n"
         'NAME = "nowhere.py"  # a name in code is not a pointer\n'
     )
     (tmp_path / "src" / "x" / "claim.lua").write_text(
@@ -359,7 +366,7 @@ def test_the_pointer_checks_find_what_they_look_for(tmp_path: Path) -> None:
     )
     files = pointing_files(tmp_path)
     assert outside_pointers(tmp_path, files) == [
-        "docs/design.md:1: the seed",
+        "docs/design.md:3: the seed",
         "src/x/drivers.py:2: STYLE.md",
     ]
     assert missing_files(tmp_path, files) == [
@@ -367,4 +374,5 @@ def test_the_pointer_checks_find_what_they_look_for(tmp_path: Path) -> None:
         "src/x/claim.lua:1: lua/include/wake.lua",
         "src/x/drivers.py:1: client.py",
         "src/x/drivers.py:2: STYLE.md",
+        "src/x/drivers.py:2: docs/design.md#a-client",
     ]
