@@ -2,7 +2,7 @@
 
     python bench/collector.py [--tasks 50000] [--concurrency 100]
 
-``culex run`` calls ``gc.freeze()`` once the job module is imported (cli.py), so that
+``culex run`` calls ``gc.freeze()`` once the job module is imported (cli/running.py), so that
 a full collection skips the modules, classes and functions loaded at start-up. This
 drains ``--tasks`` prefilled no-op tasks twice: once as ``culex run`` is, and once with
 the freeze undone by the first task (``gc.unfreeze()``: the runner as it was before). The

@@ -12,7 +12,7 @@ from culex._redis.address import Address
 from culex._redis.scripts import MOST
 
 
-def test_defaults_are_the_seeds() -> None:
+def test_defaults_are_mosquitos() -> None:
     s = culex.Settings()
     assert (s.idle_wait, s.successful_job_ttl, s.failed_job_ttl) == (0.1, 1.0, 86400.0)
     assert (s.run_cron_scheduler, s.run_from, s.lease, s.concurrency) == (True, (), 30.0, 10)

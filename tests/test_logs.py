@@ -1,4 +1,4 @@
-"""``culex run``'s log: the seed's per-task lines, batched, and cheap when nothing else looks."""
+"""``culex run``'s log: Mosquito's per-task lines, batched, and cheap when nothing else looks."""
 
 from __future__ import annotations
 

@@ -561,7 +561,7 @@ def test_a_result_that_does_not_fit_its_codec_reads_back_as_plain_json() -> None
 
 # What culex stored before results were typed (commit 2459f14): every result as plain JSON,
 # by encode_result alone. These texts are what it wrote; each reads back as the annotation
-# says. tests/test_versions.py writes them with that culex itself.
+# says. tests/test_upgrade.py writes them with that culex itself.
 OLDER_RESULTS: list[tuple[object, str, object]] = [
     (timedelta, "1.0005", timedelta(seconds=1, microseconds=500)),
     (timedelta, "-86395.0", timedelta(days=-1, seconds=5)),

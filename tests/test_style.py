@@ -1,13 +1,16 @@
-"""The package and its tests keep their shape (STYLE.md): mypy --strict and ruff clean, no
-import cycle, the Redis layer at the bottom and alone in building commands. CI fails
-otherwise."""
+"""The package and its tests keep their shape (docs/architecture.md): mypy --strict and
+ruff clean, no import cycle, the Redis layer at the bottom and alone in building commands,
+and every file a comment or a page names is in the repository. CI fails otherwise."""
 
 from __future__ import annotations
 
 import ast
+import fnmatch
+import io
 import re
 import subprocess
 import sys
+import tokenize
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -208,8 +211,8 @@ def _command_word(node: ast.expr) -> bool:
 
 
 def test_nothing_outside_the_redis_layer_builds_a_command() -> None:
-    """Every command is an operation in culex/_redis/operations.py (STYLE.md: Redis lives
-    in one place), so a second driver has one list of calls to serve."""
+    """Every command is an operation in culex/_redis/operations.py (docs/architecture.md:
+    Redis lives in one place), so a second driver has one list of calls to serve."""
     outside = [path for name, path in MODULES.items() if not name.startswith(REDIS_LAYER)]
     assert [where for path in outside for where in commands_built(path)] == []
 
@@ -230,4 +233,146 @@ def test_the_command_check_finds_a_command(tmp_path: Path) -> None:
         "built.py:4 makes a Call",
         "built.py:4 writes ('CONFIG', 'GET', name)",
         "built.py:5 writes ('GET', key)",
+    ]
+
+
+# -- every pointer stays inside the repository ----------------------------------------------
+
+# What a comment or a page may not cite: files kept outside the repository, and a nameless
+# ancestor. Point into docs/design.md#<section> instead, or name the system ("Mosquito's",
+# "hworker's rule"). This file alone spells them, to look for them.
+OUTSIDE = re.compile(r"DESIGN\.md|STYLE\.md|\.\./shared|(?i:\bthe\s+seed|\bseed \d{3}\b)")
+POINTED_FROM = ("src", "tests", "docs", "bench")
+TEXT_SUFFIXES = {".py", ".md", ".lua", ".html", ".js", ".css", ".json", ".toml", ".txt"}
+
+# A file named in a comment (Python, Lua) or a page: a name ending in .py, .md or .lua, with
+# or without its folders.
+FILE_NAMED = re.compile(r"(?<![\w./-])((?:[\w.-]+/)*[\w-]+\.(?:py|md|lua))\b(?![\w/-])")
+URL = re.compile(r"https?://\S+")
+ANCHOR = re.compile(r"#([\w-]+)")  # a section of a page: docs/design.md#the-server
+# Files that are not this repository's, each with why it is named (fnmatch patterns).
+NOT_OURS = {
+    "guide.py": "the reader's own script, that docs/guide.md builds up section by section",
+    "test_jobs.py": "the reader's own test file in docs/testing.md",
+    "manage.py": "Django's, in the reader's project of docs/django.md",
+    "settings.py": "Django's, in the reader's project of docs/django.md",
+    "mysite/*.py": "the reader's Django project of docs/django.md",
+    "shop/*.py": "the reader's Django app of docs/django.md",
+    "tests/test_orders.py": "the reader's test in docs/django.md",
+    "photos/*.py": "the reader's Flask app of docs/flask.md",
+    "app/*.py": "the reader's FastAPI app of docs/fastapi.md",
+    "tests/test_signup.py": "the reader's test in docs/fastapi.md",
+    "include/NAME.lua": "a pattern for any include file (culex/_redis/assembly.py)",
+}
+
+
+def pointing_files(root: Path) -> list[Path]:
+    found = [root / "README.md"]
+    for folder in POINTED_FROM:
+        found += [
+            path
+            for path in sorted((root / folder).rglob("*"))
+            if path.suffix in TEXT_SUFFIXES and "__pycache__" not in path.parts
+        ]
+    return found
+
+
+def outside_pointers(root: Path, files: Iterable[Path]) -> list[str]:
+    """Each line that cites something outside the repository, as ``path:line: text``; a
+    phrase may go on to the next line's first word ("the" at a line's end, "seed" next)."""
+    found = []
+    for path in files:
+        lines = path.read_text().splitlines()
+        for number, line in enumerate(lines, 1):
+            after = lines[number].split()[:1] if number < len(lines) else []
+            if match := OUTSIDE.search(" ".join([line, *after])):
+                found.append(f"{path.relative_to(root)}:{number}: {match.group()}")
+    return sorted(found)
+
+
+def commentary(path: Path) -> list[tuple[int, str]]:
+    """The text of a file that speaks to a reader, by line: a Python file's comments and
+    docstrings, a Lua file's comments, all of a page."""
+    text = path.read_text()
+    if path.suffix == ".py":
+        spoken = [
+            (token.start[0], token.string)
+            for token in tokenize.generate_tokens(io.StringIO(text).readline)
+            if token.type == tokenize.COMMENT
+        ]
+        for node in ast.walk(ast.parse(text, str(path))):
+            documented = ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef
+            if isinstance(node, documented) and (doc := ast.get_docstring(node, clean=False)):
+                first = node.body[0].lineno
+                spoken += [(first + n, line) for n, line in enumerate(doc.splitlines())]
+        return spoken
+    lines = enumerate(text.splitlines(), 1)
+    if path.suffix == ".lua":
+        return [(number, line.partition("--")[2]) for number, line in lines if "--" in line]
+    return list(lines) if path.suffix == ".md" else []
+
+
+def missing_files(root: Path, files: Iterable[Path]) -> list[str]:
+    """Each file a comment or a page names that is not in the repository, as
+    ``path:line: name``. A name must end a path in the repository (or be one from the naming
+    file's folder), and a page's section named after it (``#anchor``) must be a heading."""
+    known = {path.relative_to(root).as_posix() for path in pointing_files(root)}
+    known |= {path.name for path in root.iterdir() if path.is_file()}
+    found = []
+    for path in files:
+        for number, text in commentary(path):
+            text = URL.sub(" ", text)
+            for match in FILE_NAMED.finditer(text):
+                name = match.group(1)
+                if any(fnmatch.fnmatchcase(name, pattern) for pattern in NOT_OURS):
+                    continue
+                there = [root / k for k in known if k == name or k.endswith("/" + name)]
+                there += [path.parent / name] if (path.parent / name).is_file() else []
+                section = ANCHOR.match(text, match.end())
+                if not there:
+                    found.append(f"{path.relative_to(root)}:{number}: {name}")
+                elif section and not any(section[1] in headings(page) for page in there):
+                    found.append(f"{path.relative_to(root)}:{number}: {name}{section[0]}")
+    return sorted(found)
+
+
+def headings(page: Path) -> set[str]:
+    """The anchors of a page's headings, as a Markdown renderer makes them (GitHub's rule)."""
+    titles = re.findall(r"^#+ (.*)$", page.read_text(), flags=re.M)
+    return {re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-") for title in titles}
+
+
+def test_nothing_points_outside_the_repository() -> None:
+    here = Path(__file__).resolve()
+    assert outside_pointers(ROOT, [p for p in pointing_files(ROOT) if p != here]) == []
+
+
+def test_every_file_a_comment_or_a_page_names_exists() -> None:
+    assert missing_files(ROOT, pointing_files(ROOT)) == []
+
+
+def test_the_pointer_checks_find_what_they_look_for(tmp_path: Path) -> None:
+    for folder in POINTED_FROM:
+        (tmp_path / folder / "x").mkdir(parents=True)
+    (tmp_path / "README.md").write_text("See docs/wire-format.md and design.md.\n")
+    (tmp_path / "docs" / "design.md").write_text("# The server\n\nAs in the\nseed.\n")
+    (tmp_path / "src" / "x" / "drivers.py").write_text(
+        '"""The drivers (not client.py: x/drivers.py)."""\n'
+        "# STYLE.md says so; docs/design.md#the-server and docs/design.md#a-client do not\n"
+        'NAME = "nowhere.py"  # a name in code is not a pointer\n'
+    )
+    (tmp_path / "src" / "x" / "claim.lua").write_text(
+        "-- see lua/include/wake.lua and claim.lua\nreturn 'gone.lua'\n"
+    )
+    files = pointing_files(tmp_path)
+    assert outside_pointers(tmp_path, files) == [
+        "docs/design.md:3: the seed",
+        "src/x/drivers.py:2: STYLE.md",
+    ]
+    assert missing_files(tmp_path, files) == [
+        "README.md:1: docs/wire-format.md",
+        "src/x/claim.lua:1: lua/include/wake.lua",
+        "src/x/drivers.py:1: client.py",
+        "src/x/drivers.py:2: STYLE.md",
+        "src/x/drivers.py:2: docs/design.md#a-client",
     ]

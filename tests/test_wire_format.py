@@ -389,4 +389,3 @@ def test_every_param_example_is_what_the_codecs_write_and_read() -> None:
 def test_the_page_names_no_file_outside_the_repository() -> None:
     text = PAGE.read_text()
     assert "seed" not in text.lower()
-    assert "DESIGN.md" not in text

@@ -1,6 +1,6 @@
-"""Settings: the seed's names plus ours, from code, the environment and CLI flags.
+"""Settings: Mosquito's names plus ours, from code, the environment and CLI flags.
 
-Precedence (DESIGN.md §6): CLI flag > environment (``CULEX_<NAME>``) > ``configure()`` in
+Precedence (docs/design.md#settings): CLI flag > environment (``CULEX_<NAME>``) > ``configure()`` in
 code > default. ``culex run`` sets its flags for the whole process (:func:`set_flags`), so an
 enqueue inside a perform sees them too; every setting in ``_CHECKS`` gets a flag and an
 environment variable, read as its field's type says (:func:`kinds`).
@@ -26,7 +26,7 @@ from .errors import ConfigurationError, short
 class Settings:
     """Resolved settings. Durations are seconds (floats)."""
 
-    redis_url: str | None = None  # None: the embedded server (DESIGN.md §7)
+    redis_url: str | None = None  # None: the embedded server (docs/design.md#the-server)
     idle_wait: float = 0.1  # longest an idle runner waits before it looks again
     successful_job_ttl: float = 1.0  # how long a succeeded task's hash is kept
     failed_job_ttl: float = 86400.0  # how long a dead task is kept

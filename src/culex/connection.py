@@ -1,5 +1,5 @@
 """The connection to the configured server: which server (the ``redis_url`` setting, or the
-embedded default, DESIGN.md §7) and its drivers, made once per process (and per loop).
+embedded default, docs/design.md#the-server) and its drivers, made once per process (and per loop).
 
 Which driver: culex's own for ``redis://``, ``rediss://`` and ``unix://`` (the ``driver``
 setting may choose redis-py's instead); redis-py's for ``redis+sentinel://`` and

@@ -1,4 +1,5 @@
-"""The private Valkey server culex runs when no ``redis_url`` is configured (DESIGN.md §7).
+"""The private Valkey server culex runs when no ``redis_url`` is configured
+(docs/design.md#the-server).
 
 One server per data folder (``.culex/`` in the current directory, or ``CULEX_DATA_DIR``),
 reached over a unix socket only, with append-only persistence, daemonized so it outlives the

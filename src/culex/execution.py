@@ -75,7 +75,7 @@ def task_name(claimed: Claimed) -> str:
 
 
 def decode(claimed: Claimed, registry: JobRegistry, max_payload_bytes: int) -> Job | Outcome:
-    """The job object to run, or a dead Outcome when the task is broken (seed 003's rule):
+    """The job object to run, or a dead Outcome when the task is broken (hworker's rule):
     whatever decoding raises (a RecursionError from params nested too deep, any error of a
     param's decoder or a ``deserialize_<type>`` hook) makes it broken, never escapes."""
     if len(claimed.params) > max_payload_bytes:
@@ -297,6 +297,6 @@ def _took(started: float) -> str:
 
 
 def _clock(ms: int) -> str:
-    """00:00:02 for 2 s, as the seed prints a retry delay."""
+    """00:00:02 for 2 s, as Mosquito prints a retry delay."""
     total = ms // 1000
     return f"{total // 3600:02d}:{total % 3600 // 60:02d}:{total % 60:02d}"

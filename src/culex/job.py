@@ -1,6 +1,6 @@
 """Jobs: classes of code that run many times. ``QueuedJob`` runs on demand.
 
-Params are class annotations (the seed's ``params`` macro): a typed keyword constructor is
+Params are class annotations (Mosquito's ``params`` macro): a typed keyword constructor is
 built from them, checked when the job object is made, before anything reaches Redis.
 """
 
@@ -65,7 +65,7 @@ class Param:
 
 
 class _JobHooks(Mapping[type, tuple[Serializer, Deserializer]]):
-    """The seed's custom-type hooks: ``serialize_<type>`` / ``deserialize_<type>`` on the job."""
+    """Mosquito's custom-type hooks: ``serialize_<type>`` / ``deserialize_<type>`` on the job."""
 
     def __init__(self, job: type) -> None:
         self.job = job

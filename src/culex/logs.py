@@ -1,4 +1,4 @@
-"""The log of the ``culex`` command: the seed's per-task lines, at a price a busy runner pays.
+"""The log of the ``culex`` command: Mosquito's per-task lines, at a price a busy runner pays.
 
 A runner at INFO writes two lines per task (``Running task ...``, ``... succeeded, took``).
 With ``logging.basicConfig`` each line costs a formatted timestamp and a flush (a write
@@ -23,7 +23,7 @@ BATCH = 256  # lines written in one go at most
 
 
 class LineFormatter(logging.Formatter):
-    """The seed's format; the timestamp text is made once per second, not per line.
+    """Mosquito's format; the timestamp text is made once per second, not per line.
     ``label`` follows the timestamp on every line (one process among several: its pid)."""
 
     def __init__(self, label: str = "") -> None:

@@ -40,7 +40,7 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 @dataclass(frozen=True, slots=True)
 class MonthSpan:
-    """A span of calendar months (the seed's ``Time::MonthSpan``): ``run_every = months(3)``."""
+    """A span of calendar months (Mosquito's ``Time::MonthSpan``): ``run_every = months(3)``."""
 
     months: int
 

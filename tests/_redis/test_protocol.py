@@ -1,5 +1,5 @@
-"""The files are the protocol (DESIGN.md §2.6): every script under lua/ of the installed
-package, sent as it is with plain redis-py, runs a queue by itself.
+"""The files are the protocol (docs/design.md#the-files-are-the-protocol): every script
+under lua/ of the installed package, sent as it is with plain redis-py, runs a queue by itself.
 
 ``PlainRunner`` is a runner written from the scripts' headers and docs/wire-format.md alone:
 nothing of culex is imported for it. Only the last test, where culex and this runner take
@@ -553,7 +553,8 @@ def test_a_plain_runner_runs_every_state_change_through_the_shipped_files(r: red
         assert header.takes(keys, args), f"{name}.lua: sent {keys} KEYS, {args} ARGV; {header}"
 
 
-# -- a number that is not one: every check before the first write (DESIGN.md §2.7) ---------
+# -- a number that is not one: every check before the first write --------------------------
+# (docs/design.md#checks-before-writes)
 
 
 class GarblingRunner(PlainRunner):

@@ -365,7 +365,8 @@ def test_fail_reclaim_and_cancel_write_the_same_dead_record_and_trim_dead_alike(
     assert sorted(r.zrange(K.dead, 0, -1)) == [b"cancelled", b"failed", b"lost"]
 
 
-# -- every script is complete by itself (DESIGN.md §2.6) and checks before it writes ------
+# -- every script is complete by itself and checks before it writes ------------------------
+# (docs/design.md#the-files-are-the-protocol, docs/design.md#checks-before-writes)
 
 
 def test_every_copy_of_an_include_file_matches_its_source(tmp_path: Path) -> None:

@@ -47,7 +47,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture
 def rng() -> random.Random:
-    """The faults' dice; print the seed so a run can be replayed (CULEX_CHAOS_SEED)."""
+    """The faults' dice; print their seed so a run can be replayed (CULEX_CHAOS_SEED)."""
     seed = int(os.environ.get(SEED_ENV) or random.randrange(2**32))
     print(f"chaos seed: {seed} (replay with {SEED_ENV}={seed})")
     return random.Random(seed)

@@ -1,7 +1,8 @@
 """How the shipped scripts carry the Lua they share: copies of ``lua/include/`` files.
 
-Each script under ``lua/`` is complete by itself (DESIGN.md §2.6), so a foreign client
-sends the file as it is. Lua that several scripts share is written once under
+Each script under ``lua/`` is complete by itself
+(docs/design.md#the-files-are-the-protocol), so a foreign client sends the file as it is.
+Lua that several scripts share is written once under
 ``lua/include/`` and copied into each of them between two marker lines::
 
     -- >>> include/dead.lua

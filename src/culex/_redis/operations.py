@@ -1,7 +1,7 @@
 """Every operation on queue state, described as data: no I/O here.
 
 A :class:`Call` names a script (or a plain command), its keys and arguments, and how to
-parse the reply. The sync and async drivers in ``client.py`` only differ in how they send
+parse the reply. The sync and async drivers in ``drivers.py`` only differ in how they send
 it, so no operation is written twice.
 """
 

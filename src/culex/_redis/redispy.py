@@ -1,7 +1,8 @@
 """Drivers through redis-py: Sentinel, Cluster, and (by choice) a single server.
 
-culex writes no Sentinel or Cluster client of its own (DESIGN.md §7). redis-py finds the
-master through the sentinels, keeps the cluster's slot map and its connections to each node;
+culex writes no Sentinel or Cluster client of its own (docs/design.md#the-server).
+redis-py finds the master through the sentinels, keeps the cluster's slot map and its
+connections to each node;
 these drivers borrow one of its connections for each batch and send culex's calls on it,
 reading the raw replies (redis-py's reply callbacks would reshape them), so every call is
 parsed by its own parser, as with culex's own driver.

@@ -1,7 +1,8 @@
 """The Lua scripts, one file per state change under ``lua/``, loaded once per process.
 
-Each file is the script as sent, complete by itself (DESIGN.md §2.6): a foreign client
-sends the same file (shared Lua is copied in: culex._redis.assembly).
+Each file is the script as sent, complete by itself
+(docs/design.md#the-files-are-the-protocol): a foreign client sends the same file (shared
+Lua is copied in: culex._redis.assembly).
 
 Each script is sent by its SHA-1 (EVALSHA); a server that lost its script cache
 (restart, ``SCRIPT FLUSH``) answers NOSCRIPT and the driver loads it again.

@@ -1,7 +1,7 @@
 """The periodic scheduler: a runner's loop that enqueues each due slot of its periodic jobs.
 
 Any number of runners may run it: schedule.lua decides each slot once, with the server's
-clock, so a slot is enqueued exactly once however many runners ask (DESIGN.md §4).
+clock, so a slot is enqueued exactly once however many runners ask (docs/design.md#periodic-jobs).
 """
 
 from __future__ import annotations
