@@ -188,9 +188,16 @@ async def test_a_runner_and_its_heartbeat_carry_on_after_the_server_hung(
             await asyncio.wait_for(reported.started.wait(), SAFETY)
             with hung.stopped():
                 reported.opened.set()
-                for what in ("waiting for work", "reporting outcomes", "reclaiming", "renew"):
+                for what in ("reporting outcomes", "reclaiming", "renew"):
                     timed_out = functools.partial(_timed_out, caplog, what)
                     await await_until(timed_out, SAFETY, what=f"{what} to time out")
+                # The claimer's wait for work times out too, unless the report timed out
+                # first: a runner whose outcomes are not reported claims nothing until they are
+                await await_until(
+                    lambda: _timed_out(caplog, "waiting for work") or _held(caplog),
+                    SAFETY,
+                    what="waiting for work to time out, or claiming to be held",
+                )
             thawed_ms = server_ms(hung.client)
             # A lease renewed after the thaw ends later than any renewed before it.
             await await_until(
@@ -222,6 +229,10 @@ def test_a_stopped_embedded_server_is_busy_not_down(tmp_path: Path) -> None:
         assert server.running() and server.pid() == pid
     finally:
         server.stop()
+
+
+def _held(caplog: pytest.LogCaptureFixture) -> bool:
+    return "no more tasks are claimed until the outcomes are reported" in caplog.text
 
 
 def _timed_out(caplog: pytest.LogCaptureFixture, what: str) -> bool:

@@ -145,8 +145,10 @@ async def _judged(job: Job, claimed: Claimed, pool: Executor) -> Outcome:
         return _failed(job, claimed, exc.reason, exc.retry, started, exc)
     except RetryLater as exc:
         return _later(job, claimed, exc, started)
-    except OverTime as exc:
-        return _failed(job, claimed, f"timed out after {timeout} s", True, started, exc)
+    except OverTime as exc:  # (reported as the TimeoutError it is, with the limit in it)
+        reason = f"timed out after {timeout} s"
+        limit = TimeoutError(reason).with_traceback(exc.__traceback__)
+        return _failed(job, claimed, reason, True, started, limit)
     except TimeoutError as exc:  # (the process child, killed at the limit)
         if job.isolation == "process":
             return _failed(job, claimed, f"timed out after {timeout} s", True, started, exc)
