@@ -54,7 +54,9 @@ def test_every_page_shows_foreign_records_as_stored(base: str) -> None:
                     assert task_id in shown, (task_id, state)
             assert SHOWN_BAD_TYPE in shown
     status, shown = get(base, "queue", queue=QUEUE, state="scheduled")
-    assert "rate fast per 1000 ms concurrency -3" in shown  # (limits as stored)
+    # (limits as stored, with where they come from)
+    assert "rate fast per 1000 ms (set at run time)" in shown
+    assert "concurrency -3 (set at run time)" in shown
     assert '">inf ms</time>' in shown and '">-inf ms</time>' in shown  # (the score as stored)
     status, shown = get(base, "queue", queue=SHOWN_BAD_QUEUE)
     assert status == 200, shown  # (a name the page can address: no such queue, empty)
