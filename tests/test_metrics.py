@@ -330,10 +330,16 @@ def test_every_queue_is_in_the_scrape_whatever_call_round_or_part_reads_it(
         if i % 6 == 1:
             r.hset(keys.stats_total, mapping={"ManyJob|s2": i, "ManyJob|ms": 9})
 
+    # a name another producer wrote that is not UTF-8, in the second part (the parts' own
+    # lines are then set aside: the whole text is written as one)
+    odd = "many99\udcff"
+    r.sadd(queues_key("culex"), odd.encode("utf-8", "surrogateescape"))
+    d.run(operations.enqueue(queue_keys("culex", odd), "w", "ManyJob", "{}", due_ms=None,
+                             delay_ms=0, max_retries=0))  # fmt: skip
     whole = metrics.render()
     monkeypatch.setattr(metrics, "BATCH", 2)
     monkeypatch.setattr(metrics, "ROUND", 6)
-    assert metrics._parts(names, cluster=False) == [names[:12], names[12:]]
+    assert metrics._parts([*names, odd], cluster=False) == [names[:12], [*names[12:], odd]]
     texts = [metrics.render(), asyncio.run(metrics.arender())]
 
     def steady(text: bytes) -> list[bytes]:  # (the latency is by the clock of each scrape)
@@ -342,6 +348,7 @@ def test_every_queue_is_in_the_scrape_whatever_call_round_or_part_reads_it(
     for text in texts:
         assert steady(text) == steady(whole)
         samples = parsed(text.decode())
+        assert value(samples, "culex_queue_tasks", queue="many99\ufffd", state="waiting") == 1
         for i, name in enumerate(names):
             keys = queue_keys("culex", name)
             sets = {"pending": keys.pending, "scheduled": keys.scheduled, "dead": keys.dead}
@@ -363,4 +370,7 @@ def test_every_queue_is_in_the_scrape_whatever_call_round_or_part_reads_it(
                 "succeeded": i if i % 6 == 1 else 0 if counted else None,
                 "dead": 1 if i % 7 == 0 else 0 if counted else None,
             }, name
-    assert texts[0].count(b"culex_queue_tasks{") == 4 * len(names)
+    assert texts[0].count(b"culex_queue_tasks{") == 4 * (len(names) + 1)
+    for odd_name in ("many98\udcff", "many00\udcff"):  # (odd names in both parts)
+        r.sadd(queues_key("culex"), odd_name.encode("utf-8", "surrogateescape"))
+    assert steady(metrics.render()) == steady(asyncio.run(metrics.arender()))

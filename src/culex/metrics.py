@@ -69,7 +69,7 @@ def snapshot_flow(settings: config.Settings, cluster: bool = False) -> Flow[Snap
     round trip (:func:`queues_flow`); the last minute of counters, when any was counted."""
     prefix = settings.prefix
     names, now = yield from names_flow(prefix)
-    counts, latency, read, runners = yield from queues_flow(prefix, names, now, cluster, True)
+    counts, latency, read, runners, _ = yield from queues_flow(prefix, names, now, cluster, True)
     totals = yield from totals_with_last_minute(prefix, read)
     return Snapshot(counts, latency, runners, totals)
 
@@ -82,11 +82,11 @@ def names_flow(prefix: str) -> Flow[tuple[list[str], int]]:
     return names, now
 
 
-Read = tuple[dict[str, dict[str, int]], dict[str, float], dict[str, dict[str, str]], int]
+Read = tuple[dict[str, dict[str, int]], dict[str, float], dict[str, dict[str, str]], int, "Lines"]
 
 
 def queues_flow(
-    prefix: str, names: list[str], now: int, cluster: bool, runners: bool
+    prefix: str, names: list[str], now: int, cluster: bool, runners: bool, lines: bool = False
 ) -> Flow[Read]:
     """Per queue of ``names``: its counts by state, its latency in seconds (by ``now``,
     the server's clock in ms) and its counters since counting began (only the queues that
@@ -94,10 +94,15 @@ def queues_flow(
     server runs one while the client reads the reply of the one before; on a Cluster,
     ``cluster``: one queue a call, as a script's keys must share a slot). Each round's
     replies are folded before the next is sent: neither end holds them all at once. With
-    ``runners``, the runners alive too (read with the first round), else 0."""
+    ``runners``, the runners alive too (read with the first round), else 0. With
+    ``lines``, the queues' lines of the text too, written as each round is folded
+    (:func:`_queue_lines`; None when a name is not a label as it is)."""
     counts: dict[str, dict[str, int]] = {}
     latency: dict[str, float] = {}
     read: dict[str, dict[str, str]] = {}
+    tasks: list[str] = []
+    latencies: list[str] = []
+    plain = lines
     alive = 0
     if runners and not names:
         alive = (yield from _checked([commands.count_runners(prefix, now)]))[0]
@@ -105,31 +110,32 @@ def queues_flow(
     for start in range(0, len(names), ROUND):
         batch = names[start : start + ROUND]
         bases = [queue_base(prefix, queue) for queue in batch]
-        first = [commands.count_runners(prefix, now)] if runners and not start else []
+        also = [commands.count_runners(prefix, now)] if runners and not start else []
         replies = yield from _checked(
             [
-                *first,
+                *also,
                 *(
                     operations.read_queues(bases[i : i + per_call])
                     for i in range(0, len(bases), per_call)
                 ),
             ]
         )
-        if first:
+        if also:
             alive, *replies = replies
         flat = replies[0] if len(replies) == 1 else list(itertools.chain.from_iterable(replies))
         at = 0
         for queue in batch:
-            waiting, pending, scheduled, dead, grouped, first, first_grouped, n = flat[at : at + 8]
+            waiting, pending, scheduled, dead, grouped, head, grouped_head, n = flat[at : at + 8]
             at += 8
+            waiting += grouped
             counts[queue] = {
-                "waiting": waiting + grouped,
+                "waiting": waiting,
                 "pending": pending,
                 "scheduled": scheduled,
                 "dead": dead,
             }
-            oldest = _ready(first, first_grouped)
-            latency[queue] = 0.0 if oldest is None else max(0.0, (now - oldest) / 1000)
+            oldest = _ready(head, grouped_head)
+            seconds = latency[queue] = 0.0 if oldest is None else max(0.0, (now - oldest) / 1000)
             if n:
                 fields = flat[at : at + n]
                 at += n
@@ -137,7 +143,15 @@ def queues_flow(
                     text(name): shown(value)
                     for name, value in zip(fields[::2], fields[1::2], strict=True)
                 }
-    return counts, latency, read, alive
+            if plain:
+                if not queue.isascii() and shown(queue) != queue:
+                    plain = False
+                    continue
+                label = queue.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+                tasks.append(_task_lines(label, waiting, pending, scheduled, dead))
+                latencies.append(f'{LATENCY}{{queue="{label}"}} {_seconds(seconds)}\n')
+    written = ("".join(tasks), "".join(latencies)) if plain else None
+    return counts, latency, read, alive, written
 
 
 ROUND = 10 * BATCH  # queues read in one round trip
@@ -196,36 +210,54 @@ def _others(snapshot: Snapshot) -> list[Metric]:
 _go = cast(Callable[[float], str], floatToGoString)
 
 
-def _rendered(snapshot: Snapshot) -> bytes:
+def _rendered(snapshot: Snapshot, parts: list[Lines] | None = None) -> bytes:
     """What ``_text(families(snapshot))`` gives, byte for byte (tests/test_metrics_text.py),
     with the queues' gauges written here: prometheus_client makes objects for each of
-    their samples, five a queue, which at 100,000 queues took seconds of a scrape. A
-    queue's four counts are one format string, of whole numbers when they are below 10**6
-    (written as Go writes them: 123.0), else of _go's text."""
-    snapshot = _readable(snapshot)
+    their samples, five a queue, which at 100,000 queues took seconds of a scrape.
+    ``parts``: those lines as written already for the snapshot's queues, part by part, in
+    order (None, or a part's None: write them here)."""
+    if parts is None or None in parts:
+        snapshot = _readable(snapshot)
+        parts = [_queue_lines(snapshot.counts, snapshot.latency)]
     tasks = [f"# HELP {TASKS} {TASKS_HELP}\n# TYPE {TASKS} gauge\n"]
     latency = [f"# HELP {LATENCY} {LATENCY_HELP}\n# TYPE {LATENCY} gauge\n"]
-    small = _TASK_LINES.format
-    large = _TASK_LINES.replace(".0\n", "\n").format
-    for queue, row in snapshot.counts.items():
-        label = queue.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
-        waiting, pending, scheduled, dead = (
-            row["waiting"],
-            row["pending"],
-            row["scheduled"],
-            row["dead"],
-        )
-        if (
-            0 <= waiting < 10**6
-            and 0 <= pending < 10**6
-            and 0 <= scheduled < 10**6
-            and 0 <= dead < 10**6
-        ):
-            tasks.append(small(label, waiting, pending, scheduled, dead))
-        else:
-            tasks.append(large(label, *map(_go, (waiting, pending, scheduled, dead))))
-        latency.append(f'{LATENCY}{{queue="{label}"}} {_seconds(snapshot.latency[queue])}\n')
+    for part in parts:
+        assert part is not None
+        tasks.append(part[0])
+        latency.append(part[1])
     return "".join(tasks + latency).encode() + _text(_others(snapshot))
+
+
+Lines = tuple[str, str] | None
+"""Some queues' lines of culex_queue_tasks and of culex_queue_latency_seconds (None: not
+written, as a name is not a label as it is: _readable)."""
+
+
+def _queue_lines(counts: dict[str, dict[str, int]], latency: dict[str, float]) -> Lines:
+    """The lines of culex_queue_tasks and of culex_queue_latency_seconds of these queues,
+    their names taken as labels as they are."""
+    tasks: list[str] = []
+    latencies: list[str] = []
+    for queue, row in counts.items():
+        label = queue.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+        tasks.append(
+            _task_lines(label, row["waiting"], row["pending"], row["scheduled"], row["dead"])
+        )
+        latencies.append(f'{LATENCY}{{queue="{label}"}} {_seconds(latency[queue])}\n')
+    return "".join(tasks), "".join(latencies)
+
+
+def _task_lines(label: str, waiting: int, pending: int, scheduled: int, dead: int) -> str:
+    """A queue's four lines of culex_queue_tasks: one format string, of whole numbers when
+    they are below 10**6 (written as Go writes them: 123.0), else of _go's text."""
+    if (
+        0 <= waiting < 10**6
+        and 0 <= pending < 10**6
+        and 0 <= scheduled < 10**6
+        and 0 <= dead < 10**6
+    ):
+        return _SMALL(label, waiting, pending, scheduled, dead)
+    return _LARGE(label, _go(waiting), _go(pending), _go(scheduled), _go(dead))
 
 
 # A queue's four lines of culex_queue_tasks, for str.format(label, *counts in STATES order).
@@ -233,6 +265,10 @@ _TASK_LINES = "".join(
     f'{TASKS}{{{{queue="{{0}}",state="{state}"}}}} {{{i}}}.0\n'
     for i, state in enumerate(STATES, start=1)
 )
+
+
+_SMALL = _TASK_LINES.format
+_LARGE = _TASK_LINES.replace(".0\n", "\n").format
 
 
 def _seconds(value: float) -> str:
@@ -285,30 +321,32 @@ def _outcomes(totals: dict[tuple[str, str], Counts]) -> list[Metric]:
 
 def render(settings: config.Settings | None = None) -> bytes:
     """The metrics now, in the Prometheus text format (Content-Type: ``CONTENT_TYPE``)."""
-    return _rendered(_read(settings or config.settings()))
+    return _rendered(*_read(settings or config.settings(), lines=True))
 
 
 async def arender(settings: config.Settings | None = None) -> bytes:
     """The async twin of :func:`render`."""
-    return _rendered(await _aread(settings or config.settings()))
+    return _rendered(*await _aread(settings or config.settings()))
 
 
 # A scrape of more than ROUND queues reads them in PARTS parts at once, on connections of
 # their own: while the server runs one part's calls, the client folds the replies of
-# another (the server's time and the client's overlap; one part after another, they add
-# up). Not on a Cluster (its driver spreads the calls over the shards already).
+# another and writes its lines (the server's time and the client's overlap; one part
+# after another, they add up). Not on a Cluster (its driver spreads the calls over the
+# shards already).
 PARTS = 2
 
 
-def _read(settings: config.Settings) -> Snapshot:
-    """What :func:`snapshot_flow` reads, its queues read in parts at once."""
+def _read(settings: config.Settings, lines: bool) -> tuple[Snapshot, list[Lines]]:
+    """What :func:`snapshot_flow` reads, its queues read in parts at once; with ``lines``,
+    each part's lines of the queues' gauges too (written as it is read; else None)."""
     url, prefix = settings.redis_url, settings.prefix
     cluster = connection.sync_driver(url).cluster
     names, now = run_sync(names_flow(prefix), url)
     parts = _parts(names, cluster)
 
     def part(i: int) -> Read:
-        return run_sync(queues_flow(prefix, parts[i], now, cluster, not i), url)
+        return run_sync(queues_flow(prefix, parts[i], now, cluster, not i, lines), url)
 
     if len(parts) == 1:
         found = [part(0)]
@@ -317,24 +355,23 @@ def _read(settings: config.Settings) -> Snapshot:
             found = list(pool.map(part, range(len(parts))))
     counts, latency, read, runners = _joined(found)
     totals = run_sync(totals_with_last_minute(prefix, read), url)
-    return Snapshot(counts, latency, runners, totals)
+    return Snapshot(counts, latency, runners, totals), [written for *_, written in found]
 
 
-async def _aread(settings: config.Settings) -> Snapshot:
-    """The async twin of :func:`_read`."""
+async def _aread(settings: config.Settings) -> tuple[Snapshot, list[Lines]]:
+    """The async twin of :func:`_read`, with the lines."""
     url, prefix = settings.redis_url, settings.prefix
     cluster = (await connection.async_driver(url)).cluster
     names, now = await run_async(names_flow(prefix), url)
-    parts = _parts(names, cluster)
     found = await asyncio.gather(
         *(
-            run_async(queues_flow(prefix, names, now, cluster, not i), url)
-            for i, names in enumerate(parts)
+            run_async(queues_flow(prefix, part, now, cluster, not i, True), url)
+            for i, part in enumerate(_parts(names, cluster))
         )
     )
     counts, latency, read, runners = _joined(found)
     totals = await run_async(totals_with_last_minute(prefix, read), url)
-    return Snapshot(counts, latency, runners, totals)
+    return Snapshot(counts, latency, runners, totals), [written for *_, written in found]
 
 
 def _parts(names: list[str], cluster: bool) -> list[list[str]]:
@@ -347,13 +384,15 @@ def _parts(names: list[str], cluster: bool) -> list[list[str]]:
     return [names[start : start + size] for start in range(0, len(names), size)]
 
 
-def _joined(parts: Iterable[Read]) -> Read:
+def _joined(
+    parts: Iterable[Read],
+) -> tuple[dict[str, dict[str, int]], dict[str, float], dict[str, dict[str, str]], int]:
     """The reads of the parts as one, in order (the runners read with the first)."""
     counts: dict[str, dict[str, int]] = {}
     latency: dict[str, float] = {}
     read: dict[str, dict[str, str]] = {}
     runners = 0
-    for i, (part_counts, part_latency, part_read, alive) in enumerate(parts):
+    for i, (part_counts, part_latency, part_read, alive, _) in enumerate(parts):
         counts.update(part_counts)
         latency.update(part_latency)
         read.update(part_read)
@@ -370,7 +409,7 @@ class CulexCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         settings = self.settings or config.settings()
-        yield from families(_read(settings))
+        yield from families(_read(settings, lines=False)[0])
 
     def describe(self) -> Iterable[Metric]:
         return []  # (no read when registered)
