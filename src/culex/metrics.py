@@ -82,12 +82,14 @@ def names_flow(prefix: str) -> Flow[tuple[list[str], int]]:
     return names, now
 
 
-Read = tuple[dict[str, dict[str, int]], dict[str, float], dict[str, dict[str, str]], int, "Lines"]
+Figures = tuple[
+    dict[str, dict[str, int]], dict[str, float], dict[str, dict[str, str]], int, "Lines"
+]
 
 
 def queues_flow(
     prefix: str, names: list[str], now: int, cluster: bool, runners: bool, lines: bool = False
-) -> Flow[Read]:
+) -> Flow[Figures]:
     """Per queue of ``names``: its counts by state, its latency in seconds (by ``now``,
     the server's clock in ms) and its counters since counting began (only the queues that
     have them), ROUND queues a round trip, in calls of read_queues.lua of BATCH queues (the
@@ -345,7 +347,7 @@ def _read(settings: config.Settings, lines: bool) -> tuple[Snapshot, list[Lines]
     names, now = run_sync(names_flow(prefix), url)
     parts = _parts(names, cluster)
 
-    def part(i: int) -> Read:
+    def part(i: int) -> Figures:
         return run_sync(queues_flow(prefix, parts[i], now, cluster, not i, lines), url)
 
     if len(parts) == 1:
@@ -385,7 +387,7 @@ def _parts(names: list[str], cluster: bool) -> list[list[str]]:
 
 
 def _joined(
-    parts: Iterable[Read],
+    parts: Iterable[Figures],
 ) -> tuple[dict[str, dict[str, int]], dict[str, float], dict[str, dict[str, str]], int]:
     """The reads of the parts as one, in order (the runners read with the first)."""
     counts: dict[str, dict[str, int]] = {}
