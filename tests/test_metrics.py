@@ -4,6 +4,7 @@ ran on the test server."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import signal
 import subprocess
@@ -23,8 +24,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import culex
 from culex import config, connection, enqueue, metrics
+from culex._redis import operations
+from culex._redis.keys import queue_keys, queues_key
 
-from .conftest import await_until, running
+from .conftest import await_until, driver_of, running
 from .topology import Cluster
 
 QUEUE = "metered"
@@ -292,3 +295,82 @@ def test_an_idle_connection_blocks_no_scrape(r: redis.Redis, url: str) -> None:
         assert content_type == metrics.CONTENT_TYPE
         assert ("culex_runners", frozenset()) in samples
         assert idle.fileno() >= 0  # (still open: the scrape did not wait for it to end)
+
+
+def test_every_queue_is_in_the_scrape_whatever_call_round_or_part_reads_it(
+    r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """23 queues, each in another mix of states, read 2 a call, 6 a round trip and in 2
+    parts at once (render: threads; arender: tasks): every queue's series, each as the
+    server's sets and counters hold it, and the same text as read in one call."""
+    d = driver_of(r)
+    names = [f"many{i:02d}" for i in range(23)]
+    day = 86_400_000
+    for i, name in enumerate(names):
+        keys = queue_keys("culex", name)
+        r.sadd(queues_key("culex"), name)
+
+        def put(task: str, *, delay_ms: int = 0, group: str = "", keys: Any = keys) -> None:
+            d.run(operations.enqueue(keys, task, "ManyJob", "{}", due_ms=None,
+                                     delay_ms=delay_ms, max_retries=0, group=group))  # fmt: skip
+
+        if i % 7 == 0:  # one running, one dead
+            for task in ("running", "doomed"):
+                put(task)
+                d.run(operations.claim(keys, limit=1, lease_ms=60_000, promote_limit=10,
+                                       dead_ttl_ms=day))  # fmt: skip
+            d.run(operations.fail(keys, "doomed", 1, "boom", retry_delay_ms=None,
+                                  dead_ttl_ms=day, dead_max=10))  # fmt: skip
+        for n in range(i % 4):
+            put(f"w{n}")
+        if i % 3 == 0:
+            put("later", delay_ms=day)
+        if i % 5 == 0:
+            put("grouped", group="g")
+        if i % 6 == 1:
+            r.hset(keys.stats_total, mapping={"ManyJob|s2": i, "ManyJob|ms": 9})
+
+    # a name another producer wrote that is not UTF-8, in the second part (the parts' own
+    # lines are then set aside: the whole text is written as one)
+    odd = "many99\udcff"
+    r.sadd(queues_key("culex"), odd.encode("utf-8", "surrogateescape"))
+    d.run(operations.enqueue(queue_keys("culex", odd), "w", "ManyJob", "{}", due_ms=None,
+                             delay_ms=0, max_retries=0))  # fmt: skip
+    whole = metrics.render()
+    monkeypatch.setattr(metrics, "BATCH", 2)
+    monkeypatch.setattr(metrics, "ROUND", 6)
+    assert metrics._parts([*names, odd], cluster=False) == [names[:12], [*names[12:], odd]]
+    texts = [metrics.render(), asyncio.run(metrics.arender())]
+
+    def steady(text: bytes) -> list[bytes]:  # (the latency is by the clock of each scrape)
+        return [line for line in text.splitlines() if b"latency_seconds{" not in line]
+
+    for text in texts:
+        assert steady(text) == steady(whole)
+        samples = parsed(text.decode())
+        assert value(samples, "culex_queue_tasks", queue="many99\ufffd", state="waiting") == 1
+        for i, name in enumerate(names):
+            keys = queue_keys("culex", name)
+            sets = {"pending": keys.pending, "scheduled": keys.scheduled, "dead": keys.dead}
+            found = {s: value(samples, "culex_queue_tasks", queue=name, state=s) for s in sets}
+            assert found == {s: r.zcard(key) for s, key in sets.items()}, name
+            waiting = r.zcard(keys.waiting) + r.zcard(keys.grouped_ready)
+            assert value(samples, "culex_queue_tasks", queue=name, state="waiting") == waiting
+            latency = value(samples, "culex_queue_latency_seconds", queue=name)
+            assert latency >= 0 if waiting else latency == 0, name
+            ended = {
+                outcome: samples.get(
+                    ("culex_tasks_total", frozenset({"queue": name, "job": "ManyJob",
+                                                     "outcome": outcome}.items()))
+                )
+                for outcome in ("succeeded", "dead")
+            }  # fmt: skip
+            counted = i % 6 == 1 or i % 7 == 0
+            assert ended == {
+                "succeeded": i if i % 6 == 1 else 0 if counted else None,
+                "dead": 1 if i % 7 == 0 else 0 if counted else None,
+            }, name
+    assert texts[0].count(b"culex_queue_tasks{") == 4 * (len(names) + 1)
+    for odd_name in ("many98\udcff", "many00\udcff"):  # (odd names in both parts)
+        r.sadd(queues_key("culex"), odd_name.encode("utf-8", "surrogateescape"))
+    assert steady(metrics.render()) == steady(asyncio.run(metrics.arender()))

@@ -145,6 +145,7 @@ NAMED = {
     "from: the set": "<state>",
     "runners zset": "<prefix>:{runners}",
     "runner hash": "<prefix>:{runners}:runner:<id>",
+    "queue keys start": "<prefix>:{<queue>}:",
 }
 
 

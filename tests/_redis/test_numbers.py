@@ -25,7 +25,7 @@ import redis
 
 from culex._redis import operations, scripts
 from culex._redis.drivers import SyncDriverProtocol
-from culex._redis.keys import QueueKeys, queue_keys
+from culex._redis.keys import QueueKeys, queue_base, queue_keys
 from culex._redis.operations import Call
 
 from ..conftest import driver_of, snapshot
@@ -208,6 +208,7 @@ CASES: dict[str, Case] = {
     ),
     "progress": Case(pending, operations.progress(K, TASK, 1, 0.5, ""), numbers=(1, 2)),
     "run_now": Case(scheduled, operations.run_now(K, TASK), fields=(on("priority"),)),
+    "read_queues": Case(waiting, operations.read_queues([queue_base("culex", "q")])),
 }
 
 

@@ -547,6 +547,17 @@ def test_a_plain_runner_runs_every_state_change_through_the_shipped_files(r: red
         "low": "succeeded", "high": "succeeded",
     }  # fmt: skip
     assert_every_key_ends(q)
+
+    # what a scrape of the metrics reads of the queue, in one call
+    start = q.waiting.removesuffix("waiting")
+    read = q.send("read_queues", [start], [])
+    sets = [q.waiting, q.pending, q.scheduled, q.dead, f"{start}groups:ready"]
+    assert read[:5] == [r.zcard(key) for key in sets] and read[1:4] == [1, 1, 5]
+    assert float(read[5]) == r.zrange(q.waiting, 0, 0, withscores=True)[0][1]
+    assert read[6] == b""  # (no grouped task is ready)
+    counters = read[8:]
+    assert read[7] == len(counters) > 0
+    assert dict(zip(counters[::2], counters[1::2], strict=True)) == r.hgetall(f"{start}stats:total")
     assert set(q.sent) == set(sources)  # every shipped script took part
     for name, (keys, args) in q.sent.items():
         header = contract(sources[name])

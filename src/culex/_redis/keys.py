@@ -119,6 +119,12 @@ def queue_keys(prefix: str, queue: str) -> QueueKeys:
     return QueueKeys(prefix, queue)
 
 
+def queue_base(prefix: str, queue: str) -> str:
+    """The start every key of ``queue`` shares, ``<prefix>:{<queue>}:`` (read_queues.lua
+    adds the rest, as :class:`QueueKeys` names them)."""
+    return f"{prefix}:{{{queue}}}:"
+
+
 def queues_key(prefix: str) -> str:
     """A set of every queue name producers have used (for the CLI and dashboards)."""
     return f"{prefix}:queues"

@@ -591,6 +591,17 @@ def read_periodic(keys: QueueKeys, job_type: str) -> Call[PeriodicRead]:
     )
 
 
+def read_queues(bases: Sequence[str]) -> Call[list[Any]]:
+    """What a scrape reads of each queue whose keys start with one of ``bases``
+    (keys.queue_base), in one call: the flat reply of read_queues.lua, as it is (its reader,
+    culex.metrics, walks it without a list per queue). On a Cluster, one base a call."""
+    return Call(tuple(bases), (), _as_read, scripts.READ_QUEUES)
+
+
+def _as_read(reply: list[Any]) -> list[Any]:
+    return reply
+
+
 # -- tests: make scheduled tasks due now ---------------------------------------------------
 
 

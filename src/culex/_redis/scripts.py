@@ -60,6 +60,7 @@ CONTROL = Script.load("control")
 RETRY_LATER = Script.load("retry_later")
 PROGRESS = Script.load("progress")
 RUN_NOW = Script.load("run_now")
+READ_QUEUES = Script.load("read_queues")
 
 ALL = (
     ENQUEUE,
@@ -82,4 +83,5 @@ ALL = (
     RETRY_LATER,
     PROGRESS,
     RUN_NOW,
+    READ_QUEUES,
 )
