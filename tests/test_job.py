@@ -309,3 +309,18 @@ def test_a_subclass_s_default_queue_is_its_own_class_name_unless_a_base_set_one(
     finally:
         for job in (RuleThumbnailJob, RuleResizeJob, RuleBigResizeJob, RulePlainJob, RuleChildJob):
             culex.registry.remove(job)
+
+
+def test_max_stalls_is_a_whole_number_the_scripts_take() -> None:
+    # (reclaim.lua refuses a bound past 2^42 - 1: a class or a setting that sent one would
+    # stop every reclaim of its queue)
+    from culex import config
+    from culex._redis.scripts import MOST
+
+    with pytest.raises(ValueError, match="max_stalls must be from 0 to"):
+
+        class NeverDiesJob(culex.QueuedJob):
+            max_stalls = MOST + 1
+
+    with pytest.raises(culex.ConfigurationError, match="max_stalls must be a whole number"):
+        config.settings(max_stalls=MOST + 1)

@@ -97,6 +97,13 @@ def _whole(value: object, name: str, least: int) -> int:
     return value
 
 
+def _at_most_count(value: int, name: str) -> int:
+    """``value`` when the scripts take it: at most scripts.MOST."""
+    if value > MOST:
+        raise ConfigurationError(f"{name} must be a whole number from 0 to {MOST}, got {value}")
+    return value
+
+
 def _count(value: object, name: str) -> int:
     """A whole number >= 1 that the scripts take: at most scripts.MOST."""
     if _positive_int(value, name) > MOST:
@@ -242,7 +249,7 @@ _CHECKS: dict[str, Callable[[object, str], Any]] = {
     "run_from": _queues,
     "strict_queues": _flag,
     "lease": lambda v, n: seconds(v, n, minimum=0.1),
-    "max_stalls": lambda v, n: _whole(v, n, 0),
+    "max_stalls": lambda v, n: _at_most_count(_whole(v, n, 0), n),
     "concurrency": _positive_int,
     "prefix": _prefix,
     "grace_period": seconds,

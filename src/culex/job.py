@@ -480,8 +480,8 @@ def _check_policy(cls: type[Job]) -> None:
     stalls = cls.max_stalls
     if stalls is not None and (isinstance(stalls, bool) or not isinstance(stalls, int)):
         raise TypeError(f"{name}.max_stalls must be an int or None, got {short(stalls)}")
-    if stalls is not None and stalls < 0:
-        raise ValueError(f"{name}.max_stalls must be >= 0, got {stalls}")
+    if stalls is not None and not 0 <= stalls <= MOST:  # (what reclaim.lua takes)
+        raise ValueError(f"{name}.max_stalls must be from 0 to {MOST}, got {stalls}")
     for attr in ("lease", "timeout"):
         value = getattr(cls, attr)
         if value is not None:

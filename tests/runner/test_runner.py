@@ -738,3 +738,50 @@ async def test_thousands_of_concurrent_async_enqueues_share_a_bounded_set_of_con
 def blocked_clients(r: redis.Redis) -> int:
     """Clients the server holds in a blocking command (the runner's wait for a signal)."""
     return int(r.info("clients")["blocked_clients"])
+
+
+class SpoilsItsOwnKeyJob(culex.QueuedJob):
+    """Fails after its task key was overwritten with a string: its report is refused by
+    the server (WRONGTYPE) every time it is sent."""
+
+    queue = "spoilt"
+    max_retries = 0
+    url: str = ""
+
+    def perform(self) -> None:
+        client = redis.Redis.from_url(self.url)
+        key = queue_keys("culex", "spoilt").task(self.task_id)
+        client.delete(key)
+        client.set(key, "not a hash")
+        raise ValueError("and then it fails")
+
+
+class SetsABadResultTtlJob(culex.QueuedJob):
+    queue = "spoilt"
+
+    def perform(self) -> str:
+        # (set on the object while it runs, past the class's checks and the type checker's)
+        self.__dict__["result_ttl"] = -1
+        return "done"
+
+
+async def test_a_report_the_server_refuses_for_good_is_dropped_and_its_task_reclaimed(
+    r: redis.Redis, url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    culex.configure(lease=1)  # (the reclaimer takes the dropped task within about a lease)
+    spoilt = await SpoilsItsOwnKeyJob(url=url).aenqueue()
+    odd_ttl = await SetsABadResultTtlJob().aenqueue()
+    keys = queue_keys("culex", "spoilt")
+    with caplog.at_level(logging.WARNING, logger="culex"):
+        async with running(culex.Runner(run_from=["spoilt"])):
+            assert await odd_ttl.aresult(timeout=20) == "done"  # (kept for the setting's)
+
+            def buried() -> bool:
+                return r.exists(keys.task(spoilt.id) + ":wrongtype") == 1
+
+            # (while its report was resent, its lease was renewed: the reclaimer took it
+            # only once the report was dropped with its lease)
+            await await_until(buried, 60, what="the refused task to be reclaimed as broken")
+    assert "refused 5 times, dropped" in caplog.text
+    assert r.zscore(keys.dead, spoilt.id) is not None
+    assert r.zscore(keys.pending, spoilt.id) is None

@@ -74,7 +74,10 @@ class Reclaimer:
             logger.warning("reclaiming expired leases failed: %s", exc)
             return
         for queue, reclaimed in zip(self.queues, results, strict=True):
-            for group, said, now in getattr(reclaimed, "healed", ()):  # (none: an error)
+            if isinstance(reclaimed, ServerError):  # (this queue's; the others went on)
+                logger.warning("queue %s: reclaiming expired leases failed: %s", queue, reclaimed)
+                continue
+            for group, said, now in getattr(reclaimed, "healed", ()):
                 logger.warning(
                     "queue %s: group %r's running count said %d, %d of its tasks run: set "
                     "right (a runner of an older culex ends grouped tasks without counting "

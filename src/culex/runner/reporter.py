@@ -22,7 +22,7 @@ from .._redis.drivers import AsyncDriverProtocol
 from .._redis.keys import queue_keys
 from .._redis.operations import Call, Claimed
 from .._redis.scripts import MOST
-from ..errors import ServerError, ServerUnavailable
+from ..errors import ConfigurationError, ServerError, ServerUnavailable
 from ..execution import Outcome, task_name
 from .backoff import SERVER_ERROR, Backoff
 from .lease import LeaseKeeper
@@ -30,6 +30,7 @@ from .lease import LeaseKeeper
 logger = logging.getLogger("culex")
 
 UNSENT = object()  # the result of a call in a batch that could not be sent
+REFUSALS = 5  # times a report the server refuses (not: cannot be reached) is sent at most
 
 
 class Reporter:
@@ -57,6 +58,8 @@ class Reporter:
         self.landed.set()
         self.backoff = Backoff(*SERVER_ERROR)
         self._closing = False
+        self._flushing = asyncio.Lock()
+        self._refusals: dict[tuple[str, str, int], int] = {}  # (queue, id, attempt): times
 
     async def run(self) -> None:
         """Report as outcomes come in, until :meth:`close` (the runner then calls
@@ -64,14 +67,44 @@ class Reporter:
         while not self._closing:
             await self.ready.wait()
             self.ready.clear()
-            await self.flush()
+            try:
+                await self.flush()
+            except Exception:  # (a bug here must not end reporting for good: log, go on)
+                logger.exception("reporting outcomes failed")
+                await asyncio.sleep(self.backoff.failed())
 
     def close(self) -> None:
         self._closing = True
         self.ready.set()
 
+    def _refused(self, outcomes: list[Outcome], error: ServerError) -> list[Outcome]:
+        """The outcomes of a call the server refused (not one it could not be reached for)
+        that are to be sent again: each at most REFUSALS times. One refused that often (its
+        task key holds another type, say) is dropped with its lease, which runs out: the
+        reclaimer then takes the task, and no lease is renewed for ever."""
+        kept = []
+        for outcome in outcomes:
+            key = (outcome.claimed.queue, outcome.claimed.id, outcome.claimed.attempt)
+            self._refusals[key] = self._refusals.get(key, 0) + 1
+            if self._refusals[key] < REFUSALS:
+                kept.append(outcome)
+                continue
+            del self._refusals[key]
+            logger.error(
+                "report for task %s (attempt %d) refused %d times, dropped (its lease runs "
+                "out and the reclaimer takes the task): %s",
+                *(task_name(outcome.claimed), outcome.claimed.attempt, REFUSALS, error),
+            )
+            self.keeper.drop(outcome.claimed)
+        return kept
+
     async def flush(self) -> None:
-        """Send every outcome in the outbox; a batch that failed is sent again after a pause."""
+        """Send every outcome in the outbox; a batch that failed is sent again after a pause.
+        One flush at a time: the runner's last flush at stop waits for one under way."""
+        async with self._flushing:
+            await self._flush()
+
+    async def _flush(self) -> None:
         while self.outbox:
             batch = self.outbox.copy()
             self.outbox.clear()
@@ -85,6 +118,8 @@ class Reporter:
                 logger.warning("the outcomes are reported: claiming again")
                 self.landed.set()
             for outcomes, result in zip(owners, results, strict=True):
+                if isinstance(result, ServerError) and not isinstance(result, ServerUnavailable):
+                    outcomes = self._refused(outcomes, result)
                 if isinstance(result, ServerError) or result is UNSENT:
                     self.outbox += outcomes  # sent again after the pause
                     continue
@@ -175,7 +210,11 @@ class Reporter:
         setting) when perform returned a value; successful_job_ttl for None, or when
         result_ttl is 0."""
         ttl = outcome.result_ttl
-        seconds = self.settings.result_ttl if ttl is None else config.seconds(ttl, "result_ttl")
+        try:
+            seconds = self.settings.result_ttl if ttl is None else config.seconds(ttl, "result_ttl")
+        except ConfigurationError as exc:  # (a result_ttl perform set on itself: the setting)
+            logger.warning("%s: result_ttl of the setting used instead", exc)
+            seconds = self.settings.result_ttl
         if outcome.result_json == "null" or seconds == 0:
             return self.settings.successful_job_ttl_ms
         return min(MOST, max(1, round(seconds * 1000)))  # (the longest complete.lua takes)

@@ -33,6 +33,7 @@ from .._redis import commands
 from .._redis.drivers import AsyncDriverProtocol
 from .._redis.keys import queue_keys
 from .._redis.operations import Claimed
+from .._redis.scripts import MOST
 from .._redis.spin import loop_factory
 from ..compatibility import PROTOCOL
 from ..errors import ConfigurationError, ServerError, ServerUnavailable
@@ -396,7 +397,8 @@ class Runner:
         if isinstance(job, Outcome):
             return job
         if job.lease is not None:  # the job's own lease, set at once
-            lease_ms = round(config.seconds(job.lease, "lease") * 1000)
+            # (at most the longest heartbeat.lua takes, as the setting is: config.py)
+            lease_ms = min(MOST, round(config.seconds(job.lease, "lease") * 1000))
             if lease_ms != self._default_lease_ms:
                 keeper.hold(claimed, lease_ms)
         job.reporting_ = self._reporting[claimed.queue]

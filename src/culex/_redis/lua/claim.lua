@@ -388,7 +388,7 @@ for i = 1, #due, 2 do
   if make_ready(KEYS[1], groups, id, waiting_score(ready, f[1]), f[2], turn) then
     steered = steered + 1  -- (a group's task is ready: its ring exists now)
   end
-  redis.call('HSET', KEYS[5] .. id, 'state', 'waiting')
+  redis.pcall('HSET', KEYS[5] .. id, 'state', 'waiting')  -- (another type: buried below)
 end
 -- Whether the queue has groups at work (ready in the ring, or held back by their rate);
 -- a claim of a queue without groups looks at nothing more of them. (A group held back by
@@ -462,7 +462,10 @@ if grouped then
   local function group_may_start(group)
     local more = taken[group] or 0
     if group_concurrency > 0 then
-      local running_now = tonumber(redis.call('HGET', groups .. 'running', group)) or 0
+      -- (pcall: a running key of another type counts as none running, so that no task
+      -- popped earlier in this claim is left in no set; reclaim.lua's heal leaves it be)
+      local said = redis.pcall('HGET', groups .. 'running', group)
+      local running_now = type(said) == 'string' and tonumber(said) or 0
       if running_now + more >= group_concurrency then
         redis.call('ZREM', groups .. 'ring', group)
         return false
@@ -470,9 +473,12 @@ if grouped then
     end
     if group_rate > 0 then
       local window = groups .. 's:' .. group
-      redis.call('ZREMRANGEBYSCORE', window, '-inf', now - group_rate_ms)
-      if redis.call('ZCARD', window) + more >= group_rate then
-        local oldest = redis.call('ZRANGE', window, 0, 0, 'WITHSCORES')
+      -- (pcall: a window key of another type counts as no start in the window)
+      redis.pcall('ZREMRANGEBYSCORE', window, '-inf', now - group_rate_ms)
+      local started = redis.pcall('ZCARD', window)
+      if type(started) ~= 'number' then started = 0 end
+      if started + more >= group_rate then
+        local oldest = redis.pcall('ZRANGE', window, 0, 0, 'WITHSCORES')
         local allowed = oldest[2] and tonumber(oldest[2]) + group_rate_ms or now + group_rate_ms
         redis.call('ZREM', groups .. 'ring', group)
         redis.call('ZADD', groups .. 'delayed', allowed, group)
@@ -571,8 +577,8 @@ if limit > 0 then
           redis.pcall('HSET', groups .. 'running', group, 1)
         end
         if group_rate > 0 then
-          redis.call('ZADD', groups .. 's:' .. group, now, id .. ':' .. attempt)
-          redis.call('PEXPIRE', groups .. 's:' .. group, group_rate_ms)
+          redis.pcall('ZADD', groups .. 's:' .. group, now, id .. ':' .. attempt)
+          redis.pcall('PEXPIRE', groups .. 's:' .. group, group_rate_ms)
         end
       else
         redis.call('HSET', key, 'attempt', attempt, 'state', 'pending', 'started_at', now)

@@ -142,7 +142,8 @@ for i = 1, #moved, 2 do
   if f['err'] then f = {} end
   redis.call('ZREM', KEYS[1], id)
   make_ready(KEYS[2], KEYS[5], id, waiting_score(ready, f[1]), f[2], t[1] * 1000000 + t[2])
-  redis.call('HSET', KEYS[4] .. id, 'state', 'waiting', 'due_at', ready)
+  -- (pcall: a key of another type is not ours to mend; the claim buries its id)
+  redis.pcall('HSET', KEYS[4] .. id, 'state', 'waiting', 'due_at', ready)
 end
 if #moved > 0 and redis.call('LLEN', KEYS[3]) == 0 then
   redis.call('RPUSH', KEYS[3], '1')

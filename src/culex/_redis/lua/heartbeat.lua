@@ -53,8 +53,9 @@ local deadline = now + argv_whole('heartbeat', 1, 'lease_ms', 0, MOST)
 local lost = {}
 for i = 2, #ARGV, 2 do
   local id = ARGV[i]
-  local f = redis.call('HMGET', KEYS[2] .. id, 'attempt', 'state')
-  if f[1] == ARGV[i + 1] and f[2] == 'pending' then
+  -- (pcall: a key of another type is a lost lease, and the renewals after it go on)
+  local f = redis.pcall('HMGET', KEYS[2] .. id, 'attempt', 'state')
+  if not f['err'] and f[1] == ARGV[i + 1] and f[2] == 'pending' then
     redis.call('ZADD', KEYS[1], 'XX', deadline, id)
   else
     lost[#lost + 1] = id

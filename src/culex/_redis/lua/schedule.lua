@@ -131,7 +131,8 @@ if not trigger then
   end
   local last = redis.call('HGET', KEYS[1], 'last_task')
   if last and ARGV[6] ~= '1' then
-    local state = redis.call('HGET', KEYS[5] .. last, 'state')
+    -- (pcall: a key of another type is no task that runs: the slot is not skipped)
+    local state = redis.pcall('HGET', KEYS[5] .. last, 'state')
     if state == 'waiting' or state == 'scheduled' or state == 'pending' then
       redis.call('HSET', KEYS[1], 'skipped_slot', slot, 'skip_reason', 'overlap')
       return {'overlap', id}
