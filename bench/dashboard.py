@@ -121,7 +121,7 @@ def many(client: redis.Redis, settings: config.Settings, args: argparse.Namespac
             ("overview, 50 queues half-way (after=)", f"{base}/?after={middle}", args.repeat),
             ("chart: an hour of 50 queues", f"{base}/series?range=hour", args.repeat),
             ("chart: a week of 50 queues", f"{base}/series?range=week", args.repeat),
-            ("Dead page, and the dead tab it leads to", f"{base}/dead", args.repeat),
+            ("Dead page (every queue), first 100", f"{base}/dead", args.repeat),
             ("a dead tab, with its selector", f"{base}/queue?queue=q000000&state=dead",
              args.repeat),
             ("/metrics (every queue)", f"{base}/metrics", min(args.repeat, 3)),
