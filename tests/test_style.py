@@ -238,10 +238,13 @@ def test_the_command_check_finds_a_command(tmp_path: Path) -> None:
 
 # -- every pointer stays inside the repository ----------------------------------------------
 
-# What a comment or a page may not cite: files kept outside the repository, and a nameless
-# ancestor. Point into docs/design.md#<section> instead, or name the system ("Mosquito's",
-# "hworker's rule"). This file alone spells them, to look for them.
-OUTSIDE = re.compile(r"DESIGN\.md|STYLE\.md|\.\./shared|(?i:\bthe\s+seed|\bseed \d{3}\b)")
+# What a comment or a page may not cite: a page in capitals other than the README (the
+# team's own notes are kept outside the repository), a folder beside it, and a nameless
+# ancestor. Point into docs/ instead (docs/design.md#<section>, docs/architecture.md), or
+# name the system ("Mosquito's", "hworker's rule").
+OUTSIDE = re.compile(
+    r"\b(?!README\.md)[A-Z][A-Z_]*\.md\b|\.\./shared|(?i:\bthe\s+seed|\bseed \d{3}\b)"
+)
 POINTED_FROM = ("src", "tests", "docs", "bench")
 TEXT_SUFFIXES = {".py", ".md", ".lua", ".html", ".js", ".css", ".json", ".toml", ".txt"}
 
@@ -358,7 +361,7 @@ def test_the_pointer_checks_find_what_they_look_for(tmp_path: Path) -> None:
     (tmp_path / "docs" / "design.md").write_text("# The server\n\nAs in the\nseed.\n")
     (tmp_path / "src" / "x" / "drivers.py").write_text(
         '"""The drivers (not client.py: x/drivers.py)."""\n'
-        "# STYLE.md says so; docs/design.md#the-server and docs/design.md#a-client do not\n"
+        "# RULES.md says so; docs/design.md#the-server and docs/design.md#a-client do not\n"
         'NAME = "nowhere.py"  # a name in code is not a pointer\n'
     )
     (tmp_path / "src" / "x" / "claim.lua").write_text(
@@ -367,12 +370,12 @@ def test_the_pointer_checks_find_what_they_look_for(tmp_path: Path) -> None:
     files = pointing_files(tmp_path)
     assert outside_pointers(tmp_path, files) == [
         "docs/design.md:3: the seed",
-        "src/x/drivers.py:2: STYLE.md",
+        "src/x/drivers.py:2: RULES.md",
     ]
     assert missing_files(tmp_path, files) == [
         "README.md:1: docs/wire-format.md",
         "src/x/claim.lua:1: lua/include/wake.lua",
         "src/x/drivers.py:1: client.py",
-        "src/x/drivers.py:2: STYLE.md",
+        "src/x/drivers.py:2: RULES.md",
         "src/x/drivers.py:2: docs/design.md#a-client",
     ]
