@@ -183,10 +183,12 @@ def _enqueue(
     settings = config.settings()
     due_ms, delay_ms = when(delay, at)
     given = None if task_id is None else check_id(task_id)
-    batch = batch or Batch([given or new_id() for _ in jobs], given is not None)
+    # (no Batch for an enqueue that gave none: the one-call path makes no object of it)
+    ids = batch.ids if batch is not None else [given or new_id() for _ in jobs]
+    ids_given = batch.given if batch is not None else given is not None
     calls = [
         _call(job, settings, due_ms, delay_ms, task_id, trace, control)
-        for job, task_id in zip(jobs, batch.ids, strict=True)
+        for job, task_id in zip(jobs, ids, strict=True)
     ]
     new_queues = [
         q
@@ -198,7 +200,7 @@ def _enqueue(
     confirm = (yield from _confirmation(settings)) if settings.durable_enqueue else None
     if len(calls) == 1 and not first and confirm is None:
         outcome = yield calls[0]  # the common case: one command, no pipeline
-        if outcome.existed and not batch.given:
+        if outcome.existed and not ids_given:
             outcome = yield from _redraw(
                 jobs[0], settings, due_ms, delay_ms, confirm, trace, control
             )
@@ -211,12 +213,13 @@ def _enqueue(
             if isinstance(outcome, Exception):
                 refused = refused or outcome  # (the rest of the chunk is still noted)
                 continue
-            if outcome.existed and not batch.given:
+            if outcome.existed and not ids_given:
                 outcome = yield from _redraw(
                     job, settings, due_ms, delay_ms, confirm, trace, control
                 )
             tasks.append(_task(outcome, job))
-            batch.stored[i] = tasks[-1]
+            if batch is not None:
+                batch.stored[i] = tasks[-1]
         if refused is not None:
             raise refused
         _registered.update((settings.redis_url, settings.prefix, q) for q in new_queues)
