@@ -32,9 +32,10 @@ from inspection import RARE, fill
 from queues_fill import fill_queues
 from server import arguments, private_server
 
-from culex import config, inspection
+from culex import config
 from culex._redis.keys import queues_key
 from culex.dashboard import app
+from culex.operations import inspection
 
 
 @contextmanager

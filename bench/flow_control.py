@@ -31,7 +31,7 @@ import culex
 from culex import config
 from culex._redis import operations
 from culex._redis.keys import queue_keys
-from culex.connection import sync_driver
+from culex.server.configured import sync_driver
 
 K = queue_keys("culex", "bench")
 DAY_MS = 86_400_000

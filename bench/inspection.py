@@ -22,8 +22,9 @@ from typing import Any
 import redis
 from server import arguments, private_server
 
-from culex import browsing, bulk, config, inspection
+from culex import config
 from culex._redis.keys import queue_keys
+from culex.operations import browsing, bulk, inspection
 
 Q = "bench"
 K = queue_keys("culex", Q)

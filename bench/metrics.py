@@ -1,4 +1,4 @@
-"""What one Prometheus scrape costs: ``culex.metrics.render`` over many queues, timed.
+"""What one Prometheus scrape costs: ``culex.operations.metrics.render`` over many queues, timed.
 
     python bench/metrics.py [--queues N] [--tasks N] [--scrapes N] [--server ...]
 
@@ -24,7 +24,7 @@ def main() -> None:
     parser.add_argument("--scrapes", type=int, default=30)
     args = parser.parse_args()
     import culex
-    from culex import metrics
+    from culex.operations import metrics
 
     with private_server(args.server) as server:
         culex.configure(redis_url=server.url)
@@ -59,16 +59,19 @@ def main() -> None:
 
 
 def _round_trips(settings: object) -> int:
-    from culex import connection, metrics
+    from culex.operations import metrics
+    from culex.server import configured
 
-    flow = metrics.snapshot_flow(settings)  # type: ignore[arg-type]
-    driver = connection.sync_driver(None)
+    procedure = metrics.snapshot_procedure(settings)  # type: ignore[arg-type]
+    driver = configured.sync_driver(None)
     rounds = 0
-    step = next(flow)
+    step = next(procedure)
     try:
         while True:
             rounds += 1
-            step = flow.send(driver.run_many(step) if isinstance(step, list) else driver.run(step))
+            step = procedure.send(
+                driver.run_many(step) if isinstance(step, list) else driver.run(step)
+            )
     except StopIteration:
         return rounds
 

@@ -32,7 +32,7 @@ def find_binary(choice: str) -> str:
         if choice == "redis":
             raise SystemExit("no redis-server on PATH (apt-get install redis-server)")
     if choice in ("auto", "valkey"):
-        from culex.embedded import server_binary
+        from culex.server.embedded import server_binary
 
         return server_binary()
     return choice

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import culex
-from culex.embedded import EmbeddedServer
+from culex.server.embedded import EmbeddedServer
 
 done = 0
 all_done = asyncio.Event()

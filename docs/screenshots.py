@@ -31,10 +31,11 @@ import uvicorn
 from playwright.sync_api import Page, sync_playwright
 
 import culex
-from culex import config, inspection
+from culex import config
+from culex.operations import inspection
 from culex._redis.keys import queue_keys
 from culex.dashboard import app
-from culex.embedded import EmbeddedServer
+from culex.server.embedded import EmbeddedServer
 
 IMAGES = Path(__file__).resolve().parent / "images"
 CHROMIUM = "/usr/bin/chromium"

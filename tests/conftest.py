@@ -31,7 +31,7 @@ from culex import config
 from culex._redis.connections import AsyncConnection, SyncConnection
 from culex._redis.drivers import SyncDriver, SyncDriverProtocol
 from culex._redis.redispy import RedisPySyncDriver
-from culex.embedded import EmbeddedServer, server_binary
+from culex.server.embedded import EmbeddedServer, server_binary
 
 from .topology import Cluster, SentinelSetup
 
@@ -233,7 +233,7 @@ async def running(runner: culex.Runner) -> AsyncIterator[culex.Runner]:
 def driver_of(r: redis.Redis) -> SyncDriverProtocol:
     """A blocking driver on the server ``r`` talks to (one per server): culex's own, or
     redis-py's when the run is made with ``CULEX_DRIVER=redis-py`` (the README's test
-    command runs the script and flow tests both ways)."""
+    command runs the script and procedure tests both ways)."""
     return _driver(f"unix://{r.connection_pool.connection_kwargs['path']}", _chosen_driver())
 
 

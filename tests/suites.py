@@ -3,8 +3,8 @@
 Three runs of the suite (tests/conftest.py):
 
 1. everything on the wheel's Valkey;
-2. the script and flow tests again through redis-py's client (``CULEX_DRIVER=redis-py
-   pytest -m flows``);
+2. the script and procedure tests again through redis-py's client (``CULEX_DRIVER=redis-py
+   pytest -m procedures``);
 3. everything again on a ``redis-server`` of the system (``CULEX_TEST_SERVER=redis-server``;
    on a machine without one, it skips with one line, as conftest.py says).
 
@@ -41,7 +41,9 @@ class Suite:
 SUITES = (
     Suite("the suite on the wheel's Valkey", {}),
     Suite(
-        "the script and flow tests through redis-py", {"CULEX_DRIVER": "redis-py"}, ("-m", "flows")
+        "the script and procedure tests through redis-py",
+        {"CULEX_DRIVER": "redis-py"},
+        ("-m", "procedures"),
     ),
     Suite("the suite on redis-server", {"CULEX_TEST_SERVER": "redis-server"}),
 )

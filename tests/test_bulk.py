@@ -1,4 +1,4 @@
-"""Bulk actions (culex.bulk): retry, delete and cancel on ids or on every task of a state
+"""Bulk actions (culex.operations.bulk): retry, delete and cancel on ids or on every task of a state
 (and job type), in chunks with progress; delete.lua (state before -> call -> state after)."""
 
 from __future__ import annotations
@@ -9,15 +9,17 @@ from typing import Any, cast
 import pytest
 import redis
 
-from culex import ServerError, bulk, config, connection, inspection
+from culex import ServerError, config
 from culex._redis import operations
 from culex._redis.keys import queue_keys
-from culex.browsing import state_set
+from culex.operations import bulk, inspection
+from culex.operations.browsing import state_set
+from culex.server import configured
 
 from .conftest import driver_of, members, wait_until
 from .topology import Cluster
 
-pytestmark = pytest.mark.flows  # also run through redis-py (README's test command)
+pytestmark = pytest.mark.procedures  # also run through redis-py (README's test command)
 
 Q = "bulky"
 K = queue_keys("culex", Q)
@@ -189,7 +191,7 @@ def test_bad_input_is_refused_before_anything_changes(
 def test_pages_and_bulk_actions_on_a_cluster(cluster: Cluster) -> None:
     """Six queues over three masters: every call stays in its queue's slot (no CROSSSLOT)."""
     settings = config.settings(redis_url=cluster.url)
-    driver = connection.sync_driver(cluster.url)
+    driver = configured.sync_driver(cluster.url)
     queues = ("emails", "reports", "images", "search", "billing", "exports")
     for queue in queues:
         keys = queue_keys("culex", queue)

@@ -18,11 +18,11 @@ from culex._redis.drivers import SyncDriverProtocol
 from culex._redis.keys import queue_keys
 from culex._redis.operations import Call
 from culex.errors import ServerError
-from culex.flow import Flow, run_sync, together
+from culex.server.procedures import Procedure, run_sync, together
 
 from .conftest import count_exchanges, driver_of, running, score, snapshot, writes
 
-pytestmark = pytest.mark.flows  # also run through redis-py (README's test command)
+pytestmark = pytest.mark.procedures  # also run through redis-py (README's test command)
 
 DAY_MS = 86_400_000
 
@@ -560,12 +560,12 @@ def test_culex_cancel_goes_on_past_an_id_the_server_refuses(
 def test_together_returns_or_raises_what_the_server_refused(r: redis.Redis, url: str) -> None:
     r.hset("a-hash", "f", "v")
 
-    def incr(key: str) -> Flow[int]:
+    def incr(key: str) -> Procedure[int]:
         value: int = yield Call((), ("INCR", key), int)
         return value
 
-    flows = [incr("counter"), incr("a-hash"), incr("counter")]
-    values = run_sync(together(flows, refused="return"), url)
+    procedures = [incr("counter"), incr("a-hash"), incr("counter")]
+    values = run_sync(together(procedures, refused="return"), url)
     assert values[0] == 1 and values[2] == 2
     assert isinstance(values[1], ServerError) and "WRONGTYPE" in str(values[1])
     with pytest.raises(ServerError, match="WRONGTYPE"):
@@ -574,11 +574,11 @@ def test_together_returns_or_raises_what_the_server_refused(r: redis.Redis, url:
 
 
 def test_together_refuses_a_flow_of_more_than_one_call() -> None:
-    def two_calls() -> Flow[None]:
+    def two_calls() -> Procedure[None]:
         yield Call((), ("PING",), str)
         yield Call((), ("PING",), str)
 
-    flow = together([two_calls()])
+    procedure = together([two_calls()])
     with pytest.raises(TypeError, match="single call"):
-        flow.send(None)
-        flow.send(["PONG"])
+        procedure.send(None)
+        procedure.send(["PONG"])

@@ -11,7 +11,7 @@ from pathlib import Path
 import redis
 
 import culex
-from culex.embedded import EmbeddedServer
+from culex.server.embedded import EmbeddedServer
 
 
 def culex_run(
@@ -184,7 +184,7 @@ def test_a_queue_culex_never_saw_is_refused_with_the_names_close_to_it(r: redis.
 
 LIMITED_JOBS = """
 import culex
-from culex.embedded import EmbeddedServer
+from culex.server.embedded import EmbeddedServer
 
 class WhichPartnerJob(culex.QueuedJob):
     queue = "partner_api"

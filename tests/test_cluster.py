@@ -30,10 +30,11 @@ import pytest
 import redis
 
 import culex
-from culex import config, inspection
+from culex import config
 from culex._redis import commands
 from culex._redis.keys import queue_keys
 from culex._redis.redispy import RedisPyAsyncDriver, RedisPySyncDriver
+from culex.operations import inspection
 
 from .conftest import await_until, running
 from .topology import Cluster, Node, keyslot
@@ -463,7 +464,7 @@ async def test_the_redis_url_of_one_node_is_used_as_the_cluster(
 
 
 async def test_the_drivers_split_a_batch_by_node_and_keep_its_order(on_cluster: Cluster) -> None:
-    """What the flows above rest on: one batch over keys of three masters comes back in
+    """What the procedures above rest on: one batch over keys of three masters comes back in
     the order it was sent, through both redis-py drivers."""
     tasks = [ECHO_JOBS[i](n=i).enqueue() for i in range(6)]
     calls = [commands.read_task(queue_keys("culex", t.queue), t.id) for t in reversed(tasks)]

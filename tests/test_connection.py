@@ -1,4 +1,4 @@
-"""Which driver culex uses (culex.connection): by URL, by the ``driver`` setting, and with
+"""Which driver culex uses (culex.server.configured): by URL, by the ``driver`` setting, and with
 ``redis_options`` for redis-py's client."""
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ import redis
 from redis.credentials import CredentialProvider
 
 import culex
-from culex import config, connection
+from culex import config
 from culex._redis.drivers import AsyncDriver, SyncDriver
 from culex._redis.redispy import RedisPyAsyncDriver, RedisPySyncDriver
+from culex.server import configured
 
 from .conftest import private_tcp_server
 
@@ -37,11 +38,11 @@ class Rotating(CredentialProvider):
 async def test_the_driver_setting_chooses_the_client_for_one_server(
     r: redis.Redis, url: str
 ) -> None:
-    assert isinstance(connection.sync_driver(), SyncDriver)
-    assert isinstance(await connection.async_driver(), AsyncDriver)
+    assert isinstance(configured.sync_driver(), SyncDriver)
+    assert isinstance(await configured.async_driver(), AsyncDriver)
     culex.configure(driver="redis-py")
-    assert isinstance(connection.sync_driver(), RedisPySyncDriver)
-    assert isinstance(await connection.async_driver(), RedisPyAsyncDriver)
+    assert isinstance(configured.sync_driver(), RedisPySyncDriver)
+    assert isinstance(await configured.async_driver(), RedisPyAsyncDriver)
     task = PingJob(n=1).enqueue()  # through redis-py, stored as culex's own would store it
     assert r.hget(f"culex:{{connection}}:task:{task.id}", "state") == b"waiting"
     assert (await PingJob(n=2).aenqueue()).id != task.id
@@ -73,7 +74,7 @@ def test_redis_options_reach_redis_py_and_are_refused_with_culex_own_driver(
         culex.configure(socket_timeout=60)
         with pytest.raises(culex.ServerError, match="refused the login"):
             PingJob(n=4).enqueue()
-        connection.sync_driver().close()
+        configured.sync_driver().close()
 
 
 def test_redis_options_are_code_only(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -13,14 +13,14 @@ import pytest
 import redis
 
 import culex
-from culex import dead, inspection
 from culex._redis import operations
 from culex._redis.drivers import SyncDriverProtocol
 from culex._redis.keys import queue_keys
+from culex.operations import dead, inspection
 
 from .conftest import driver_of, running, score, snapshot
 
-pytestmark = pytest.mark.flows  # also run through redis-py (README's test command)
+pytestmark = pytest.mark.procedures  # also run through redis-py (README's test command)
 
 DAY_MS = 86_400_000
 

@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 import redis
 
-import culex.embedded as embedded
-import culex.server_binary as binaries
-from culex.embedded import EmbeddedServer, default_data_dir, server_binary
+import culex.server.binary as binaries
+import culex.server.embedded as embedded
 from culex.errors import CulexError, ServerError
+from culex.server.embedded import EmbeddedServer, default_data_dir, server_binary
 
 from .conftest import wait_until
 
@@ -136,7 +136,7 @@ def test_data_dir_defaults(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> N
 CHILD = """
 import json, sys, time
 import redis
-from culex.embedded import EmbeddedServer
+from culex.server.embedded import EmbeddedServer
 data_dir, me, other, go = sys.argv[1:5]
 time.sleep(max(0.0, float(go) - time.time()))
 server = EmbeddedServer(data_dir)

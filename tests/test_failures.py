@@ -13,13 +13,14 @@ import pytest
 import redis
 
 import culex
-from culex import cli, failures, logs
+from culex import cli, logs
 from culex._redis import operations
 from culex._redis.keys import queue_keys
+from culex.runner import failures
 
 from .conftest import driver_of, running
 
-pytestmark = pytest.mark.flows  # also run through redis-py (README's test command)
+pytestmark = pytest.mark.procedures  # also run through redis-py (README's test command)
 
 
 class ParseJob(culex.QueuedJob):

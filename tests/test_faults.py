@@ -21,7 +21,7 @@ from culex import config
 from culex._redis.connections import AsyncConnection, ReplyError, SyncConnection
 from culex._redis.drivers import server_error
 from culex._redis.keys import queue_keys
-from culex.embedded import EmbeddedServer
+from culex.server.embedded import EmbeddedServer
 
 from .conftest import await_until, count_exchanges, members, running, suite_binary, wait_until
 

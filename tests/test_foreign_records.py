@@ -12,7 +12,7 @@ import urllib.request
 import pytest
 import redis
 
-from culex import inspection, metrics, stats
+from culex.operations import inspection, metrics, stats
 
 from . import foreign_records
 from .foreign_records import IDS, QUEUE, SHOWN_BAD_QUEUE, SHOWN_BAD_TYPE

@@ -15,13 +15,13 @@ import pytest
 import redis
 
 import culex
-from culex import browsing, inspection
 from culex._redis.keys import queue_keys
-from culex.inspection import TaskPage, TaskRow
+from culex.operations import browsing, inspection
+from culex.operations.inspection import TaskPage, TaskRow
 
 from .conftest import snapshot
 
-pytestmark = pytest.mark.flows  # also run through redis-py (README's test command)
+pytestmark = pytest.mark.procedures  # also run through redis-py (README's test command)
 
 Q = "browsed"
 K = queue_keys("culex", Q)

@@ -14,10 +14,10 @@ import redis
 
 import culex
 from culex._redis.keys import queue_keys
-from culex.job import snake_case
-from culex.task import new_id
+from culex.jobs.job import snake_case
+from culex.jobs.task import new_id
 
-pytestmark = pytest.mark.flows  # also run through redis-py (README's test command)
+pytestmark = pytest.mark.procedures  # also run through redis-py (README's test command)
 
 
 class SendWelcomeEmailJob(culex.QueuedJob):
@@ -256,7 +256,7 @@ def test_an_id_culex_drew_that_was_taken_is_drawn_again(
     (a fork that copied the random state could do it): enqueue draws until one is free."""
     SendWelcomeEmailJob(to="first").enqueue(id="taken")
     drawn = iter(["taken", "fresh-1", "taken", "taken", "fresh-2", "fresh-3"])
-    monkeypatch.setattr(sys.modules["culex.enqueue"], "new_id", lambda: next(drawn))
+    monkeypatch.setattr(sys.modules["culex.jobs.enqueue"], "new_id", lambda: next(drawn))
     one = SendWelcomeEmailJob(to="one").enqueue()
     two, three = culex.enqueue_many(
         [SendWelcomeEmailJob(to="two"), SendWelcomeEmailJob(to="three")]

@@ -1,4 +1,4 @@
-"""Prometheus metrics (culex.metrics, culex metrics): scraped over HTTP from the command,
+"""Prometheus metrics (culex.operations.metrics, culex metrics): scraped over HTTP from the command,
 parsed with prometheus_client's own parser, checked against tasks the test enqueued and
 ran on the test server."""
 
@@ -23,9 +23,12 @@ import redis
 from prometheus_client.parser import text_string_to_metric_families
 
 import culex
-from culex import config, connection, enqueue, metrics
+from culex import config
 from culex._redis import operations
 from culex._redis.keys import queue_keys, queues_key
+from culex.jobs import enqueue
+from culex.operations import metrics
+from culex.server import configured
 
 from .conftest import await_until, driver_of, running
 from .topology import Cluster
@@ -225,16 +228,16 @@ def test_the_page_examples_run(r: redis.Redis) -> None:
 
 
 async def round_trips() -> tuple[int, metrics.Snapshot]:
-    """Drive one scrape's flow, counting its round trips."""
-    driver = await connection.async_driver(None)
-    flow = metrics.snapshot_flow(culex.settings())
+    """Drive one scrape's procedure, counting its round trips."""
+    driver = await configured.async_driver(None)
+    procedure = metrics.snapshot_procedure(culex.settings())
     rounds = 0
-    step = next(flow)
+    step = next(procedure)
     try:
         while True:
             rounds += 1
             assert isinstance(step, list)
-            step = flow.send(await driver.run_many(step))
+            step = procedure.send(await driver.run_many(step))
     except StopIteration as finished:
         return rounds, finished.value
 

@@ -7,8 +7,8 @@ import pytest
 
 pytest.importorskip("prometheus_client", reason="metrics need their extra: culex[metrics]")
 
-from culex import metrics
-from culex.stats import Counts
+from culex.operations import metrics
+from culex.operations.stats import Counts
 
 
 def test_the_text_is_prometheus_client_s_own() -> None:

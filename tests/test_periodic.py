@@ -23,25 +23,13 @@ import pytest
 import redis
 
 import culex
-from culex import cli, config, connection, logs
+from culex import cli, config, logs
 from culex._redis import operations, scripts
 from culex._redis.connections import SyncConnection
 from culex._redis.drivers import SyncDriverProtocol
 from culex._redis.keys import QueueKeys, periodic_jobs_key, queue_keys
 from culex.errors import ServerError
-from culex.inspection import (
-    STATES,
-    PeriodicRow,
-    aperiodic_jobs,
-    aperiodic_records,
-    aperiodic_status,
-    aqueue_counts,
-    periodic_jobs,
-    periodic_records,
-    periodic_status,
-    queue_counts,
-)
-from culex.periodic import (
+from culex.jobs.periodic import (
     RECORD_KEEP_MS,
     Cron,
     Interval,
@@ -53,7 +41,20 @@ from culex.periodic import (
     trigger,
     wall_clock,
 )
+from culex.operations.inspection import (
+    STATES,
+    PeriodicRow,
+    aperiodic_jobs,
+    aperiodic_records,
+    aperiodic_status,
+    aqueue_counts,
+    periodic_jobs,
+    periodic_records,
+    periodic_status,
+    queue_counts,
+)
 from culex.runner.scheduler import Scheduler
+from culex.server import configured
 
 from .conftest import (
     await_until,
@@ -69,7 +70,7 @@ from .conftest import (
 )
 from .topology import Cluster
 
-pytestmark = pytest.mark.flows  # also run through redis-py (README's test command)
+pytestmark = pytest.mark.procedures  # also run through redis-py (README's test command)
 
 BERLIN = ZoneInfo("Europe/Berlin")
 HOUR = 3_600_000
@@ -384,8 +385,8 @@ def _claim(d: SyncDriverProtocol, keys: QueueKeys) -> operations.Claimed:
 
 async def _tick_together(job: type[PeriodicJob], schedulers: int = 3) -> None:
     """Several runners' schedulers, each with its own connection, look at once."""
-    url = connection.resolve_url(config.settings().redis_url)
-    drivers = [await connection.new_async_driver(url) for _ in range(schedulers)]
+    url = configured.resolve_url(config.settings().redis_url)
+    drivers = [await configured.new_async_driver(url) for _ in range(schedulers)]
     try:
         await asyncio.gather(
             *(Scheduler([job], config.settings(), driver).tick() for driver in drivers)
@@ -800,7 +801,7 @@ def test_read_periodic_reads_a_record_with_its_last_task_s_state(r: redis.Redis)
 
 async def _schedule_once(*jobs: type[PeriodicJob]) -> None:
     """One tick of a runner's scheduler, as a runner that starts makes it."""
-    await Scheduler(list(jobs), config.settings(), await connection.async_driver()).tick()
+    await Scheduler(list(jobs), config.settings(), await configured.async_driver()).tick()
 
 
 async def test_the_scheduler_lists_its_jobs_for_readers_without_the_classes(
@@ -856,7 +857,7 @@ async def test_a_job_no_runner_schedules_any_more_drops_out(
     r.zadd(key, {f"{RetiredJob.queue} RetiredJob": server_ms(r) - 1})
     assert [row.job for row in await aperiodic_jobs()] == ["StayingJob"]
     # the next scheduler to write trims the lapsed entry
-    await Scheduler([StayingJob], config.settings(), await connection.async_driver()).tick()
+    await Scheduler([StayingJob], config.settings(), await configured.async_driver()).tick()
     assert f"{RetiredJob.queue} RetiredJob" not in members(r, key)
 
 

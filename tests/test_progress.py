@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from culex.progress import ProgressBar
+from culex.cli.progress_bar import ProgressBar
 
 
 class Terminal(io.StringIO):

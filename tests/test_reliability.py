@@ -18,14 +18,15 @@ import pytest
 import redis
 
 import culex
-from culex import config, connection
+from culex import config
 from culex._redis import operations
 from culex._redis.keys import queue_keys
 from culex._redis.operations import Claimed
-from culex.embedded import EmbeddedServer
 from culex.runner.lease import LeaseKeeper
 from culex.runner.reclaimer import Reclaimer
-from culex.server_binary import binary_version, server_binary
+from culex.server import configured
+from culex.server.binary import binary_version, server_binary
+from culex.server.embedded import EmbeddedServer
 
 from .conftest import (
     await_until,
@@ -58,7 +59,7 @@ async def test_a_task_that_blocks_the_loop_keeps_its_lease(r: redis.Redis, url: 
     stop = threading.Event()
 
     def other_runner_reclaims() -> None:  # what any other runner would do meanwhile
-        driver = connection.new_sync_driver(url)
+        driver = configured.new_sync_driver(url)
         while not stop.is_set():
             found = driver.run(operations.reclaim(keys, limit=10, dead_ttl_ms=10_000, dead_max=10))
             reclaimed.extend(found)
@@ -123,7 +124,7 @@ async def test_a_claim_whose_reply_was_lost_runs_after_its_lease_without_a_retry
     culex.configure(lease=0.3)
     keys = queue_keys("culex", "crashed")
     task = await OnceJob().aenqueue()
-    driver = await connection.async_driver()
+    driver = await configured.async_driver()
     await driver.run(  # the reply is thrown away
         operations.claim(keys, limit=1, lease_ms=300, promote_limit=0, dead_ttl_ms=1000)
     )
@@ -145,7 +146,7 @@ async def test_a_task_that_stalls_every_time_ends_dead_after_max_stalls(r: redis
     settings = config.settings()
     keys = queue_keys("culex", "crashed")
     task = await OnceJob().aenqueue()
-    driver = await connection.async_driver()
+    driver = await configured.async_driver()
     reclaimer = Reclaimer(settings, driver, ["crashed"])
     for stall in (1, 2, 3):
         r.zadd(keys.scheduled, {task.id: 0}, xx=True)  # (its back-off, skipped)
@@ -423,7 +424,7 @@ def test_a_task_id_drawn_again_is_confirmed_durable_too(
     ):
         PlainJob(n=1).enqueue(id="taken")
         drawn = iter(["taken", "fresh"])
-        monkeypatch.setattr(sys.modules["culex.enqueue"], "new_id", lambda: next(drawn))
+        monkeypatch.setattr(sys.modules["culex.jobs.enqueue"], "new_id", lambda: next(drawn))
         assert PlainJob(n=2).enqueue().id == "fresh"
         assert _calls(client, "waitaof") == 3  # the first task, then: try, redraw
         assert client.hget(queue_keys("culex", "plain").task("fresh"), "params") == b'{"n":2}'

@@ -18,16 +18,16 @@ import pytest
 import redis
 
 import culex
-from culex import task as task_module
 from culex._redis import operations
 from culex._redis.connections import SyncConnection
 from culex._redis.drivers import SyncDriverProtocol
 from culex._redis.keys import queue_keys
 from culex.errors import ConfigurationError
+from culex.jobs import task as task_module
 
 from .conftest import await_until, count_exchanges, driver_of, running, server_ms, wait_until
 
-pytestmark = pytest.mark.flows  # also run through redis-py (README's test command)
+pytestmark = pytest.mark.procedures  # also run through redis-py (README's test command)
 
 DAY_MS = 86_400_000
 

@@ -16,7 +16,8 @@ import pytest
 import redis
 
 import culex
-from culex import config, enqueue
+from culex import config
+from culex.jobs import enqueue
 
 from ._redis import test_drivers
 from .chaos import chaos_jobs

@@ -14,14 +14,9 @@ from typing import Annotated, Any, Optional
 
 import pytest
 
-from culex import codecs, serialization
-from culex.codecs import Codec, Deserializer, Serializer
-from culex.serialization import (
-    codec_for,
-    decode_result,
-    encode_result,
-    register_type,
-)
+from culex.jobs import codecs, serialization
+from culex.jobs.codecs import Codec, Deserializer, Serializer
+from culex.jobs.serialization import codec_for, decode_result, encode_result, register_type
 
 IST = timezone(timedelta(hours=5, minutes=30))
 WHERE = "Job.p"

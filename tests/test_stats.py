@@ -1,4 +1,4 @@
-"""culex.stats: the counters read back per queue and job, by minute, hour, window and in
+"""culex.operations.stats: the counters read back per queue and job, by minute, hour, window and in
 total; what a runner's work adds to them."""
 
 from __future__ import annotations
@@ -13,18 +13,18 @@ import pytest
 import redis
 
 import culex
-from culex import stats
 from culex._redis import commands
 from culex._redis.keys import QueueKeys, queue_keys
 from culex._redis.operations import Call
 from culex.cli import main
-from culex.stats import DURATION_BUCKETS, Bucket, Counts
+from culex.operations import stats
+from culex.operations.stats import DURATION_BUCKETS, Bucket, Counts
 
 from .conftest import running, server_ms
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
-pytestmark = pytest.mark.flows  # also run through redis-py (README's test command)
+pytestmark = pytest.mark.procedures  # also run through redis-py (README's test command)
 
 
 class CountedJob(culex.QueuedJob):

@@ -18,7 +18,7 @@ import redis
 import culex
 from culex._redis.keys import queue_keys
 from culex.cli import _parser, main
-from culex.supervisor import runner_command
+from culex.runner.supervisor import runner_command
 
 from .conftest import wait_until
 from .test_cli import Stderr, _enqueue_as, culex_command

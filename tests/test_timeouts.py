@@ -26,10 +26,11 @@ import pytest
 import redis
 
 import culex
-from culex import config, connection
+from culex import config
 from culex._redis import commands
 from culex._redis.keys import queue_keys
-from culex.embedded import EmbeddedServer, _State
+from culex.server import configured
+from culex.server.embedded import EmbeddedServer, _State
 
 from .conftest import await_until, private_tcp_process, running, server_ms
 
@@ -126,7 +127,7 @@ def test_enqueue_raises_when_the_server_does_not_answer(hung: Stoppable) -> None
     # That connection's next call may block long (it ends at once: a signal is there),
     # and the one after is bounded by socket_timeout alone again.
     hung.client.lpush(KEYS.signal, 1)
-    assert connection.sync_driver().run(commands.wait_signal([KEYS.signal], SAFETY * 2))
+    assert configured.sync_driver().run(commands.wait_signal([KEYS.signal], SAFETY * 2))
     with hung.stopped():
         for n in (2, 3):  # on the idle connection, then on a new one
             with pytest.raises(
@@ -143,7 +144,7 @@ async def test_aenqueue_raises_when_the_server_does_not_answer(hung: Stoppable) 
     # The first call on the connection may block long (it ends at once: a signal is
     # there), and the next one is bounded by socket_timeout alone again.
     hung.client.lpush(KEYS.signal, 1)
-    driver = await connection.async_driver()
+    driver = await configured.async_driver()
     assert await driver.run(commands.wait_signal([KEYS.signal], SAFETY * 2))
     with hung.stopped():
         for n in (2, 3):
@@ -154,7 +155,7 @@ async def test_aenqueue_raises_when_the_server_does_not_answer(hung: Stoppable) 
 
 
 def test_a_blocking_call_gets_its_own_wait_plus_the_timeout(hung: Stoppable) -> None:
-    waited = connection.sync_driver().run(commands.wait_signal([KEYS.signal], 4 * TIMEOUT))
+    waited = configured.sync_driver().run(commands.wait_signal([KEYS.signal], 4 * TIMEOUT))
     assert waited is False  # the wait ran its course: nothing signalled
     assert _blpops(hung.client) == 1
 

@@ -23,9 +23,10 @@ import pytest
 import redis
 
 import culex
-from culex import config, inspection
+from culex import config
 from culex.cli.looking import runners_command
-from culex.serialization import codec_for
+from culex.jobs.serialization import codec_for
+from culex.operations import inspection
 
 from ._redis.test_protocol import contract, shipped
 from .conftest import running

@@ -26,7 +26,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from culex.server_binary import server_binary
+from culex.server.binary import server_binary
 
 HOST = "127.0.0.1"
 SLOTS = 16384

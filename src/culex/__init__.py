@@ -9,8 +9,6 @@
 from typing import TYPE_CHECKING
 
 from .config import Settings, configure, settings
-from .dead import DeadTask, adead_tasks, aretry_dead, dead_tasks, retry_dead
-from .enqueue import EnqueueManyError
 from .errors import (
     ConfigurationError,
     CulexError,
@@ -20,10 +18,14 @@ from .errors import (
     ServerUnavailable,
     TaskFailed,
 )
-from .job import Job, QueuedJob, aenqueue_many, enqueue_many
-from .job_registry import JobRegistry, registry
-from .periodic import MonthSpan, PeriodicJob, months
-from .queue_control import (
+from .jobs.enqueue import EnqueueManyError
+from .jobs.job import Job, QueuedJob, aenqueue_many, enqueue_many
+from .jobs.periodic import MonthSpan, PeriodicJob, months
+from .jobs.registry import JobRegistry, registry
+from .jobs.serialization import register_type
+from .jobs.task import Task, TaskNotFound, TaskState
+from .operations.dead import DeadTask, adead_tasks, aretry_dead, dead_tasks, retry_dead
+from .operations.queue_control import (
     QueueControl,
     Rate,
     alimit,
@@ -34,32 +36,41 @@ from .queue_control import (
     resume,
 )
 from .runner import Runner
-from .serialization import register_type
-from .task import Task, TaskNotFound, TaskState
 
-# Modules the docs spell as culex.inspection.runners(), culex.bulk.apply(...): each is
+# The modules the docs spell culex.inspection.runners(), culex.bulk.apply(...), by their
+# short names (each lives in the folder of its band: docs/architecture.md). Each is
 # imported at its first use after a bare `import culex`, so that a producer that never
 # uses them does not pay for importing them (the dashboard's and Django's need their
 # extras only then).
-_LAZY_MODULES = frozenset(
-    {"bulk", "dashboard", "django", "inspection", "metrics", "stats", "testing"}
-)
+_LAZY_MODULES = {
+    "bulk": "culex.operations.bulk",
+    "dashboard": "culex.dashboard",
+    "django": "culex.django",
+    "inspection": "culex.operations.inspection",
+    "metrics": "culex.operations.metrics",
+    "periodic": "culex.jobs.periodic",
+    "queue_control": "culex.operations.queue_control",
+    "stats": "culex.operations.stats",
+    "testing": "culex.testing",
+}
 
 if TYPE_CHECKING:
-    from . import bulk as bulk
     from . import dashboard as dashboard
     from . import django as django
-    from . import inspection as inspection
-    from . import metrics as metrics
-    from . import stats as stats
     from . import testing as testing
+    from .jobs import periodic as periodic
+    from .operations import bulk as bulk
+    from .operations import inspection as inspection
+    from .operations import metrics as metrics
+    from .operations import queue_control as queue_control
+    from .operations import stats as stats
 else:
 
     def __getattr__(name: str) -> object:
         if name in _LAZY_MODULES:
             import importlib
 
-            return importlib.import_module(f"{__name__}.{name}")
+            return importlib.import_module(_LAZY_MODULES[name])
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -13,8 +13,8 @@ from datetime import timedelta
 import culex
 from culex import config, logs
 from culex._redis.address import Address
-from culex.embedded import default_data_dir
-from culex.task import task_name
+from culex.jobs.task import task_name
+from culex.server.embedded import default_data_dir
 
 logger = logging.getLogger("culex")
 

@@ -26,9 +26,9 @@ except ImportError:  # the optional extra is not installed: tracing is off
 
 if TYPE_CHECKING:
     from ._redis.operations import Claimed
-    from .execution import Outcome
-    from .job import Job
-    from .task import Task
+    from .jobs.job import Job
+    from .jobs.task import Task
+    from .runner.attempt import Outcome
 
 logger = logging.getLogger("culex")
 
@@ -70,7 +70,7 @@ _UNTRACED = _Untraced()
 
 
 class _Producing:
-    """An enqueue's PRODUCER span (never made current: a flow may yield in between) and
+    """An enqueue's PRODUCER span (never made current: a procedure may yield in between) and
     the trace field its tasks carry."""
 
     def __init__(self, jobs: Sequence[Job]) -> None:

@@ -11,13 +11,14 @@ import pytest
 import redis
 
 import culex
-from culex import config, connection
+from culex import config
 from culex._redis import commands
 from culex._redis.address import Address
 from culex._redis.drivers import SyncDriver
 from culex._redis.keys import queue_keys
 from culex._redis.operations import Call
 from culex.errors import ServerUnavailable
+from culex.server import configured
 
 from ..conftest import private_tcp_server, running
 
@@ -81,14 +82,14 @@ async def test_tcp_with_a_password_and_a_database_number(
         client.close()
     wrong = f"redis://:nope@127.0.0.1:{tcp_server}/3"
     with pytest.raises(culex.ServerUnavailable, match="refused the login"):
-        connection.new_sync_driver(wrong).run(commands.server_time())
+        configured.new_sync_driver(wrong).run(commands.server_time())
     monkeypatch.undo()
     config.reset()
 
 
 async def test_a_connection_the_server_dropped_is_replaced(r: redis.Redis, url: str) -> None:
-    sync = connection.new_sync_driver(url)
-    asynchronous = await connection.new_async_driver(url)
+    sync = configured.new_sync_driver(url)
+    asynchronous = await configured.new_async_driver(url)
     try:
         before = (
             sync.run(commands.server_time()),
@@ -106,13 +107,13 @@ def test_a_forked_child_talks_over_a_connection_of_its_own(r: redis.Redis, url: 
     """Drivers are kept per URL, not per process: a child forked after its parent used one
     must open its own connection, or it would read replies meant for the parent."""
     client_id = Call((), ("CLIENT", "ID"), int)  # the server's id of the connection asking
-    driver = connection.sync_driver(url)
+    driver = configured.sync_driver(url)
     parent = driver.run(client_id)
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: the same driver, copied by the fork
         try:
-            os.write(write, str(connection.sync_driver(url).run(client_id)).encode())
+            os.write(write, str(configured.sync_driver(url).run(client_id)).encode())
         finally:
             os._exit(0)
     os.close(write)

@@ -15,7 +15,7 @@ from culex._redis.keys import queue_keys
 
 from ..conftest import driver_of, server_ms, snapshot
 
-pytestmark = pytest.mark.flows  # also run through redis-py (README's test command)
+pytestmark = pytest.mark.procedures  # also run through redis-py (README's test command)
 
 K = queue_keys("culex", "q")
 DAY_MS = 86_400_000

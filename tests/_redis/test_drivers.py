@@ -21,7 +21,7 @@ from culex._redis.keys import queue_keys
 from culex._redis.operations import Call
 from culex._redis.redispy import RedisPyAsyncDriver, RedisPySyncDriver
 
-pytestmark = pytest.mark.flows  # also run through redis-py (README's test command)
+pytestmark = pytest.mark.procedures  # also run through redis-py (README's test command)
 
 KEYS = queue_keys("culex", "drivers")
 DRIVERS: dict[str, tuple[Callable[[str], Any], Any]] = {

@@ -18,7 +18,7 @@ from culex._redis.priority import UNIT, priority_of, ready_ms
 
 from ..conftest import driver_of, field, members, score, server_ms, snapshot
 
-pytestmark = pytest.mark.flows  # also run through redis-py (README's test command)
+pytestmark = pytest.mark.procedures  # also run through redis-py (README's test command)
 
 K = queue_keys("culex", "q")
 DAY_MS = 86_400_000

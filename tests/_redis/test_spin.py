@@ -12,11 +12,12 @@ from collections.abc import Iterator
 import pytest
 
 import culex
-from culex import config, connection
+from culex import config
 from culex._redis.address import Address
 from culex._redis.connections import SyncConnection
 from culex._redis.drivers import SyncDriver
 from culex._redis.spin import GROW_START, Spinner, SpinningSelector, loop_factory, receive
+from culex.server import configured
 
 
 @pytest.fixture
@@ -138,12 +139,12 @@ def test_culex_run_polls_on_its_own_loop_only_where_it_may() -> None:
 def test_busy_poll_is_a_checked_setting_that_reaches_the_driver(url: str) -> None:
     try:
         culex.configure(busy_poll=0.0002, redis_url=url)
-        driver = connection.sync_driver()
+        driver = configured.sync_driver()
         assert isinstance(driver, SyncDriver)
         assert driver.busy_poll == 0.0002  # what enqueue() sends with
         culex.configure(busy_poll=0)
         assert config.settings().busy_poll == 0
-        driver = connection.sync_driver()
+        driver = configured.sync_driver()
         assert isinstance(driver, SyncDriver)
         assert driver.busy_poll == 0
         for bad in (-1, 1, "fast"):

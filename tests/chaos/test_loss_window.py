@@ -25,7 +25,8 @@ from typing import Any
 import pytest
 
 import culex
-from culex import config, enqueue
+from culex import config
+from culex.jobs import enqueue
 
 from ..conftest import wait_until
 from ..topology import Cluster, Node, SentinelSetup, Topology

@@ -16,7 +16,7 @@ import pytest
 import redis
 
 from culex import config
-from culex.embedded import EmbeddedServer
+from culex.server.embedded import EmbeddedServer
 
 from ..conftest import suite_binary
 from .chaos_jobs import ChaosJob, SyncChaosJob

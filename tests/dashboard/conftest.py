@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import redis
 
-from culex import config, enqueue
+from culex import config
+from culex.jobs import enqueue
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page

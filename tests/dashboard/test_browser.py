@@ -14,8 +14,9 @@ import pytest
 import redis
 
 import culex
-from culex import config, inspection, queue_control
-from culex.task import Task, TaskState
+from culex import config
+from culex.jobs.task import Task, TaskState
+from culex.operations import inspection, queue_control
 
 from ..conftest import wait_until
 from .conftest import missing, serve

@@ -12,8 +12,9 @@ import pytest
 import redis
 
 import culex
-from culex import config, inspection
+from culex import config
 from culex._redis.keys import queues_key
+from culex.operations import inspection
 
 pytest.importorskip("starlette", reason="the dashboard needs its extra: pip install -e '.[test]'")
 

@@ -9,7 +9,8 @@ import urllib.request
 import pytest
 import redis
 
-from culex import config, stats
+from culex import config
+from culex.operations import stats
 
 pytest.importorskip("starlette", reason="the dashboard needs its extra: pip install -e '.[test]'")
 

@@ -12,12 +12,13 @@ import pytest
 import redis
 
 import culex
-from culex import config, enqueue
+from culex import config
 from culex._redis import operations
 from culex._redis.keys import QueueKeys, queue_keys
 from culex.cli import main
 from culex.errors import ConfigurationError, ServerError
-from culex.queue_control import Rate, controls, rate
+from culex.jobs import enqueue
+from culex.operations.queue_control import Rate, controls, rate
 from culex.runner.claimer import Claimer
 
 from ..conftest import driver_of, running, server_ms, snapshot

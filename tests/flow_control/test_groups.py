@@ -9,11 +9,11 @@ import pytest
 import redis
 
 import culex
-from culex import bulk, inspection
 from culex._redis import operations
 from culex._redis.drivers import SyncDriverProtocol
 from culex._redis.keys import queue_keys
 from culex.errors import ConfigurationError
+from culex.operations import bulk, inspection
 
 from ..conftest import driver_of, server_ms
 

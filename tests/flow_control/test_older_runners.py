@@ -11,10 +11,11 @@ import pytest
 import redis
 
 import culex
-from culex import compatibility, inspection
 from culex._redis import operations
 from culex.cli import main
-from culex.compatibility import OlderRunnerWarning
+from culex.operations import inspection
+from culex.server import compatibility
+from culex.server.compatibility import OlderRunnerWarning
 
 from ..conftest import await_until, driver_of, running
 

@@ -11,13 +11,13 @@ import pytest
 import redis
 
 import culex
-from culex import inspection
 from culex._redis.keys import queue_keys
 from culex._redis.priority import priority_of
+from culex.operations import inspection
 
 from ..conftest import driver_of, snapshot
 
-pytestmark = pytest.mark.flows  # also run through redis-py (README's test command)
+pytestmark = pytest.mark.procedures  # also run through redis-py (README's test command)
 
 
 class MonthlyReportJob(culex.QueuedJob):

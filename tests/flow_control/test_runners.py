@@ -16,7 +16,7 @@ import pytest
 import redis
 
 import culex
-from culex import inspection, queue_control
+from culex.operations import inspection, queue_control
 
 from ..conftest import wait_until
 from . import flow_jobs

@@ -20,7 +20,7 @@ from culex._redis.keys import queue_keys
 
 from ..conftest import await_until, running
 
-pytestmark = pytest.mark.flows  # also run through redis-py (README's test command)
+pytestmark = pytest.mark.procedures  # also run through redis-py (README's test command)
 
 
 # -- RetryLater -----------------------------------------------------------------------------

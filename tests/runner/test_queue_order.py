@@ -16,7 +16,7 @@ from culex.runner.queue_order import Weighted
 
 from ..conftest import await_until, running
 
-pytestmark = pytest.mark.flows  # also run through redis-py (README's test command)
+pytestmark = pytest.mark.procedures  # also run through redis-py (README's test command)
 
 started: list[str] = []  # the queue of each task, in the order the tasks started
 

@@ -10,7 +10,8 @@ import pytest
 import redis
 
 import culex
-from culex import cli, inspection, logs
+from culex import cli, logs
+from culex.operations import inspection
 
 from ..conftest import await_until, running
 

@@ -16,14 +16,15 @@ import pytest
 import redis
 
 import culex
-from culex import connection, failures
 from culex._redis.drivers import AsyncDriver
 from culex._redis.keys import queue_keys
 from culex._redis.operations import Call, Claimed, ClaimReply
+from culex.runner import failures
+from culex.server import configured
 
 from ..conftest import await_until, nested_params, running, server_ms
 
-pytestmark = pytest.mark.flows  # also run through redis-py (README's test command)
+pytestmark = pytest.mark.procedures  # also run through redis-py (README's test command)
 
 seen: list[str] = []
 
@@ -469,12 +470,12 @@ async def test_a_task_whose_preparation_raises_anything_is_dead_and_no_longer_he
 
 async def test_a_stale_completion_changes_nothing(r: redis.Redis) -> None:
     """A runner whose lease was lost reports late: the report is refused."""
-    from culex import connection
     from culex._redis import operations
+    from culex.server import configured
 
     keys = queue_keys("culex", "order")
     task = await OrderJob(n=1).aenqueue()
-    driver = await connection.async_driver()
+    driver = await configured.async_driver()
     first = await driver.run(
         operations.claim(keys, limit=1, lease_ms=1, promote_limit=0, dead_ttl_ms=1000)
     )
@@ -502,13 +503,13 @@ async def test_a_batch_with_two_attempts_of_one_task_says_only_the_stale_one_ref
     Only attempt 1 is refused, and only it is logged so (the refusal names the attempt)."""
     from culex import config
     from culex._redis import operations
-    from culex.execution import Outcome
+    from culex.runner.attempt import Outcome
     from culex.runner.lease import LeaseKeeper
     from culex.runner.reporter import Reporter
 
     keys = queue_keys("culex", "order")
     task = await OrderJob(n=1).aenqueue()
-    driver = await connection.async_driver()
+    driver = await configured.async_driver()
     first = await driver.run(
         operations.claim(keys, limit=1, lease_ms=60_000, promote_limit=0, dead_ttl_ms=1000)
     )
@@ -567,7 +568,7 @@ async def test_an_idle_runner_claims_in_the_same_round_trip_as_its_wake_up(
     async def recording(url: str, socket_timeout: float, retry_for: float = 0) -> Recording:
         return Recording(url, socket_timeout=socket_timeout)
 
-    monkeypatch.setattr(connection, "new_async_driver", recording)
+    monkeypatch.setattr(configured, "new_async_driver", recording)
     culex.configure(idle_wait=30)
     async with running(culex.Runner(run_from=["order"])):
         await await_until(  # the runner waits once it found the queue empty

@@ -10,7 +10,7 @@ import pytest
 import redis
 
 import culex
-from culex.embedded import EmbeddedServer
+from culex.server.embedded import EmbeddedServer
 from culex.testing import Attempt, AttemptFailed, DrainTimeout, adrain, drain, enqueued
 
 from ..conftest import members

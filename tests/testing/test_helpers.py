@@ -11,8 +11,8 @@ import pytest
 import redis
 
 import culex
-from culex.embedded import EmbeddedServer, default_data_dir
-from culex.inspection import periodic_records
+from culex.operations.inspection import periodic_records
+from culex.server.embedded import EmbeddedServer, default_data_dir
 from culex.testing import (
     aenqueued,
     aperform_now,

@@ -33,7 +33,7 @@ def check_queue_name(name: object) -> str:
 class QueueKeys:
     """The keys of one queue: four sorted sets, a wake-up signal, the task hashes, the
     lists that wake producers waiting for a task's end, the records of the periodic
-    jobs that run on it, its counters (minute and hour buckets, totals), its flow
+    jobs that run on it, its counters (minute and hour buckets, totals), its procedure
     control (the control hash, the rate limit's starts), its dedupe keys (each
     mapped to the live task enqueued with it), its groups' ready sets and turns, and the
     cancels requested for its running tasks."""

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from .. import config, logs
 from ..errors import CulexError
-from . import dead_tasks, looking, periodic_jobs, running, steering
+from . import dead_tasks, looking, periodic_jobs, queue_control_commands, running
 from .which_server import existing_server, may_start_server
 
 
@@ -190,11 +190,11 @@ def _parser() -> argparse.ArgumentParser:
     pause = command("pause", help="pause a queue: it keeps taking tasks and runs none")
     pause.add_argument("queue", metavar="QUEUE")
     _force_flag(pause)
-    pause.set_defaults(command=steering.pause_command)
+    pause.set_defaults(command=queue_control_commands.pause_command)
     resume = command("resume", help="resume a paused queue")
     resume.add_argument("queue", metavar="QUEUE")
     _force_flag(resume)
-    resume.set_defaults(command=steering.resume_command)
+    resume.set_defaults(command=queue_control_commands.resume_command)
     limit = command(
         "limit",
         help="change a queue's rate and concurrency limits at run time (none: no limit)",
@@ -210,7 +210,7 @@ def _parser() -> argparse.ArgumentParser:
     limit.add_argument(
         "--reset", action="store_true", help="drop the limits set here: the jobs' own hold again"
     )
-    limit.set_defaults(command=steering.limit_command)
+    limit.set_defaults(command=queue_control_commands.limit_command)
 
     dashboard = command("dashboard", help="serve the web dashboard (needs culex[dashboard])")
     dashboard.add_argument("--host", default="127.0.0.1", help="default 127.0.0.1")

@@ -10,7 +10,7 @@ from .. import config
 from ..errors import CulexError, ServerError
 
 if TYPE_CHECKING:
-    from ..dead import DeadTask
+    from ..operations.dead import DeadTask
 
 
 from .tables import local_time, one_line, print_table
@@ -22,7 +22,7 @@ _DEAD_USAGE = (
 
 
 def dead_command(args: argparse.Namespace) -> int:
-    from .. import dead
+    from ..operations import dead
 
     settings = config.settings_for(args.redis_url)
     action = args.words[0] if args.words[0] in ("retry", "purge") and len(args.words) > 1 else ""
@@ -60,8 +60,8 @@ def dead_command(args: argparse.Namespace) -> int:
 
 def _retry_all(queue: str, job: str | None, settings: config.Settings) -> int:
     """Every dead task of ``queue`` (of ``job``) back in waiting, with a progress bar."""
-    from ..bulk import apply
-    from ..progress import ProgressBar
+    from ..operations.bulk import apply
+    from .progress_bar import ProgressBar
 
     done = apply("retry", queue, settings, job=job, progress=ProgressBar("retrying"))
     print(f"put {done} dead task(s) of {queue} back in waiting")
@@ -71,9 +71,9 @@ def _retry_all(queue: str, job: str | None, settings: config.Settings) -> int:
 def _purge(queue: str, job: str | None, yes: bool, settings: config.Settings) -> int:
     """Delete every dead task of ``queue`` (of ``job``), once confirmed, with a progress bar."""
     from .._redis.keys import check_queue_name
-    from ..bulk import apply
-    from ..inspection import queue_counts
-    from ..progress import ProgressBar
+    from ..operations.bulk import apply
+    from ..operations.inspection import queue_counts
+    from .progress_bar import ProgressBar
 
     held = queue_counts(settings, [check_queue_name(queue)])[queue]["dead"]
     which = f"the dead tasks of job {job}" if job else "every dead task"
@@ -92,7 +92,7 @@ def _purge(queue: str, job: str | None, yes: bool, settings: config.Settings) ->
 
 def _show_dead(tasks: list[DeadTask], queue: str, offset: int, settings: config.Settings) -> None:
     """The page as a table, then how many dead tasks the queue holds, and how to see more."""
-    from ..inspection import queue_counts
+    from ..operations.inspection import queue_counts
 
     total = queue_counts(settings, [queue])[queue]["dead"]
     if not tasks:
@@ -120,23 +120,23 @@ def cancel_command(args: argparse.Namespace) -> int:
     or the state that refused it. Exit 1 unless all were called off. Every id goes in the
     same round trip."""
     from .._redis.operations import CANCELLED, CANCELLING
-    from ..flow import run_sync, together
-    from ..task import Task
+    from ..jobs.task import Task
+    from ..server.procedures import run_sync, together
 
     settings = config.settings_for(args.redis_url)
     try:  # every id is checked before the first one is cancelled
-        flows = {
+        procedures = {
             task_id: Task(
                 task_id, args.queue, settings.redis_url, prefix=settings.prefix
-            ).cancel_flow(args.reason)
+            ).cancel_procedure(args.reason)
             for task_id in dict.fromkeys(args.ids)
         }
     except (TypeError, ValueError) as exc:
         raise CulexError(str(exc)) from None
-    batch = together(list(flows.values()), refused="return")  # one round trip
+    batch = together(list(procedures.values()), refused="return")  # one round trip
     outcomes = run_sync(batch, settings.redis_url)
     refused = 0
-    for task_id, outcome in zip(flows, outcomes, strict=True):
+    for task_id, outcome in zip(procedures, outcomes, strict=True):
         if outcome == CANCELLED:
             print(f"{task_id}: cancelled")
             continue

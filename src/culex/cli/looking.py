@@ -9,16 +9,16 @@ import time
 
 from .. import config
 from .._redis.operations import shown
-from ..codecs import moment
 from ..errors import CulexError
-from ..failures import AttemptError, attempt_errors
-from .steering import marks
+from ..jobs.codecs import moment
+from ..runner.failures import AttemptError, attempt_errors
+from .queue_control_commands import marks
 from .tables import one_line, print_table
 
 
 def queues_command(args: argparse.Namespace) -> int:
-    from ..inspection import queue_counts, queue_latency
-    from ..queue_control import limits_in_force
+    from ..operations.inspection import queue_counts, queue_latency
+    from ..operations.queue_control import limits_in_force
 
     settings = config.settings_for(args.redis_url)
     counts = queue_counts(settings)
@@ -51,7 +51,7 @@ def window(text: str) -> float:
 
 
 def stats_command(args: argparse.Namespace) -> int:
-    from ..stats import Counts, job_summary, summary
+    from ..operations.stats import Counts, job_summary, summary
 
     settings = config.settings_for(args.redis_url)
     rows: dict[tuple[str, ...], Counts]
@@ -101,7 +101,7 @@ _JSON = ("params", "result")
 def task_command(args: argparse.Namespace) -> int:
     """``culex task QUEUE ID``, ``culex task QUEUE<ID>`` as logs name a task, or ``culex
     task ID`` alone, looked for in every queue culex knows."""
-    from ..task import Task, task_name
+    from ..jobs.task import Task, task_name
 
     settings = config.settings_for(args.redis_url)
     try:  # (a bad queue name or id: checked before any I/O)
@@ -139,7 +139,7 @@ def _which_task(
     first: str, task_id: str | None, settings: config.Settings
 ) -> tuple[str, str] | None:
     """The queue and id ``culex task`` names (None: said why not, on stdout)."""
-    from ..task import check_id, queues_holding, split_task_name, task_name
+    from ..jobs.task import check_id, queues_holding, split_task_name, task_name
 
     if task_id is not None:
         return first, task_id
@@ -172,7 +172,7 @@ def _progress(value: str, message: str) -> str:
 
 
 def runners_command(args: argparse.Namespace) -> int:
-    from ..inspection import runners
+    from ..operations.inspection import runners
 
     settings = config.settings_for(args.redis_url)
     found = runners(settings)
@@ -208,7 +208,7 @@ _AT = {"waiting": "ready since", "scheduled": "due", "pending": "lease ends", "d
 
 
 def tasks_command(args: argparse.Namespace) -> int:
-    from ..inspection import tasks
+    from ..operations.inspection import tasks
 
     settings = config.settings_for(args.redis_url)
     try:

@@ -10,7 +10,7 @@ from .. import config
 from ..errors import CulexError
 
 if TYPE_CHECKING:
-    from ..periodic import PeriodicJob
+    from ..jobs.periodic import PeriodicJob
 
 
 from .running import load_module
@@ -40,7 +40,7 @@ def periodic_command(args: argparse.Namespace) -> int:
 
 
 def _periodic_of_module(module: str, settings: config.Settings) -> int:
-    from ..inspection import periodic_status
+    from ..operations.inspection import periodic_status
 
     columns = ("job", "queue", "schedule", "next run", "last run", "last outcome")
     print_table(columns, periodic_status(_module_periodic_jobs(module), settings))
@@ -48,8 +48,8 @@ def _periodic_of_module(module: str, settings: config.Settings) -> int:
 
 
 def _module_periodic_jobs(module: str) -> list[type[PeriodicJob]]:
-    from ..job_registry import registry
-    from ..periodic import PeriodicJob
+    from ..jobs.periodic import PeriodicJob
+    from ..jobs.registry import registry
 
     load_module(module)
     return [job for job in registry if issubclass(job, PeriodicJob)]
@@ -58,8 +58,8 @@ def _module_periodic_jobs(module: str) -> list[type[PeriodicJob]]:
 def _trigger_periodic(
     name: str, module: str | None, queue: str | None, settings: config.Settings
 ) -> int:
-    from ..periodic import trigger
-    from ..task import task_name
+    from ..jobs.periodic import trigger
+    from ..jobs.task import task_name
 
     target: str | type[PeriodicJob] = name
     if module is not None:
@@ -81,7 +81,7 @@ def _trigger_periodic(
 
 def _queue_of(name: str, settings: config.Settings) -> str:
     """The one queue whose scheduler runs the job ``name`` (else a clear error)."""
-    from ..inspection import periodic_jobs
+    from ..operations.inspection import periodic_jobs
 
     queues = [row.queue for row in periodic_jobs(settings) if row.job == name]
     if len(queues) != 1:
@@ -95,7 +95,7 @@ def _queue_of(name: str, settings: config.Settings) -> str:
 
 
 def _show_periodic(settings: config.Settings) -> None:
-    from ..inspection import periodic_jobs
+    from ..operations.inspection import periodic_jobs
 
     columns = ("job", "queue", "schedule", "next run", "last run", "last outcome", "last task")
     rows = [
@@ -118,7 +118,7 @@ def _show_periodic(settings: config.Settings) -> None:
 
 def _periodic_time(seconds: float | None, timezone: str) -> str:
     """An epoch time in the job's time zone, as culex periodic MODULE shows it."""
-    from ..periodic import EPOCH, zone_of
+    from ..jobs.periodic import EPOCH, zone_of
 
     if seconds is None:
         return "never"

@@ -93,13 +93,13 @@ def run_command(args: argparse.Namespace) -> int:
     flags = {name: value for name, value in given.items() if value is not None}
     config.set_flags(flags)
     if args.supervisor_pipe is not None:
-        from ..supervisor import follow
+        from ..runner.supervisor import follow
 
         follow(args.supervisor_pipe)
     load_module(args.module)
     runner = Runner()  # (a supervisor too: a check that fails, fails here, once)
     if args.processes > 1:
-        from ..supervisor import supervise
+        from ..runner.supervisor import supervise
 
         return supervise(args.module, flags, args.log_level, args.processes)
     # What is loaded by now (modules, classes, functions) lives as long as the process:
@@ -112,7 +112,7 @@ def run_command(args: argparse.Namespace) -> int:
     except ConfigurationError as exc:
         if args.supervisor_pipe is None:
             raise
-        from ..supervisor import CONFIG_ERROR
+        from ..runner.supervisor import CONFIG_ERROR
 
         # (its own exit code: the supervisor stops rather than start it again)
         print(f"culex: {exc}", file=sys.stderr)
@@ -121,7 +121,7 @@ def run_command(args: argparse.Namespace) -> int:
 
 
 def server_command(args: argparse.Namespace) -> int:
-    from ..embedded import EmbeddedServer, default_data_dir
+    from ..server.embedded import EmbeddedServer, default_data_dir
 
     server = EmbeddedServer(args.data_dir or default_data_dir())
     if args.action == "start":
@@ -182,7 +182,7 @@ def dashboard_command(args: argparse.Namespace) -> int:
 
 def metrics_command(args: argparse.Namespace) -> int:
     try:
-        from ..metrics import serve
+        from ..operations.metrics import serve
     except ImportError as exc:
         print(f"culex metrics needs prometheus-client ({exc}): pip install 'culex[metrics]'")
         return 2

@@ -23,7 +23,7 @@ def existing_server(args: argparse.Namespace, *, say: bool) -> None:
     """Point ``args.redis_url`` at the server the command is to use, one that runs already,
     and (if ``say``) write which one it is on stderr, its password masked. Raises
     CulexError when no server is named and no embedded server runs in this folder."""
-    from ..embedded import EmbeddedServer, default_data_dir
+    from ..server.embedded import EmbeddedServer, default_data_dir
 
     settings = config.settings_for(args.redis_url)
     if settings.redis_url:

@@ -1,5 +1,5 @@
 """The actions (POST): each checks read-only mode and its CSRF token first, acts through
-culex's public flows, and sends the browser back (303) with what it did."""
+culex's public procedures, and sends the browser back (303) with what it did."""
 
 from __future__ import annotations
 
@@ -8,12 +8,13 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from .. import bulk as bulk_actions
-from .. import periodic, queue_control
 from .._redis.keys import check_queue_name
 from .._redis.operations import CANCELLED, CANCELLING
 from ..errors import short
-from ..flow import run_async
+from ..jobs import periodic
+from ..operations import bulk as bulk_actions
+from ..operations import queue_control
+from ..server.procedures import run_async
 from . import security
 from .listing import MAX_LIMIT, Query
 from .pages import ACTIONS, addressed_task, task_address
@@ -40,7 +41,7 @@ async def task_action(request: Request) -> Response:
             )
             return RedirectResponse(str(url), status_code=303)
     elif action == "cancel":
-        outcome = await run_async(task.cancel_flow(CANCEL_REASON), task.url)
+        outcome = await run_async(task.cancel_procedure(CANCEL_REASON), task.url)
         if outcome == CANCELLING:  # a running task: its runner stops it
             action = "cancelling"
         done = outcome in (CANCELLED, CANCELLING)

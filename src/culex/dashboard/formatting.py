@@ -12,7 +12,7 @@ from datetime import datetime
 from markupsafe import Markup
 
 from .._redis.operations import shown
-from ..codecs import moment
+from ..jobs.codecs import moment
 
 # Shown in full up to this many characters; longer text is cut, with a "show all" link
 # that loads the whole of it as plain text.

@@ -9,8 +9,9 @@ from dataclasses import dataclass, replace
 
 from starlette.exceptions import HTTPException
 
-from .. import config, inspection
-from ..inspection import STATES, TaskPage
+from .. import config
+from ..operations import inspection
+from ..operations.inspection import STATES, TaskPage
 
 LIMITS = (25, 50, 100)
 MAX_LIMIT = max(LIMITS)

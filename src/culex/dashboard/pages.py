@@ -1,4 +1,4 @@
-"""The pages (GET): each reads through culex's public flows, never Redis itself."""
+"""The pages (GET): each reads through culex's public procedures, never Redis itself."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 
-from .. import inspection, queue_control, stats
 from .._redis.keys import check_queue_name
-from ..failures import attempt_errors
-from ..task import Task, check_id
+from ..jobs.task import Task, check_id
+from ..operations import inspection, queue_control, stats
+from ..runner.failures import attempt_errors
 from . import formatting, listing
 from .templating import path_for, render
 
@@ -212,7 +212,7 @@ async def task_text(request: Request) -> Response:
 async def metrics(request: Request) -> Response:
     """Prometheus text, as ``culex metrics`` serves it (needs prometheus-client)."""
     try:
-        from .. import metrics as prometheus
+        from ..operations import metrics as prometheus
     except ImportError as exc:
         return PlainTextResponse(
             f"/metrics needs prometheus-client ({exc}): pip install 'culex[dashboard]'", 501

@@ -11,7 +11,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from .. import inspection, stats
+from ..operations import inspection, stats
 from .pages import QUEUES_SHOWN, nameable
 
 # range name -> (its length in seconds, the step of its buckets)

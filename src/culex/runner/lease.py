@@ -16,12 +16,13 @@ import logging
 import threading
 import time
 
-from .. import config, connection
+from .. import config
 from .._redis import commands, operations
 from .._redis.drivers import SyncDriverProtocol
 from .._redis.keys import queue_keys, queues_key
 from .._redis.operations import Call, Claimed
 from ..errors import ServerError
+from ..server import configured
 
 logger = logging.getLogger("culex")
 
@@ -91,7 +92,7 @@ class LeaseKeeper:
                 del self._held[(claimed.queue, claimed.id)]
 
     def _run(self) -> None:
-        driver = connection.new_sync_driver(self.url, socket_timeout=self.settings.socket_timeout)
+        driver = configured.new_sync_driver(self.url, socket_timeout=self.settings.socket_timeout)
         self._renew(driver, [])  # (the runner is in the registry from its start)
         while not self._stopped.is_set():
             with self._lock:

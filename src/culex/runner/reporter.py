@@ -16,14 +16,15 @@ import asyncio
 import logging
 from typing import Any
 
-from .. import config, failures
+from .. import config
 from .._redis import operations
 from .._redis.drivers import AsyncDriverProtocol
 from .._redis.keys import queue_keys
 from .._redis.operations import Call, Claimed
 from .._redis.scripts import MOST
 from ..errors import ConfigurationError, ServerError, ServerUnavailable
-from ..execution import Outcome, task_name
+from . import failures
+from .attempt import Outcome, task_name
 from .backoff import SERVER_ERROR, Backoff
 from .lease import LeaseKeeper
 

@@ -28,20 +28,22 @@ from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NoReturn
 
-from .. import config, connection, isolation, logs
+from .. import config, logs
 from .._redis import commands
 from .._redis.drivers import AsyncDriverProtocol
 from .._redis.keys import queue_keys
 from .._redis.operations import Claimed
 from .._redis.scripts import MOST
 from .._redis.spin import loop_factory
-from ..compatibility import PROTOCOL
 from ..errors import ConfigurationError, ServerError, ServerUnavailable
-from ..execution import Outcome, attempt, broken, decode, task_name
-from ..job import Job
-from ..job_registry import JobRegistry, registry
-from ..periodic import periodic_jobs
-from ..task_progress import Reporting
+from ..jobs.job import Job
+from ..jobs.periodic import periodic_jobs
+from ..jobs.progress import Reporting
+from ..jobs.registry import JobRegistry, registry
+from ..server import configured
+from ..server.compatibility import PROTOCOL
+from . import isolation
+from .attempt import Outcome, attempt, broken, decode, task_name
 from .cancels import CancelWatcher
 from .claimer import Claimer
 from .lease import LeaseKeeper
@@ -166,7 +168,7 @@ class Runner:
         if handle_signals:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(sig, self._on_signal, sig)
-        url = self._url = connection.resolve_url(self.settings.redis_url)
+        url = self._url = configured.resolve_url(self.settings.redis_url)
         self._reporting = {
             q: Reporting(url, queue_keys(self.settings.prefix, q)) for q in self.queues
         }
@@ -203,7 +205,7 @@ class Runner:
             logger.info("culex stopped")
 
     async def _connect(self, url: str) -> AsyncDriverProtocol:
-        driver = await connection.new_async_driver(url, self.settings.socket_timeout, retry_for=0)
+        driver = await configured.new_async_driver(url, self.settings.socket_timeout, retry_for=0)
         try:
             await self._check_server(driver)
         except BaseException:

@@ -17,7 +17,7 @@ from .._redis.drivers import AsyncDriverProtocol
 from .._redis.keys import periodic_jobs_key, queue_keys, queues_key
 from .._redis.operations import Call, Scheduled
 from ..errors import ServerError
-from ..periodic import PeriodicJob, described, format_slot, record_expiry, registry_entry
+from ..jobs.periodic import PeriodicJob, described, format_slot, record_expiry, registry_entry
 from .backoff import Backoff
 
 logger = logging.getLogger("culex")

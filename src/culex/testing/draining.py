@@ -16,28 +16,23 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 
-from .. import config, connection, isolation
+from .. import config
 from .._redis import commands, operations
 from .._redis.drivers import AsyncDriverProtocol
 from .._redis.keys import check_queue_name, queue_keys
 from .._redis.operations import Claimed
 from ..errors import short
-from ..execution import Outcome, attempt, decode
-from ..job import Job
-from ..job_registry import JobRegistry, registry
+from ..jobs.job import Job
+from ..jobs.progress import Reporting
+from ..jobs.registry import JobRegistry, registry
+from ..jobs.serialization import decode_result
+from ..runner import isolation
+from ..runner.attempt import Outcome, attempt, decode
 from ..runner.claimer import PROMOTE_LIMIT
 from ..runner.lease import LeaseKeeper
 from ..runner.reporter import Reporter
-from ..serialization import decode_result
-from ..task_progress import Reporting
-from .attempts import (
-    FAILED,
-    Attempt,
-    AttemptFailed,
-    AttemptOutcome,
-    DrainTimeout,
-    params_of,
-)
+from ..server import configured
+from .attempts import FAILED, Attempt, AttemptFailed, AttemptOutcome, DrainTimeout, params_of
 
 HASTEN_LIMIT = 10_000  # scheduled tasks made due per queue and round
 
@@ -80,7 +75,7 @@ async def adrain(
     if not isinstance(fail_fast, bool) or not isinstance(run_scheduled, bool):
         raise TypeError("drain(): fail_fast and run_scheduled must be True or False")
     settings = config.settings()
-    driver = await connection.async_driver(settings.redis_url)
+    driver = await configured.async_driver(settings.redis_url)
     drainer = _Drainer(settings, driver, names, run_scheduled, lease_ms=round(limit * 1000))
     try:
         async with asyncio.timeout(limit):

@@ -9,9 +9,9 @@ from .. import config
 from .._redis import commands
 from .._redis.keys import queue_keys
 from ..errors import short
-from ..flow import Flow, run_async, run_sync
-from ..job import Job
-from ..task import Task
+from ..jobs.job import Job
+from ..jobs.task import Task
+from ..server.procedures import Procedure, run_async, run_sync
 
 MAX_TASKS = 10_000  # the most ids enqueued() reads of a queue (waiting and scheduled)
 
@@ -19,12 +19,12 @@ MAX_TASKS = 10_000  # the most ids enqueued() reads of a queue (waiting and sche
 def enqueued(job: type[Job], **params: Any) -> list[Task]:
     """The tasks of ``job`` waiting or scheduled in its queue whose params include
     ``params`` (compared as the job decodes them), soonest first: waiting, then scheduled."""
-    return run_sync(_flow(job, params), config.settings().redis_url)
+    return run_sync(_procedure(job, params), config.settings().redis_url)
 
 
 async def aenqueued(job: type[Job], **params: Any) -> list[Task]:
     """The async twin of :func:`enqueued`."""
-    return await run_async(_flow(job, params), config.settings().redis_url)
+    return await run_async(_procedure(job, params), config.settings().redis_url)
 
 
 def check_job_class(job: object, where: str) -> type[Job]:
@@ -34,7 +34,7 @@ def check_job_class(job: object, where: str) -> type[Job]:
     return job
 
 
-def _flow(job: type[Job], params: dict[str, Any]) -> Flow[list[Task]]:
+def _procedure(job: type[Job], params: dict[str, Any]) -> Procedure[list[Task]]:
     job = check_job_class(job, "enqueued()")
     wanted = _wanted(job, params)
     settings = config.settings()

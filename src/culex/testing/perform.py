@@ -7,10 +7,10 @@ import json
 from typing import Any
 
 from ..errors import short
-from ..execution import _run_async, _run_sync
-from ..job import Job
-from ..serialization import decode_result
-from ..task import new_id
+from ..jobs.job import Job
+from ..jobs.serialization import decode_result
+from ..jobs.task import new_id
+from ..runner.attempt import _run_async, _run_sync
 
 
 def perform_now(job: Job) -> Any:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from .. import periodic
-from ..periodic import PeriodicJob
+from ..jobs import periodic
+from ..jobs.periodic import PeriodicJob
 from .attempts import Attempt
 from .draining import adrain, drain
 from .enqueued_tasks import check_job_class

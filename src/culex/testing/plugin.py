@@ -17,7 +17,7 @@ import pytest
 from .. import config
 from .._redis import commands
 from .._redis.drivers import SyncDriver
-from ..embedded import EmbeddedServer
+from ..server.embedded import EmbeddedServer
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,5 @@
 #!lua flags=no-writes
--- read_queues: what a scrape of the metrics reads of each queue (culex/metrics.py), for
+-- read_queues: what a scrape of the metrics reads of each queue (culex/operations/metrics.py), for
 -- many queues in one call: the sizes of its four sets and of its groups' ready tasks, the
 -- first task of waiting and of the groups' ready tasks, and its counters since counting
 -- began. Writes nothing. One flat reply for a batch of queues, where the commands one by

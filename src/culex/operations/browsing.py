@@ -14,14 +14,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from . import config
-from ._redis import commands, operations
-from ._redis.keys import QueueKeys, check_queue_name, queue_keys
-from ._redis.operations import Call, number
-from ._redis.priority import ready_ms
-from .errors import short
-from .flow import Flow, raised, run_async, run_sync
-from .task import MAX_ID_LENGTH, check_id
+from .. import config
+from .._redis import commands, operations
+from .._redis.keys import QueueKeys, check_queue_name, queue_keys
+from .._redis.operations import Call, number
+from .._redis.priority import ready_ms
+from ..errors import short
+from ..jobs.task import MAX_ID_LENGTH, check_id
+from ..server.procedures import Procedure, raised, run_async, run_sync
 
 STATES = ("waiting", "pending", "scheduled", "dead")
 MAX_PAGE = 500  # rows a page holds at most
@@ -95,8 +95,10 @@ def tasks(
     others. Each looks at 2,000 ids a page at most, as ``job`` does.
     """
     settings = settings or config.settings()
-    flow = _page_flow(queue, state, settings, newest_first, cursor, limit, job, search, kind)
-    return run_sync(flow, settings.redis_url)
+    procedure = _page_procedure(
+        queue, state, settings, newest_first, cursor, limit, job, search, kind
+    )
+    return run_sync(procedure, settings.redis_url)
 
 
 async def atasks(
@@ -113,15 +115,17 @@ async def atasks(
 ) -> TaskPage:
     """The async twin of :func:`tasks`."""
     settings = settings or config.settings()
-    flow = _page_flow(queue, state, settings, newest_first, cursor, limit, job, search, kind)
-    return await run_async(flow, settings.redis_url)
+    procedure = _page_procedure(
+        queue, state, settings, newest_first, cursor, limit, job, search, kind
+    )
+    return await run_async(procedure, settings.redis_url)
 
 
 def find_task(queue: str, task_id: str, settings: config.Settings | None = None) -> TaskRow | None:
     """The task ``task_id`` of ``queue``, whatever its state (read in one round trip), or
     None when it has no record (never enqueued, or expired)."""
     settings = settings or config.settings()
-    return run_sync(_find_flow(queue, task_id, settings), settings.redis_url)
+    return run_sync(_find_procedure(queue, task_id, settings), settings.redis_url)
 
 
 async def afind_task(
@@ -129,7 +133,7 @@ async def afind_task(
 ) -> TaskRow | None:
     """The async twin of :func:`find_task`."""
     settings = settings or config.settings()
-    return await run_async(_find_flow(queue, task_id, settings), settings.redis_url)
+    return await run_async(_find_procedure(queue, task_id, settings), settings.redis_url)
 
 
 def check_state(state: object, allowed: Iterable[str] = STATES) -> str:
@@ -231,7 +235,7 @@ def browse_call(
     )  # fmt: skip
 
 
-def _page_flow(
+def _page_procedure(
     queue: str,
     state: str,
     settings: config.Settings,
@@ -241,8 +245,8 @@ def _page_flow(
     job: str | None,
     search: str | None = None,
     kind: str | None = None,
-) -> Flow[TaskPage]:
-    """The arguments of :func:`tasks`, checked before any I/O, and the flow of the page."""
+) -> Procedure[TaskPage]:
+    """The arguments of :func:`tasks`, checked before any I/O, and the procedure of the page."""
     keys = queue_keys(settings.prefix, check_queue_name(queue))
     check_state(state)
     if not isinstance(newest_first, bool):
@@ -274,7 +278,7 @@ def _page_flow(
 def _page(
     call: Any, sets: list[str], part: int, after: tuple[str, str] | None, limit: int,
     queue: str, state: str,
-) -> Flow[TaskPage]:  # fmt: skip
+) -> Procedure[TaskPage]:  # fmt: skip
     """A page that goes on into the state's next set when one ends before the page does
     (waiting: the groups' ready tasks); the total counts every set."""
     others = [commands.set_size(key) for i, key in enumerate(sets) if i != part]
@@ -312,13 +316,15 @@ def _row(queue: str, state: str, row: operations.BrowsedRow) -> TaskRow:
     )  # fmt: skip
 
 
-def _find_flow(queue: str, task_id: str, settings: config.Settings) -> Flow[TaskRow | None]:
+def _find_procedure(
+    queue: str, task_id: str, settings: config.Settings
+) -> Procedure[TaskRow | None]:
     keys = queue_keys(settings.prefix, check_queue_name(queue))
     check_id(task_id)
     return _find(keys, task_id)
 
 
-def _find(keys: QueueKeys, task_id: str) -> Flow[TaskRow | None]:
+def _find(keys: QueueKeys, task_id: str) -> Procedure[TaskRow | None]:
     calls: list[Call[Any]] = [commands.read_row(keys, task_id)]
     places = [(state, key) for state in STATES for key in state_sets(keys, state)]
     calls += [commands.set_score(key, task_id) for _, key in places]
@@ -369,8 +375,8 @@ async def adead_everywhere(
     ``dead``: each queue's count of dead tasks (``aqueue_counts``); the DEAD_QUEUES queues
     with the most are read, ``limit`` rows of each at most, in one round trip."""
     settings = settings or config.settings()
-    flow = _dead_flow(dead, settings, limit, cursor)
-    return await run_async(flow, settings.redis_url)
+    procedure = _dead_procedure(dead, settings, limit, cursor)
+    return await run_async(procedure, settings.redis_url)
 
 
 def _encode_dead_cursor(score: str, queue: str, task_id: str) -> str:
@@ -391,9 +397,9 @@ def _decode_dead_cursor(cursor: str) -> tuple[str, str, str]:
         raise ValueError(f"not a cursor that a page of dead tasks gave: {short(cursor)}") from None
 
 
-def _dead_flow(
+def _dead_procedure(
     dead: dict[str, int], settings: config.Settings, limit: int, cursor: str | None
-) -> Flow[DeadPage]:
+) -> Procedure[DeadPage]:
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
         raise ValueError(f"limit must be 1 to {MAX_PAGE}, got {limit!r}")
     at = None if cursor is None else _decode_dead_cursor(cursor)
@@ -405,7 +411,7 @@ def _dead_flow(
 def _dead_page(
     queues: list[str], left_out: int, settings: config.Settings, limit: int,
     at: tuple[str, str, str] | None,
-) -> Flow[DeadPage]:  # fmt: skip
+) -> Procedure[DeadPage]:  # fmt: skip
     calls: list[Call[Any]] = []
     for queue in queues:
         after = None

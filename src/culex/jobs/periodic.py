@@ -14,14 +14,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from . import config
-from ._redis import commands, operations
-from ._redis.keys import check_queue_name, queue_keys, queues_key
-from ._redis.operations import Scheduled
-from .errors import ConfigurationError, CulexError, short
-from .flow import Flow, run_async, run_sync
+from .. import config
+from .._redis import commands, operations
+from .._redis.keys import check_queue_name, queue_keys, queues_key
+from .._redis.operations import Scheduled
+from ..errors import ConfigurationError, CulexError, short
+from ..server.procedures import Procedure, run_async, run_sync
 from .job import Job
-from .job_registry import JobRegistry, registry
+from .registry import JobRegistry, registry
 from .task import Task, new_id
 
 if TYPE_CHECKING:
@@ -388,7 +388,7 @@ class UnknownPeriodicJob(CulexError, LookupError):
 
 def _trigger(
     job: str | type[PeriodicJob], queue: str | None, settings: config.Settings
-) -> Flow[Task]:
+) -> Procedure[Task]:
     job_type, queue, job_class = _target(job, queue)
     keys = queue_keys(settings.prefix, queue)
     call = operations.schedule(

@@ -10,7 +10,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from .errors import CulexError
+from ..errors import CulexError
 
 INSTALL_HINT = (
     "culex found no Valkey/Redis server binary to run its embedded server. "

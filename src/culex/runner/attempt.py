@@ -16,15 +16,15 @@ from concurrent.futures import Executor
 from datetime import timedelta
 from typing import Any
 
-from . import logs, tracing
-from ._redis.operations import Claimed
-from .config import seconds
-from .errors import JobFailure, RetryLater, short
+from .. import logs, tracing
+from .._redis.operations import Claimed
+from ..config import seconds
+from ..errors import JobFailure, RetryLater, short
+from ..jobs.job import Job
+from ..jobs.registry import JobRegistry
+from ..jobs.task import task_name as named
 from .failures import traceback_of
 from .isolation import ChildDied, ChildRaised, run_in_process
-from .job import Job
-from .job_registry import JobRegistry
-from .task import task_name as named
 
 logger = logging.getLogger("culex")
 

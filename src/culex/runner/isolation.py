@@ -13,14 +13,14 @@ from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from .errors import JobFailure, RetryLater
+from ..errors import JobFailure, RetryLater
 from .failures import traceback_of
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
     from multiprocessing.process import BaseProcess
 
-    from .job import Job
+    from ..jobs.job import Job
 
 KILL_WAIT = 5.0  # seconds to wait for a SIGKILLed child to be gone
 

@@ -2,7 +2,7 @@
 their attempts ran, read from the minute and hour buckets that the scripts which end tasks
 write (docs/metrics.md, "Counters in Redis").
 
-Each read is a flow, with a blocking function and its ``a*`` async twin; every bucket of a
+Each read is a procedure, with a blocking function and its ``a*`` async twin; every bucket of a
 range is read in one round trip.
 """
 
@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from . import config
-from ._redis import commands
-from ._redis.keys import check_queue_name, queue_keys, queues_key
-from ._redis.operations import Call, number, shown
-from .errors import short
-from .flow import Flow, run_async, run_sync
+from .. import config
+from .._redis import commands
+from .._redis.keys import check_queue_name, queue_keys, queues_key
+from .._redis.operations import Call, number, shown
+from ..errors import short
+from ..server.procedures import Procedure, run_async, run_sync
 
 __all__ = [
     "DURATION_BUCKETS",
@@ -172,8 +172,8 @@ def series(
     """The non-empty buckets of ``step`` ("minute" or "hour") that hold a moment from
     ``since`` to ``until`` (default: the server's now), oldest first, one per queue and job.
     A range covers at most two days of minutes, or a week of hours."""
-    settings, flow = _series_flow(settings, queues, since, until, step)
-    return run_sync(flow, settings.redis_url)
+    settings, procedure = _series_procedure(settings, queues, since, until, step)
+    return run_sync(procedure, settings.redis_url)
 
 
 async def aseries(
@@ -185,8 +185,8 @@ async def aseries(
     step: Step = "minute",
 ) -> list[Bucket]:
     """The async twin of :func:`series`."""
-    settings, flow = _series_flow(settings, queues, since, until, step)
-    return await run_async(flow, settings.redis_url)
+    settings, procedure = _series_procedure(settings, queues, since, until, step)
+    return await run_async(procedure, settings.redis_url)
 
 
 def totals(
@@ -291,13 +291,13 @@ def _window_args(
     return settings, names, seconds
 
 
-def _series_flow(
+def _series_procedure(
     settings: config.Settings | None,
     queues: list[str] | None,
     since: object,
     until: object,
     step: object,
-) -> tuple[config.Settings, Flow[list[Bucket]]]:
+) -> tuple[config.Settings, Procedure[list[Bucket]]]:
     settings, names = _checked(settings, queues)
     if step not in _SIZE:
         raise ValueError(f'step must be "minute" or "hour", got {short(step)}')
@@ -319,10 +319,10 @@ def _check_range(start: float, end: float, step: str) -> None:
         )
 
 
-# -- flows ------------------------------------------------------------------------------------
+# -- procedures ------------------------------------------------------------------------------------
 
 
-def _read(calls: list[Call[Any]]) -> Flow[list[Any]]:
+def _read(calls: list[Call[Any]]) -> Procedure[list[Any]]:
     """Send ``calls`` in one round trip (none when there are none); a refused one raises."""
     replies = (yield calls) if calls else []
     for reply in replies:
@@ -333,7 +333,7 @@ def _read(calls: list[Call[Any]]) -> Flow[list[Any]]:
 
 def _names_and_now(
     settings: config.Settings, queues: list[str] | None
-) -> Flow[tuple[list[str], float]]:
+) -> Procedure[tuple[list[str], float]]:
     """The queues (given, or every known one) and the server's clock, in one round trip."""
     calls: list[Call[Any]] = [commands.server_time()]
     if queues is None:
@@ -351,7 +351,7 @@ def _series(
     since: float,
     until: float | None,
     step: str,
-) -> Flow[list[Bucket]]:
+) -> Procedure[list[Bucket]]:
     if until is None or queues is None:
         queues, now = yield from _names_and_now(settings, queues)
         if until is None:
@@ -383,7 +383,7 @@ def _series(
 
 def _unfolded(
     prefix: str, minutes: dict[str, int | None], hours: set[int] | None
-) -> Flow[dict[tuple[str, int], dict[str, Counts]]]:
+) -> Procedure[dict[tuple[str, int], dict[str, Counts]]]:
     """The counts of each queue's minute that its hour bucket and the totals do not hold
     yet (include/stats.lua folds a minute into them once a later one is counted), for the
     queues whose such minute lies in one of ``hours`` (None: any hour)."""
@@ -400,7 +400,7 @@ def _unfolded(
 
 def _totals(
     settings: config.Settings, queues: list[str] | None
-) -> Flow[dict[tuple[str, str], Counts]]:
+) -> Procedure[dict[tuple[str, str], Counts]]:
     if queues is None:
         queues = yield commands.known_queues(queues_key(settings.prefix))
     found = yield from _read(
@@ -413,7 +413,7 @@ def _totals(
 
 def totals_with_last_minute(
     prefix: str, read: dict[str, dict[str, str]]
-) -> Flow[dict[tuple[str, str], Counts]]:
+) -> Procedure[dict[tuple[str, str], Counts]]:
     """Each (queue, job)'s counts since counting began, from each queue's totals hash as
     read (``read``: queue -> its fields), plus the last minute counted, which the totals do
     not hold yet (read here): what :func:`totals` returns, for a reader that read the
@@ -458,7 +458,7 @@ def window_buckets(now: float, window: float) -> tuple[list[int], list[int]]:
 
 def _window(
     settings: config.Settings, queues: list[str] | None, window: float
-) -> Flow[tuple[list[str], dict[tuple[str, str], Counts]]]:
+) -> Procedure[tuple[list[str], dict[tuple[str, str], Counts]]]:
     """Every queue asked, and the counts of each (queue, job) over the last ``window``."""
     names, now = yield from _names_and_now(settings, queues)
     hours, minutes = window_buckets(now, window)

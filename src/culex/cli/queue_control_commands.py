@@ -9,9 +9,9 @@ import warnings
 from collections.abc import Iterator
 
 from .. import config
-from ..compatibility import OlderRunnerWarning
 from ..errors import CulexError
-from ..queue_control import SET_AT_RUN_TIME, LimitInForce, limit, pause, resume
+from ..operations.queue_control import SET_AT_RUN_TIME, LimitInForce, limit, pause, resume
+from ..server.compatibility import OlderRunnerWarning
 
 
 @contextlib.contextmanager
@@ -45,7 +45,7 @@ def seen_queue(queue: str, settings: config.Settings, force: bool) -> None:
 
     from .._redis import commands
     from .._redis.keys import check_queue_name, queues_key
-    from ..flow import one_call, run_sync
+    from ..server.procedures import one_call, run_sync
 
     check_queue_name(queue)
     known = run_sync(
@@ -84,7 +84,7 @@ def resume_command(args: argparse.Namespace) -> int:
 def limit_command(args: argparse.Namespace) -> int:
     """Set the limits given (``none`` lifts one), or drop them all with --reset; then (or
     with neither) show every limit in force, its value and where it comes from."""
-    from ..queue_control import limits_in_force
+    from ..operations.queue_control import limits_in_force
 
     settings = config.settings_for(args.redis_url)
     seen_queue(args.queue, settings, args.force)
@@ -111,7 +111,7 @@ def limit_command(args: argparse.Namespace) -> int:
 def _summary(queue: str, settings: config.Settings) -> str:
     """One line, as read after the change: ``emails: paused; rate 50/s; concurrency 3
     declared by SendEmailJob`` (``culex limit QUEUE`` shows every limit with its source)."""
-    from ..queue_control import limits_in_force
+    from ..operations.queue_control import limits_in_force
 
     paused, in_force = limits_in_force(settings, [queue])[queue]
     limits = marks(False, in_force)

@@ -19,13 +19,13 @@ from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from . import config
-from ._redis import commands
-from ._redis.address import Address
-from ._redis.connections import SOCKET_TIMEOUT
-from ._redis.drivers import AsyncDriver, AsyncDriverProtocol, SyncDriver, SyncDriverProtocol
-from ._redis.redispy import RedisPyAsyncDriver, RedisPySyncDriver
-from .errors import ConfigurationError, ServerError
+from .. import config
+from .._redis import commands
+from .._redis.address import Address
+from .._redis.connections import SOCKET_TIMEOUT
+from .._redis.drivers import AsyncDriver, AsyncDriverProtocol, SyncDriver, SyncDriverProtocol
+from .._redis.redispy import RedisPyAsyncDriver, RedisPySyncDriver
+from ..errors import ConfigurationError, ServerError
 
 logger = logging.getLogger("culex")
 

@@ -34,6 +34,7 @@ from enum import Enum
 from typing import Any
 from uuid import UUID
 
+from ..errors import short
 from .codecs import (
     JSON,
     SCALARS,
@@ -50,7 +51,6 @@ from .codecs import (
     enum_value,
     is_json,
 )
-from .errors import short
 
 logger = logging.getLogger("culex")
 

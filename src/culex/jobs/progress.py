@@ -14,10 +14,10 @@ import asyncio
 import math
 from typing import NamedTuple
 
-from ._redis import commands, operations
-from ._redis.keys import QueueKeys
-from .errors import short
-from .flow import Flow, one_call, run_async, run_sync
+from .._redis import commands, operations
+from .._redis.keys import QueueKeys
+from ..errors import short
+from ..server.procedures import Procedure, one_call, run_async, run_sync
 
 MAX_MESSAGE = 1000  # characters (the script takes up to 4 bytes each)
 FIELDS = ("progress", "progress_message")
@@ -62,11 +62,11 @@ def report(
 ) -> bool:
     """Store the progress of attempt ``attempt`` of ``task_id`` (blocking); see
     :meth:`culex.Job.progress`."""
-    flow = _report_flow(reporting, task_id, attempt, fraction, message)
+    procedure = _report_procedure(reporting, task_id, attempt, fraction, message)
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return False if flow is None else run_sync(flow, _url(reporting))
+        return False if procedure is None else run_sync(procedure, _url(reporting))
     # A blocking call here would stall every task on the loop for a round trip.
     raise RuntimeError(
         "progress() blocks, and an event loop runs in this thread: in an async def "
@@ -78,14 +78,14 @@ async def areport(
     reporting: Reporting | None, task_id: str, attempt: int, fraction: object, message: object
 ) -> bool:
     """The async twin of :func:`report`."""
-    flow = _report_flow(reporting, task_id, attempt, fraction, message)
-    return False if flow is None else await run_async(flow, _url(reporting))
+    procedure = _report_procedure(reporting, task_id, attempt, fraction, message)
+    return False if procedure is None else await run_async(procedure, _url(reporting))
 
 
-def _report_flow(
+def _report_procedure(
     reporting: Reporting | None, task_id: str, attempt: int, fraction: object, message: object
-) -> Flow[bool] | None:
-    """The arguments checked (outside a runner too), and the flow that stores them; None
+) -> Procedure[bool] | None:
+    """The arguments checked (outside a runner too), and the procedure that stores them; None
     outside a runner (perform_now): there is no task to store them on."""
     number, text = checked(fraction, message)
     if reporting is None:
@@ -98,7 +98,7 @@ def _url(reporting: Reporting | None) -> str | None:
     return None if reporting is None else reporting.url
 
 
-def read_flow(keys: QueueKeys, task_id: str) -> Flow[Progress | None]:
+def read_procedure(keys: QueueKeys, task_id: str) -> Procedure[Progress | None]:
     """A task's last progress, or None when none was reported (or it has no record)."""
     return one_call(commands.read_fields(keys, task_id, FIELDS), _parsed)
 

@@ -9,14 +9,14 @@ import random
 import time
 from typing import TYPE_CHECKING, Any
 
-from . import config
-from ._redis import commands, operations
-from ._redis.keys import QueueKeys, check_queue_name, queue_keys, queues_key
-from .errors import CulexError, TaskFailed, short
-from .flow import Flow, one_call, run_async, run_sync
-from .job_registry import registry
+from .. import config
+from .._redis import commands, operations
+from .._redis.keys import QueueKeys, check_queue_name, queue_keys, queues_key
+from ..errors import CulexError, TaskFailed, short
+from ..server.procedures import Procedure, one_call, run_async, run_sync
+from .progress import Progress, read_procedure
+from .registry import registry
 from .serialization import decode_result
-from .task_progress import Progress, read_flow
 
 if TYPE_CHECKING:
     from .job import Job
@@ -92,7 +92,7 @@ def queues_holding(task_id: str, settings: config.Settings | None = None) -> lis
     return run_sync(_holding(check_id(task_id), settings), settings.redis_url)
 
 
-def _holding(task_id: str, settings: config.Settings) -> Flow[list[str]]:
+def _holding(task_id: str, settings: config.Settings) -> Procedure[list[str]]:
     names = yield commands.known_queues(queues_key(settings.prefix))
     queues = []
     for name in names:  # (a name no producer of culex wrote is no queue to look in)
@@ -154,21 +154,21 @@ class Task:
         prefix = self.prefix if self.prefix is not None else config.settings().prefix
         return queue_keys(prefix, check_queue_name(self.queue))
 
-    # Each *_flow checks its arguments when it is called, before any I/O.
+    # Each *_procedure checks its arguments when it is called, before any I/O.
 
-    def _state_flow(self) -> Flow[TaskState | None]:
+    def _state_procedure(self) -> Procedure[TaskState | None]:
         return one_call(commands.read_task(self._keys(), self.id), _state_of)
 
-    def _info_flow(self) -> Flow[dict[str, str]]:
+    def _info_procedure(self) -> Procedure[dict[str, str]]:
         return one_call(commands.read_task(self._keys(), self.id))
 
-    def _result_flow(self, timeout: float | None) -> Flow[Any]:
+    def _result_procedure(self, timeout: float | None) -> Procedure[Any]:
         keys = self._keys()
         if timeout is not None:
             timeout = config.seconds(timeout, "timeout")
         return self._wait(keys, timeout)
 
-    def _wait(self, keys: QueueKeys, timeout: float | None) -> Flow[Any]:
+    def _wait(self, keys: QueueKeys, timeout: float | None) -> Procedure[Any]:
         """Read the task's end; until it has one, block on its done list (wait.lua), with
         the next read sent right behind each block: one round trip per wake-up or chunk."""
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -203,13 +203,13 @@ class Task:
         where = f"the result of {job.__name__}.perform()"
         return decode_result(end.result, job.result_codec_, where)
 
-    def _retry_flow(self) -> Flow[bool]:
+    def _retry_procedure(self) -> Procedure[bool]:
         return one_call(
             operations.retry_dead(self._keys(), [self.id]), lambda reply: bool(reply.retried)
         )
 
-    def cancel_flow(self, reason: str) -> Flow[str]:
-        """The flow of cancel and acancel (and of ``culex cancel``). Its value is the
+    def cancel_procedure(self, reason: str) -> Procedure[str]:
+        """The procedure of cancel and acancel (and of ``culex cancel``). Its value is the
         script's reply: "cancelled", "cancelling" (running: its runner was asked to stop
         it), the state that refused it, or "" (no record)."""
         if not isinstance(reason, str):
@@ -231,53 +231,53 @@ class Task:
 
     def state(self) -> TaskState | None:
         """The task's state now; None when it has no record (expired or never existed)."""
-        return run_sync(self._state_flow(), self.url)
+        return run_sync(self._state_procedure(), self.url)
 
     async def astate(self) -> TaskState | None:
-        return await run_async(self._state_flow(), self.url)
+        return await run_async(self._state_procedure(), self.url)
 
     def info(self) -> dict[str, str]:
         """Every field of the task's hash ({} when it has no record)."""
-        return run_sync(self._info_flow(), self.url)
+        return run_sync(self._info_procedure(), self.url)
 
     async def ainfo(self) -> dict[str, str]:
-        return await run_async(self._info_flow(), self.url)
+        return await run_async(self._info_procedure(), self.url)
 
     def progress(self) -> Progress | None:
         """The last progress its job reported, ``(fraction, message)`` (message None when
         it gave none), kept after the task ends; None when none was reported (or the task
         has no record)."""
-        return run_sync(read_flow(self._keys(), self.id), self.url)
+        return run_sync(read_procedure(self._keys(), self.id), self.url)
 
     async def aprogress(self) -> Progress | None:
-        return await run_async(read_flow(self._keys(), self.id), self.url)
+        return await run_async(read_procedure(self._keys(), self.id), self.url)
 
     def result(self, timeout: float | None = None) -> Any:
         """Wait for perform's return value. Raises TaskFailed (dead) or TimeoutError."""
-        return run_sync(self._result_flow(timeout), self.url)
+        return run_sync(self._result_procedure(timeout), self.url)
 
     async def aresult(self, timeout: float | None = None) -> Any:
-        return await run_async(self._result_flow(timeout), self.url)
+        return await run_async(self._result_procedure(timeout), self.url)
 
     def retry(self) -> bool:
         """Put the task back in waiting if it is dead, with its retries restored (it runs
         after the tasks already waiting). False: it was not dead, or its record expired."""
-        return run_sync(self._retry_flow(), self.url)
+        return run_sync(self._retry_procedure(), self.url)
 
     async def aretry(self) -> bool:
-        return await run_async(self._retry_flow(), self.url)
+        return await run_async(self._retry_procedure(), self.url)
 
     def run_now(self) -> bool:
         """Make the task ready now if it is scheduled (delayed, or waiting out a retry's
         back-off): it goes to waiting, after the tasks already ready at its priority.
         False: it was not scheduled (it ran, was cancelled or moved meanwhile), or its
         record expired; nothing changes."""
-        return run_sync(self._run_now_flow(), self.url)
+        return run_sync(self._run_now_procedure(), self.url)
 
     async def arun_now(self) -> bool:
-        return await run_async(self._run_now_flow(), self.url)
+        return await run_async(self._run_now_procedure(), self.url)
 
-    def _run_now_flow(self) -> Flow[bool]:
+    def _run_now_procedure(self) -> Procedure[bool]:
         return one_call(operations.run_now(self._keys(), self.id), lambda reply: reply == "waiting")
 
     def cancel(self, reason: str = "") -> bool:
@@ -298,9 +298,9 @@ class Task:
         lease does the same. ``result()`` (raising TaskFailed) or ``state()`` becoming dead
         tells when it has ended. An attempt that ended before its runner learned of the
         request ends as it did: a success stands, since its work was done."""
-        outcome = run_sync(self.cancel_flow(reason), self.url)
+        outcome = run_sync(self.cancel_procedure(reason), self.url)
         return outcome in (operations.CANCELLED, operations.CANCELLING)
 
     async def acancel(self, reason: str = "") -> bool:
-        outcome = await run_async(self.cancel_flow(reason), self.url)
+        outcome = await run_async(self.cancel_procedure(reason), self.url)
         return outcome in (operations.CANCELLED, operations.CANCELLING)

@@ -18,7 +18,7 @@ from decimal import Decimal
 from typing import Any, TypeAlias
 from uuid import UUID
 
-from .errors import short
+from ..errors import short
 
 JSON: TypeAlias = bool | int | float | str | list["JSON"] | dict[str, "JSON"] | None
 Serializer: TypeAlias = Callable[[Any], JSON]

@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Final
 
-from . import config
-from ._redis import commands, operations
-from ._redis.keys import check_queue_name, queue_keys, queues_key
-from ._redis.operations import Call, shown
-from .compatibility import warn_of_older
-from .errors import ConfigurationError, short
-from .flow import Flow, run_async, run_sync
+from .. import config
+from .._redis import commands, operations
+from .._redis.keys import check_queue_name, queue_keys, queues_key
+from .._redis.operations import Call, shown
+from ..errors import ConfigurationError, short
+from ..server.compatibility import warn_of_older
+from ..server.procedures import Procedure, run_async, run_sync
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,7 +230,9 @@ async def acontrols(
     return await run_async(_controls(settings, queues), settings.redis_url)
 
 
-def _controls(settings: config.Settings, queues: list[str] | None) -> Flow[dict[str, QueueControl]]:
+def _controls(
+    settings: config.Settings, queues: list[str] | None
+) -> Procedure[dict[str, QueueControl]]:
     names = (
         queues if queues is not None else (yield commands.known_queues(queues_key(settings.prefix)))
     )
@@ -289,7 +291,7 @@ async def alimits_in_force(
 
 def _in_force(
     settings: config.Settings, queues: list[str] | None
-) -> Flow[dict[str, tuple[bool, list[LimitInForce]]]]:
+) -> Procedure[dict[str, tuple[bool, list[LimitInForce]]]]:
     states = yield from _controls(settings, queues)
     ids = yield commands.runner_ids(settings.prefix)
     records = (yield [commands.read_runner(settings.prefix, i) for i in ids]) if ids else []
@@ -360,14 +362,16 @@ def _control(queue: str, fields: dict[str, str]) -> QueueControl:
     )
 
 
-def _change(queue: str, changes: dict[str, str], settings: config.Settings) -> Flow[QueueControl]:
+def _change(
+    queue: str, changes: dict[str, str], settings: config.Settings
+) -> Procedure[QueueControl]:
     call = operations.control(queue_keys(settings.prefix, check_queue_name(queue)), changes)
     return _changed(queue, call, changes, settings)
 
 
 def _changed(
     queue: str, call: Call[dict[str, str]], changes: dict[str, str], settings: config.Settings
-) -> Flow[QueueControl]:
+) -> Procedure[QueueControl]:
     """The change, then (for a pause or a limit) a warning when runners of an older culex
     run the queue: they ignore it (compatibility.py, one read of the registry)."""
     state = _control(queue, (yield call))

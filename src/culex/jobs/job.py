@@ -16,19 +16,19 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, ClassVar, NoReturn
 
-from . import config
-from ._redis.keys import check_queue_name
-from ._redis.priority import check_delay_ms
-from ._redis.scripts import MOST
+from .. import config
+from .._redis.keys import check_queue_name
+from .._redis.priority import check_delay_ms
+from .._redis.scripts import MOST
+from ..errors import JobFailure, ServerError, short
+from ..operations.queue_control import QueueLimits, Rate, concurrency, rate
+from ..server.procedures import run_async, run_sync
 from .codecs import Codec, Deserializer, Serializer
-from .enqueue import Batch, check_priority, enqueue_flow
-from .errors import JobFailure, ServerError, short
-from .flow import run_async, run_sync
-from .job_registry import registry
-from .queue_control import QueueLimits, Rate, concurrency, rate
+from .enqueue import Batch, check_priority, enqueue_procedure
+from .progress import Reporting, areport, report
+from .registry import registry
 from .serialization import codec_for, encode_result, params_text, result_codec
 from .task import Task
-from .task_progress import Reporting, areport, report
 
 logger = logging.getLogger("culex")
 
@@ -41,7 +41,9 @@ def snake_case(name: str) -> str:
     return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", name).lower()
 
 
-_BASES = frozenset({"culex.job.Job", "culex.job.QueuedJob", "culex.periodic.PeriodicJob"})
+_BASES = frozenset(
+    {"culex.jobs.job.Job", "culex.jobs.job.QueuedJob", "culex.jobs.periodic.PeriodicJob"}
+)
 
 
 def _is_culex_class(cls: type) -> bool:
@@ -313,10 +315,10 @@ class QueuedJob(Job):
         ``deduped`` True; once it has ended, the key is free again.
         ``group``: the task's group (e.g. ``"customer:42"``): the queue's groups take turns,
         each within the queue's group limits (``group_concurrency``, ``group_rate_limit``)."""
-        flow = enqueue_flow(
+        procedure = enqueue_procedure(
             [self], delay, at, id, priority=priority, dedupe_key=dedupe_key, group=group
         )
-        return run_sync(flow)[0]
+        return run_sync(procedure)[0]
 
     async def aenqueue(
         self,
@@ -329,10 +331,10 @@ class QueuedJob(Job):
         group: str | None = None,
     ) -> Task:
         """The async twin of :meth:`enqueue`."""
-        flow = enqueue_flow(
+        procedure = enqueue_procedure(
             [self], delay, at, id, priority=priority, dedupe_key=dedupe_key, group=group
         )
-        return (await run_async(flow))[0]
+        return (await run_async(procedure))[0]
 
 
 def enqueue_many(
@@ -355,9 +357,9 @@ def enqueue_many(
     pairs, whose ids (drawn by culex when ``ids`` is None) let you send them again."""
     listed = _checked(jobs)
     batch = Batch.of(listed, ids)
-    flow = enqueue_flow(listed, delay, at, priority=priority, group=group, batch=batch)
+    procedure = enqueue_procedure(listed, delay, at, priority=priority, group=group, batch=batch)
     try:
-        return run_sync(flow)
+        return run_sync(procedure)
     except ServerError as exc:
         raise batch.error(listed, exc) from exc
 
@@ -374,9 +376,9 @@ async def aenqueue_many(
     """The async twin of :func:`enqueue_many`."""
     listed = _checked(jobs)
     batch = Batch.of(listed, ids)
-    flow = enqueue_flow(listed, delay, at, priority=priority, group=group, batch=batch)
+    procedure = enqueue_procedure(listed, delay, at, priority=priority, group=group, batch=batch)
     try:
-        return await run_async(flow)
+        return await run_async(procedure)
     except ServerError as exc:
         raise batch.error(listed, exc) from exc
 

@@ -1,7 +1,8 @@
 """Enqueuing: one task or many, now, after a delay or at a time, optionally durable.
 
-Described once as a flow (no I/O); ``flow.run_sync`` and ``flow.run_async`` drive it.
-``QueuedJob.enqueue`` and ``enqueue_many`` (in ``job.py``, beside the job) start it.
+Described once as a procedure (no I/O); ``procedures.run_sync`` and
+``procedures.run_async`` drive it. ``QueuedJob.enqueue`` and ``enqueue_many`` (in
+``job.py``, beside the job) start it.
 """
 
 from __future__ import annotations
@@ -11,15 +12,15 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from . import config, tracing
-from ._redis import commands, operations
-from ._redis.address import Address
-from ._redis.keys import queue_keys, queues_key
-from ._redis.operations import Call, Enqueued
-from ._redis.priority import check_delay_ms, check_ready_ms
-from .compatibility import warn_of_older
-from .errors import ConfigurationError, ServerError, short
-from .flow import Flow
+from .. import config, tracing
+from .._redis import commands, operations
+from .._redis.address import Address
+from .._redis.keys import queue_keys, queues_key
+from .._redis.operations import Call, Enqueued
+from .._redis.priority import check_delay_ms, check_ready_ms
+from ..errors import ConfigurationError, ServerError, short
+from ..server.compatibility import warn_of_older
+from ..server.procedures import Procedure
 from .task import Task, check_id, new_id
 
 if TYPE_CHECKING:
@@ -136,7 +137,7 @@ class FlowControl(NamedTuple):
     group: str = ""
 
 
-def enqueue_flow(
+def enqueue_procedure(
     jobs: Sequence[QueuedJob],
     delay: timedelta | float | None,
     at: datetime | None,
@@ -146,8 +147,8 @@ def enqueue_flow(
     dedupe_key: str | None = None,
     group: str | None = None,
     batch: Batch | None = None,
-) -> Flow[list[Task]]:
-    """Enqueue ``jobs``; the flow's value is their tasks, in order. ``priority`` overrides
+) -> Procedure[list[Task]]:
+    """Enqueue ``jobs``; the procedure's value is their tasks, in order. ``priority`` overrides
     each job's class's; ``dedupe_key`` takes one job; ``group``: every task's group;
     ``batch``: the jobs' ids, and where the stored ones are noted as their replies come."""
     control = FlowControl(
@@ -179,7 +180,7 @@ def _enqueue(
     trace: str,
     control: FlowControl,
     batch: Batch | None = None,
-) -> Flow[list[Task]]:
+) -> Procedure[list[Task]]:
     settings = config.settings()
     due_ms, delay_ms = when(delay, at)
     given = None if task_id is None else check_id(task_id)
@@ -239,7 +240,7 @@ def _redraw(
     confirm: Confirm | None,
     trace: str,
     control: FlowControl,
-) -> Flow[Enqueued]:
+) -> Procedure[Enqueued]:
     """Enqueue ``job`` again under a new id: the id culex drew for it was taken.
 
     48 random bits, a counter and the clock make that all but impossible, short of a
@@ -255,7 +256,7 @@ def _redraw(
 
 def _sent(
     calls: list[Call[Any]], confirm: Confirm | None, refused: str = "raise"
-) -> Flow[list[Any]]:
+) -> Procedure[list[Any]]:
     """Send ``calls`` in one round trip, with the durability check behind them if
     ``confirm`` names one; the value is their replies. A refused call raises (with
     ``refused="return"``, its ServerError is its reply); a failed check always raises."""
@@ -314,8 +315,8 @@ def _call(
 Confirm = tuple[Call[bool], str]  # the call sent behind the writes; what it confirms, if not
 
 
-def _confirmation(settings: config.Settings) -> Flow[Confirm | None]:
-    """The flow of what confirms a durable enqueue on this server: None (every reply comes
+def _confirmation(settings: config.Settings) -> Procedure[Confirm | None]:
+    """The procedure of what confirms a durable enqueue on this server: None (every reply comes
     after its fsync), or the call to send behind the writes."""
     way = _durability_of.get(settings.redis_url)
     if way is None:
@@ -327,7 +328,7 @@ def _confirmation(settings: config.Settings) -> Flow[Confirm | None]:
     return commands.wait_replica(DURABLE_TIMEOUT_MS), "no replica confirmed the write"
 
 
-def _durability(settings: config.Settings) -> Flow[str]:
+def _durability(settings: config.Settings) -> Procedure[str]:
     """Ask the server, in one round trip, how it can confirm that a write is safe:
     "always" (appendonly with appendfsync always: it replies only after the fsync),
     "waitaof" (WAITAOF, Redis 7.2+ and Valkey, with appendonly on) or "replica" (WAIT 1).

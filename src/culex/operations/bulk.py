@@ -12,14 +12,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, Literal, NamedTuple, get_args
 
-from . import config
-from ._redis import commands, operations
-from ._redis.keys import QueueKeys, check_queue_name, queue_keys
-from ._redis.operations import Call
+from .. import config
+from .._redis import commands, operations
+from .._redis.keys import QueueKeys, check_queue_name, queue_keys
+from .._redis.operations import Call
+from ..errors import ServerError, short
+from ..jobs.task import check_id
+from ..server.procedures import Procedure, raised, run_async, run_sync
 from .browsing import EXAMINE, browse_call, check_job, check_state, state_set, state_sets
-from .errors import ServerError, short
-from .flow import Flow, raised, run_async, run_sync
-from .task import check_id
 
 Action = Literal["retry", "delete", "cancel"]
 Progress = Callable[[int, int], None]
@@ -57,7 +57,9 @@ def apply(
     total)`` is called after each chunk: ids done of ``len(ids)``, or ids walked over of the
     state's size at the start."""
     settings = settings or config.settings()
-    return run_sync(_flow(action, queue, settings, ids, state, job, progress), settings.redis_url)
+    return run_sync(
+        _procedure(action, queue, settings, ids, state, job, progress), settings.redis_url
+    )
 
 
 async def aapply(
@@ -72,11 +74,11 @@ async def aapply(
 ) -> int:
     """The async twin of :func:`apply`."""
     settings = settings or config.settings()
-    flow = _flow(action, queue, settings, ids, state, job, progress)
-    return await run_async(flow, settings.redis_url)
+    procedure = _procedure(action, queue, settings, ids, state, job, progress)
+    return await run_async(procedure, settings.redis_url)
 
 
-def _flow(
+def _procedure(
     action: Action,
     queue: str,
     settings: config.Settings,
@@ -84,8 +86,8 @@ def _flow(
     state: str | None,
     job: str | None,
     progress: Progress | None,
-) -> Flow[int]:
-    """The arguments of :func:`apply`, each checked before any I/O, and the action's flow."""
+) -> Procedure[int]:
+    """The arguments of :func:`apply`, each checked before any I/O, and the action's procedure."""
     if action not in get_args(Action):
         raise ValueError(f"an action must be one of {', '.join(get_args(Action))}: {short(action)}")
     keys = queue_keys(settings.prefix, check_queue_name(queue))
@@ -161,7 +163,7 @@ def _changed(act: _Act, replies: list[Any]) -> int:
     return count
 
 
-def _these(act: _Act, ids: list[str], progress: Progress | None) -> Flow[int]:
+def _these(act: _Act, ids: list[str], progress: Progress | None) -> Procedure[int]:
     changed = 0
     for start in range(0, len(ids), CHUNK):
         changed += _changed(act, (yield act.calls(ids[start : start + CHUNK])))
@@ -172,7 +174,7 @@ def _these(act: _Act, ids: list[str], progress: Progress | None) -> Flow[int]:
 
 def _walk(
     act: _Act, keys: QueueKeys, state: str, job: str | None, progress: Progress | None
-) -> Flow[int]:
+) -> Procedure[int]:
     """Every task of ``state`` (of ``job``): each of the state's sets in turn (waiting: the
     tasks without a group, then the groups')."""
     changed = 0
@@ -192,7 +194,7 @@ def _unless_empty(progress: Progress | None) -> Progress | None:
 
 def _walk_set(
     act: _Act, keys: QueueKeys, state: str, key: str, job: str | None, progress: Progress | None
-) -> Flow[int]:
+) -> Procedure[int]:
     """Every task in the set ``key`` of ``state`` (of ``job``), oldest first, one chunk a
     round trip: the action on a chunk goes with the read of the next one (its cursor is a
     position, so the ids the action moves away do not shift it)."""

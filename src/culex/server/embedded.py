@@ -22,11 +22,11 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ._redis import commands
-from ._redis.drivers import SyncDriver
-from ._redis.operations import Call
-from .errors import CulexError, ServerError, ServerUnavailable
-from .server_binary import binary_version, server_binary
+from .._redis import commands
+from .._redis.drivers import SyncDriver
+from .._redis.operations import Call
+from ..errors import CulexError, ServerError, ServerUnavailable
+from .binary import binary_version, server_binary
 
 __all__ = [
     "EmbeddedServer",

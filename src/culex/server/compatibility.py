@@ -14,9 +14,9 @@ from __future__ import annotations
 import time
 import warnings
 
-from . import config
-from ._redis import commands
-from .flow import Flow
+from .. import config
+from .._redis import commands
+from .procedures import Procedure
 
 PROTOCOL = 1  # 1: pause, limits set at run time, groups and healed group counts
 RECHECK = 60.0  # seconds between an enqueue's reads of the registry, per queue
@@ -29,7 +29,7 @@ class OlderRunnerWarning(UserWarning):
     """Runners of an older culex run a queue: they ignore a control just set on it."""
 
 
-def older_runners(prefix: str, queues: list[str]) -> Flow[dict[str, list[dict[str, str]]]]:
+def older_runners(prefix: str, queues: list[str]) -> Procedure[dict[str, list[dict[str, str]]]]:
     """The runners in the registry whose record says no ``protocol`` (an older culex), for
     each of ``queues`` they run ({} when none): their version, host and pid. A registry the
     server cannot read counts as none: a warning never stops what it warns of."""
@@ -62,7 +62,7 @@ def warning(queue: str, runners: list[dict[str, str]], ignored: str) -> str:
 
 def warn_of_older(
     settings: config.Settings, queues: list[str], ignored: str, *, recheck: bool = False
-) -> Flow[list[str]]:
+) -> Procedure[list[str]]:
     """Read the registry once and warn (:class:`OlderRunnerWarning`) for each of ``queues``
     that runners of an older culex run; the warnings said. With ``recheck``, a queue is
     looked at again only ``RECHECK`` seconds after its last look in this process."""

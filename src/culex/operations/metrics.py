@@ -35,13 +35,14 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
-from . import config, connection
-from ._redis import commands, operations
-from ._redis.keys import queue_base, queues_key
-from ._redis.operations import Call, shown, text
-from ._redis.priority import ready_ms
-from .errors import CulexError
-from .flow import Flow, run_async, run_sync
+from .. import config
+from .._redis import commands, operations
+from .._redis.keys import queue_base, queues_key
+from .._redis.operations import Call, shown, text
+from .._redis.priority import ready_ms
+from ..errors import CulexError
+from ..server import configured
+from ..server.procedures import Procedure, run_async, run_sync
 from .inspection import BATCH, STATES
 from .stats import DURATION_BUCKETS, Counts, totals_with_last_minute
 
@@ -64,17 +65,19 @@ class Snapshot:
     totals: dict[tuple[str, str], Counts]
 
 
-def snapshot_flow(settings: config.Settings, cluster: bool = False) -> Flow[Snapshot]:
+def snapshot_procedure(settings: config.Settings, cluster: bool = False) -> Procedure[Snapshot]:
     """Read a :class:`Snapshot`: the names, the clock and the runners; the queues, ROUND a
-    round trip (:func:`queues_flow`); the last minute of counters, when any was counted."""
+    round trip (:func:`queues_procedure`); the last minute of counters, when any was counted."""
     prefix = settings.prefix
-    names, now = yield from names_flow(prefix)
-    counts, latency, read, runners, _ = yield from queues_flow(prefix, names, now, cluster, True)
+    names, now = yield from names_procedure(prefix)
+    counts, latency, read, runners, _ = yield from queues_procedure(
+        prefix, names, now, cluster, True
+    )
     totals = yield from totals_with_last_minute(prefix, read)
     return Snapshot(counts, latency, runners, totals)
 
 
-def names_flow(prefix: str) -> Flow[tuple[list[str], int]]:
+def names_procedure(prefix: str) -> Procedure[tuple[list[str], int]]:
     """The known queues (sorted) and the server's clock (ms)."""
     names, now = yield from _checked(
         [commands.known_queues(queues_key(prefix)), commands.server_time()]
@@ -87,9 +90,9 @@ Figures = tuple[
 ]
 
 
-def queues_flow(
+def queues_procedure(
     prefix: str, names: list[str], now: int, cluster: bool, runners: bool, lines: bool = False
-) -> Flow[Figures]:
+) -> Procedure[Figures]:
     """Per queue of ``names``: its counts by state, its latency in seconds (by ``now``,
     the server's clock in ms) and its counters since counting began (only the queues that
     have them), ROUND queues a round trip, in calls of read_queues.lua of BATCH queues (the
@@ -172,7 +175,7 @@ def _ready(first: bytes, first_grouped: bytes) -> int | None:
     return found
 
 
-def _checked(calls: list[Call[Any]]) -> Flow[list[Any]]:
+def _checked(calls: list[Call[Any]]) -> Procedure[list[Any]]:
     """Send ``calls`` in one round trip; a refused one raises."""
     replies: list[Any] = yield calls
     for reply in replies:
@@ -340,15 +343,15 @@ PARTS = 2
 
 
 def _read(settings: config.Settings, lines: bool) -> tuple[Snapshot, list[Lines]]:
-    """What :func:`snapshot_flow` reads, its queues read in parts at once; with ``lines``,
+    """What :func:`snapshot_procedure` reads, its queues read in parts at once; with ``lines``,
     each part's lines of the queues' gauges too (written as it is read; else None)."""
     url, prefix = settings.redis_url, settings.prefix
-    cluster = connection.sync_driver(url).cluster
-    names, now = run_sync(names_flow(prefix), url)
+    cluster = configured.sync_driver(url).cluster
+    names, now = run_sync(names_procedure(prefix), url)
     parts = _parts(names, cluster)
 
     def part(i: int) -> Figures:
-        return run_sync(queues_flow(prefix, parts[i], now, cluster, not i, lines), url)
+        return run_sync(queues_procedure(prefix, parts[i], now, cluster, not i, lines), url)
 
     if len(parts) == 1:
         found = [part(0)]
@@ -363,11 +366,11 @@ def _read(settings: config.Settings, lines: bool) -> tuple[Snapshot, list[Lines]
 async def _aread(settings: config.Settings) -> tuple[Snapshot, list[Lines]]:
     """The async twin of :func:`_read`, with the lines."""
     url, prefix = settings.redis_url, settings.prefix
-    cluster = (await connection.async_driver(url)).cluster
-    names, now = await run_async(names_flow(prefix), url)
+    cluster = (await configured.async_driver(url)).cluster
+    names, now = await run_async(names_procedure(prefix), url)
     found = await asyncio.gather(
         *(
-            run_async(queues_flow(prefix, part, now, cluster, not i, True), url)
+            run_async(queues_procedure(prefix, part, now, cluster, not i, True), url)
             for i, part in enumerate(_parts(names, cluster))
         )
     )

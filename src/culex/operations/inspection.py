@@ -1,6 +1,6 @@
 """Read-only looks at queues and periodic jobs, for the CLI and for users' own checks.
 
-Each is a flow, with a blocking function and its ``a*`` async twin. Pages of a state's
+Each is a procedure, with a blocking function and its ``a*`` async twin. Pages of a state's
 tasks and one task by id (:func:`tasks`, :func:`find_task`) live in :mod:`culex.browsing`
 and are found here too."""
 
@@ -13,10 +13,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from . import config
-from ._redis import commands
-from ._redis.keys import queue_keys, queues_key
-from ._redis.operations import Call, number, shown
+from .. import config
+from .._redis import commands
+from .._redis.keys import queue_keys, queues_key
+from .._redis.operations import Call, number, shown
+from ..server.procedures import Procedure, raised, run_async, run_sync
 from .browsing import STATES as STATES
 from .browsing import DeadPage as DeadPage
 from .browsing import TaskPage as TaskPage  # (the names a dashboard reads from here too)
@@ -27,10 +28,9 @@ from .browsing import atasks as atasks
 from .browsing import check_state, state_sets
 from .browsing import find_task as find_task
 from .browsing import tasks as tasks
-from .flow import Flow, raised, run_async, run_sync
 
 if TYPE_CHECKING:
-    from .periodic import PeriodicJob
+    from ..jobs.periodic import PeriodicJob
 
 
 def queue_counts(
@@ -82,7 +82,7 @@ async def aqueue_page(
 MAX_QUEUE_PAGE = 1000
 
 
-def _queue_page(settings: config.Settings, after: str | None, limit: int) -> Flow[QueuePage]:
+def _queue_page(settings: config.Settings, after: str | None, limit: int) -> Procedure[QueuePage]:
     if after is not None and not isinstance(after, str):
         raise TypeError(f"after must be a queue name or None, got {type(after).__name__}")
     if isinstance(limit, bool) or not isinstance(limit, int):
@@ -119,7 +119,7 @@ async def aqueues_holding(
     return await run_async(_holding(settings, state, limit), settings.redis_url)
 
 
-def _holding(settings: config.Settings, state: str, limit: int) -> Flow[dict[str, int]]:
+def _holding(settings: config.Settings, state: str, limit: int) -> Procedure[dict[str, int]]:
     check_state(state)
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise ValueError(f"limit must be a whole number from 1, got {limit!r}")
@@ -195,7 +195,7 @@ async def aqueue_latency(
     return await run_async(_latency(settings, queues), settings.redis_url)
 
 
-def _latency(settings: config.Settings, queues: list[str] | None) -> Flow[dict[str, float]]:
+def _latency(settings: config.Settings, queues: list[str] | None) -> Procedure[dict[str, float]]:
     names = (
         queues if queues is not None else (yield commands.known_queues(queues_key(settings.prefix)))
     )
@@ -229,7 +229,7 @@ async def arunners(settings: config.Settings | None = None) -> list[dict[str, An
     return await run_async(_runners(settings), settings.redis_url)
 
 
-def _runners(settings: config.Settings) -> Flow[list[dict[str, Any]]]:
+def _runners(settings: config.Settings) -> Procedure[list[dict[str, Any]]]:
     ids = yield commands.runner_ids(settings.prefix)
     if not ids:
         return []
@@ -290,7 +290,9 @@ def _ms(value: object) -> float | None:
         return None
 
 
-def _counts(settings: config.Settings, queues: list[str] | None) -> Flow[dict[str, dict[str, int]]]:
+def _counts(
+    settings: config.Settings, queues: list[str] | None
+) -> Procedure[dict[str, dict[str, int]]]:
     names = (
         queues if queues is not None else (yield commands.known_queues(queues_key(settings.prefix)))
     )
@@ -302,7 +304,7 @@ def _counts(settings: config.Settings, queues: list[str] | None) -> Flow[dict[st
 
 def _records(
     jobs: list[type[PeriodicJob]], settings: config.Settings
-) -> Flow[dict[str, dict[str, str]]]:
+) -> Procedure[dict[str, dict[str, str]]]:
     calls = [
         commands.read_periodic(queue_keys(settings.prefix, job.queue), job.type_) for job in jobs
     ]
@@ -312,7 +314,7 @@ def _records(
 
 def _statuses(
     jobs: list[type[PeriodicJob]], settings: config.Settings
-) -> Flow[list[dict[str, str]]]:
+) -> Procedure[list[dict[str, str]]]:
     records = yield from _records(jobs, settings)
     # A job that never ran has no last task: its read finds nothing ({}), like an expired one.
     lasts = [
@@ -346,7 +348,7 @@ def _status(
 def _slot(job: type[PeriodicJob], ms: int) -> str:
     """A time of a periodic job's record in its time zone ("never" for none; as stored
     when no datetime holds it)."""
-    from .periodic import format_slot
+    from ..jobs.periodic import format_slot
 
     if not ms:
         return "never"
@@ -356,7 +358,7 @@ def _slot(job: type[PeriodicJob], ms: int) -> str:
         return f"{ms} ms"
 
 
-def _all(calls: list[Call[Any]]) -> Flow[list[Any]]:
+def _all(calls: list[Call[Any]]) -> Procedure[list[Any]]:
     """Send ``calls`` in one round trip (none when there are none); a refused one raises."""
     return raised((yield calls)) if calls else []
 
@@ -366,8 +368,8 @@ def _all(calls: list[Call[Any]]) -> Flow[list[Any]]:
 
 from dataclasses import dataclass  # noqa: E402
 
-from ._redis.keys import periodic_jobs_key  # noqa: E402
-from ._redis.operations import PeriodicRead, read_periodic  # noqa: E402
+from .._redis.keys import periodic_jobs_key  # noqa: E402
+from .._redis.operations import PeriodicRead, read_periodic  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -399,8 +401,8 @@ async def aperiodic_jobs(settings: config.Settings | None = None) -> list[Period
     return await run_async(_periodic_rows(settings), settings.redis_url)
 
 
-def _periodic_rows(settings: config.Settings) -> Flow[list[PeriodicRow]]:
-    from .periodic import registry_names
+def _periodic_rows(settings: config.Settings) -> Procedure[list[PeriodicRow]]:
+    from ..jobs.periodic import registry_names
 
     entries, now = yield from _all(
         [commands.periodic_entries(periodic_jobs_key(settings.prefix)), commands.server_time()]

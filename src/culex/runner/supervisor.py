@@ -49,8 +49,9 @@ import sys
 import threading
 from collections.abc import Mapping, Sequence
 
-from . import config, connection
-from .runner.backoff import Backoff
+from .. import config
+from ..server import configured
+from .backoff import Backoff
 
 logger = logging.getLogger("culex.supervisor")
 
@@ -252,7 +253,7 @@ def supervise(module: str, flags: Mapping[str, object], log_level: str, processe
     if not settings.redis_url:
         # The embedded server, started here once (or found) rather than by N runners at
         # once; its URL (a unix socket, no password) is given to each.
-        flags["redis_url"] = connection.resolve_url(None)
+        flags["redis_url"] = configured.resolve_url(None)
     command = runner_command(module, flags, log_level)
     return Supervisor(command, processes, settings.grace_period).run()
 

@@ -12,13 +12,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from . import config
-from ._redis import commands, operations
-from ._redis.keys import QueueKeys, check_queue_name, queue_keys
-from ._redis.operations import RetryReply
-from .codecs import moment
-from .flow import Flow, run_async, run_sync
-from .task import check_id
+from .. import config
+from .._redis import commands, operations
+from .._redis.keys import QueueKeys, check_queue_name, queue_keys
+from .._redis.operations import RetryReply
+from ..jobs.codecs import moment
+from ..jobs.task import check_id
+from ..server.procedures import Procedure, run_async, run_sync
 
 # Ids per retry script: a long retry is cut into scripts that other clients can run between.
 CHUNK = 1000
@@ -45,8 +45,8 @@ def dead_tasks(
 
     Ids whose record has already expired are left out (they can never run again)."""
     settings = settings or config.settings()
-    flow = _list_flow(queue, limit, offset, settings)
-    return run_sync(flow, settings.redis_url)
+    procedure = _list_procedure(queue, limit, offset, settings)
+    return run_sync(procedure, settings.redis_url)
 
 
 async def adead_tasks(
@@ -54,8 +54,8 @@ async def adead_tasks(
 ) -> list[DeadTask]:
     """The async twin of :func:`dead_tasks`."""
     settings = settings or config.settings()
-    flow = _list_flow(queue, limit, offset, settings)
-    return await run_async(flow, settings.redis_url)
+    procedure = _list_procedure(queue, limit, offset, settings)
+    return await run_async(procedure, settings.redis_url)
 
 
 def retry_dead(
@@ -84,8 +84,8 @@ async def aretry_dead(
     """The async twin of :func:`retry_dead`."""
     _check_count(limit, "limit", positive=True)
     settings = settings or config.settings()
-    flow = _retry_flow(queue, ids, limit, settings)
-    reply = await run_async(flow, settings.redis_url)
+    procedure = _retry_procedure(queue, ids, limit, settings)
+    reply = await run_async(procedure, settings.redis_url)
     return reply.retried
 
 
@@ -99,14 +99,14 @@ def retry(
     """As :func:`retry_dead`, with the skipped ids too (``culex dead retry`` shows them).
     ``limit=None`` with ``ids=None``: every task in dead when the call starts."""
     settings = settings or config.settings()
-    flow = _retry_flow(queue, ids, limit, settings)
-    return run_sync(flow, settings.redis_url)
+    procedure = _retry_procedure(queue, ids, limit, settings)
+    return run_sync(procedure, settings.redis_url)
 
 
-def _retry_flow(
+def _retry_procedure(
     queue: str, ids: Iterable[str] | None, limit: int | None, settings: config.Settings
-) -> Flow[RetryReply]:
-    """Retry dead tasks (arguments as in :func:`retry`); the flow's value is a RetryReply.
+) -> Procedure[RetryReply]:
+    """Retry dead tasks (arguments as in :func:`retry`); the procedure's value is a RetryReply.
     The arguments are checked here, before any I/O."""
     keys = queue_keys(settings.prefix, check_queue_name(queue))
     if limit is not None:
@@ -116,14 +116,14 @@ def _retry_flow(
     return _retry_these(keys, list(dict.fromkeys(_checked_ids(ids))))  # each id once
 
 
-def _retry_these(keys: QueueKeys, ids: list[str]) -> Flow[RetryReply]:
+def _retry_these(keys: QueueKeys, ids: list[str]) -> Procedure[RetryReply]:
     if not ids:
         return RetryReply([], [])
     chunks = [ids[i : i + CHUNK] for i in range(0, len(ids), CHUNK)]
     return _merged((yield [operations.retry_dead(keys, chunk) for chunk in chunks]))
 
 
-def _retry_oldest(keys: QueueKeys, limit: int | None) -> Flow[RetryReply]:
+def _retry_oldest(keys: QueueKeys, limit: int | None) -> Procedure[RetryReply]:
     if limit is not None and limit <= CHUNK:
         return _merged([(yield operations.retry_oldest_dead(keys, limit))])
     # Never more than dead holds at the start: tasks that die again meanwhile are not chased.
@@ -140,9 +140,9 @@ def _retry_oldest(keys: QueueKeys, limit: int | None) -> Flow[RetryReply]:
     return _merged(replies)
 
 
-def _list_flow(
+def _list_procedure(
     queue: str, limit: int, offset: int, settings: config.Settings
-) -> Flow[list[DeadTask]]:
+) -> Procedure[list[DeadTask]]:
     """Read a page of the dead set (arguments as in :func:`dead_tasks`), checked first."""
     keys = queue_keys(settings.prefix, check_queue_name(queue))
     _check_count(limit, "limit", positive=True)
@@ -150,7 +150,7 @@ def _list_flow(
     return _list(keys, limit, offset)
 
 
-def _list(keys: QueueKeys, limit: int, offset: int) -> Flow[list[DeadTask]]:
+def _list(keys: QueueKeys, limit: int, offset: int) -> Procedure[list[DeadTask]]:
     listed = yield commands.dead_ids(keys, limit=limit, offset=offset)
     if not listed:
         return []

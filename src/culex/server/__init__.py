@@ -1,0 +1,1 @@
+"""culex.server."""
