@@ -29,7 +29,7 @@ from server import arguments, private_server
 
 import culex
 from culex import config
-from culex._redis import operations
+from culex._redis.claims import claim
 from culex._redis.keys import queue_keys
 from culex.server.configured import sync_driver
 
@@ -70,8 +70,8 @@ def claims(calls: int, **limits: object) -> float:
     client.config_resetstat()
     for _ in range(calls):
         driver.run(
-            operations.claim(K, limit=10, lease_ms=3_600_000, promote_limit=100,
-                             dead_ttl_ms=DAY_MS, **limits)  # type: ignore[arg-type]
+            claim(K, limit=10, lease_ms=3_600_000, promote_limit=100,
+                  dead_ttl_ms=DAY_MS, **limits)  # type: ignore[arg-type]
         )  # fmt: skip
     evalsha = client.info("commandstats").get("cmdstat_evalsha", {"usec": 0, "calls": 1})
     return float(evalsha["usec"]) / max(1, int(evalsha["calls"]))
@@ -90,7 +90,7 @@ def before_and_after(client: redis.Redis, before: Path, rounds: int = 10) -> Non
     """This claim.lua against ``before``'s, in turns: the server's µs per claim of 10."""
     fill(400_000)
     old = client.script_load((before / "culex/_redis/lua/claim.lua").read_text())
-    new = operations.claim(K, limit=10, lease_ms=1, promote_limit=1, dead_ttl_ms=1)
+    new = claim(K, limit=10, lease_ms=1, promote_limit=1, dead_ttl_ms=1)
     new_sha = client.script_load(new.script.source)
     old_keys = new.keys[:7]
     took: dict[str, list[float]] = {"before": [], "after": []}

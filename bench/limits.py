@@ -4,11 +4,11 @@
     python bench/limits.py drain COUNT         # claim + complete COUNT waiting tasks
     python bench/limits.py cycle COUNT         # enqueue + claim + complete at constant depth
 
-``drain`` and ``cycle`` send culex's own EVALSHA calls (built by ``culex._redis.operations``,
-so they follow the scripts' current keys and arguments) over one connection: a claim of
-BATCH tasks, then one call that completes them all, as the runner does. They report the
-rate the loop got, and the server CPU each task cost (INFO cpu), whose inverse is what one
-server core could do.
+``drain`` and ``cycle`` send culex's own EVALSHA calls (built by ``culex._redis.claims``
+and ``culex._redis.reports``, so they follow the scripts' current keys and arguments) over
+one connection: a claim of BATCH tasks, then one call that completes them all, as the
+runner does. They report the rate the loop got, and the server CPU each task cost (INFO
+cpu), whose inverse is what one server core could do.
 Run with culex's interpreter, ``bench/`` on ``PYTHONPATH`` and ``BENCH_REDIS_URL`` set.
 """
 
@@ -26,14 +26,14 @@ from child import answer
 from server import server_cpu
 
 import culex
-from culex._redis import operations, scripts
+from culex._redis import calls, claims, enqueuing, reports, scripts
 from culex._redis.keys import queue_keys
 
 BATCH = 100  # tasks per claim: what a runner with 100 free slots asks for
 FILL_CHUNK = 10_000  # tasks per enqueue_many call while filling
 
 
-def send(pipe: Any, call: operations.Call[Any]) -> None:
+def send(pipe: Any, call: calls.Call[Any]) -> None:
     assert call.script is not None
     pipe.execute_command("EVALSHA", call.script.sha, len(call.keys), *call.keys, *call.args)
 
@@ -66,7 +66,7 @@ def claim_and_complete(client: redis.Redis, pipe: Any, limit: int) -> int:
     """One claim of up to ``limit`` tasks, then one batched completion, as the runner does."""
     settings = culex.settings()
     keys = queue_keys(settings.prefix, Noop.queue)
-    claim = operations.claim(
+    claim = claims.claim(
         keys,
         limit=limit,
         lease_ms=settings.lease_ms,
@@ -78,7 +78,7 @@ def claim_and_complete(client: redis.Redis, pipe: Any, limit: int) -> int:
     if reply.tasks:
         ttl_ms = settings.successful_job_ttl_ms  # a result of None keeps the hash this long
         done = [(task.id, task.attempt, "null", ttl_ms) for task in reply.tasks]
-        send(pipe, operations.complete(keys, done))
+        send(pipe, reports.complete(keys, done))
         pipe.execute()
     return len(reply.tasks)
 
@@ -118,7 +118,7 @@ def cycle(client: redis.Redis, count: int) -> dict[str, Any]:
             task_id = f"cycle-{done + i}"
             send(
                 pipe,
-                operations.enqueue(
+                enqueuing.enqueue(
                     keys, task_id, "Noop", params, due_ms=None, delay_ms=0, max_retries=4
                 ),
             )

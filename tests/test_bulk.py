@@ -10,7 +10,7 @@ import pytest
 import redis
 
 from culex import ServerError, config
-from culex._redis import operations
+from culex._redis import claims, enqueuing, interventions, reads, reports
 from culex._redis.keys import queue_keys
 from culex.operations import bulk, inspection
 from culex.operations.browsing import state_set
@@ -86,10 +86,10 @@ def test_delete_removes_tasks_that_are_not_running(r: redis.Redis) -> None:
     r.delete(K.task("gone"))  # expired: only its id is left in dead
     r.hset(K.task("done"), mapping={"state": "succeeded"})
     d = driver_of(r)
-    assert d.run(operations.wait(K, "w")).state == "waiting"  # a producer waits for w
+    assert d.run(reads.wait(K, "w")).state == "waiting"  # a producer waits for w
 
-    reply = d.run(operations.delete(K, ["w", "s", "d", "gone", "p", "done", "nobody"]))
-    assert reply == operations.DeleteReply(["w", "s", "d", "gone"], ["p", "done", "nobody"])
+    reply = d.run(interventions.delete(K, ["w", "s", "d", "gone", "p", "done", "nobody"]))
+    assert reply == interventions.DeleteReply(["w", "s", "d", "gone"], ["p", "done", "nobody"])
     for task_id in ("w", "s", "d", "gone"):
         assert not r.exists(K.task(task_id))
     assert r.zcard(K.waiting) + r.zcard(K.scheduled) + r.zcard(K.dead) == 0
@@ -112,15 +112,15 @@ def test_an_id_enqueued_again_after_its_dead_hash_expired_leaves_dead(r: redis.R
     the next death trims it. Enqueued again (ids are the producer's idempotency key), it is
     in scheduled only, and a purge of dead leaves it."""
     d = driver_of(r)
-    d.run(operations.enqueue(K, "invoice-42", "J", "{}", due_ms=None, delay_ms=0, max_retries=0))
-    d.run(operations.claim(K, limit=1, lease_ms=60_000, promote_limit=0, dead_ttl_ms=1))
-    d.run(operations.fail(K, "invoice-42", 1, "boom", retry_delay_ms=None, dead_ttl_ms=1,
-                          dead_max=10))  # fmt: skip
+    d.run(enqueuing.enqueue(K, "invoice-42", "J", "{}", due_ms=None, delay_ms=0, max_retries=0))
+    d.run(claims.claim(K, limit=1, lease_ms=60_000, promote_limit=0, dead_ttl_ms=1))
+    d.run(reports.fail(K, "invoice-42", 1, "boom", retry_delay_ms=None, dead_ttl_ms=1,
+                       dead_max=10))  # fmt: skip
     wait_until(lambda: not r.exists(K.task("invoice-42")), what="the dead hash to expire")
     assert members(r, K.dead) == ["invoice-42"]
 
-    again = operations.enqueue(K, "invoice-42", "J", "{}", due_ms=None, delay_ms=60_000,
-                               max_retries=0)  # fmt: skip
+    again = enqueuing.enqueue(K, "invoice-42", "J", "{}", due_ms=None, delay_ms=60_000,
+                              max_retries=0)  # fmt: skip
     assert d.run(again).state == "scheduled"
     assert members(r, K.dead) == [] and members(r, K.scheduled) == ["invoice-42"]
     assert bulk.apply("delete", Q, state="dead") == 0
@@ -133,8 +133,8 @@ def test_a_delete_of_a_state_deletes_only_tasks_whose_hash_says_it(r: redis.Redi
     dead ones, leaves the scheduled task."""
     d = driver_of(r)
     r.zadd(K.dead, {"invoice-42": T0 - 1})  # (its hash expired)
-    older = operations.enqueue(K, "invoice-42", "J", "{}", due_ms=None, delay_ms=60_000,
-                               max_retries=0)  # fmt: skip
+    older = enqueuing.enqueue(K, "invoice-42", "J", "{}", due_ms=None, delay_ms=60_000,
+                              max_retries=0)  # fmt: skip
     assert d.run(older._replace(keys=older.keys[:7])).state == "scheduled"
     put(r, "dead", ["d1", "d2"])
 
@@ -143,7 +143,7 @@ def test_a_delete_of_a_state_deletes_only_tasks_whose_hash_says_it(r: redis.Redi
     assert states(r, "invoice-42", "d1", "d2") == ["scheduled", "", ""]
     assert members(r, K.scheduled) == ["invoice-42"]
     # delete.lua: KEYS[8] names the set walked; a key that is none of the queue's is refused
-    call = operations.delete(K, ["invoice-42"], only=K.pending)
+    call = interventions.delete(K, ["invoice-42"], only=K.pending)
     with pytest.raises(ServerError, match=r"KEYS\[8\] must be the waiting, scheduled, dead"):
         d.run(call)
     assert bulk.apply("delete", Q, ids=["invoice-42"]) == 1  # (no state: any it is in)
@@ -196,8 +196,8 @@ def test_pages_and_bulk_actions_on_a_cluster(cluster: Cluster) -> None:
     for queue in queues:
         keys = queue_keys("culex", queue)
         for n in range(3):
-            driver.run(operations.enqueue(keys, f"{queue}-{n}", "J", "{}", due_ms=None,
-                                          delay_ms=0, max_retries=4))  # fmt: skip
+            driver.run(enqueuing.enqueue(keys, f"{queue}-{n}", "J", "{}", due_ms=None,
+                                         delay_ms=0, max_retries=4))  # fmt: skip
     for queue in queues:
         page = inspection.tasks(queue, "waiting", settings, job="J", limit=2)
         assert len(page.rows) == 2 and page.total == 3 and page.next_cursor is not None

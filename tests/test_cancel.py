@@ -12,11 +12,11 @@ import redis
 
 import culex
 from culex import cli, logs
-from culex._redis import operations, scripts
+from culex._redis import claims, enqueuing, interventions, reports, scripts
+from culex._redis.calls import Call
 from culex._redis.connections import SyncConnection
 from culex._redis.drivers import SyncDriverProtocol
 from culex._redis.keys import queue_keys
-from culex._redis.operations import Call
 from culex.errors import ServerError
 from culex.server.procedures import Procedure, run_sync, together
 
@@ -43,20 +43,20 @@ K = queue_keys("culex", CalledOffJob.queue)
 
 def put(d: SyncDriverProtocol, task_id: str, *, delay_ms: int = 0) -> None:
     d.run(
-        operations.enqueue(
+        enqueuing.enqueue(
             K, task_id, "CalledOffJob", "{}", due_ms=None, delay_ms=delay_ms, max_retries=4
         )
     )
 
 
-def claim(d: SyncDriverProtocol) -> list[operations.Claimed]:
+def claim(d: SyncDriverProtocol) -> list[claims.Claimed]:
     return d.run(
-        operations.claim(K, limit=10, lease_ms=30_000, promote_limit=100, dead_ttl_ms=DAY_MS)
+        claims.claim(K, limit=10, lease_ms=30_000, promote_limit=100, dead_ttl_ms=DAY_MS)
     ).tasks
 
 
 def cancel(d: SyncDriverProtocol, task_id: str, reason: str = "", *, dead_max: int = 100) -> str:
-    return d.run(operations.cancel(K, task_id, reason, dead_ttl_ms=DAY_MS, dead_max=dead_max))
+    return d.run(interventions.cancel(K, task_id, reason, dead_ttl_ms=DAY_MS, dead_max=dead_max))
 
 
 # -- the script --------------------------------------------------------------------------------
@@ -113,7 +113,7 @@ def test_a_task_waiting_for_its_retry_can_be_cancelled(r: redis.Redis) -> None:
     d = driver_of(r)
     put(d, "flaky")
     [t] = claim(d)
-    fail = operations.fail(
+    fail = reports.fail(
         K, "flaky", t.attempt, "boom", retry_delay_ms=60_000, dead_ttl_ms=DAY_MS, dead_max=10
     )
     assert d.run(fail) == "scheduled"
@@ -130,13 +130,13 @@ def test_without_the_running_keys_a_running_task_is_refused_and_nothing_changes(
     put(d, "running")
     [t] = claim(d)
     before = snapshot(r)
-    call = operations.cancel(K, "running", "too late", dead_ttl_ms=DAY_MS, dead_max=100,
-                             running=False)  # fmt: skip
+    call = interventions.cancel(K, "running", "too late", dead_ttl_ms=DAY_MS, dead_max=100,
+                                running=False)  # fmt: skip
     assert len(call.keys) == 8  # as a caller from before running tasks could be cancelled
     assert d.run(call) == "pending"
     assert snapshot(r) == before
     # its runner's report still lands
-    assert d.run(operations.complete(K, [("running", t.attempt, '"done"', 60_000)])) == []
+    assert d.run(reports.complete(K, [("running", t.attempt, '"done"', 60_000)])) == []
 
 
 def counted(r: redis.Redis, job: str) -> dict[str, int]:
@@ -179,7 +179,7 @@ def test_the_runner_s_report_of_a_cancelled_attempt_buries_it_counted_once_as_de
     [t] = claim(d)
     assert cancel(d, "running") == "cancelling"
     # even a report that asks for a retry: a cancelled task is never retried
-    fail = operations.fail(
+    fail = reports.fail(
         K, "running", t.attempt, "whatever", retry_delay_ms=0, dead_ttl_ms=DAY_MS, dead_max=10
     )
     assert d.run(fail) == "dead"
@@ -191,9 +191,9 @@ def test_the_runner_s_report_of_a_cancelled_attempt_buries_it_counted_once_as_de
     assert counted(r, "CalledOffJob") == {"d": 1}
     assert d.run(fail) is None  # a duplicate report is refused (fenced)
     assert counted(r, "CalledOffJob") == {"d": 1}
-    assert d.run(operations.retry_dead(K, ["running"])).retried == ["running"]
+    assert d.run(interventions.retry_dead(K, ["running"])).retried == ["running"]
     [again] = claim(d)
-    assert d.run(operations.complete(K, [("running", again.attempt, "1", 60_000)])) == []
+    assert d.run(reports.complete(K, [("running", again.attempt, "1", 60_000)])) == []
 
 
 def test_a_success_that_lands_before_the_runner_learns_stands(r: redis.Redis) -> None:
@@ -201,7 +201,7 @@ def test_a_success_that_lands_before_the_runner_learns_stands(r: redis.Redis) ->
     put(d, "quick")
     [t] = claim(d)
     assert cancel(d, "quick") == "cancelling"
-    assert d.run(operations.complete(K, [("quick", t.attempt, '"done"', 60_000)])) == []
+    assert d.run(reports.complete(K, [("quick", t.attempt, '"done"', 60_000)])) == []
     assert r.hget(K.task("quick"), "state") == b"succeeded"
     assert r.exists(K.cancels) == 0
     assert cancel(d, "quick") == "succeeded"  # a stale cancel after the end does nothing
@@ -213,7 +213,7 @@ def test_a_task_whose_cancel_was_requested_is_not_handed_back(r: redis.Redis) ->
     [t] = claim(d)
     assert cancel(d, "running") == "cancelling"
     before = snapshot(r)
-    assert d.run(operations.release(K, "running", t.attempt)) is False
+    assert d.run(reports.release(K, "running", t.attempt)) is False
     assert snapshot(r) == before
 
 
@@ -224,10 +224,10 @@ def test_reclaim_buries_a_task_whose_runner_is_gone_before_it_could_cancel_it(
     put(d, "orphan")
     put(d, "other")
     lost = d.run(
-        operations.claim(K, limit=10, lease_ms=0, promote_limit=100, dead_ttl_ms=DAY_MS)
+        claims.claim(K, limit=10, lease_ms=0, promote_limit=100, dead_ttl_ms=DAY_MS)
     ).tasks  # a lease of 0 ms has run out at once
     assert cancel(d, "orphan", "stop it") == "cancelling"
-    reclaim = operations.reclaim(K, limit=100, dead_ttl_ms=DAY_MS, dead_max=10)
+    reclaim = claims.reclaim(K, limit=100, dead_ttl_ms=DAY_MS, dead_max=10)
     reclaimed = d.run(reclaim)
     assert sorted(reclaimed) == [("orphan", "dead"), ("other", "waiting")]
     after = r.hgetall(K.task("orphan"))
@@ -237,7 +237,7 @@ def test_reclaim_buries_a_task_whose_runner_is_gone_before_it_could_cancel_it(
     assert r.exists(K.cancels) == 0
     assert counted(r, "CalledOffJob") == {"d": 1, "f": 1}  # "other" failed, to run again
     stale = next(t for t in lost if t.id == "orphan")
-    fail = operations.fail(
+    fail = reports.fail(
         K, "orphan", stale.attempt, "late", retry_delay_ms=0, dead_ttl_ms=DAY_MS, dead_max=10
     )
     assert d.run(fail) is None  # the lost runner's late report is refused
@@ -252,7 +252,7 @@ def test_a_push_back_that_lands_after_the_request_ends_the_task_cancelled(
     put(d, "pushed")
     [t] = claim(d)
     assert cancel(d, "pushed", "user left") == "cancelling"
-    later = operations.retry_later(K, "pushed", t.attempt, 0, dead_ttl_ms=DAY_MS, dead_max=10)
+    later = reports.retry_later(K, "pushed", t.attempt, 0, dead_ttl_ms=DAY_MS, dead_max=10)
     assert d.run(later) is True
     after = r.hgetall(K.task("pushed"))
     assert after[b"state"] == b"dead" and after[b"last_error"] == b"cancelled: user left"
@@ -290,7 +290,7 @@ def test_retry_from_dead_clears_an_old_cancel_request(r: redis.Redis) -> None:
     put(d, "old")
     assert cancel(d, "old") == "cancelled"
     r.hset(K.task("old"), "cancel_requested", "cancelled")
-    assert d.run(operations.retry_dead(K, ["old"])).retried == ["old"]
+    assert d.run(interventions.retry_dead(K, ["old"])).retried == ["old"]
     assert r.hget(K.task("old"), "cancel_requested") is None
     [again] = claim(d)
     assert again.id == "old"
@@ -305,7 +305,7 @@ def test_requests_left_by_a_client_that_sent_no_cancels_key_end_at_the_next_requ
     a, _ = claim(d)
     assert cancel(d, "a") == "cancelling"
     # a foreign runner reports "a" with fail's older key list: its request stays behind
-    old_fail = operations.fail(
+    old_fail = reports.fail(
         K, "a", a.attempt, "x", retry_delay_ms=None, dead_ttl_ms=DAY_MS, dead_max=10
     )
     assert d.run(old_fail._replace(keys=old_fail.keys[:9])) == "dead"
@@ -322,8 +322,8 @@ def test_a_finished_task_and_an_unknown_id_are_refused_and_nothing_changes(
     put(d, "done")
     put(d, "died")
     done, died = claim(d)
-    assert d.run(operations.complete(K, [("done", done.attempt, '"ok"', 60_000)])) == []
-    fail = operations.fail(
+    assert d.run(reports.complete(K, [("done", done.attempt, '"ok"', 60_000)])) == []
+    fail = reports.fail(
         K, "died", died.attempt, "boom", retry_delay_ms=None, dead_ttl_ms=DAY_MS, dead_max=10
     )
     assert d.run(fail) == "dead"
@@ -364,7 +364,7 @@ def test_dead_is_trimmed_by_count_and_by_age(r: redis.Redis) -> None:
 def test_a_cancelled_periodic_task_is_recorded_dead(r: redis.Redis) -> None:
     d = driver_of(r)
     tick = queue_keys("culex", "tick")
-    scheduled = operations.schedule(
+    scheduled = enqueuing.schedule(
         tick,
         "TickJob",
         "TickJob:1000",
@@ -376,7 +376,7 @@ def test_a_cancelled_periodic_task_is_recorded_dead(r: redis.Redis) -> None:
     )
     assert d.run(scheduled).outcome == "enqueued"
     assert b"last_outcome" not in r.hgetall(tick.periodic("TickJob"))
-    call = operations.cancel(tick, "TickJob:1000", "", dead_ttl_ms=DAY_MS, dead_max=10)
+    call = interventions.cancel(tick, "TickJob:1000", "", dead_ttl_ms=DAY_MS, dead_max=10)
     assert d.run(call) == "cancelled"
     record = r.hgetall(tick.periodic("TickJob"))
     assert record[b"last_outcome"] == b"dead"
@@ -410,7 +410,7 @@ def test_task_cancel_ends_a_task_that_has_not_started_and_asks_for_a_running_one
     listed = {t.id: t.error for t in culex.dead_tasks(K.name)}  # `culex dead` lists them
     assert listed == {task.id: "cancelled", later.id: "cancelled: not needed"}
     # (this runner never learned of the request: its success stands)
-    assert d.run(operations.complete(K, [(busy.id, claimed.attempt, "1", 60_000)])) == []
+    assert d.run(reports.complete(K, [(busy.id, claimed.attempt, "1", 60_000)])) == []
     assert busy.cancel() is False  # succeeded
 
 

@@ -16,7 +16,7 @@ import pytest
 import redis
 
 import culex
-from culex._redis import operations
+from culex._redis import claims
 from culex._redis.keys import queue_keys
 
 from .conftest import await_until, driver_of, running
@@ -160,7 +160,7 @@ async def test_a_task_whose_runner_is_gone_ends_dead_cancelled_not_retried(
 ) -> None:
     d = driver_of(r)
     task = await QuickJob().aenqueue()
-    claim = operations.claim(K, limit=1, lease_ms=0, promote_limit=10, dead_ttl_ms=DAY_MS)
+    claim = claims.claim(K, limit=1, lease_ms=0, promote_limit=10, dead_ttl_ms=DAY_MS)
     [lost] = d.run(claim).tasks  # a runner took it and died: its lease has run out
     assert lost.id == task.id
     assert await task.acancel("its runner died") is True

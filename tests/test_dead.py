@@ -13,7 +13,7 @@ import pytest
 import redis
 
 import culex
-from culex._redis import operations
+from culex._redis import claims, enqueuing, interventions, reports
 from culex._redis.drivers import SyncDriverProtocol
 from culex._redis.keys import queue_keys
 from culex.operations import dead, inspection
@@ -39,15 +39,15 @@ K = queue_keys("culex", RevivedJob.queue)
 
 def put(d: SyncDriverProtocol, task_id: str, *, max_retries: int = 4) -> None:
     d.run(
-        operations.enqueue(
+        enqueuing.enqueue(
             K, task_id, "RevivedJob", "{}", due_ms=None, delay_ms=0, max_retries=max_retries
         )
     )
 
 
-def claim(d: SyncDriverProtocol, limit: int = 10) -> list[operations.Claimed]:
+def claim(d: SyncDriverProtocol, limit: int = 10) -> list[claims.Claimed]:
     return d.run(
-        operations.claim(K, limit=limit, lease_ms=30_000, promote_limit=100, dead_ttl_ms=DAY_MS)
+        claims.claim(K, limit=limit, lease_ms=30_000, promote_limit=100, dead_ttl_ms=DAY_MS)
     ).tasks
 
 
@@ -57,7 +57,7 @@ def kill(d: SyncDriverProtocol, *ids: str, error: str = "boom") -> None:
         put(d, task_id)
     for t in claim(d, limit=len(ids)):
         out = d.run(
-            operations.fail(
+            reports.fail(
                 K, t.id, t.attempt, error, retry_delay_ms=None, dead_ttl_ms=DAY_MS, dead_max=100
             )
         )
@@ -75,7 +75,7 @@ async def test_a_dead_task_goes_back_to_waiting_and_runs(r: redis.Redis) -> None
     assert r.zscore(K.dead, "t") is not None and 0 < r.pttl(K.task("t")) <= DAY_MS
     r.delete(K.signal)
 
-    assert d.run(operations.retry_dead(K, ["t"])) == operations.RetryReply(["t"], [])
+    assert d.run(interventions.retry_dead(K, ["t"])) == interventions.RetryReply(["t"], [])
 
     after = r.hgetall(K.task("t"))
     assert r.zscore(K.dead, "t") is None
@@ -98,7 +98,7 @@ def test_a_retried_task_waits_behind_the_tasks_already_waiting(r: redis.Redis) -
     kill(d, "b-retried")
     put(d, "a-waiting")  # (named so that a tie in ms sorts the same way)
     assert r.llen(K.signal) == 1  # a token is there already: no second one
-    assert d.run(operations.retry_dead(K, ["b-retried"])).retried == ["b-retried"]
+    assert d.run(interventions.retry_dead(K, ["b-retried"])).retried == ["b-retried"]
     assert score(r, K.waiting, "b-retried") >= score(r, K.waiting, "a-waiting")
     assert r.llen(K.signal) == 1
     assert [t.id for t in claim(d)] == ["a-waiting", "b-retried"]
@@ -110,8 +110,8 @@ def test_ids_that_are_not_dead_are_skipped_and_change_nothing(r: redis.Redis) ->
     claim(d)
     put(d, "waiting")
     before = snapshot(r)
-    reply = d.run(operations.retry_dead(K, ["waiting", "running", "unknown"]))
-    assert reply == operations.RetryReply([], ["waiting", "running", "unknown"])
+    reply = d.run(interventions.retry_dead(K, ["waiting", "running", "unknown"]))
+    assert reply == interventions.RetryReply([], ["waiting", "running", "unknown"])
     assert snapshot(r) == before
 
 
@@ -122,8 +122,8 @@ def test_a_dead_id_whose_record_expired_is_dropped_from_dead(r: redis.Redis) -> 
     expected = snapshot(r)
     members, expires = expected[K.dead.encode()]
     expected[K.dead.encode()] = ([m for m in members if m[0] != b"expired"], expires)
-    reply = d.run(operations.retry_dead(K, ["expired"]))
-    assert reply == operations.RetryReply([], ["expired"])
+    reply = d.run(interventions.retry_dead(K, ["expired"]))
+    assert reply == interventions.RetryReply([], ["expired"])
     assert snapshot(r) == expected  # it could never run: only the stale id left dead
     assert r.zrange(K.dead, 0, -1) == [b"alive"]
 
@@ -134,7 +134,7 @@ def test_a_dead_id_whose_record_is_a_new_task_is_skipped(r: redis.Redis) -> None
     r.delete(K.task("reused"))  # the record expired and the id was enqueued again
     put(d, "reused")
     before = snapshot(r)
-    assert d.run(operations.retry_dead(K, ["reused"])).skipped == ["reused"]
+    assert d.run(interventions.retry_dead(K, ["reused"])).skipped == ["reused"]
     assert snapshot(r) == before
 
 
@@ -142,7 +142,9 @@ def test_with_no_ids_the_oldest_limit_are_retried(r: redis.Redis) -> None:
     d = driver_of(r)
     kill(d, *(f"t{i}" for i in range(5)))
     r.zadd(K.dead, {f"t{i}": 1_000 + i for i in range(5)})  # distinct times of death
-    assert d.run(operations.retry_oldest_dead(K, 2)) == operations.RetryReply(["t0", "t1"], [])
+    assert d.run(interventions.retry_oldest_dead(K, 2)) == interventions.RetryReply(
+        ["t0", "t1"], []
+    )
     assert r.zrange(K.dead, 0, -1) == [b"t2", b"t3", b"t4"]
     assert culex.retry_dead(RevivedJob.queue, limit=1) == ["t2"]
     assert culex.retry_dead(RevivedJob.queue) == ["t3", "t4"]
@@ -158,11 +160,11 @@ def test_a_long_retry_is_cut_into_chunks(r: redis.Redis, monkeypatch: pytest.Mon
     r.delete(K.task("t1"))  # expired
     # given ids: each once, two per script, all scripts in one round trip
     outcome = dead.retry(K.name, ["t5", "t1", "t6", "nope", "t5"], None)
-    assert outcome == operations.RetryReply(["t5", "t6"], ["t1", "nope"])
+    assert outcome == interventions.RetryReply(["t5", "t6"], ["t1", "nope"])
     assert r.zrange(K.dead, 0, -1) == [b"t0", b"t2", b"t3", b"t4"]
     # the oldest: as many rounds as it takes
     assert culex.retry_dead(K.name, limit=3) == ["t0", "t2", "t3"]
-    assert dead.retry(K.name, None, None) == operations.RetryReply(["t4"], [])  # every one
+    assert dead.retry(K.name, None, None) == interventions.RetryReply(["t4"], [])  # every one
     assert r.zcard(K.dead) == 0 and r.zcard(K.waiting) == 6
 
 
@@ -212,15 +214,15 @@ def test_dead_is_trimmed_by_age_on_every_reclaim_pass_not_only_at_a_death(
     d = driver_of(r)
     put(d, "t", max_retries=0)
     [t] = claim(d)
-    fail = operations.fail(K, "t", t.attempt, "boom", retry_delay_ms=None, dead_ttl_ms=1000,
-                           dead_max=10)  # fmt: skip
+    fail = reports.fail(K, "t", t.attempt, "boom", retry_delay_ms=None, dead_ttl_ms=1000,
+                        dead_max=10)  # fmt: skip
     assert d.run(fail) == "dead"
     died = score(r, K.dead, "t")
     r.delete(K.task("t"))  # (its hash expired after dead_ttl_ms)
     r.zadd(K.dead, {"t": died - 1001})  # (and that long ago it died)
     counts = inspection.queue_counts(queues=[K.name])
     assert counts[K.name]["dead"] == 1  # nothing died since: still counted
-    assert d.run(operations.reclaim(K, limit=10, dead_ttl_ms=1000, dead_max=10)) == []
+    assert d.run(claims.reclaim(K, limit=10, dead_ttl_ms=1000, dead_max=10)) == []
     assert r.zcard(K.dead) == 0
     assert inspection.queue_counts(queues=[K.name])[K.name]["dead"] == 0
 
@@ -230,22 +232,22 @@ def test_a_report_from_before_the_retry_is_refused(r: redis.Redis) -> None:
     put(d, "t", max_retries=0)
     [lost] = claim(d)
     r.zadd(K.pending, {"t": 1})  # its lease ran out while the runner still worked
-    reclaim = operations.reclaim(K, limit=10, dead_ttl_ms=DAY_MS, dead_max=10, max_stalls=0)
+    reclaim = claims.reclaim(K, limit=10, dead_ttl_ms=DAY_MS, dead_max=10, max_stalls=0)
     assert d.run(reclaim) == [("t", "dead")]
     assert culex.Task("t", K.name).retry()
     late = [("t", lost.attempt, '"late"', 5000)]
-    assert d.run(operations.complete(K, late)) == [("t", lost.attempt)]  # refused while waiting
+    assert d.run(reports.complete(K, late)) == [("t", lost.attempt)]  # refused while waiting
     [again] = claim(d)
     assert again.attempt == lost.attempt + 1
     before = r.hgetall(K.task("t"))
-    assert d.run(operations.complete(K, late)) == [("t", lost.attempt)]  # and while it runs again
-    stale_fail = operations.fail(
+    assert d.run(reports.complete(K, late)) == [("t", lost.attempt)]  # and while it runs again
+    stale_fail = reports.fail(
         K, "t", lost.attempt, "late", retry_delay_ms=None, dead_ttl_ms=DAY_MS, dead_max=10
     )
     assert d.run(stale_fail) is None
-    assert d.run(operations.heartbeat(K, 60_000, [("t", lost.attempt)])) == ["t"]
+    assert d.run(claims.heartbeat(K, 60_000, [("t", lost.attempt)])) == ["t"]
     assert r.hgetall(K.task("t")) == before
-    assert d.run(operations.complete(K, [("t", again.attempt, '"on time"', 5000)])) == []
+    assert d.run(reports.complete(K, [("t", again.attempt, '"on time"', 5000)])) == []
     assert r.hget(K.task("t"), "result") == b'"on time"'
 
 
@@ -317,7 +319,7 @@ def test_bad_arguments_are_clear_errors(r: redis.Redis) -> None:
     with pytest.raises(ValueError, match="task id must be 1 to"):
         culex.retry_dead("q", ids=["a b"])
     with pytest.raises(ValueError, match="at least one id"):
-        operations.retry_dead(K, [])
+        interventions.retry_dead(K, [])
     assert culex.retry_dead("q", ids=[]) == []  # nothing asked, nothing sent
 
 

@@ -14,7 +14,7 @@ import redis
 
 import culex
 from culex import cli, logs
-from culex._redis import operations
+from culex._redis import claims, reports
 from culex._redis.keys import queue_keys
 from culex.runner import failures
 
@@ -136,9 +136,9 @@ def test_the_errors_field_starts_again_when_it_is_no_list_and_reads_as_none(
 
     def fail_once(traceback: str | None) -> None:
         [claimed] = d.run(
-            operations.claim(keys, limit=1, lease_ms=60_000, promote_limit=1, dead_ttl_ms=1000)
+            claims.claim(keys, limit=1, lease_ms=60_000, promote_limit=1, dead_ttl_ms=1000)
         ).tasks
-        call = operations.fail(
+        call = reports.fail(
             keys, task.id, claimed.attempt, "boom", retry_delay_ms=0, dead_ttl_ms=60_000,
             dead_max=10, traceback=traceback, errors_kept=2,
         )  # fmt: skip
@@ -156,10 +156,10 @@ def test_the_errors_field_starts_again_when_it_is_no_list_and_reads_as_none(
     assert [(k.attempt, k.traceback) for k in kept] == [(4, "tb"), (5, "")]
     assert r.hget(keys.task(task.id), "last_error") == b"boom"
     [claimed] = d.run(
-        operations.claim(keys, limit=1, lease_ms=60_000, promote_limit=1, dead_ttl_ms=1000)
+        claims.claim(keys, limit=1, lease_ms=60_000, promote_limit=1, dead_ttl_ms=1000)
     ).tasks
     before = r.hgetall(keys.task(task.id))
-    refused = operations.fail(
+    refused = reports.fail(
         keys, task.id, claimed.attempt, "x", retry_delay_ms=0, dead_ttl_ms=1, dead_max=1,
         traceback="t", errors_kept=0,
     )  # fmt: skip
@@ -175,9 +175,9 @@ def test_culex_task_shows_a_task_that_failed_before_errors_were_kept(
     keys = queue_keys("culex", "parse")
     task = ParseJob(text="1").enqueue()
     [claimed] = d.run(
-        operations.claim(keys, limit=1, lease_ms=60_000, promote_limit=1, dead_ttl_ms=1000)
+        claims.claim(keys, limit=1, lease_ms=60_000, promote_limit=1, dead_ttl_ms=1000)
     ).tasks
-    old = operations.fail(
+    old = reports.fail(
         keys, task.id, claimed.attempt, "ValueError: old", retry_delay_ms=None,
         dead_ttl_ms=60_000, dead_max=10,
     )  # fmt: skip

@@ -24,7 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import culex
 from culex import config
-from culex._redis import operations
+from culex._redis import claims, enqueuing, reports
 from culex._redis.keys import queue_keys, queues_key
 from culex.jobs import enqueue
 from culex.operations import metrics
@@ -314,16 +314,16 @@ def test_every_queue_is_in_the_scrape_whatever_call_round_or_part_reads_it(
         r.sadd(queues_key("culex"), name)
 
         def put(task: str, *, delay_ms: int = 0, group: str = "", keys: Any = keys) -> None:
-            d.run(operations.enqueue(keys, task, "ManyJob", "{}", due_ms=None,
-                                     delay_ms=delay_ms, max_retries=0, group=group))  # fmt: skip
+            d.run(enqueuing.enqueue(keys, task, "ManyJob", "{}", due_ms=None,
+                                    delay_ms=delay_ms, max_retries=0, group=group))  # fmt: skip
 
         if i % 7 == 0:  # one running, one dead
             for task in ("running", "doomed"):
                 put(task)
-                d.run(operations.claim(keys, limit=1, lease_ms=60_000, promote_limit=10,
-                                       dead_ttl_ms=day))  # fmt: skip
-            d.run(operations.fail(keys, "doomed", 1, "boom", retry_delay_ms=None,
-                                  dead_ttl_ms=day, dead_max=10))  # fmt: skip
+                d.run(claims.claim(keys, limit=1, lease_ms=60_000, promote_limit=10,
+                                   dead_ttl_ms=day))  # fmt: skip
+            d.run(reports.fail(keys, "doomed", 1, "boom", retry_delay_ms=None,
+                               dead_ttl_ms=day, dead_max=10))  # fmt: skip
         for n in range(i % 4):
             put(f"w{n}")
         if i % 3 == 0:
@@ -337,8 +337,8 @@ def test_every_queue_is_in_the_scrape_whatever_call_round_or_part_reads_it(
     # lines are then set aside: the whole text is written as one)
     odd = "many99\udcff"
     r.sadd(queues_key("culex"), odd.encode("utf-8", "surrogateescape"))
-    d.run(operations.enqueue(queue_keys("culex", odd), "w", "ManyJob", "{}", due_ms=None,
-                             delay_ms=0, max_retries=0))  # fmt: skip
+    d.run(enqueuing.enqueue(queue_keys("culex", odd), "w", "ManyJob", "{}", due_ms=None,
+                            delay_ms=0, max_retries=0))  # fmt: skip
     whole = metrics.render()
     monkeypatch.setattr(metrics, "BATCH", 2)
     monkeypatch.setattr(metrics, "ROUND", 6)

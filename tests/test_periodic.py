@@ -24,7 +24,7 @@ import redis
 
 import culex
 from culex import cli, config, logs
-from culex._redis import operations, scripts
+from culex._redis import calls, claims, enqueuing, reads, reports, scripts
 from culex._redis.connections import SyncConnection
 from culex._redis.drivers import SyncDriverProtocol
 from culex._redis.keys import QueueKeys, periodic_jobs_key, queue_keys
@@ -251,8 +251,8 @@ def slot_call(
     overlap: bool = False,
     run_new: bool = True,
     task_id: str | None = None,
-) -> operations.Call[operations.Scheduled]:
-    return operations.schedule(
+) -> calls.Call[enqueuing.Scheduled]:
+    return enqueuing.schedule(
         Q,
         "TickJob",
         task_id or f"TickJob:{slot}",
@@ -311,7 +311,7 @@ def test_schedule_skips_a_slot_while_the_previous_run_is_unfinished(r: redis.Red
     assert outcome(d, 3000) == "overlap"  # ... now pending
     assert outcome(d, 3000, overlap=True) == "done"  # 3000 was decided: skipped
     assert outcome(d, 4000, overlap=True) == "enqueued"
-    assert d.run(operations.complete(Q, [(claimed.id, claimed.attempt, "null", 1000)])) == []
+    assert d.run(reports.complete(Q, [(claimed.id, claimed.attempt, "null", 1000)])) == []
     record = r.hgetall(Q.periodic("TickJob"))
     assert record[b"last_outcome"] == b"succeeded" and int(record[b"last_finished_at"]) > 0
 
@@ -332,7 +332,7 @@ def test_a_dead_periodic_task_is_recorded(r: redis.Redis) -> None:
     d = driver_of(r)
     outcome(d, 1000)
     claimed = _claim(d, Q)
-    fail = operations.fail(
+    fail = reports.fail(
         Q, claimed.id, claimed.attempt, "boom", retry_delay_ms=None, dead_ttl_ms=HOUR, dead_max=10
     )
     assert d.run(fail) == "dead"
@@ -344,7 +344,7 @@ def test_a_periodic_task_whose_runner_was_lost_is_recorded_dead(r: redis.Redis) 
     outcome(d, 1000)
     claimed = _claim(d, Q)
     r.zadd(Q.pending, {claimed.id: 1})  # its lease ran out: the runner is gone
-    reclaim = operations.reclaim(Q, limit=10, dead_ttl_ms=HOUR, dead_max=10)
+    reclaim = claims.reclaim(Q, limit=10, dead_ttl_ms=HOUR, dead_max=10)
     assert d.run(reclaim) == [(claimed.id, "dead")]  # never retried
     assert r.hget(Q.periodic("TickJob"), "last_outcome") == b"dead"
 
@@ -360,12 +360,12 @@ def test_a_record_key_of_another_type_never_stops_a_task_s_report(r: redis.Redis
     r.zadd(Q.pending, {lost.id: 1})  # its lease ran out: the runner is gone
     r.set(Q.periodic("TickJob"), "not a record")
     batch = [(t.id, t.attempt, "null", HOUR) for t in (done, done_too)]
-    assert d.run(operations.complete(Q, batch)) == []  # none refused
-    fail = operations.fail(
+    assert d.run(reports.complete(Q, batch)) == []  # none refused
+    fail = reports.fail(
         Q, failing.id, failing.attempt, "boom", retry_delay_ms=None, dead_ttl_ms=HOUR, dead_max=10
     )
     assert d.run(fail) == "dead"
-    reclaim = operations.reclaim(Q, limit=10, dead_ttl_ms=HOUR, dead_max=10)
+    reclaim = claims.reclaim(Q, limit=10, dead_ttl_ms=HOUR, dead_max=10)
     assert d.run(reclaim) == [(lost.id, "dead")]
     states = [r.hget(Q.task(t.id), "state") for t in (done, done_too, failing, lost)]
     assert states == [b"succeeded", b"succeeded", b"dead", b"dead"]
@@ -373,10 +373,8 @@ def test_a_record_key_of_another_type_never_stops_a_task_s_report(r: redis.Redis
     assert r.get(Q.periodic("TickJob")) == b"not a record"
 
 
-def _claim(d: SyncDriverProtocol, keys: QueueKeys) -> operations.Claimed:
-    reply = d.run(
-        operations.claim(keys, limit=1, lease_ms=60_000, promote_limit=10, dead_ttl_ms=HOUR)
-    )
+def _claim(d: SyncDriverProtocol, keys: QueueKeys) -> claims.Claimed:
+    reply = d.run(claims.claim(keys, limit=1, lease_ms=60_000, promote_limit=10, dead_ttl_ms=HOUR))
     return reply.tasks[0]
 
 
@@ -660,7 +658,7 @@ def test_culex_periodic_lists_the_jobs_and_trigger_enqueues_one_run(
     d = driver_of(r)
     claimed = _claim(d, keys)
     assert claimed.id == task_id
-    d.run(operations.complete(keys, [(claimed.id, claimed.attempt, "null", 1000)]))
+    d.run(reports.complete(keys, [(claimed.id, claimed.attempt, "null", 1000)]))
     listed = command("periodic", "tick_jobs")
     nightly_line = next(x for x in listed.stdout.splitlines() if x.startswith("NightlyJob"))
     assert re.split(r"\s{2,}", nightly_line)[5] == "succeeded"
@@ -726,7 +724,7 @@ def test_schedule_describes_the_job_on_its_record_and_keeps_it_a_week_past_its_n
     d = driver_of(r)
     now = server_ms(r)
     slot, following = now - now % 1000, now - now % 1000 + 1000
-    call = operations.schedule(
+    call = enqueuing.schedule(
         Q, "TickJob", f"TickJob:{slot}", slot_ms=slot, next_slot_ms=following, overlap=False,
         run_new=False, max_retries=0, record=RECORD,
     )  # fmt: skip
@@ -734,7 +732,7 @@ def test_schedule_describes_the_job_on_its_record_and_keeps_it_a_week_past_its_n
     assert {k: field(r, Q.periodic("TickJob"), k).decode() for k, _ in RECORD} == dict(RECORD)
     assert r.pexpiretime(Q.periodic("TickJob")) == following + RECORD_KEEP_MS
     # a slot without a next one (a cron expression that stops): a week after now
-    call = operations.schedule(
+    call = enqueuing.schedule(
         Q, "TickJob", f"TickJob:{following}", slot_ms=1000, next_slot_ms=None, overlap=False,
         run_new=False, max_retries=0,
     )  # fmt: skip
@@ -747,8 +745,8 @@ def test_schedule_describes_the_job_on_its_record_and_keeps_it_a_week_past_its_n
 def test_a_trigger_by_name_needs_a_record_and_is_marked_manual(r: redis.Redis) -> None:
     d = driver_of(r)
 
-    def by_name(task_id: str) -> operations.Call[operations.Scheduled]:
-        return operations.schedule(
+    def by_name(task_id: str) -> calls.Call[enqueuing.Scheduled]:
+        return enqueuing.schedule(
             Q, "TickJob", task_id, slot_ms=None, next_slot_ms=None, overlap=True,
             run_new=False, max_retries=0,
         )  # fmt: skip
@@ -773,7 +771,7 @@ def test_a_trigger_by_name_needs_a_record_and_is_marked_manual(r: redis.Redis) -
 def test_schedule_refuses_record_fields_that_are_not_pairs_before_any_write(
     r: redis.Redis,
 ) -> None:
-    call = operations.schedule(
+    call = enqueuing.schedule(
         Q, "TickJob", "TickJob:1000", slot_ms=1000, next_slot_ms=2000, overlap=False,
         run_new=True, max_retries=0,
     )  # fmt: skip
@@ -786,17 +784,17 @@ def test_schedule_refuses_record_fields_that_are_not_pairs_before_any_write(
 
 def test_read_periodic_reads_a_record_with_its_last_task_s_state(r: redis.Redis) -> None:
     d = driver_of(r)
-    assert d.run(operations.read_periodic(Q, "TickJob")) == ({}, "")
+    assert d.run(reads.read_periodic(Q, "TickJob")) == ({}, "")
     assert outcome(d, 1000, next_slot=2000) == "enqueued"
-    read = d.run(operations.read_periodic(Q, "TickJob"))
+    read = d.run(reads.read_periodic(Q, "TickJob"))
     assert read.last_state == "waiting" and read.record["last_task"] == "TickJob:1000"
     claimed = _claim(d, Q)
-    assert d.run(operations.read_periodic(Q, "TickJob")).last_state == "pending"
-    d.run(operations.complete(Q, [(claimed.id, claimed.attempt, "null", HOUR)]))
-    read = d.run(operations.read_periodic(Q, "TickJob"))
+    assert d.run(reads.read_periodic(Q, "TickJob")).last_state == "pending"
+    d.run(reports.complete(Q, [(claimed.id, claimed.attempt, "null", HOUR)]))
+    read = d.run(reads.read_periodic(Q, "TickJob"))
     assert (read.last_state, read.record["last_outcome"]) == ("succeeded", "succeeded")
     r.set(Q.task("TickJob:1000"), "not a hash")  # the task's key is not the record's concern
-    assert d.run(operations.read_periodic(Q, "TickJob")).last_state == ""
+    assert d.run(reads.read_periodic(Q, "TickJob")).last_state == ""
 
 
 async def _schedule_once(*jobs: type[PeriodicJob]) -> None:

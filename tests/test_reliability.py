@@ -19,9 +19,9 @@ import redis
 
 import culex
 from culex import config
-from culex._redis import operations
+from culex._redis import claims
+from culex._redis.claims import Claimed
 from culex._redis.keys import queue_keys
-from culex._redis.operations import Claimed
 from culex.runner.lease import LeaseKeeper
 from culex.runner.reclaimer import Reclaimer
 from culex.server import configured
@@ -61,7 +61,7 @@ async def test_a_task_that_blocks_the_loop_keeps_its_lease(r: redis.Redis, url: 
     def other_runner_reclaims() -> None:  # what any other runner would do meanwhile
         driver = configured.new_sync_driver(url)
         while not stop.is_set():
-            found = driver.run(operations.reclaim(keys, limit=10, dead_ttl_ms=10_000, dead_max=10))
+            found = driver.run(claims.reclaim(keys, limit=10, dead_ttl_ms=10_000, dead_max=10))
             reclaimed.extend(found)
             time.sleep(0.05)
         driver.close()
@@ -126,7 +126,7 @@ async def test_a_claim_whose_reply_was_lost_runs_after_its_lease_without_a_retry
     task = await OnceJob().aenqueue()
     driver = await configured.async_driver()
     await driver.run(  # the reply is thrown away
-        operations.claim(keys, limit=1, lease_ms=300, promote_limit=0, dead_ttl_ms=1000)
+        claims.claim(keys, limit=1, lease_ms=300, promote_limit=0, dead_ttl_ms=1000)
     )
     async with running(culex.Runner(run_from=["crashed"])):
         assert await task.aresult(timeout=20) == 2
@@ -150,7 +150,7 @@ async def test_a_task_that_stalls_every_time_ends_dead_after_max_stalls(r: redis
     reclaimer = Reclaimer(settings, driver, ["crashed"])
     for stall in (1, 2, 3):
         r.zadd(keys.scheduled, {task.id: 0}, xx=True)  # (its back-off, skipped)
-        claim = operations.claim(keys, limit=1, lease_ms=1, promote_limit=10, dead_ttl_ms=1000)
+        claim = claims.claim(keys, limit=1, lease_ms=1, promote_limit=10, dead_ttl_ms=1000)
         assert [c.id for c in (await driver.run(claim)).tasks] == [task.id]
         lease_end = r.zscore(keys.pending, task.id) or 0
         await await_until(functools.partial(ended, r, lease_end), what="the 1 ms lease to end")

@@ -18,7 +18,7 @@ import pytest
 import redis
 
 import culex
-from culex._redis import operations
+from culex._redis import claims, enqueuing, interventions, reads, reports
 from culex._redis.connections import SyncConnection
 from culex._redis.drivers import SyncDriverProtocol
 from culex._redis.keys import queue_keys
@@ -198,15 +198,15 @@ def long_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def put(d: SyncDriverProtocol, task_id: str, *, max_retries: int = 4) -> culex.Task:
     d.run(
-        operations.enqueue(
+        enqueuing.enqueue(
             W, task_id, "WaitedJob", "{}", due_ms=None, delay_ms=0, max_retries=max_retries
         )
     )
     return culex.Task(task_id, W.name)
 
 
-def claim(d: SyncDriverProtocol, lease_ms: int = 30_000) -> list[operations.Claimed]:
-    call = operations.claim(W, limit=10, lease_ms=lease_ms, promote_limit=10, dead_ttl_ms=DAY_MS)
+def claim(d: SyncDriverProtocol, lease_ms: int = 30_000) -> list[claims.Claimed]:
+    call = claims.claim(W, limit=10, lease_ms=lease_ms, promote_limit=10, dead_ttl_ms=DAY_MS)
     return d.run(call).tasks
 
 
@@ -300,8 +300,8 @@ def test_complete_refuses_a_bad_ttl_before_any_write(r: redis.Redis) -> None:
     before = r.hgetall(W.task("t"))
     for bad in ([("t", held.attempt, "1", 0)], [("t", held.attempt, "1", "1.5")]):
         with pytest.raises(culex.ServerError, match="ttl_ms must be a whole number"):
-            d.run(operations.complete(W, bad))  # type: ignore[arg-type]
-    triple = operations.complete(W, [])._replace(args=("t", held.attempt, "1"))
+            d.run(reports.complete(W, bad))  # type: ignore[arg-type]
+    triple = reports.complete(W, [])._replace(args=("t", held.attempt, "1"))
     with pytest.raises(culex.ServerError, match="quadruples"):
         d.run(triple)
     assert r.hgetall(W.task("t")) == before and r.zscore(W.pending, "t") is not None
@@ -435,7 +435,7 @@ async def test_complete_wakes_every_waiter(r: redis.Redis, long_chunks: None) ->
     outcomes = await waiters(r, task)
     assert r.hget(W.task("t"), "waited") == b"1"
     [held] = claim(d)
-    assert d.run(operations.complete(W, [("t", held.attempt, "42", 60_000)])) == []
+    assert d.run(reports.complete(W, [("t", held.attempt, "42", 60_000)])) == []
     assert await outcomes() == [42, 42, 42]
     assert r.lrange(W.done("t"), 0, -1) == [b"done"]  # one element woke the three
     assert 0 < r.pttl(W.done("t")) <= 60_000  # and it ends with the task
@@ -449,20 +449,20 @@ async def test_a_retry_is_not_an_end_and_the_waiters_wait_on(
     task = put(d, "t")
     outcomes = await waiters(r, task)
     [held] = claim(d)
-    fail = operations.fail(
+    fail = reports.fail(
         W, "t", held.attempt, "boom", retry_delay_ms=0, dead_ttl_ms=DAY_MS, dead_max=10
     )
     assert d.run(fail) == "scheduled"
     # (a push would have unblocked them before the script's reply)
     assert r.info("clients")["blocked_clients"] == 3 and not r.exists(W.done("t"))
     [again] = claim(d)
-    d.run(operations.complete(W, [("t", again.attempt, "2", 60_000)]))
+    d.run(reports.complete(W, [("t", again.attempt, "2", 60_000)]))
     assert await outcomes() == [2, 2, 2]
 
 
 async def _dead_by_fail(r: redis.Redis, d: SyncDriverProtocol) -> str:
     [held] = claim(d)
-    call = operations.fail(
+    call = reports.fail(
         W, "t", held.attempt, "boom", retry_delay_ms=None, dead_ttl_ms=DAY_MS, dead_max=10
     )
     assert d.run(call) == "dead"
@@ -472,13 +472,13 @@ async def _dead_by_fail(r: redis.Redis, d: SyncDriverProtocol) -> str:
 async def _dead_by_reclaim(r: redis.Redis, d: SyncDriverProtocol) -> str:
     claim(d)
     r.zadd(W.pending, {"t": 1})  # its lease ran out long ago
-    reclaim = operations.reclaim(W, limit=10, dead_ttl_ms=DAY_MS, dead_max=10, max_stalls=0)
+    reclaim = claims.reclaim(W, limit=10, dead_ttl_ms=DAY_MS, dead_max=10, max_stalls=0)
     assert d.run(reclaim) == [("t", "dead")]
     return "lease expired (runner lost): stall 1, past max_stalls (0)"
 
 
 async def _dead_by_cancel(r: redis.Redis, d: SyncDriverProtocol) -> str:
-    call = operations.cancel(W, "t", "no longer", dead_ttl_ms=DAY_MS, dead_max=10)
+    call = interventions.cancel(W, "t", "no longer", dead_ttl_ms=DAY_MS, dead_max=10)
     assert d.run(call) == "cancelled"
     return "cancelled: no longer"
 
@@ -522,20 +522,20 @@ def test_wait_marks_only_an_unfinished_task_and_clears_a_list_left_from_before(
     d = driver_of(r)
     put(d, "t")
     r.rpush(W.done("t"), "done")  # left by an end before a retry_dead
-    end = d.run(operations.wait(W, "t"))
+    end = d.run(reads.wait(W, "t"))
     assert (end.state, end.finished, end.type) == ("waiting", False, "WaitedJob")
     assert r.hget(W.task("t"), "waited") == b"1" and not r.exists(W.done("t"))
     [held] = claim(d)
-    d.run(operations.complete(W, [("t", held.attempt, '"v"', 60_000)]))
+    d.run(reports.complete(W, [("t", held.attempt, '"v"', 60_000)]))
     before = r.hgetall(W.task("t"))
-    end = d.run(operations.wait(W, "t"))
+    end = d.run(reads.wait(W, "t"))
     assert (end.state, end.result, end.finished) == ("succeeded", '"v"', True)
     assert r.hgetall(W.task("t")) == before  # nothing written for a finished task
-    ghost = d.run(operations.wait(W, "ghost"))
+    ghost = d.run(reads.wait(W, "ghost"))
     assert ghost.finished and ghost.state == "" and not r.exists(W.task("ghost"))
     r.set(W.task("odd"), "a string")
     with pytest.raises(culex.ServerError, match="WRONGTYPE"):
-        d.run(operations.wait(W, "odd"))
+        d.run(reads.wait(W, "odd"))
     assert not r.exists(W.done("odd"))
 
 

@@ -14,8 +14,8 @@ import redis
 
 import culex
 from culex._redis import commands
+from culex._redis.calls import Call
 from culex._redis.keys import QueueKeys, queue_keys
-from culex._redis.operations import Call
 from culex.cli import main
 from culex.operations import stats
 from culex.operations.stats import DURATION_BUCKETS, Bucket, Counts

@@ -140,7 +140,7 @@ def test_the_import_graph_is_read_from_every_module() -> None:
     edges = imports()
     assert {
         "culex.server.configured",
-        "culex._redis.operations",
+        "culex._redis.calls",
         "culex.jobs.job",
     } <= MODULES.keys()
     kinds = {(edge.source, edge.target): edge.when for edge in edges}
@@ -215,8 +215,8 @@ def _command_word(node: ast.expr) -> bool:
 
 
 def test_nothing_outside_the_redis_layer_builds_a_command() -> None:
-    """Every command is an operation in culex/_redis/operations.py (docs/architecture.md:
-    Redis lives in one place), so a second driver has one list of calls to serve."""
+    """Every command is an operation in culex/_redis (docs/architecture.md: Redis lives in
+    one place), so a second driver has one list of calls to serve."""
     outside = [path for name, path in MODULES.items() if not name.startswith(REDIS_LAYER)]
     assert [where for path in outside for where in commands_built(path)] == []
 
@@ -224,8 +224,8 @@ def test_nothing_outside_the_redis_layer_builds_a_command() -> None:
 def test_the_command_check_finds_a_command(tmp_path: Path) -> None:
     built = tmp_path / "built.py"
     built.write_text(
-        "from culex._redis import commands, operations\n"
-        "from culex._redis.operations import Call\n"
+        "from culex._redis import claims, commands\n"
+        "from culex._redis.calls import Call\n"
         'commands.has_command("WAITAOF")\n'
         'Call((), ("CONFIG", "GET", name), parse)\n'
         'send(("GET", key))\n'

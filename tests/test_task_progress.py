@@ -10,7 +10,7 @@ import pytest
 import redis
 
 import culex
-from culex._redis import operations
+from culex._redis import claims, reports
 from culex._redis.keys import queue_keys
 from culex.testing import perform_now
 
@@ -81,9 +81,9 @@ def test_task_progress_reads_the_last_report_and_none_before(r: redis.Redis) -> 
     task = PagesJob().enqueue()
     assert task.progress() is None
     keys = queue_keys("culex", "pages")
-    claim = operations.claim(keys, limit=1, lease_ms=60_000, promote_limit=1, dead_ttl_ms=60_000)
+    claim = claims.claim(keys, limit=1, lease_ms=60_000, promote_limit=1, dead_ttl_ms=60_000)
     [claimed] = d.run(claim).tasks
-    assert d.run(operations.progress(keys, task.id, claimed.attempt, 1 / 3, "a third"))
+    assert d.run(reports.progress(keys, task.id, claimed.attempt, 1 / 3, "a third"))
     found = task.progress()
     assert found is not None and found.fraction == pytest.approx(1 / 3)
     assert found == (found.fraction, "a third")

@@ -25,7 +25,7 @@ except ImportError:  # the optional extra is not installed: tracing is off
     trace = None  # type: ignore[assignment]
 
 if TYPE_CHECKING:
-    from ._redis.operations import Claimed
+    from ._redis.claims import Claimed
     from .jobs.job import Job
     from .jobs.task import Task
     from .runner.attempt import Outcome

@@ -14,9 +14,9 @@ import culex
 from culex import config
 from culex._redis import commands
 from culex._redis.address import Address
+from culex._redis.calls import Call
 from culex._redis.drivers import SyncDriver
 from culex._redis.keys import queue_keys
-from culex._redis.operations import Call
 from culex.errors import ServerUnavailable
 from culex.server import configured
 

@@ -9,7 +9,8 @@ import pytest
 import redis
 
 from culex import ServerError
-from culex._redis import operations
+from culex._redis import claims, enqueuing, interventions, reports
+from culex._redis.calls import Call
 from culex._redis.drivers import SyncDriverProtocol
 from culex._redis.keys import queue_keys
 
@@ -23,13 +24,13 @@ DAY_MS = 86_400_000
 
 def put(d: SyncDriverProtocol, task_id: str, job: str = "NoopJob", max_retries: int = 4) -> None:
     d.run(
-        operations.enqueue(K, task_id, job, "{}", due_ms=None, delay_ms=0, max_retries=max_retries)
+        enqueuing.enqueue(K, task_id, job, "{}", due_ms=None, delay_ms=0, max_retries=max_retries)
     )
 
 
-def claim(d: SyncDriverProtocol, limit: int = 100) -> list[operations.Claimed]:
+def claim(d: SyncDriverProtocol, limit: int = 100) -> list[claims.Claimed]:
     return d.run(
-        operations.claim(K, limit=limit, lease_ms=30_000, promote_limit=100, dead_ttl_ms=DAY_MS)
+        claims.claim(K, limit=limit, lease_ms=30_000, promote_limit=100, dead_ttl_ms=DAY_MS)
     ).tasks
 
 
@@ -75,7 +76,7 @@ def test_complete_counts_a_batch_once_per_field_in_the_minute(r: redis.Redis) ->
     started(r, "b0", 70)  # (50, 100] ms: bucket 4
     assert counter_keys(r) == []
     before = hincrbys(r)
-    refused = d.run(operations.complete(K, [(t.id, t.attempt, "null", 1000) for t in tasks]))
+    refused = d.run(reports.complete(K, [(t.id, t.attempt, "null", 1000) for t in tasks]))
     after = server_ms(r)
     assert refused == []
     minute = this_minute(r)
@@ -104,7 +105,7 @@ def test_the_first_count_of_a_later_minute_folds_the_last_one_into_its_hour_and_
     put(d, "t")
     (task,) = claim(d)
     started(r, "t", 3000)
-    d.run(operations.complete(K, [("t", task.attempt, "null", 1000)]))
+    d.run(reports.complete(K, [("t", task.attempt, "null", 1000)]))
     assert fields(r, K.stats_hour(old - 120)) == {"AJob|s3": 7, "AJob|ms": 70, "AJob|f": 1}
     assert fields(r, K.stats_total) == {"AJob|s3": 11, "AJob|ms": 70, "AJob|f": 1}
     assert 8 * DAY_MS - 60_000 < r.pttl(K.stats_hour(old - 120)) <= 8 * DAY_MS
@@ -123,7 +124,7 @@ def test_a_clock_that_went_back_counts_in_the_hour_and_totals_at_once(r: redis.R
     put(d, "t")
     (task,) = claim(d)
     started(r, "t", 3000)
-    d.run(operations.complete(K, [("t", task.attempt, "null", 1000)]))
+    d.run(reports.complete(K, [("t", task.attempt, "null", 1000)]))
     minute = next(k for k in counter_keys(r) if ":stats:m:" in k)
     start = int(minute.rsplit(":", 1)[1])
     counts = fields(r, minute)
@@ -138,8 +139,8 @@ def test_a_refused_report_counts_nothing(r: redis.Redis) -> None:
     (task,) = claim(d)
     before = snapshot(r)
     late = [("t", task.attempt + 1, "null", 1000)]
-    assert d.run(operations.complete(K, late)) == [("t", task.attempt + 1)]
-    stale = operations.fail(
+    assert d.run(reports.complete(K, late)) == [("t", task.attempt + 1)]
+    stale = reports.fail(
         K, "t", task.attempt + 1, "x", retry_delay_ms=0, dead_ttl_ms=DAY_MS, dead_max=10
     )
     assert d.run(stale) is None
@@ -153,7 +154,7 @@ def test_fail_counts_failed_with_a_retry_and_dead_without(r: redis.Redis) -> Non
     tasks = {t.id: t for t in claim(d)}
     started(r, "retried", 1500)  # (1, 2.5] s: bucket 8
     started(r, "buried", 400_000)  # above 300 s: bucket 14
-    retry = operations.fail(
+    retry = reports.fail(
         K,
         "retried",
         tasks["retried"].attempt,
@@ -167,7 +168,7 @@ def test_fail_counts_failed_with_a_retry_and_dead_without(r: redis.Redis) -> Non
     counts = fields(r, minute)
     assert 1500 <= counts.pop("NoopJob|ms") < 2500
     assert counts == {"NoopJob|f8": 1}
-    bury = operations.fail(
+    bury = reports.fail(
         K,
         "buried",
         tasks["buried"].attempt,
@@ -189,7 +190,7 @@ def test_a_task_without_started_at_is_counted_without_a_run_time(r: redis.Redis)
     put(d, "t")
     (task,) = claim(d)
     r.hset(K.task("t"), "started_at", "not a time")
-    d.run(operations.complete(K, [("t", task.attempt, "null", 1000)]))
+    d.run(reports.complete(K, [("t", task.attempt, "null", 1000)]))
     assert fields(r, this_minute(r)) == {"NoopJob|s": 1}
 
 
@@ -201,11 +202,11 @@ def test_a_run_time_of_0_ms_writes_no_sum(
     put(d, "u")
     first, second = claim(d)
     r.hset(K.task("t"), "started_at", server_ms(r) + 60_000)  # (later than now: 0 ms)
-    d.run(operations.complete(K, [("t", first.attempt, "null", 1000)]))
+    d.run(reports.complete(K, [("t", first.attempt, "null", 1000)]))
     minute = this_minute(r)
     assert fields(r, minute) == {"NoopJob|s0": 1}
     r.hset(K.task("u"), "started_at", server_ms(r) + 60_000)
-    d.run(operations.complete(K, [("u", second.attempt, "null", 1000)]))
+    d.run(reports.complete(K, [("u", second.attempt, "null", 1000)]))
     if this_minute(r) == minute:  # (else the minute turned between the calls)
         assert fields(r, minute) == {"NoopJob|s0": 2}
 
@@ -217,7 +218,7 @@ def test_reclaim_counts_lost_attempts_without_a_run_time(r: redis.Redis) -> None
     r.hset(K.task("gone"), "stalls", 3)  # its last stall allowed
     claim(d)
     r.zadd(K.pending, {"again": 1, "gone": 1})  # their leases expired long ago
-    moved = d.run(operations.reclaim(K, limit=10, dead_ttl_ms=DAY_MS, dead_max=10))
+    moved = d.run(claims.reclaim(K, limit=10, dead_ttl_ms=DAY_MS, dead_max=10))
     assert dict(moved) == {"again": "waiting", "gone": "dead"}
     assert fields(r, this_minute(r)) == {"AJob|f": 1, "BJob|d": 1}
 
@@ -227,7 +228,7 @@ def test_reclaim_with_nothing_expired_writes_no_counters(r: redis.Redis) -> None
     put(d, "t")
     claim(d)
     before = snapshot(r)
-    assert d.run(operations.reclaim(K, limit=10, dead_ttl_ms=DAY_MS, dead_max=10)) == []
+    assert d.run(claims.reclaim(K, limit=10, dead_ttl_ms=DAY_MS, dead_max=10)) == []
     assert snapshot(r) == before
 
 
@@ -246,8 +247,8 @@ def test_a_claim_that_buries_nothing_and_cancel_count_nothing(r: redis.Redis) ->
     put(d, "t")
     put(d, "u")
     claim(d, limit=1)
-    cancel = operations.cancel(K, "u", "", dead_ttl_ms=DAY_MS, dead_max=10)
-    assert d.run(cancel) == operations.CANCELLED
+    cancel = interventions.cancel(K, "u", "", dead_ttl_ms=DAY_MS, dead_max=10)
+    assert d.run(cancel) == interventions.CANCELLED
     assert counter_keys(r) == []
 
 
@@ -257,7 +258,7 @@ def test_a_counter_key_of_another_type_does_not_stop_a_report(r: redis.Redis) ->
     (task,) = claim(d)
     r.set(K.stats_total, "not a hash")
     started(r, "t", 3000)
-    assert d.run(operations.complete(K, [("t", task.attempt, "null", 1000)])) == []
+    assert d.run(reports.complete(K, [("t", task.attempt, "null", 1000)])) == []
     assert r.hget(K.task("t"), "state") == b"succeeded"
     assert r.get(K.stats_total) == b"not a hash"
     counts = fields(r, this_minute(r))
@@ -275,15 +276,15 @@ def test_a_call_without_the_counters_prefix_is_refused_before_any_write(
     if script != "claim":
         (task,) = claim(d)
         r.zadd(K.pending, {"t": 1})  # (expired: reclaim has work)
-    calls: dict[str, Callable[[], operations.Call[Any]]] = {
-        "claim": lambda: operations.claim(
+    calls: dict[str, Callable[[], Call[Any]]] = {
+        "claim": lambda: claims.claim(
             K, limit=1, lease_ms=1000, promote_limit=1, dead_ttl_ms=DAY_MS
         ),
-        "complete": lambda: operations.complete(K, [("t", task.attempt, "null", 1000)]),
-        "fail": lambda: operations.fail(
+        "complete": lambda: reports.complete(K, [("t", task.attempt, "null", 1000)]),
+        "fail": lambda: reports.fail(
             K, "t", task.attempt, "x", retry_delay_ms=None, dead_ttl_ms=DAY_MS, dead_max=10
         ),
-        "reclaim": lambda: operations.reclaim(K, limit=10, dead_ttl_ms=DAY_MS, dead_max=10),
+        "reclaim": lambda: claims.reclaim(K, limit=10, dead_ttl_ms=DAY_MS, dead_max=10),
     }
     call = calls[script]()
     before = snapshot(r)

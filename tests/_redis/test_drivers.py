@@ -15,10 +15,10 @@ import pytest
 import redis
 
 from culex import ServerError, ServerUnavailable
-from culex._redis import commands, operations
+from culex._redis import commands, enqueuing, reads
+from culex._redis.calls import Call
 from culex._redis.drivers import AsyncDriver, AsyncDriverProtocol, SyncDriver, SyncDriverProtocol
 from culex._redis.keys import queue_keys
-from culex._redis.operations import Call
 from culex._redis.redispy import RedisPyAsyncDriver, RedisPySyncDriver
 
 pytestmark = pytest.mark.procedures  # also run through redis-py (README's test command)
@@ -38,8 +38,8 @@ async def done(outcome: Any) -> Any:
     return await outcome if inspect.isawaitable(outcome) else outcome
 
 
-def put(task_id: str) -> Call[operations.Enqueued]:
-    return operations.enqueue(
+def put(task_id: str) -> Call[enqueuing.Enqueued]:
+    return enqueuing.enqueue(
         KEYS, task_id, "DriverJob", "{}", due_ms=None, delay_ms=0, max_retries=0
     )
 
@@ -58,7 +58,7 @@ async def test_a_driver_runs_a_call_a_batch_and_the_refused(
     assert inspect.iscoroutinefunction(driver.run) is (protocol is AsyncDriverProtocol)
     r.hset("a-hash", "f", "v")
     try:
-        assert await done(driver.run(put("t1"))) == operations.Enqueued("t1", "waiting", False)
+        assert await done(driver.run(put("t1"))) == enqueuing.Enqueued("t1", "waiting", False)
         now, refused, fields, counter = await done(
             driver.run_many(
                 [
@@ -86,16 +86,16 @@ async def test_a_driver_loads_scripts_the_server_lost(kind: str, r: redis.Redis,
     try:
         await done(driver.run(put("t1")))
         r.script_flush()  # as after a restart: the call is refused with NOSCRIPT, then sent again
-        assert (await done(driver.run(operations.wait(KEYS, "t1")))).state == "waiting"
+        assert (await done(driver.run(reads.wait(KEYS, "t1")))).state == "waiting"
         r.script_flush()
         replies = await done(
-            driver.run_many([put("t2"), incr("n"), operations.wait(KEYS, "t2"), put("t3")])
+            driver.run_many([put("t2"), incr("n"), reads.wait(KEYS, "t2"), put("t3")])
         )
         assert replies == [
-            operations.Enqueued("t2", "waiting", False),
+            enqueuing.Enqueued("t2", "waiting", False),
             1,
             replies[2],
-            operations.Enqueued("t3", "waiting", False),
+            enqueuing.Enqueued("t3", "waiting", False),
         ]
         assert replies[2].state == "waiting" and r.get("n") == b"1"  # each call ran once
         assert r.zcard(KEYS.waiting) == 3

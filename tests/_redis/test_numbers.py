@@ -23,10 +23,10 @@ from typing import Any, cast
 import pytest
 import redis
 
-from culex._redis import operations, scripts
+from culex._redis import claims, enqueuing, interventions, reads, reports, scripts
+from culex._redis.calls import Call
 from culex._redis.drivers import SyncDriverProtocol
 from culex._redis.keys import QueueKeys, queue_base, queue_keys
-from culex._redis.operations import Call
 
 from ..conftest import driver_of, snapshot
 
@@ -44,17 +44,17 @@ BAD = ("nan", "inf", "-inf", "1.5", "-1", "1e400", "abc", "", str(2**63), str(2*
 
 
 def waiting(d: SyncDriverProtocol, group: str = "") -> None:
-    d.run(operations.enqueue(K, TASK, "J", "{}", due_ms=None, delay_ms=0, max_retries=4,
-                             group=group))  # fmt: skip
+    d.run(enqueuing.enqueue(K, TASK, "J", "{}", due_ms=None, delay_ms=0, max_retries=4,
+                            group=group))  # fmt: skip
 
 
 def scheduled(d: SyncDriverProtocol) -> None:
-    d.run(operations.enqueue(K, TASK, "J", "{}", due_ms=None, delay_ms=DAY_MS, max_retries=4))
+    d.run(enqueuing.enqueue(K, TASK, "J", "{}", due_ms=None, delay_ms=DAY_MS, max_retries=4))
 
 
 def pending(d: SyncDriverProtocol, lease_ms: int = 60_000) -> None:
     waiting(d)
-    d.run(operations.claim(K, limit=1, lease_ms=lease_ms, promote_limit=10, dead_ttl_ms=DAY_MS))
+    d.run(claims.claim(K, limit=1, lease_ms=lease_ms, promote_limit=10, dead_ttl_ms=DAY_MS))
 
 
 def lease_lost(d: SyncDriverProtocol) -> None:
@@ -63,8 +63,8 @@ def lease_lost(d: SyncDriverProtocol) -> None:
 
 def dead(d: SyncDriverProtocol) -> None:
     pending(d)
-    d.run(operations.fail(K, TASK, 1, "boom", retry_delay_ms=None, dead_ttl_ms=DAY_MS,
-                          dead_max=10))  # fmt: skip
+    d.run(reports.fail(K, TASK, 1, "boom", retry_delay_ms=None, dead_ttl_ms=DAY_MS,
+                       dead_max=10))  # fmt: skip
 
 
 def nothing(d: SyncDriverProtocol) -> None:
@@ -73,8 +73,8 @@ def nothing(d: SyncDriverProtocol) -> None:
 
 def recorded(d: SyncDriverProtocol) -> None:
     """A periodic job's record, as schedule.lua leaves it after an earlier slot."""
-    d.run(operations.schedule(K, "P", "P:500", slot_ms=500, next_slot_ms=1000, overlap=False,
-                              run_new=True, max_retries=0))  # fmt: skip
+    d.run(enqueuing.schedule(K, "P", "P:500", slot_ms=500, next_slot_ms=1000, overlap=False,
+                             run_new=True, max_retries=0))  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -103,12 +103,12 @@ def limits(name: str, partner: str = "", value: str = "") -> tuple[str, str, dic
 CASES: dict[str, Case] = {
     "enqueue": Case(
         nothing,
-        operations.enqueue(K, "n1", "J", "{}", due_ms=None, delay_ms=0, max_retries=4),
+        enqueuing.enqueue(K, "n1", "J", "{}", due_ms=None, delay_ms=0, max_retries=4),
         numbers=(5, 6, 7, 9),
     ),
     "claim": Case(
         waiting,
-        operations.claim(K, limit=10, lease_ms=60_000, promote_limit=10, dead_ttl_ms=DAY_MS),
+        claims.claim(K, limit=10, lease_ms=60_000, promote_limit=10, dead_ttl_ms=DAY_MS),
         numbers=(1, 2, 3, 4, 5, 6, 7, 8, 9, 10),
         fields=(
             on("attempt"),
@@ -123,34 +123,34 @@ CASES: dict[str, Case] = {
     ),
     "complete": Case(
         pending,
-        operations.complete(K, [(TASK, 1, "null", 60_000)]),
+        reports.complete(K, [(TASK, 1, "null", 60_000)]),
         numbers=(2, 4),
         fields=(on("started_at"),),
     ),
     "fail": Case(
         pending,
-        operations.fail(
+        reports.fail(
             K, TASK, 1, "boom", retry_delay_ms=1000, dead_ttl_ms=DAY_MS, dead_max=10, traceback="t"
         ),
         numbers=(2, 4, 5, 6, 8),
         fields=(on("retry_count"), on("started_at")),
     ),
-    "heartbeat": Case(pending, operations.heartbeat(K, 60_000, [(TASK, 1)]), numbers=(1, 3)),
+    "heartbeat": Case(pending, claims.heartbeat(K, 60_000, [(TASK, 1)]), numbers=(1, 3)),
     "release": Case(
         pending,
-        operations.release(K, TASK, 1),
+        reports.release(K, TASK, 1),
         numbers=(2,),
         fields=(on("due_at"), on("enqueue_time"), on("priority")),
     ),
     "reclaim": Case(
         lease_lost,
-        operations.reclaim(K, limit=10, dead_ttl_ms=DAY_MS, dead_max=10, heal_ms=30_000),
+        claims.reclaim(K, limit=10, dead_ttl_ms=DAY_MS, dead_max=10, heal_ms=30_000),
         numbers=(1, 2, 3, 4),
         fields=(on("retry_count"), on("max_retries"), on("priority")),
     ),
     "schedule": Case(
         recorded,
-        operations.schedule(
+        enqueuing.schedule(
             K,
             "P",
             "P:1000",
@@ -164,30 +164,30 @@ CASES: dict[str, Case] = {
         fields=(on("decided_slot", K.periodic("P")),),
     ),
     "retry_dead": Case(
-        dead, operations.retry_dead(K, [TASK]), numbers=(1,), fields=(on("priority"),)
+        dead, interventions.retry_dead(K, [TASK]), numbers=(1,), fields=(on("priority"),)
     ),
     "cancel": Case(
         waiting,
-        operations.cancel(K, TASK, "", dead_ttl_ms=DAY_MS, dead_max=10),
+        interventions.cancel(K, TASK, "", dead_ttl_ms=DAY_MS, dead_max=10),
         numbers=(3, 4),
     ),
-    "wait": Case(waiting, operations.wait(K, TASK)),
-    "beat": Case(nothing, operations.beat("culex", "r1", 60_000, {"host": "h"}), numbers=(2,)),
-    "read_periodic": Case(recorded, operations.read_periodic(K, "P")),
+    "wait": Case(waiting, reads.wait(K, TASK)),
+    "beat": Case(nothing, claims.beat("culex", "r1", 60_000, {"host": "h"}), numbers=(2,)),
+    "read_periodic": Case(recorded, reads.read_periodic(K, "P")),
     "browse": Case(
         waiting,
-        operations.browse(
+        reads.browse(
             K, K.waiting, ascending=True, after=None, limit=10, examine=100, job="", cut=100
         ),
         numbers=(2, 4, 5, 7),
     ),
-    "delete": Case(dead, operations.delete(K, [TASK])),
+    "delete": Case(dead, interventions.delete(K, [TASK])),
     "hasten": Case(
-        scheduled, operations.hasten(K, limit=10), numbers=(1,), fields=(on("priority"),)
+        scheduled, interventions.hasten(K, limit=10), numbers=(1,), fields=(on("priority"),)
     ),
     "control": Case(
         nothing,
-        operations.control(
+        interventions.control(
             K,
             {
                 "rate": "5",
@@ -202,13 +202,13 @@ CASES: dict[str, Case] = {
     ),
     "retry_later": Case(
         pending,
-        operations.retry_later(K, TASK, 1, 1000, dead_ttl_ms=DAY_MS, dead_max=10),
+        reports.retry_later(K, TASK, 1, 1000, dead_ttl_ms=DAY_MS, dead_max=10),
         numbers=(2, 3, 4, 5),
         fields=(on("retry_later_count"), on("retry_count"), on("started_at")),
     ),
-    "progress": Case(pending, operations.progress(K, TASK, 1, 0.5, ""), numbers=(1, 2)),
-    "run_now": Case(scheduled, operations.run_now(K, TASK), fields=(on("priority"),)),
-    "read_queues": Case(waiting, operations.read_queues([queue_base("culex", "q")])),
+    "progress": Case(pending, reports.progress(K, TASK, 1, 0.5, ""), numbers=(1, 2)),
+    "run_now": Case(scheduled, interventions.run_now(K, TASK), fields=(on("priority"),)),
+    "read_queues": Case(waiting, reads.read_queues([queue_base("culex", "q")])),
 }
 
 

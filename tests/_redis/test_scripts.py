@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from culex import ServerError
-from culex._redis import assembly, operations, scripts
+from culex._redis import assembly, calls, claims, enqueuing, interventions, reports, scripts
 from culex._redis.drivers import SyncDriverProtocol
 from culex._redis.keys import queue_keys
 from culex._redis.priority import UNIT, priority_of, ready_ms
@@ -31,21 +31,21 @@ def drive(r: redis.Redis) -> SyncDriverProtocol:
 
 def put(d: SyncDriverProtocol, task_id: str, *, delay_ms: int = 0, max_retries: int = 4) -> None:
     d.run(
-        operations.enqueue(
+        enqueuing.enqueue(
             K, task_id, "NoopJob", "{}", due_ms=None, delay_ms=delay_ms, max_retries=max_retries
         )
     )
 
 
-def claim(d: SyncDriverProtocol, limit: int = 10, lease_ms: int = 30_000) -> operations.ClaimReply:
+def claim(d: SyncDriverProtocol, limit: int = 10, lease_ms: int = 30_000) -> claims.ClaimReply:
     return d.run(
-        operations.claim(K, limit=limit, lease_ms=lease_ms, promote_limit=100, dead_ttl_ms=DAY_MS)
+        claims.claim(K, limit=limit, lease_ms=lease_ms, promote_limit=100, dead_ttl_ms=DAY_MS)
     )
 
 
 def reclaim(d: SyncDriverProtocol, max_stalls: int = 3) -> dict[str, str]:
     """Reclaim every lost lease: each task's id, and the state it went to."""
-    call = operations.reclaim(K, limit=10, dead_ttl_ms=DAY_MS, dead_max=10, max_stalls=max_stalls)
+    call = claims.reclaim(K, limit=10, dead_ttl_ms=DAY_MS, dead_max=10, max_stalls=max_stalls)
     moved = d.run(call)
     return dict(moved)
 
@@ -63,7 +63,7 @@ def dirty(r: redis.Redis) -> int:
 def test_enqueue_stores_the_hash_and_waits(r: redis.Redis) -> None:
     d = drive(r)
     out = d.run(
-        operations.enqueue(K, "t1", "MyJob", '{"a":1}', due_ms=None, delay_ms=0, max_retries=3)
+        enqueuing.enqueue(K, "t1", "MyJob", '{"a":1}', due_ms=None, delay_ms=0, max_retries=3)
     )
     assert (out.task_id, out.state, out.existed) == ("t1", "waiting", False)
     h = r.hgetall(K.task("t1"))
@@ -75,7 +75,7 @@ def test_enqueue_stores_the_hash_and_waits(r: redis.Redis) -> None:
 
 def test_enqueue_with_delay_schedules(r: redis.Redis) -> None:
     d = drive(r)
-    out = d.run(operations.enqueue(K, "t1", "J", "{}", due_ms=None, delay_ms=5000, max_retries=4))
+    out = d.run(enqueuing.enqueue(K, "t1", "J", "{}", due_ms=None, delay_ms=5000, max_retries=4))
     assert out.state == "scheduled"
     h = r.hgetall(K.task("t1"))
     assert r.zscore(K.scheduled, "t1") == int(h[b"enqueue_time"]) + 5000
@@ -85,12 +85,10 @@ def test_enqueue_with_delay_schedules(r: redis.Redis) -> None:
 def test_enqueue_at_a_past_time_waits_and_a_taken_id_changes_nothing(r: redis.Redis) -> None:
     d = drive(r)
     assert (
-        d.run(operations.enqueue(K, "t1", "J", "{}", due_ms=1, delay_ms=0, max_retries=4)).state
+        d.run(enqueuing.enqueue(K, "t1", "J", "{}", due_ms=1, delay_ms=0, max_retries=4)).state
         == "waiting"
     )
-    again = d.run(
-        operations.enqueue(K, "t1", "Other", "{}", due_ms=None, delay_ms=0, max_retries=4)
-    )
+    again = d.run(enqueuing.enqueue(K, "t1", "Other", "{}", due_ms=None, delay_ms=0, max_retries=4))
     assert again.existed
     assert r.hget(K.task("t1"), "type") == b"J"
 
@@ -110,7 +108,7 @@ def test_claim_takes_fifo_batch_and_leases(r: redis.Redis) -> None:
 def test_claim_promotes_due_scheduled_tasks(r: redis.Redis) -> None:
     d = drive(r)
     put(d, "later", delay_ms=60_000)
-    d.run(operations.enqueue(K, "due", "J", "{}", due_ms=None, delay_ms=1, max_retries=4))
+    d.run(enqueuing.enqueue(K, "due", "J", "{}", due_ms=None, delay_ms=1, max_retries=4))
     r.zadd(K.scheduled, {"due": 1})  # due long ago
     reply = claim(d)
     assert [t.id for t in reply.tasks] == ["due"]
@@ -163,7 +161,7 @@ def test_complete_reports_a_batch_and_refuses_only_the_stale(r: redis.Redis) -> 
         put(d, f"t{i}")
     a, b, c = claim(d).tasks
     refused = d.run(
-        operations.complete(
+        reports.complete(
             K,
             [
                 ("t0", a.attempt, "0", 5000),
@@ -185,7 +183,7 @@ def test_complete_stores_result_and_expires(r: redis.Redis) -> None:
     d = drive(r)
     put(d, "t")
     t = claim(d).tasks[0]
-    assert d.run(operations.complete(K, [("t", t.attempt, '"ok"', 5000)])) == []
+    assert d.run(reports.complete(K, [("t", t.attempt, '"ok"', 5000)])) == []
     h = r.hgetall(K.task("t"))
     assert h[b"state"] == b"succeeded" and h[b"result"] == b'"ok"'
     assert 0 < r.pttl(K.task("t")) <= 5000
@@ -198,15 +196,13 @@ def test_stale_attempt_is_refused_and_changes_nothing(r: redis.Redis) -> None:
     t = claim(d).tasks[0]
     before = r.hgetall(K.task("t")), r.zrange(K.pending, 0, -1, withscores=True)
     stale = t.attempt - 1
-    assert d.run(operations.complete(K, [("t", stale, '"late"', 5000)])) == [("t", stale)]
+    assert d.run(reports.complete(K, [("t", stale, '"late"', 5000)])) == [("t", stale)]
     assert (
-        d.run(
-            operations.fail(K, "t", stale, "x", retry_delay_ms=0, dead_ttl_ms=DAY_MS, dead_max=10)
-        )
+        d.run(reports.fail(K, "t", stale, "x", retry_delay_ms=0, dead_ttl_ms=DAY_MS, dead_max=10))
         is None
     )
-    assert d.run(operations.release(K, "t", stale)) is False
-    assert d.run(operations.heartbeat(K, 99_000, [("t", stale)])) == ["t"]
+    assert d.run(reports.release(K, "t", stale)) is False
+    assert d.run(claims.heartbeat(K, 99_000, [("t", stale)])) == ["t"]
     assert (r.hgetall(K.task("t")), r.zrange(K.pending, 0, -1, withscores=True)) == before
 
 
@@ -215,7 +211,7 @@ def test_fail_schedules_a_retry_with_the_delay(r: redis.Redis) -> None:
     put(d, "t")
     t = claim(d).tasks[0]
     out = d.run(
-        operations.fail(
+        reports.fail(
             K, "t", t.attempt, "boom", retry_delay_ms=8000, dead_ttl_ms=DAY_MS, dead_max=10
         )
     )
@@ -231,7 +227,7 @@ def test_fail_without_retry_goes_to_dead_and_dead_is_trimmed(r: redis.Redis) -> 
         put(d, f"t{i}")
     for t in claim(d).tasks:
         out = d.run(
-            operations.fail(
+            reports.fail(
                 K, t.id, t.attempt, "no", retry_delay_ms=None, dead_ttl_ms=DAY_MS, dead_max=3
             )
         )
@@ -246,7 +242,7 @@ def test_heartbeat_renews_held_leases(r: redis.Redis) -> None:
     put(d, "t")
     t = claim(d, lease_ms=1000).tasks[0]
     first = score(r, K.pending, "t")
-    assert d.run(operations.heartbeat(K, 60_000, [("t", t.attempt)])) == []
+    assert d.run(claims.heartbeat(K, 60_000, [("t", t.attempt)])) == []
     assert score(r, K.pending, "t") >= first + 59_000
 
 
@@ -255,7 +251,7 @@ def test_release_hands_back_without_counting_a_failure(r: redis.Redis) -> None:
     put(d, "t")
     score = r.zscore(K.waiting, "t")
     t = claim(d).tasks[0]
-    assert d.run(operations.release(K, "t", t.attempt)) is True
+    assert d.run(reports.release(K, "t", t.attempt)) is True
     assert r.zscore(K.waiting, "t") == score
     assert r.hget(K.task("t"), "retry_count") == b"0"
     assert claim(d).tasks[0].attempt == 2
@@ -293,10 +289,10 @@ def test_reclaim_counts_stalls_apart_from_retries(r: redis.Redis) -> None:
     assert r.zscore(K.scheduled, "again") == int(h[b"stalled_at"]) + 2000
     assert h[b"stalls"] == b"2" and h[b"retry_count"] == b"0"
     # the lost runner's late report is refused
-    late = d.run(operations.complete(K, [("again", claimed["again"].attempt, "1", 1000)]))
+    late = d.run(reports.complete(K, [("again", claimed["again"].attempt, "1", 1000)]))
     assert late == [("again", claimed["again"].attempt)]
     # a dead task retried by hand starts with no stalls
-    assert d.run(operations.retry_dead(K, ["bury"])).retried == ["bury"]
+    assert d.run(interventions.retry_dead(K, ["bury"])).retried == ["bury"]
     assert r.hget(K.task("bury"), "stalls") is None
 
 
@@ -304,20 +300,20 @@ def test_a_job_type_with_its_own_max_stalls_takes_it_over_the_runners(r: redis.R
     d = drive(r)
     put(d, "plain")
     d.run(
-        operations.enqueue(K, "fragile", "FragileJob", "{}", due_ms=None, delay_ms=0, max_retries=4)
+        enqueuing.enqueue(K, "fragile", "FragileJob", "{}", due_ms=None, delay_ms=0, max_retries=4)
     )
     claim(d, lease_ms=0)  # both leases run out at once
-    call = operations.reclaim(
+    call = claims.reclaim(
         K, limit=10, dead_ttl_ms=DAY_MS, dead_max=10, max_stalls=3, own_stalls={"FragileJob": 0}
     )
     moved = d.run(call)
     assert dict(moved) == {"plain": "waiting", "fragile": "dead"}
     reason = r.hget(K.task("fragile"), "last_error")
     assert reason == b"lease expired (runner lost): stall 1, past max_stalls (0)"
-    odd = operations.reclaim(K, limit=10, dead_ttl_ms=DAY_MS, dead_max=10)
+    odd = claims.reclaim(K, limit=10, dead_ttl_ms=DAY_MS, dead_max=10)
     # a type without its number: refused, nothing written
     with pytest.raises(ServerError, match="max_stalls of FragileJob"):
-        odd_args: operations.Call[Any] = odd._replace(args=(*odd.args, "FragileJob"))
+        odd_args: calls.Call[Any] = odd._replace(args=(*odd.args, "FragileJob"))
         d.run(odd_args)
 
 
@@ -335,7 +331,7 @@ def test_fail_reclaim_and_cancel_write_the_same_dead_record_and_trim_dead_alike(
     put(d, "cancelled", delay_ms=60_000)
     held = {t.id: t for t in claim(d).tasks}
     d.run(
-        operations.fail(
+        reports.fail(
             K,
             "failed",
             held["failed"].attempt,
@@ -347,9 +343,9 @@ def test_fail_reclaim_and_cancel_write_the_same_dead_record_and_trim_dead_alike(
     )
     assert sorted(r.zrange(K.dead, 0, -1)) == [b"failed", b"old1", b"old2"]
     r.zadd(K.pending, {"lost": 1})  # its lease ran out long ago
-    d.run(operations.reclaim(K, limit=10, dead_ttl_ms=DAY_MS, dead_max=3, max_stalls=0))
+    d.run(claims.reclaim(K, limit=10, dead_ttl_ms=DAY_MS, dead_max=3, max_stalls=0))
     assert sorted(r.zrange(K.dead, 0, -1)) == [b"failed", b"lost", b"old2"]
-    d.run(operations.cancel(K, "cancelled", "", dead_ttl_ms=DAY_MS, dead_max=3))
+    d.run(interventions.cancel(K, "cancelled", "", dead_ttl_ms=DAY_MS, dead_max=3))
     reasons = {
         "failed": "boom",
         "lost": "lease expired (runner lost): stall 1, past max_stalls (0)",
@@ -399,7 +395,7 @@ def test_schedule_refuses_an_early_slot_before_any_write(r: redis.Redis) -> None
     d = drive(r)
     seconds, _ = r.time()
     future = (seconds + 3600) * 1000
-    call = operations.schedule(
+    call = enqueuing.schedule(
         K, "TickJob", "t", slot_ms=future, next_slot_ms=future + 1, overlap=False,
         run_new=True, max_retries=0,
     )  # fmt: skip
@@ -415,7 +411,7 @@ def test_complete_refuses_a_task_key_of_another_type_and_lands_the_rest(r: redis
     held = {t.id: t for t in claim(d).tasks}
     r.delete(K.task("a"))
     r.set(K.task("a"), "not a hash")
-    refused = d.run(operations.complete(K, [(i, held[i].attempt, "1", 60_000) for i in ("a", "b")]))
+    refused = d.run(reports.complete(K, [(i, held[i].attempt, "1", 60_000) for i in ("a", "b")]))
     assert refused == [("a", held["a"].attempt)]
     assert r.hget(K.task("b"), "state") == b"succeeded"
     assert r.zscore(K.pending, "b") is None
@@ -427,7 +423,7 @@ def test_fail_with_a_retry_count_that_is_not_a_number_still_lands(r: redis.Redis
     put(d, "t")
     held = claim(d).tasks[0]
     r.hset(K.task("t"), "retry_count", "many")
-    call = operations.fail(
+    call = reports.fail(
         K, "t", held.attempt, "boom", retry_delay_ms=0, dead_ttl_ms=DAY_MS, dead_max=10
     )
     assert d.run(call) == "scheduled"
@@ -458,15 +454,15 @@ def test_reclaim_buries_a_task_key_of_another_type_and_reclaims_the_rest(
 def test_beat_records_a_runner_until_its_record_expires_and_removes_it(r: redis.Redis) -> None:
     d = drive(r)
     zset, hash_key = "culex:{runners}", "culex:{runners}:runner:r1"
-    now = d.run(operations.beat("culex", "r1", 60_000, {"host": "h", "tasks": "[]"}))
+    now = d.run(claims.beat("culex", "r1", 60_000, {"host": "h", "tasks": "[]"}))
     assert r.hgetall(hash_key) == {b"host": b"h", b"tasks": b"[]", b"beat": str(now).encode()}
     assert 59_000 < r.pttl(hash_key) <= 60_000
     assert score(r, zset, "r1") == now + 60_000
     assert r.pexpiretime(zset) == now + 60_000  # the registry ends with its last record
     r.zadd(zset, {"gone": now - 1})  # a runner whose record expired: dropped by the next beat
-    d.run(operations.beat("culex", "r1", 60_000, {"tasks": '[{"id": "t"}]'}))
+    d.run(claims.beat("culex", "r1", 60_000, {"tasks": '[{"id": "t"}]'}))
     assert members(r, zset) == ["r1"] and r.hget(hash_key, "host") == b"h"
-    d.run(operations.beat("culex", "r1", 0, {}))  # the runner stops
+    d.run(claims.beat("culex", "r1", 0, {}))  # the runner stops
     assert not r.exists(zset, hash_key)
 
 
@@ -474,7 +470,7 @@ def test_beat_refuses_keys_of_another_type_before_any_write(r: redis.Redis) -> N
     r.set("culex:{runners}", "x")
     before = snapshot(r)
     with pytest.raises(ServerError, match="WRONGTYPE"):
-        drive(r).run(operations.beat("culex", "r1", 60_000, {"host": "h"}))
+        drive(r).run(claims.beat("culex", "r1", 60_000, {"host": "h"}))
     assert snapshot(r) == before
 
 
@@ -485,12 +481,12 @@ def test_retry_later_schedules_without_counting_a_failure(r: redis.Redis) -> Non
     d = drive(r)
     put(d, "t")
     first = claim(d).tasks[0]
-    d.run(operations.fail(K, "t", first.attempt, "boom", retry_delay_ms=0, dead_ttl_ms=DAY_MS,
-                          dead_max=10))  # fmt: skip
+    d.run(reports.fail(K, "t", first.attempt, "boom", retry_delay_ms=0, dead_ttl_ms=DAY_MS,
+                       dead_max=10))  # fmt: skip
     t = claim(d).tasks[0]  # attempt 2, after one failure
     counters = sorted(r.keys(K.stats_prefix + "*"))
     before = r.hgetall(K.task("t"))
-    assert d.run(operations.retry_later(K, "t", t.attempt, 5000, **DEAD)) is True
+    assert d.run(reports.retry_later(K, "t", t.attempt, 5000, **DEAD)) is True
     h = r.hgetall(K.task("t"))
     assert h[b"state"] == b"scheduled" and r.zcard(K.pending) == 0
     assert (h[b"retry_count"], h[b"last_error"], h[b"failed_at"]) == (
@@ -511,10 +507,10 @@ def test_retry_later_with_no_delay_is_claimed_again_with_its_retries_intact(
     d = drive(r)
     put(d, "t")
     t = claim(d).tasks[0]
-    assert d.run(operations.retry_later(K, "t", t.attempt, 0, **DEAD)) is True
+    assert d.run(reports.retry_later(K, "t", t.attempt, 0, **DEAD)) is True
     again = claim(d).tasks[0]  # due at once: claim promotes it
     assert (again.id, again.attempt, again.retry_count) == ("t", 2, 0)
-    assert d.run(operations.retry_later(K, "t", again.attempt, 0, **DEAD)) is True
+    assert d.run(reports.retry_later(K, "t", again.attempt, 0, **DEAD)) is True
     assert r.hget(K.task("t"), "retry_later_count") == b"2"
 
 
@@ -526,11 +522,11 @@ def test_retry_later_refuses_a_stale_attempt_a_task_not_pending_and_a_bad_delay(
     put(d, "idle", delay_ms=60_000)
     t = claim(d).tasks[0]
     before = snapshot(r)
-    assert d.run(operations.retry_later(K, "t", t.attempt - 1, 0, **DEAD)) is False
-    assert d.run(operations.retry_later(K, "idle", 0, 0, **DEAD)) is False  # scheduled, not pending
+    assert d.run(reports.retry_later(K, "t", t.attempt - 1, 0, **DEAD)) is False
+    assert d.run(reports.retry_later(K, "idle", 0, 0, **DEAD)) is False  # scheduled, not pending
     for bad in (-1, 1.5):
         with pytest.raises(ServerError, match="delay_ms must be a whole number"):
-            d.run(operations.retry_later(K, "t", t.attempt, bad, **DEAD))  # type: ignore[arg-type]
+            d.run(reports.retry_later(K, "t", t.attempt, bad, **DEAD))  # type: ignore[arg-type]
     assert snapshot(r) == before
 
 
@@ -541,18 +537,18 @@ def test_progress_is_stored_by_the_attempt_that_holds_the_task_and_kept_after(
     put(d, "t")
     t = claim(d).tasks[0]
     low = server_ms(r)
-    assert d.run(operations.progress(K, "t", t.attempt, 0.4, "rendered 4 of 10 pages")) is True
+    assert d.run(reports.progress(K, "t", t.attempt, 0.4, "rendered 4 of 10 pages")) is True
     high = server_ms(r)
     h = r.hgetall(K.task("t"))
     assert (h[b"progress"], h[b"progress_message"]) == (b"0.4", b"rendered 4 of 10 pages")
     assert low <= int(h[b"progress_at"]) <= high  # the server's clock
-    assert d.run(operations.progress(K, "t", t.attempt, 1, "")) is True
+    assert d.run(reports.progress(K, "t", t.attempt, 1, "")) is True
     assert (field(r, K.task("t"), "progress"), field(r, K.task("t"), "progress_message")) == (
         b"1", b"",
     )  # fmt: skip
-    d.run(operations.complete(K, [("t", t.attempt, "null", 60_000)]))
+    d.run(reports.complete(K, [("t", t.attempt, "null", 60_000)]))
     before = snapshot(r)
-    assert d.run(operations.progress(K, "t", t.attempt, 0.5, "late")) is False  # ended
+    assert d.run(reports.progress(K, "t", t.attempt, 0.5, "late")) is False  # ended
     assert snapshot(r) == before  # and its last progress is kept
 
 
@@ -563,13 +559,13 @@ def test_progress_refuses_a_stale_attempt_and_bad_arguments_before_any_write(
     put(d, "t")
     t = claim(d).tasks[0]
     before = snapshot(r)
-    assert d.run(operations.progress(K, "t", t.attempt - 1, 0.5, "stale")) is False
-    assert d.run(operations.progress(K, "gone", 1, 0.5, "")) is False
+    assert d.run(reports.progress(K, "t", t.attempt - 1, 0.5, "stale")) is False
+    assert d.run(reports.progress(K, "gone", 1, 0.5, "")) is False
     for fraction in (-0.1, 1.5, float("nan")):
         with pytest.raises(ServerError, match="fraction must be a number from 0 to 1"):
-            d.run(operations.progress(K, "t", t.attempt, fraction, ""))
+            d.run(reports.progress(K, "t", t.attempt, fraction, ""))
     with pytest.raises(ServerError, match="at most 4000 bytes"):
-        d.run(operations.progress(K, "t", t.attempt, 0.5, "é" * 2001))
+        d.run(reports.progress(K, "t", t.attempt, 0.5, "é" * 2001))
     assert snapshot(r) == before
 
 
@@ -578,10 +574,10 @@ def test_progress_refuses_a_stale_attempt_and_bad_arguments_before_any_write(
 
 def put_at(
     d: SyncDriverProtocol, task_id: str, priority: int, **options: Any
-) -> operations.Enqueued:
+) -> enqueuing.Enqueued:
     options.setdefault("delay_ms", 0)
     return d.run(
-        operations.enqueue(
+        enqueuing.enqueue(
             K, task_id, "NoopJob", "{}", due_ms=None, max_retries=4, priority=priority, **options
         )
     )
@@ -628,15 +624,15 @@ def test_every_way_back_to_waiting_keeps_the_priority(r: redis.Redis) -> None:
     scored = score(r, K.waiting, "t")
     # release: the same place in line
     task = claim(d).tasks[0]
-    assert d.run(operations.release(K, "t", task.attempt))
+    assert d.run(reports.release(K, "t", task.attempt))
     assert score(r, K.waiting, "t") == scored
     # fail with a retry, then claim's promotion of the due retry
     task = claim(d).tasks[0]
     assert d.run(
-        operations.fail(K, "t", task.attempt, "x", retry_delay_ms=0, dead_ttl_ms=DAY_MS, dead_max=9)
+        reports.fail(K, "t", task.attempt, "x", retry_delay_ms=0, dead_ttl_ms=DAY_MS, dead_max=9)
     ) == "scheduled"  # fmt: skip
     due = score(r, K.scheduled, "t")  # (scheduled keeps the due time: no priority in it)
-    d.run(operations.claim(K, limit=0, lease_ms=1000, promote_limit=10, dead_ttl_ms=DAY_MS))
+    d.run(claims.claim(K, limit=0, lease_ms=1000, promote_limit=10, dead_ttl_ms=DAY_MS))
     assert (ready_ms(score(r, K.waiting, "t")), priority_of(score(r, K.waiting, "t"))) == (due, 5)
     # reclaim of a lost lease (the first re-run is ready at once, in waiting)
     claim(d, lease_ms=0)
@@ -646,25 +642,23 @@ def test_every_way_back_to_waiting_keeps_the_priority(r: redis.Redis) -> None:
     # retry from dead
     task = claim(d).tasks[0]
     d.run(
-        operations.fail(
-            K, "t", task.attempt, "x", retry_delay_ms=-1, dead_ttl_ms=DAY_MS, dead_max=9
-        )
+        reports.fail(K, "t", task.attempt, "x", retry_delay_ms=-1, dead_ttl_ms=DAY_MS, dead_max=9)
     )
-    assert d.run(operations.retry_dead(K, ["t"])).retried == ["t"]
+    assert d.run(interventions.retry_dead(K, ["t"])).retried == ["t"]
     assert priority_of(score(r, K.waiting, "t")) == 5
     # hasten of a scheduled task
     put_at(d, "later", 5, delay_ms=DAY_MS)
-    assert d.run(operations.hasten(K, limit=10)) == 1
+    assert d.run(interventions.hasten(K, limit=10)) == 1
     assert priority_of(score(r, K.waiting, "later")) == 5
 
 
 # -- dedupe keys: <prefix>:{<queue>}:dedupe maps a key to its live task ----------------------
 
 
-def put_key(d: SyncDriverProtocol, task_id: str, key: str, **options: Any) -> operations.Enqueued:
+def put_key(d: SyncDriverProtocol, task_id: str, key: str, **options: Any) -> enqueuing.Enqueued:
     options.setdefault("delay_ms", 0)
     return d.run(
-        operations.enqueue(
+        enqueuing.enqueue(
             K, task_id, "NoopJob", "{}", due_ms=None, max_retries=4, dedupe_key=key, **options
         )
     )
@@ -682,7 +676,7 @@ def test_a_live_task_holds_its_dedupe_key_and_a_second_enqueue_stores_nothing(
         assert put_key(d, "second", "report:2026-11") == ("first", "", False, True), state
         assert snapshot(r) == before, state
         if state == "scheduled":
-            d.run(operations.hasten(K, limit=10))
+            d.run(interventions.hasten(K, limit=10))
         elif state == "waiting":
             claim(d)
     assert put_key(d, "other", "report:2026-12").state == "waiting"  # another key is free
@@ -693,10 +687,11 @@ def ended(d: SyncDriverProtocol, r: redis.Redis, how: str) -> None:
     if how in ("cancel", "delete"):
         if how == "cancel":
             assert (
-                d.run(operations.cancel(K, "t", "", dead_ttl_ms=DAY_MS, dead_max=9)) == "cancelled"
+                d.run(interventions.cancel(K, "t", "", dead_ttl_ms=DAY_MS, dead_max=9))
+                == "cancelled"
             )
         else:
-            assert d.run(operations.delete(K, ["t"])).deleted == ["t"]
+            assert d.run(interventions.delete(K, ["t"])).deleted == ["t"]
         return
     if how == "claim-bury":
         r.hset(K.task("t"), "attempt", "not a number")
@@ -705,10 +700,10 @@ def ended(d: SyncDriverProtocol, r: redis.Redis, how: str) -> None:
         return
     task = claim(d, lease_ms=0 if how == "reclaim" else 30_000).tasks[0]
     if how == "complete":
-        assert d.run(operations.complete(K, [("t", task.attempt, "null", 60_000)])) == []
+        assert d.run(reports.complete(K, [("t", task.attempt, "null", 60_000)])) == []
     elif how == "fail":
         d.run(
-            operations.fail(
+            reports.fail(
                 K, "t", task.attempt, "x", retry_delay_ms=-1, dead_ttl_ms=DAY_MS, dead_max=9
             )
         )
@@ -730,13 +725,11 @@ def test_a_retry_keeps_the_dedupe_key_and_an_end_frees_only_its_own(r: redis.Red
     d = drive(r)
     put_key(d, "t", "k")
     task = claim(d).tasks[0]
-    d.run(
-        operations.fail(K, "t", task.attempt, "x", retry_delay_ms=0, dead_ttl_ms=DAY_MS, dead_max=9)
-    )
+    d.run(reports.fail(K, "t", task.attempt, "x", retry_delay_ms=0, dead_ttl_ms=DAY_MS, dead_max=9))
     assert put_key(d, "again", "k").deduped  # scheduled for its retry: still live
     r.hset(K.dedupe, "k", "someone-else")  # (the key names another task now)
     task = claim(d).tasks[0]
-    d.run(operations.complete(K, [("t", task.attempt, "null", 60_000)]))
+    d.run(reports.complete(K, [("t", task.attempt, "null", 60_000)]))
     assert r.hgetall(K.dedupe) == {b"k": b"someone-else"}
 
 
@@ -775,11 +768,11 @@ def test_run_now_makes_one_scheduled_task_ready_now_and_refuses_any_other(
     put(d, "later", delay_ms=DAY_MS)
     put(d, "other", delay_ms=DAY_MS)
     put(d, "early")  # (its id sorts first too: both may be ready in the same ms)
-    d.run(operations.enqueue(K, "urgent", "J", "{}", due_ms=None, delay_ms=DAY_MS, max_retries=4,
-                             priority=5))  # fmt: skip
+    d.run(enqueuing.enqueue(K, "urgent", "J", "{}", due_ms=None, delay_ms=DAY_MS, max_retries=4,
+                            priority=5))  # fmt: skip
     r.delete(K.signal)
     before = server_ms(r)
-    assert d.run(operations.run_now(K, "later")) == "waiting"
+    assert d.run(interventions.run_now(K, "later")) == "waiting"
     after = server_ms(r)
     assert members(r, K.scheduled) == ["other", "urgent"]  # the others stay scheduled
     assert members(r, K.waiting) == ["early", "later"]  # after the tasks ready before it
@@ -787,29 +780,29 @@ def test_run_now_makes_one_scheduled_task_ready_now_and_refuses_any_other(
     assert before <= int(field(r, K.task("later"), "due_at")) <= after  # ready now
     assert ready_ms(score(r, K.waiting, "later")) == int(field(r, K.task("later"), "due_at"))
     assert r.llen(K.signal) == 1  # a runner is woken
-    assert d.run(operations.run_now(K, "urgent")) == "waiting"
+    assert d.run(interventions.run_now(K, "urgent")) == "waiting"
     assert members(r, K.waiting)[0] == "urgent"  # its priority stands
     assert priority_of(score(r, K.waiting, "urgent")) == 5
     # Not scheduled (any more): refused, nothing written.
     claim(d, limit=1)  # urgent is pending now
     snap, count = snapshot(r), dirty(r)
     for task_id, state in (("later", "waiting"), ("urgent", "pending"), ("gone", "")):
-        assert d.run(operations.run_now(K, task_id)) == state
+        assert d.run(interventions.run_now(K, task_id)) == state
     assert snapshot(r) == snap and dirty(r) == count
     r.hset(K.task("stray"), "state", "scheduled")  # its hash says scheduled, no set holds it
     r.zadd(K.scheduled, {"odd": 1})  # in scheduled, its hash says otherwise
     r.hset(K.task("odd"), "state", "dead")
     snap, count = snapshot(r), dirty(r)
-    assert d.run(operations.run_now(K, "stray")) == "not scheduled"
-    assert d.run(operations.run_now(K, "odd")) == "dead"
+    assert d.run(interventions.run_now(K, "stray")) == "not scheduled"
+    assert d.run(interventions.run_now(K, "odd")) == "dead"
     assert snapshot(r) == snap and dirty(r) == count
 
 
 def test_run_now_sends_a_task_of_a_group_to_its_group(r: redis.Redis) -> None:
     d = drive(r)
-    d.run(operations.enqueue(K, "g1", "J", "{}", due_ms=None, delay_ms=DAY_MS, max_retries=4,
-                             group="acme"))  # fmt: skip
-    assert d.run(operations.run_now(K, "g1")) == "waiting"
+    d.run(enqueuing.enqueue(K, "g1", "J", "{}", due_ms=None, delay_ms=DAY_MS, max_retries=4,
+                            group="acme"))  # fmt: skip
+    assert d.run(interventions.run_now(K, "g1")) == "waiting"
     assert members(r, K.grouped_ready) == ["g1"] and r.zcard(K.waiting) == 0
     assert members(r, K.groups_prefix + "g:acme") == ["g1"]
     assert claim(d).tasks[0].id == "g1"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import redis
 
-from culex._redis import operations
+from culex._redis import claims, enqueuing, interventions
 from culex._redis.keys import queue_keys
 
 from ..conftest import driver_of, members
@@ -17,7 +17,7 @@ DAY_MS = 86_400_000
 
 def enqueue(r: redis.Redis, task_id: str, *, group: str = "", delay_ms: int = 0) -> None:
     driver_of(r).run(
-        operations.enqueue(
+        enqueuing.enqueue(
             K, task_id, "J", "{}", due_ms=None, delay_ms=delay_ms, max_retries=4, group=group
         )
     )
@@ -31,7 +31,7 @@ def test_a_claim_with_a_group_count_or_window_of_another_type_loses_no_task(
     r.set(K.groups_prefix + "running", "not a hash")
     r.set(K.groups_prefix + "s:g1", "not a zset")
     claimed = driver_of(r).run(
-        operations.claim(
+        claims.claim(
             K, limit=10, lease_ms=30_000, promote_limit=10, dead_ttl_ms=DAY_MS,
             group_concurrency=1, group_rate=(5, 1000),
         )
@@ -48,7 +48,7 @@ def test_a_claim_that_promotes_an_id_whose_key_is_of_another_type_buries_it(
     r.set(K.task("odd"), "not a hash")
     r.zadd(K.scheduled, {"later": 0})  # (due now)
     reply = driver_of(r).run(
-        operations.claim(K, limit=10, lease_ms=30_000, promote_limit=10, dead_ttl_ms=DAY_MS)
+        claims.claim(K, limit=10, lease_ms=30_000, promote_limit=10, dead_ttl_ms=DAY_MS)
     )
     assert [t.id for t in reply.tasks] == ["later"]
     assert members(r, K.dead) == ["odd"]
@@ -60,7 +60,7 @@ def test_hasten_moves_the_others_past_an_id_whose_key_is_of_another_type(
     enqueue(r, "later", delay_ms=60_000)
     r.zadd(K.scheduled, {"odd": 1})
     r.set(K.task("odd"), "not a hash")
-    assert driver_of(r).run(operations.hasten(K, limit=10)) == 2
+    assert driver_of(r).run(interventions.hasten(K, limit=10)) == 2
     assert r.hget(K.task("later"), "state") == b"waiting"
 
 
@@ -69,24 +69,24 @@ def test_a_heartbeat_renews_the_others_past_a_key_of_another_type(r: redis.Redis
     enqueue(r, "b")
     d = driver_of(r)
     held = {t.id: t.attempt for t in d.run(
-        operations.claim(K, limit=10, lease_ms=1_000, promote_limit=10, dead_ttl_ms=DAY_MS)
+        claims.claim(K, limit=10, lease_ms=1_000, promote_limit=10, dead_ttl_ms=DAY_MS)
     ).tasks}  # fmt: skip
     r.delete(K.task("a"))
     r.set(K.task("a"), "not a hash")
     before = r.zscore(K.pending, "b")
-    lost = d.run(operations.heartbeat(K, 60_000, [("a", held["a"]), ("b", held["b"])]))
+    lost = d.run(claims.heartbeat(K, 60_000, [("a", held["a"]), ("b", held["b"])]))
     assert lost == ["a"]
     assert (r.zscore(K.pending, "b") or 0) > (before or 0)  # renewed
 
 
 def test_a_periodic_slot_goes_on_past_a_last_task_key_of_another_type(r: redis.Redis) -> None:
     d = driver_of(r)
-    first = operations.schedule(K, "P", "P:1000", slot_ms=1000, next_slot_ms=2000,
-                                overlap=False, run_new=True, max_retries=0)  # fmt: skip
+    first = enqueuing.schedule(K, "P", "P:1000", slot_ms=1000, next_slot_ms=2000,
+                               overlap=False, run_new=True, max_retries=0)  # fmt: skip
     d.run(first)
     r.delete(K.task("P:1000"))
     r.set(K.task("P:1000"), "not a hash")
-    second = operations.schedule(K, "P", "P:2000", slot_ms=2000, next_slot_ms=3000,
-                                 overlap=False, run_new=True, max_retries=0)  # fmt: skip
+    second = enqueuing.schedule(K, "P", "P:2000", slot_ms=2000, next_slot_ms=3000,
+                                overlap=False, run_new=True, max_retries=0)  # fmt: skip
     d.run(second)
     assert r.hget(K.task("P:2000"), "state") == b"waiting"

@@ -132,7 +132,7 @@ def test_a_dashboard_on_another_prefix_shows_that_prefix_tasks(url: str) -> None
 
 
 def test_the_task_page_shows_progress_and_push_backs_escaped(r: redis.Redis, url: str) -> None:
-    from culex._redis import operations
+    from culex._redis import claims, reports
     from culex._redis.keys import queue_keys
 
     from ..conftest import driver_of
@@ -147,11 +147,11 @@ def test_the_task_page_shows_progress_and_push_backs_escaped(r: redis.Redis, url
         culex.registry.remove(ProgressShownJob)
     keys, d = queue_keys("culex", task.queue), driver_of(r)
     [claimed] = d.run(
-        operations.claim(keys, limit=1, lease_ms=60_000, promote_limit=1, dead_ttl_ms=60_000)
+        claims.claim(keys, limit=1, lease_ms=60_000, promote_limit=1, dead_ttl_ms=60_000)
     ).tasks
     message = '<script>alert("x")</script> 4 of 10 & more'
-    assert d.run(operations.progress(keys, task.id, claimed.attempt, 0.4, message))
-    later = operations.retry_later(
+    assert d.run(reports.progress(keys, task.id, claimed.attempt, 0.4, message))
+    later = reports.retry_later(
         keys, task.id, claimed.attempt, 60_000, dead_ttl_ms=60_000, dead_max=10
     )
     assert d.run(later)
@@ -224,7 +224,7 @@ async def test_the_task_page_shows_each_attempt_s_error_with_its_traceback(
     import inspect
     from datetime import timedelta
 
-    from culex._redis import operations
+    from culex._redis import claims, reports
     from culex._redis.keys import queue_keys
 
     from ..conftest import driver_of, running
@@ -251,11 +251,11 @@ async def test_the_task_page_shows_each_attempt_s_error_with_its_traceback(
     # One that failed under a culex that kept no errors: its last error alone.
     keys, d = queue_keys("culex", "traced_shown"), driver_of(r)
     [claimed] = d.run(
-        operations.claim(keys, limit=1, lease_ms=60_000, promote_limit=1, dead_ttl_ms=60_000)
+        claims.claim(keys, limit=1, lease_ms=60_000, promote_limit=1, dead_ttl_ms=60_000)
     ).tasks
     d.run(
-        operations.fail(keys, older.id, claimed.attempt, "ValueError: old", retry_delay_ms=None,
-                        dead_ttl_ms=60_000, dead_max=10)
+        reports.fail(keys, older.id, claimed.attempt, "ValueError: old", retry_delay_ms=None,
+                     dead_ttl_ms=60_000, dead_max=10)
     )  # fmt: skip
     with serve(app(config.Settings(redis_url=url))) as base:
         page, old_page = [

@@ -551,7 +551,7 @@ def test_the_chart_draws_what_ran(r: redis.Redis, page: Page) -> None:
 def test_a_task_s_errors_stay_open_or_closed_across_a_live_refresh(
     r: redis.Redis, dashboard: str, page: Page
 ) -> None:
-    from culex._redis import operations
+    from culex._redis import claims, reports
     from culex._redis.keys import queue_keys
 
     from ..conftest import driver_of
@@ -560,12 +560,12 @@ def test_a_task_s_errors_stay_open_or_closed_across_a_live_refresh(
     keys, d = queue_keys("culex", "dash_mail"), driver_of(r)
     for attempt, delay in ((1, 0), (2, None)):
         [claimed] = d.run(
-            operations.claim(keys, limit=1, lease_ms=60_000, promote_limit=1, dead_ttl_ms=60_000)
+            claims.claim(keys, limit=1, lease_ms=60_000, promote_limit=1, dead_ttl_ms=60_000)
         ).tasks
         assert claimed.attempt == attempt
         d.run(
-            operations.fail(keys, task.id, attempt, f"ValueError: {attempt}", retry_delay_ms=delay,
-                            dead_ttl_ms=60_000, dead_max=10, traceback=f"trace of {attempt}")
+            reports.fail(keys, task.id, attempt, f"ValueError: {attempt}", retry_delay_ms=delay,
+                         dead_ttl_ms=60_000, dead_max=10, traceback=f"trace of {attempt}")
         )  # fmt: skip
     page.clock.install()
     page.goto(f"{dashboard}/task?queue=dash_mail&id={task.id}")
@@ -596,7 +596,7 @@ class DashboardBillingJob(culex.QueuedJob):
 
 def failed_once(r: redis.Redis, task: Task, error: str) -> None:
     """Claim ``task`` and fail it with ``error``: scheduled for a retry an hour on."""
-    from culex._redis import operations
+    from culex._redis import claims, reports
     from culex._redis.keys import queue_keys
 
     from ..conftest import driver_of
@@ -604,11 +604,11 @@ def failed_once(r: redis.Redis, task: Task, error: str) -> None:
     keys = queue_keys("culex", task.queue)
     d = driver_of(r)
     claimed = d.run(
-        operations.claim(keys, limit=1, lease_ms=60_000, promote_limit=1, dead_ttl_ms=60_000)
+        claims.claim(keys, limit=1, lease_ms=60_000, promote_limit=1, dead_ttl_ms=60_000)
     ).tasks
     assert [c.id for c in claimed] == [task.id]
-    d.run(operations.fail(keys, task.id, 1, error, retry_delay_ms=3_600_000, dead_ttl_ms=60_000,
-                          dead_max=10))  # fmt: skip
+    d.run(reports.fail(keys, task.id, 1, error, retry_delay_ms=3_600_000, dead_ttl_ms=60_000,
+                       dead_max=10))  # fmt: skip
 
 
 def listed(page: Page) -> list[str | None]:

@@ -13,7 +13,7 @@ import redis
 
 import culex
 from culex import config
-from culex._redis import operations
+from culex._redis import calls, claims, interventions
 from culex._redis.keys import QueueKeys, queue_keys
 from culex.cli import main
 from culex.errors import ConfigurationError, ServerError
@@ -50,8 +50,8 @@ def claim(
     *,
     rate: tuple[int, int] | None = None,
     concurrency: int | None = None,
-) -> operations.ClaimReply:
-    call = operations.claim(
+) -> claims.ClaimReply:
+    call = claims.claim(
         K, limit=limit, lease_ms=30_000, promote_limit=100, dead_ttl_ms=DAY_MS, rate=rate,
         concurrency=concurrency,
     )  # fmt: skip
@@ -177,7 +177,7 @@ def test_bad_limits_are_refused_before_anything_is_written(
 def test_control_refuses_a_bad_change_before_any_write(r: redis.Redis, args: list[str]) -> None:
     before = snapshot(r)
     with pytest.raises(ServerError, match="control"):
-        driver_of(r).run(operations.control(K, {})._replace(args=tuple(args)))
+        driver_of(r).run(interventions.control(K, {})._replace(args=tuple(args)))
     assert snapshot(r) == before
 
 
@@ -236,7 +236,7 @@ async def test_a_runner_held_by_the_rate_limit_claims_again_only_when_a_start_is
     claims: list[int] = []
     original = Claimer._claim_call
 
-    def counted(self: Claimer, keys: QueueKeys, limit: int) -> operations.Call[Any]:
+    def counted(self: Claimer, keys: QueueKeys, limit: int) -> calls.Call[Any]:
         if keys.name == "steered":
             claims.append(limit)
         return original(self, keys, limit)
@@ -257,7 +257,7 @@ async def test_a_runner_held_by_the_rate_limit_claims_again_only_when_a_start_is
 def test_an_old_claim_without_the_control_keys_ignores_flow_control(r: redis.Redis) -> None:
     SteeredJob(n=1).enqueue()
     culex.pause("steered")
-    call = operations.claim(K, limit=1, lease_ms=30_000, promote_limit=1, dead_ttl_ms=DAY_MS)
+    call = claims.claim(K, limit=1, lease_ms=30_000, promote_limit=1, dead_ttl_ms=DAY_MS)
     old = call._replace(keys=call.keys[:7], args=call.args[:4])  # a runner of before
     assert len(driver_of(r).run(old).tasks) == 1
 

@@ -9,7 +9,7 @@ import pytest
 import redis
 
 import culex
-from culex._redis import operations
+from culex._redis import claims, interventions, reports
 from culex._redis.drivers import SyncDriverProtocol
 from culex._redis.keys import queue_keys
 from culex.errors import ConfigurationError
@@ -41,9 +41,9 @@ def claim(
     *,
     group_concurrency: int | None = None,
     group_rate: tuple[int, int] | None = None,
-) -> operations.ClaimReply:
+) -> claims.ClaimReply:
     return d.run(
-        operations.claim(
+        claims.claim(
             K, limit=limit, lease_ms=30_000, promote_limit=100, dead_ttl_ms=DAY_MS,
             group_concurrency=group_concurrency, group_rate=group_rate,
         )
@@ -54,7 +54,7 @@ def enqueue(group: str | None, n: int) -> culex.Task:
     return GroupedJob(n=n).enqueue(group=group)
 
 
-def groups_of(r: redis.Redis, tasks: list[operations.Claimed]) -> list[str]:
+def groups_of(r: redis.Redis, tasks: list[claims.Claimed]) -> list[str]:
     found = [r.hget(K.task(t.id), "group") for t in tasks]
     return [g.decode() if isinstance(g, bytes) else "-" for g in found]
 
@@ -110,7 +110,7 @@ def test_a_group_concurrency_limit_holds_while_other_groups_run(
     assert r.zrange(G + "ring", 0, -1) == []  # a waits for its running task to end
     held = next(t for t in first if groups_of(r, [t]) == ["a"])
     r.delete(K.signal)
-    assert d.run(operations.complete(K, [(held.id, held.attempt, "null", 1000)])) == []
+    assert d.run(reports.complete(K, [(held.id, held.attempt, "null", 1000)])) == []
     assert r.llen(K.signal) == 1  # a's turn came back: an idle runner is woken
     assert r.hgetall(G + "running") == {b"b": b"1"}
     assert groups_of(r, claim(d, 10, group_concurrency=1).tasks) == ["a"]
@@ -138,19 +138,19 @@ def test_a_retried_released_or_reclaimed_task_goes_back_to_its_group(
     enqueue("a", 1)
     enqueue("a", 2)
     (one,) = claim(d, 1, group_concurrency=1).tasks
-    assert d.run(operations.release(K, one.id, one.attempt))
+    assert d.run(reports.release(K, one.id, one.attempt))
     assert r.zscore(G + "g:a", one.id) is not None and r.exists(G + "running") == 0
     (again,) = claim(d, 1, group_concurrency=1).tasks
     retried = d.run(
-        operations.fail(K, again.id, again.attempt, "x", retry_delay_ms=0, dead_ttl_ms=DAY_MS,
-                        dead_max=10)
+        reports.fail(K, again.id, again.attempt, "x", retry_delay_ms=0, dead_ttl_ms=DAY_MS,
+                     dead_max=10)
     )  # fmt: skip
     assert retried == "scheduled" and r.exists(G + "running") == 0
     # the retry is promoted into its group by the next claim, and leases run out
     lost = claim(d, 2, group_concurrency=2).tasks
     assert groups_of(r, lost) == ["a", "a"]
     r.zadd(K.pending, {t.id: 1 for t in lost})  # (their leases ran out)
-    assert len(d.run(operations.reclaim(K, limit=10, dead_ttl_ms=DAY_MS, dead_max=10))) == 2
+    assert len(d.run(claims.reclaim(K, limit=10, dead_ttl_ms=DAY_MS, dead_max=10))) == 2
     assert r.exists(G + "running") == 0
 
 
@@ -214,9 +214,9 @@ def test_a_cancelled_running_task_of_a_group_frees_its_place(
     first, second = enqueue("a", 1), enqueue("a", 2)
     (running,) = claim(d, 10, group_concurrency=1).tasks
     assert running.id == first.id and claim(d, 10, group_concurrency=1).tasks == []
-    cancel = operations.cancel(K, first.id, "", dead_ttl_ms=DAY_MS, dead_max=10)
-    assert d.run(cancel) == operations.CANCELLING
-    ended = operations.fail(
+    cancel = interventions.cancel(K, first.id, "", dead_ttl_ms=DAY_MS, dead_max=10)
+    assert d.run(cancel) == interventions.CANCELLING
+    ended = reports.fail(
         K, first.id, running.attempt, "stopped", retry_delay_ms=0, dead_ttl_ms=DAY_MS, dead_max=10
     )
     assert d.run(ended) == "dead"  # (a cancelled task is never retried)
@@ -239,8 +239,8 @@ def test_once_the_groups_are_done_the_claim_pops_waiting_again(
 # -- counts that heal: reclaim sets right what admission trusts ---------------------------------
 
 
-def reclaim(d: SyncDriverProtocol, heal_ms: int | None = 60_000) -> operations.Reclaimed:
-    return d.run(operations.reclaim(K, limit=100, dead_ttl_ms=DAY_MS, dead_max=10, heal_ms=heal_ms))
+def reclaim(d: SyncDriverProtocol, heal_ms: int | None = 60_000) -> claims.Reclaimed:
+    return d.run(claims.reclaim(K, limit=100, dead_ttl_ms=DAY_MS, dead_max=10, heal_ms=heal_ms))
 
 
 def test_a_running_count_left_by_an_older_runner_heals_and_its_group_runs_again(
@@ -330,7 +330,7 @@ def test_a_running_count_that_is_no_number_stops_no_script_half_way(
     assert r.zscore(K.pending, task.id) is not None
     assert r.hget(G + "running", "g1") == b"1"
     r.hset(G + "running", "g1", "1.5")
-    assert d.run(operations.complete(K, [(task.id, claimed.attempt, "null", 60_000)])) == []
+    assert d.run(reports.complete(K, [(task.id, claimed.attempt, "null", 60_000)])) == []
     assert r.hget(K.task(task.id), "state") == b"succeeded"
     assert r.zscore(K.pending, task.id) is None
     assert r.hget(G + "running", "g1") is None

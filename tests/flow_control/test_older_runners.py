@@ -11,7 +11,7 @@ import pytest
 import redis
 
 import culex
-from culex._redis import operations
+from culex._redis import claims
 from culex.cli import main
 from culex.operations import inspection
 from culex.server import compatibility
@@ -37,7 +37,7 @@ def fresh() -> Iterator[None]:
 def record(r: redis.Redis, runner_id: str, queues: str, **fields: str) -> None:
     """A runner's record as a runner of that culex writes it (an older one: no protocol)."""
     found = {"host": "old-host", "pid": "41", "queues": queues, "version": "0.9.0", **fields}
-    driver_of(r).run(operations.beat("culex", runner_id, 60_000, found))
+    driver_of(r).run(claims.beat("culex", runner_id, 60_000, found))
 
 
 def test_pause_and_limit_warn_of_an_older_runner_on_the_queue(r: redis.Redis) -> None:

@@ -11,6 +11,7 @@ import pytest
 import redis
 
 import culex
+from culex._redis import claims
 from culex._redis.keys import queue_keys
 from culex._redis.priority import priority_of
 from culex.operations import inspection
@@ -92,7 +93,7 @@ def test_a_backlog_runs_the_highest_priority_first_fifo_within_one(r: redis.Redi
     plain = culex.enqueue_many([BacklogJob() for _ in range(3)])
     high = [MonthlyReportJob().enqueue(priority=50) for _ in range(3)]
     claimed = driver_of(r).run(
-        culex._redis.operations.claim(K, limit=9, lease_ms=1000, promote_limit=9, dead_ttl_ms=1000)
+        claims.claim(K, limit=9, lease_ms=1000, promote_limit=9, dead_ttl_ms=1000)
     )
     assert [t.id for t in claimed.tasks] == [t.id for t in (*high, *plain, *low)]
 

@@ -16,9 +16,10 @@ import pytest
 import redis
 
 import culex
+from culex._redis.calls import Call
+from culex._redis.claims import Claimed, ClaimReply
 from culex._redis.drivers import AsyncDriver
 from culex._redis.keys import queue_keys
-from culex._redis.operations import Call, Claimed, ClaimReply
 from culex.runner import failures
 from culex.server import configured
 
@@ -470,28 +471,28 @@ async def test_a_task_whose_preparation_raises_anything_is_dead_and_no_longer_he
 
 async def test_a_stale_completion_changes_nothing(r: redis.Redis) -> None:
     """A runner whose lease was lost reports late: the report is refused."""
-    from culex._redis import operations
+    from culex._redis import claims, reports
     from culex.server import configured
 
     keys = queue_keys("culex", "order")
     task = await OrderJob(n=1).aenqueue()
     driver = await configured.async_driver()
     first = await driver.run(
-        operations.claim(keys, limit=1, lease_ms=1, promote_limit=0, dead_ttl_ms=1000)
+        claims.claim(keys, limit=1, lease_ms=1, promote_limit=0, dead_ttl_ms=1000)
     )
     lease_end = r.zscore(keys.pending, task.id) or 0
     await await_until(lambda: server_ms(r) > lease_end, what="the 1 ms lease to end")
-    await driver.run(operations.reclaim(keys, limit=10, dead_ttl_ms=1000, dead_max=10))
+    await driver.run(claims.reclaim(keys, limit=10, dead_ttl_ms=1000, dead_max=10))
     r.zadd(keys.scheduled, {task.id: 0})
     second = await driver.run(
-        operations.claim(keys, limit=1, lease_ms=60_000, promote_limit=10, dead_ttl_ms=1000)
+        claims.claim(keys, limit=1, lease_ms=60_000, promote_limit=10, dead_ttl_ms=1000)
     )
     assert second.tasks[0].attempt == first.tasks[0].attempt + 1
     before = r.hgetall(keys.task(task.id))
-    stale = operations.complete(keys, [(task.id, first.tasks[0].attempt, "-1", 1000)])
+    stale = reports.complete(keys, [(task.id, first.tasks[0].attempt, "-1", 1000)])
     assert await driver.run(stale) == [(task.id, first.tasks[0].attempt)]
     assert r.hgetall(keys.task(task.id)) == before
-    fresh = operations.complete(keys, [(task.id, second.tasks[0].attempt, "2", 1000)])
+    fresh = reports.complete(keys, [(task.id, second.tasks[0].attempt, "2", 1000)])
     assert await driver.run(fresh) == []
     assert await task.aresult(timeout=1) == 2
 
@@ -502,7 +503,7 @@ async def test_a_batch_with_two_attempts_of_one_task_says_only_the_stale_one_ref
     """Attempt 1 lost its lease and attempt 2 ran: both successes in one complete call.
     Only attempt 1 is refused, and only it is logged so (the refusal names the attempt)."""
     from culex import config
-    from culex._redis import operations
+    from culex._redis import claims, reports
     from culex.runner.attempt import Outcome
     from culex.runner.lease import LeaseKeeper
     from culex.runner.reporter import Reporter
@@ -511,26 +512,26 @@ async def test_a_batch_with_two_attempts_of_one_task_says_only_the_stale_one_ref
     task = await OrderJob(n=1).aenqueue()
     driver = await configured.async_driver()
     first = await driver.run(
-        operations.claim(keys, limit=1, lease_ms=60_000, promote_limit=0, dead_ttl_ms=1000)
+        claims.claim(keys, limit=1, lease_ms=60_000, promote_limit=0, dead_ttl_ms=1000)
     )
     r.zadd(keys.pending, {task.id: 0})  # its lease ran out
-    await driver.run(operations.reclaim(keys, limit=10, dead_ttl_ms=1000, dead_max=10))
+    await driver.run(claims.reclaim(keys, limit=10, dead_ttl_ms=1000, dead_max=10))
     second = await driver.run(
-        operations.claim(keys, limit=1, lease_ms=60_000, promote_limit=0, dead_ttl_ms=1000)
+        claims.claim(keys, limit=1, lease_ms=60_000, promote_limit=0, dead_ttl_ms=1000)
     )
     old, new = first.tasks[0], second.tasks[0]
     assert (old.id, new.id) == (task.id, task.id) and new.attempt == old.attempt + 1
     both = [(task.id, old.attempt, "1", 1000), (task.id, new.attempt, "2", 1000)]
-    assert await driver.run(operations.complete(keys, both)) == [(task.id, old.attempt)]
+    assert await driver.run(reports.complete(keys, both)) == [(task.id, old.attempt)]
 
     third = await OrderJob(n=3).aenqueue()  # the same through the runner's reporter
     one = await driver.run(
-        operations.claim(keys, limit=1, lease_ms=60_000, promote_limit=0, dead_ttl_ms=1000)
+        claims.claim(keys, limit=1, lease_ms=60_000, promote_limit=0, dead_ttl_ms=1000)
     )
     r.zadd(keys.pending, {third.id: 0})
-    await driver.run(operations.reclaim(keys, limit=10, dead_ttl_ms=1000, dead_max=10))
+    await driver.run(claims.reclaim(keys, limit=10, dead_ttl_ms=1000, dead_max=10))
     two = await driver.run(
-        operations.claim(keys, limit=1, lease_ms=60_000, promote_limit=0, dead_ttl_ms=1000)
+        claims.claim(keys, limit=1, lease_ms=60_000, promote_limit=0, dead_ttl_ms=1000)
     )
     settings = config.settings()
     keeper = LeaseKeeper(settings, settings.redis_url or "")

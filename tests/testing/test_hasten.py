@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import redis
 
-from culex._redis import operations
+from culex._redis import enqueuing, interventions
 from culex._redis.keys import queue_keys
 from culex.errors import ServerError
 
@@ -17,7 +17,7 @@ HOUR_MS = 3_600_000
 
 def put(r: redis.Redis, task_id: str, delay_ms: int) -> None:
     driver_of(r).run(
-        operations.enqueue(K, task_id, "J", "{}", due_ms=None, delay_ms=delay_ms, max_retries=4)
+        enqueuing.enqueue(K, task_id, "J", "{}", due_ms=None, delay_ms=delay_ms, max_retries=4)
     )
 
 
@@ -30,7 +30,7 @@ def test_hasten_moves_every_scheduled_task_to_waiting_due_now(r: redis.Redis) ->
     r.zadd(K.scheduled, {"past": 5})  # due long ago (as a retry a claim has not promoted)
     r.delete(K.signal)
     before = server_ms(r)
-    assert driver_of(r).run(operations.hasten(K, limit=100)) == 2
+    assert driver_of(r).run(interventions.hasten(K, limit=100)) == 2
     after = server_ms(r)
     assert members(r, K.scheduled) == []
     assert members(r, K.waiting) == ["past", "ready", "later"]  # by ready time
@@ -44,7 +44,7 @@ def test_hasten_moves_every_scheduled_task_to_waiting_due_now(r: redis.Redis) ->
 def test_hasten_moves_at_most_limit_tasks_soonest_due_first(r: redis.Redis) -> None:
     put(r, "b", 2 * HOUR_MS)
     put(r, "a", HOUR_MS)
-    assert driver_of(r).run(operations.hasten(K, limit=1)) == 1
+    assert driver_of(r).run(interventions.hasten(K, limit=1)) == 1
     assert (members(r, K.waiting), members(r, K.scheduled)) == (["a"], ["b"])
 
 
@@ -52,7 +52,7 @@ def test_hasten_with_nothing_scheduled_writes_nothing(r: redis.Redis) -> None:
     put(r, "ready", 0)
     r.delete(K.signal)
     before, count = snapshot(r), writes(r)
-    assert driver_of(r).run(operations.hasten(K, limit=10)) == 0
+    assert driver_of(r).run(interventions.hasten(K, limit=10)) == 0
     assert (snapshot(r), writes(r)) == (before, count)
 
 
@@ -61,5 +61,5 @@ def test_hasten_refuses_a_limit_below_one_before_any_write(r: redis.Redis, limit
     put(r, "later", HOUR_MS)
     before = snapshot(r)
     with pytest.raises(ServerError, match="ARGV"):
-        driver_of(r).run(operations.hasten(K, limit=limit))
+        driver_of(r).run(interventions.hasten(K, limit=limit))
     assert snapshot(r) == before

@@ -1,5 +1,5 @@
 """The plain commands culex sends (no script): reads, bookkeeping, server checks and the
-blocking waits, each described as a :class:`~culex._redis.operations.Call`. No I/O here.
+blocking waits, each described as a :class:`~culex._redis.calls.Call`. No I/O here.
 
 Every read is bounded (a key, or a range with a LIMIT): nothing here scans the keyspace.
 """
@@ -10,8 +10,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from .calls import Call, number, shown, text
 from .keys import QueueKeys, runner_key, runners_key
-from .operations import Call, number, shown, text
 from .priority import ready_ms
 
 # What a listing of dead tasks reads of each.
@@ -20,7 +20,7 @@ DEAD_FIELDS = ("type", "last_error", "retry_count", "attempt", "finished_at")
 
 def _parse_hash(reply: list[bytes]) -> dict[str, str]:
     """A hash's fields (their names as stored: two never become one) and values as read
-    (:func:`~culex._redis.operations.shown`: bytes that are not UTF-8 as U+FFFD)."""
+    (:func:`~culex._redis.calls.shown`: bytes that are not UTF-8 as U+FFFD)."""
     return {text(reply[i]): shown(reply[i + 1]) for i in range(0, len(reply), 2)}
 
 

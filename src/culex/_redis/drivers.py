@@ -1,4 +1,4 @@
-"""The two drivers that send a :class:`~culex._redis.operations.Call`: sync and async.
+"""The two drivers that send a :class:`~culex._redis.calls.Call`: sync and async.
 
 They differ only in how they wait for the server; what is sent and how the reply is read
 is decided by the call itself. Each keeps its idle connections (culex._redis.connections) and
@@ -17,8 +17,8 @@ import hiredis
 
 from ..errors import ServerError, ServerUnavailable
 from .address import Address
+from .calls import Call
 from .connections import SOCKET_TIMEOUT, AsyncConnection, ReplyError, SyncConnection
-from .operations import Call
 
 T = TypeVar("T")
 

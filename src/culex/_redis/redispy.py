@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import ConfigurationError, ServerUnavailable
 from .address import Address
+from .calls import Call
 from .connections import SOCKET_TIMEOUT, ReplyError, late
 from .drivers import (
     MAX_CONNECTIONS,
@@ -49,7 +50,6 @@ from .drivers import (
     server_error,
     settled,
 )
-from .operations import Call
 
 T = TypeVar("T")
 

@@ -119,7 +119,7 @@ def cancel_command(args: argparse.Namespace) -> int:
     """One line per id: cancelled, cancelling (running: its runner was asked to stop it),
     or the state that refused it. Exit 1 unless all were called off. Every id goes in the
     same round trip."""
-    from .._redis.operations import CANCELLED, CANCELLING
+    from .._redis.interventions import CANCELLED, CANCELLING
     from ..jobs.task import Task
     from ..server.procedures import run_sync, together
 

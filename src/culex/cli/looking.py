@@ -8,7 +8,7 @@ import json
 import time
 
 from .. import config
-from .._redis.operations import shown
+from .._redis.calls import shown
 from ..errors import CulexError
 from ..jobs.codecs import moment
 from ..runner.failures import AttemptError, attempt_errors

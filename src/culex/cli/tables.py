@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from .._redis.operations import shown
+from .._redis.calls import shown
 
 
 def print_table(columns: Sequence[str], rows: list[dict[str, str]]) -> None:

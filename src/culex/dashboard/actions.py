@@ -8,8 +8,8 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
+from .._redis.interventions import CANCELLED, CANCELLING
 from .._redis.keys import check_queue_name
-from .._redis.operations import CANCELLED, CANCELLING
 from ..errors import short
 from ..jobs import periodic
 from ..operations import bulk as bulk_actions

@@ -11,7 +11,7 @@ from datetime import datetime
 
 from markupsafe import Markup
 
-from .._redis.operations import shown
+from .._redis.calls import shown
 from ..jobs.codecs import moment
 
 # Shown in full up to this many characters; longer text is cut, with a "show all" link

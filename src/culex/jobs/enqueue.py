@@ -13,10 +13,11 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import config, tracing
-from .._redis import commands, operations
+from .._redis import commands, enqueuing
 from .._redis.address import Address
+from .._redis.calls import Call
+from .._redis.enqueuing import Enqueued
 from .._redis.keys import queue_keys, queues_key
-from .._redis.operations import Call, Enqueued
 from .._redis.priority import check_delay_ms, check_ready_ms
 from ..errors import ConfigurationError, ServerError, short
 from ..server.compatibility import warn_of_older
@@ -297,7 +298,7 @@ def _call(
                 f"{type(job).__name__}: params take {size} bytes, more than "
                 f"max_payload_bytes ({settings.max_payload_bytes})"
             )
-    return operations.enqueue(
+    return enqueuing.enqueue(
         queue_keys(settings.prefix, job.queue),
         task_id,
         job.type_,

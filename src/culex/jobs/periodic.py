@@ -15,9 +15,9 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from .. import config
-from .._redis import commands, operations
+from .._redis import commands, enqueuing
+from .._redis.enqueuing import Scheduled
 from .._redis.keys import check_queue_name, queue_keys, queues_key
-from .._redis.operations import Scheduled
 from ..errors import ConfigurationError, CulexError, short
 from ..server.procedures import Procedure, run_async, run_sync
 from .job import Job
@@ -391,7 +391,7 @@ def _trigger(
 ) -> Procedure[Task]:
     job_type, queue, job_class = _target(job, queue)
     keys = queue_keys(settings.prefix, queue)
-    call = operations.schedule(
+    call = enqueuing.schedule(
         keys,
         job_type,
         f"{job_type}:trigger:{new_id()}",

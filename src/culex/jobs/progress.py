@@ -14,7 +14,7 @@ import asyncio
 import math
 from typing import NamedTuple
 
-from .._redis import commands, operations
+from .._redis import commands, reports
 from .._redis.keys import QueueKeys
 from ..errors import short
 from ..server.procedures import Procedure, one_call, run_async, run_sync
@@ -90,7 +90,7 @@ def _report_procedure(
     number, text = checked(fraction, message)
     if reporting is None:
         return None
-    call = operations.progress(reporting.keys, task_id, attempt, number, text)
+    call = reports.progress(reporting.keys, task_id, attempt, number, text)
     return one_call(call)
 
 

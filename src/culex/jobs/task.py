@@ -10,7 +10,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from .. import config
-from .._redis import commands, operations
+from .._redis import commands, interventions, reads
 from .._redis.keys import QueueKeys, check_queue_name, queue_keys, queues_key
 from ..errors import CulexError, TaskFailed, short
 from ..server.procedures import Procedure, one_call, run_async, run_sync
@@ -172,8 +172,8 @@ class Task:
         """Read the task's end; until it has one, block on its done list (wait.lua), with
         the next read sent right behind each block: one round trip per wake-up or chunk."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        read = operations.wait(keys, self.id)
-        end: operations.End = yield read
+        read = reads.wait(keys, self.id)
+        end: reads.End = yield read
         while not end.finished:
             left = WAIT_CHUNK if deadline is None else deadline - time.monotonic()
             if left <= 0:
@@ -193,7 +193,7 @@ class Task:
             "and its record expired (see result_ttl and successful_job_ttl)"
         )
 
-    def _decode(self, end: operations.End) -> Any:
+    def _decode(self, end: reads.End) -> Any:
         """The result, typed by its job class's ``perform`` annotation when it is known."""
         job = self.job
         if job is None:
@@ -205,7 +205,7 @@ class Task:
 
     def _retry_procedure(self) -> Procedure[bool]:
         return one_call(
-            operations.retry_dead(self._keys(), [self.id]), lambda reply: bool(reply.retried)
+            interventions.retry_dead(self._keys(), [self.id]), lambda reply: bool(reply.retried)
         )
 
     def cancel_procedure(self, reason: str) -> Procedure[str]:
@@ -220,7 +220,7 @@ class Task:
                 f"got {len(reason)}"
             )
         settings = config.settings()
-        call = operations.cancel(
+        call = interventions.cancel(
             self._keys(),
             self.id,
             reason.strip(),
@@ -278,7 +278,9 @@ class Task:
         return await run_async(self._run_now_procedure(), self.url)
 
     def _run_now_procedure(self) -> Procedure[bool]:
-        return one_call(operations.run_now(self._keys(), self.id), lambda reply: reply == "waiting")
+        return one_call(
+            interventions.run_now(self._keys(), self.id), lambda reply: reply == "waiting"
+        )
 
     def cancel(self, reason: str = "") -> bool:
         """Call off the task. True when it is called off; False when it has already ended
@@ -299,8 +301,8 @@ class Task:
         tells when it has ended. An attempt that ended before its runner learned of the
         request ends as it did: a success stands, since its work was done."""
         outcome = run_sync(self.cancel_procedure(reason), self.url)
-        return outcome in (operations.CANCELLED, operations.CANCELLING)
+        return outcome in (interventions.CANCELLED, interventions.CANCELLING)
 
     async def acancel(self, reason: str = "") -> bool:
         outcome = await run_async(self.cancel_procedure(reason), self.url)
-        return outcome in (operations.CANCELLED, operations.CANCELLING)
+        return outcome in (interventions.CANCELLED, interventions.CANCELLING)

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import config
-from .._redis import commands, operations
+from .._redis import commands, reads
+from .._redis.calls import Call, number
 from .._redis.keys import QueueKeys, check_queue_name, queue_keys
-from .._redis.operations import Call, number
 from .._redis.priority import ready_ms
 from ..errors import short
 from ..jobs.task import MAX_ID_LENGTH, check_id
@@ -224,11 +224,11 @@ def browse_call(
     in_set: str | None = None,
     search: str = "",
     kind: str = "",
-) -> Call[operations.BrowseReply]:
+) -> Call[reads.BrowseReply]:
     """The call that reads one page (its arguments already checked): ``limit`` rows at
     most, looking at ``examine`` ids at most (never fewer than ``limit``), of ``in_set``
     (one of state_sets; default: state_set)."""
-    return operations.browse(
+    return reads.browse(
         keys, in_set or state_set(keys, state), ascending=ascending, after=after, limit=limit,
         examine=max(limit, examine), job=job or "", cut=CUT * 4,  # (bytes: 4 per character)
         search=search, kind=kind,
@@ -303,7 +303,7 @@ def _start_of(part: int) -> str:
     return base64.urlsafe_b64encode(b"~" * part).decode().rstrip("=")
 
 
-def _row(queue: str, state: str, row: operations.BrowsedRow) -> TaskRow:
+def _row(queue: str, state: str, row: reads.BrowsedRow) -> TaskRow:
     enqueued = number(row.enqueue_time, -1)
     at = float(row.score)
     if state == "waiting" and math.isfinite(at):  # (its score holds its priority too:
@@ -337,7 +337,7 @@ def _find(keys: QueueKeys, task_id: str) -> Procedure[TaskRow | None]:
     found = [(s, score) for (s, _), score in zip(places, scores, strict=True) if score is not None]
     # In no set: succeeded (or between the sets of a script that failed half-way).
     state, at = found[0] if found else (fields.get("state", ""), number(fields.get("finished_at")))
-    row = operations.BrowsedRow(
+    row = reads.BrowsedRow(
         task_id, str(at), fields.get("type", ""), fields.get("enqueue_time", ""),
         fields.get("retry_count", ""), fields.get("last_error", ""), fields.get("params", ""),
         fields.get("priority", ""), fields.get("group", ""),

@@ -13,9 +13,9 @@ from collections.abc import Callable, Iterable
 from typing import Any, Literal, NamedTuple, get_args
 
 from .. import config
-from .._redis import commands, operations
+from .._redis import commands, interventions, reads
+from .._redis.calls import Call
 from .._redis.keys import QueueKeys, check_queue_name, queue_keys
-from .._redis.operations import Call
 from ..errors import ServerError, short
 from ..jobs.task import check_id
 from ..server.procedures import Procedure, raised, run_async, run_sync
@@ -119,18 +119,18 @@ class _Act(NamedTuple):
 
 def _act(action: str, keys: QueueKeys, settings: config.Settings, state: str | None) -> _Act:
     if action == "retry":
-        return _Act(lambda chunk: [operations.retry_dead(keys, chunk)], _count_retried)
+        return _Act(lambda chunk: [interventions.retry_dead(keys, chunk)], _count_retried)
     if action == "delete":
         # (with a state, only the tasks whose hash says it: an id can linger in a set its
         # task has left, e.g. in dead after its hash expired and the id was enqueued again)
         only = None if state is None else state_set(keys, state)
-        return _Act(lambda chunk: [operations.delete(keys, chunk, only=only)], _count_deleted)
+        return _Act(lambda chunk: [interventions.delete(keys, chunk, only=only)], _count_deleted)
     ttl, most = settings.failed_job_ttl_ms, settings.dead_max
     return _Act(
         lambda chunk: [
             # (running=False: a bulk cancel calls off what has not started; a running task
             # is cancelled one by one, by task.cancel(), culex cancel or its page)
-            operations.cancel(keys, i, "", dead_ttl_ms=ttl, dead_max=most, running=False)
+            interventions.cancel(keys, i, "", dead_ttl_ms=ttl, dead_max=most, running=False)
             for i in chunk
         ],
         _count_cancelled,
@@ -138,16 +138,16 @@ def _act(action: str, keys: QueueKeys, settings: config.Settings, state: str | N
     )
 
 
-def _count_retried(reply: operations.RetryReply) -> int:
+def _count_retried(reply: interventions.RetryReply) -> int:
     return len(reply.retried)
 
 
-def _count_deleted(reply: operations.DeleteReply) -> int:
+def _count_deleted(reply: interventions.DeleteReply) -> int:
     return len(reply.deleted)
 
 
 def _count_cancelled(reply: str) -> int:
-    return int(reply == operations.CANCELLED)
+    return int(reply == interventions.CANCELLED)
 
 
 def _changed(act: _Act, replies: list[Any]) -> int:
@@ -199,7 +199,7 @@ def _walk_set(
     round trip: the action on a chunk goes with the read of the next one (its cursor is a
     position, so the ids the action moves away do not shift it)."""
 
-    def page(after: tuple[str, str] | None, left: int) -> Call[operations.BrowseReply]:
+    def page(after: tuple[str, str] | None, left: int) -> Call[reads.BrowseReply]:
         # never looking at more ids than the state held at the start: not those added since
         examine = min(EXAMINE, left)
         return browse_call(keys, state, ascending=True, after=after, limit=min(CHUNK, examine),

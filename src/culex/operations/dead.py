@@ -13,9 +13,9 @@ from datetime import datetime
 from typing import Any
 
 from .. import config
-from .._redis import commands, operations
+from .._redis import calls, commands, interventions
+from .._redis.interventions import RetryReply
 from .._redis.keys import QueueKeys, check_queue_name, queue_keys
-from .._redis.operations import RetryReply
 from ..jobs.codecs import moment
 from ..jobs.task import check_id
 from ..server.procedures import Procedure, run_async, run_sync
@@ -120,19 +120,19 @@ def _retry_these(keys: QueueKeys, ids: list[str]) -> Procedure[RetryReply]:
     if not ids:
         return RetryReply([], [])
     chunks = [ids[i : i + CHUNK] for i in range(0, len(ids), CHUNK)]
-    return _merged((yield [operations.retry_dead(keys, chunk) for chunk in chunks]))
+    return _merged((yield [interventions.retry_dead(keys, chunk) for chunk in chunks]))
 
 
 def _retry_oldest(keys: QueueKeys, limit: int | None) -> Procedure[RetryReply]:
     if limit is not None and limit <= CHUNK:
-        return _merged([(yield operations.retry_oldest_dead(keys, limit))])
+        return _merged([(yield interventions.retry_oldest_dead(keys, limit))])
     # Never more than dead holds at the start: tasks that die again meanwhile are not chased.
     left = yield commands.dead_count(keys)
     if limit is not None:
         left = min(left, limit)
     replies: list[RetryReply] = []
     while left > 0:
-        reply = yield operations.retry_oldest_dead(keys, min(left, CHUNK))
+        reply = yield interventions.retry_oldest_dead(keys, min(left, CHUNK))
         replies.append(reply)
         if not reply.retried:  # nothing left to retry (or only ids that are not dead)
             break
@@ -171,8 +171,8 @@ def _record(queue: str, task_id: str, died_ms: float, fields: dict[str, str]) ->
         type=fields.get("type", ""),
         error=fields.get("last_error", ""),
         died_at=moment(died_ms),
-        retry_count=operations.number(fields.get("retry_count")),
-        attempt=operations.number(fields.get("attempt")),
+        retry_count=calls.number(fields.get("retry_count")),
+        attempt=calls.number(fields.get("attempt")),
         died_ms=died_ms,
     )
 

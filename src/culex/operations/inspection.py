@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from .. import config
 from .._redis import commands
+from .._redis.calls import Call, number, shown
 from .._redis.keys import queue_keys, queues_key
-from .._redis.operations import Call, number, shown
 from ..server.procedures import Procedure, raised, run_async, run_sync
 from .browsing import STATES as STATES
 from .browsing import DeadPage as DeadPage
@@ -369,7 +369,7 @@ def _all(calls: list[Call[Any]]) -> Procedure[list[Any]]:
 from dataclasses import dataclass  # noqa: E402
 
 from .._redis.keys import periodic_jobs_key  # noqa: E402
-from .._redis.operations import PeriodicRead, read_periodic  # noqa: E402
+from .._redis.reads import PeriodicRead, read_periodic  # noqa: E402
 
 
 @dataclass(frozen=True)

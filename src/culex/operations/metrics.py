@@ -36,9 +36,9 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
 from .. import config
-from .._redis import commands, operations
+from .._redis import commands, reads
+from .._redis.calls import Call, shown, text
 from .._redis.keys import queue_base, queues_key
-from .._redis.operations import Call, shown, text
 from .._redis.priority import ready_ms
 from ..errors import CulexError
 from ..server import configured
@@ -120,7 +120,7 @@ def queues_procedure(
             [
                 *also,
                 *(
-                    operations.read_queues(bases[i : i + per_call])
+                    reads.read_queues(bases[i : i + per_call])
                     for i in range(0, len(bases), per_call)
                 ),
             ]

@@ -15,9 +15,9 @@ from datetime import timedelta
 from typing import Any, Final
 
 from .. import config
-from .._redis import commands, operations
+from .._redis import commands, interventions
+from .._redis.calls import Call, shown
 from .._redis.keys import check_queue_name, queue_keys, queues_key
-from .._redis.operations import Call, shown
 from ..errors import ConfigurationError, short
 from ..server.compatibility import warn_of_older
 from ..server.procedures import Procedure, run_async, run_sync
@@ -90,7 +90,7 @@ class QueueLimits:
     group_concurrency: int | None = None
 
     def claim_args(self) -> dict[str, Any]:
-        """The keyword arguments of ``operations.claim`` that carry these limits."""
+        """The keyword arguments of ``claims.claim`` that carry these limits."""
         return {
             "rate": _window(self.rate),
             "concurrency": self.concurrency,
@@ -365,7 +365,7 @@ def _control(queue: str, fields: dict[str, str]) -> QueueControl:
 def _change(
     queue: str, changes: dict[str, str], settings: config.Settings
 ) -> Procedure[QueueControl]:
-    call = operations.control(queue_keys(settings.prefix, check_queue_name(queue)), changes)
+    call = interventions.control(queue_keys(settings.prefix, check_queue_name(queue)), changes)
     return _changed(queue, call, changes, settings)
 
 

@@ -15,8 +15,8 @@ from typing import Any, Literal
 
 from .. import config
 from .._redis import commands
+from .._redis.calls import Call, number, shown
 from .._redis.keys import check_queue_name, queue_keys, queues_key
-from .._redis.operations import Call, number, shown
 from ..errors import short
 from ..server.procedures import Procedure, run_async, run_sync
 

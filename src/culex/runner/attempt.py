@@ -17,7 +17,7 @@ from datetime import timedelta
 from typing import Any
 
 from .. import logs, tracing
-from .._redis.operations import Claimed
+from .._redis.claims import Claimed
 from ..config import seconds
 from ..errors import JobFailure, RetryLater, short
 from ..jobs.job import Job

@@ -17,10 +17,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence, Sized
 from typing import Any
 
 from .. import config
-from .._redis import commands, operations
+from .._redis import claims, commands
+from .._redis.calls import Call
+from .._redis.claims import Claimed, ClaimReply
 from .._redis.drivers import AsyncDriverProtocol
 from .._redis.keys import QueueKeys, queue_keys
-from .._redis.operations import Call, Claimed, ClaimReply
 from ..errors import ServerError, ServerUnavailable
 from ..operations.queue_control import QueueLimits
 from . import queue_order
@@ -192,7 +193,7 @@ class Claimer:
             self._held.pop(queue, None)
 
     def _claim_call(self, keys: QueueKeys, limit: int) -> Call[ClaimReply]:
-        return operations.claim(
+        return claims.claim(
             keys,
             limit=limit,
             lease_ms=self.settings.lease_ms,

@@ -17,10 +17,11 @@ import threading
 import time
 
 from .. import config
-from .._redis import commands, operations
+from .._redis import claims, commands
+from .._redis.calls import Call
+from .._redis.claims import Claimed
 from .._redis.drivers import SyncDriverProtocol
 from .._redis.keys import queue_keys, queues_key
-from .._redis.operations import Call, Claimed
 from ..errors import ServerError
 from ..server import configured
 
@@ -121,7 +122,7 @@ class LeaseKeeper:
             if not h.finished
         ]  # fmt: skip
         fields = {**self.identity, "tasks": json.dumps(tasks)}
-        return operations.beat(self.settings.prefix, self.identity["id"], ttl_ms, fields)
+        return claims.beat(self.settings.prefix, self.identity["id"], ttl_ms, fields)
 
     def _listed(self) -> list[Call[int]]:
         """The runner's queues in the registry of queue names, again with each beat: a
@@ -136,7 +137,7 @@ class LeaseKeeper:
         for h in held:
             groups.setdefault((h.claimed.queue, h.lease_ms), []).append(h)
         calls = [
-            operations.heartbeat(
+            claims.heartbeat(
                 queue_keys(self.settings.prefix, queue),
                 lease_ms,
                 [(h.claimed.id, h.claimed.attempt) for h in group],

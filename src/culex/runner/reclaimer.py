@@ -16,7 +16,7 @@ import logging
 from collections.abc import Iterable, Mapping
 
 from .. import config
-from .._redis import operations
+from .._redis import claims
 from .._redis.drivers import AsyncDriverProtocol
 from .._redis.keys import queue_keys
 from ..errors import ServerError
@@ -57,7 +57,7 @@ class Reclaimer:
     async def reclaim(self) -> None:
         """One pass over every queue; logs each task whose runner was lost."""
         calls = [
-            operations.reclaim(
+            claims.reclaim(
                 queue_keys(self.settings.prefix, q),
                 limit=RECLAIM_LIMIT,
                 dead_ttl_ms=self.settings.failed_job_ttl_ms,

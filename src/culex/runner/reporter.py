@@ -17,10 +17,11 @@ import logging
 from typing import Any
 
 from .. import config
-from .._redis import operations
+from .._redis import reports
+from .._redis.calls import Call
+from .._redis.claims import Claimed
 from .._redis.drivers import AsyncDriverProtocol
 from .._redis.keys import queue_keys
-from .._redis.operations import Call, Claimed
 from .._redis.scripts import MOST
 from ..errors import ConfigurationError, ServerError, ServerUnavailable
 from . import failures
@@ -144,7 +145,7 @@ class Reporter:
         """Put ``held`` back in waiting (each fenced by its attempt); True for each that went
         back. The caller drops their leases: a task still running keeps its lease until then."""
         calls = [
-            operations.release(queue_keys(self.settings.prefix, c.queue), c.id, c.attempt)
+            reports.release(queue_keys(self.settings.prefix, c.queue), c.id, c.attempt)
             for c in held
         ]
         return await self.send(calls, "handing tasks back")
@@ -170,7 +171,7 @@ class Reporter:
             if outcome.later_ms is not None:
                 keys = queue_keys(self.settings.prefix, claimed.queue)
                 calls.append(
-                    operations.retry_later(
+                    reports.retry_later(
                         keys,
                         claimed.id,
                         claimed.attempt,
@@ -185,7 +186,7 @@ class Reporter:
                 successes.setdefault(claimed.queue, []).append(outcome)
                 continue
             calls.append(
-                operations.fail(
+                reports.fail(
                     queue_keys(self.settings.prefix, claimed.queue),
                     claimed.id,
                     claimed.attempt,
@@ -202,7 +203,7 @@ class Reporter:
             done = [
                 (o.claimed.id, o.claimed.attempt, o.result_json, self._kept_ms(o)) for o in outcomes
             ]
-            calls.append(operations.complete(queue_keys(self.settings.prefix, queue), done))
+            calls.append(reports.complete(queue_keys(self.settings.prefix, queue), done))
             owners.append(outcomes)
         return calls, owners
 

@@ -30,9 +30,9 @@ from typing import Any, NoReturn
 
 from .. import config, logs
 from .._redis import commands
+from .._redis.claims import Claimed
 from .._redis.drivers import AsyncDriverProtocol
 from .._redis.keys import queue_keys
-from .._redis.operations import Claimed
 from .._redis.scripts import MOST
 from .._redis.spin import loop_factory
 from ..errors import ConfigurationError, ServerError, ServerUnavailable

@@ -12,10 +12,11 @@ import logging
 from collections.abc import Iterable
 
 from .. import config
-from .._redis import commands, operations
+from .._redis import commands, enqueuing
+from .._redis.calls import Call
 from .._redis.drivers import AsyncDriverProtocol
+from .._redis.enqueuing import Scheduled
 from .._redis.keys import periodic_jobs_key, queue_keys, queues_key
-from .._redis.operations import Call, Scheduled
 from ..errors import ServerError
 from ..jobs.periodic import PeriodicJob, described, format_slot, record_expiry, registry_entry
 from .backoff import Backoff
@@ -115,7 +116,7 @@ class Scheduler:
         ]
 
     def _call(self, job: type[PeriodicJob], slot: int) -> Call[Scheduled]:
-        return operations.schedule(
+        return enqueuing.schedule(
             queue_keys(self.settings.prefix, job.queue),
             job.type_,
             job.slot_id(slot),

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from .._redis import commands
+from .._redis.calls import Call
 from .._redis.drivers import SyncDriver
-from .._redis.operations import Call
 from ..errors import CulexError, ServerError, ServerUnavailable
 from .binary import binary_version, server_binary
 

@@ -1,6 +1,6 @@
 """Procedures: culex's procedures described once, without I/O, and driven sync or async.
 
-A procedure is a generator that yields a :class:`~culex._redis.operations.Call` (send it,
+A procedure is a generator that yields a :class:`~culex._redis.calls.Call` (send it,
 reply with its value) or a list of calls (send them in one round trip, reply with their
 values, a refused call's place holding its ServerError); its return value is the
 procedure's. :func:`run_sync` and :func:`run_async` drive one, so every procedure gets a
@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Generator
 from typing import Any, Literal, TypeVar, overload
 
+from .._redis.calls import Call
 from .._redis.drivers import AsyncDriverProtocol, SyncDriverProtocol
-from .._redis.operations import Call
 from . import configured
 
 T = TypeVar("T")

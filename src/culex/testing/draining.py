@@ -17,10 +17,11 @@ from datetime import timedelta
 from typing import Any
 
 from .. import config
-from .._redis import commands, operations
+from .._redis import claims, commands, interventions
+from .._redis.calls import Call
+from .._redis.claims import Claimed
 from .._redis.drivers import AsyncDriverProtocol
 from .._redis.keys import check_queue_name, queue_keys
-from .._redis.operations import Claimed
 from ..errors import short
 from ..jobs.job import Job
 from ..jobs.progress import Reporting
@@ -151,12 +152,12 @@ class _Drainer:
 
     async def _claim(self) -> list[Claimed]:
         """One round trip: hasten and claim each queue."""
-        calls: list[operations.Call[Any]] = []
+        calls: list[Call[Any]] = []
         for keys in self.keys:
             if self.run_scheduled:
-                calls.append(operations.hasten(keys, limit=HASTEN_LIMIT))
+                calls.append(interventions.hasten(keys, limit=HASTEN_LIMIT))
             calls.append(
-                operations.claim(
+                claims.claim(
                     keys,
                     limit=self.settings.concurrency,
                     lease_ms=self.lease_ms,
@@ -168,7 +169,7 @@ class _Drainer:
         for reply in await self.driver.run_many(calls):
             if isinstance(reply, Exception):
                 raise reply
-            if isinstance(reply, operations.ClaimReply):
+            if isinstance(reply, claims.ClaimReply):
                 claimed += reply.tasks
         return claimed
 

@@ -1,0 +1,124 @@
+"""The producer's operations: enqueue a task, and enqueue a periodic job's slot once
+across runners (schedule). Each builds a :class:`~culex._redis.calls.Call`; no I/O here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from . import scripts
+from .calls import Arg, Call, text
+from .keys import QueueKeys
+
+
+class Enqueued(NamedTuple):
+    """What enqueue did: ``state`` is "waiting" or "scheduled"; ``existed``: the id was taken;
+    ``deduped``: nothing was stored, ``task_id`` is the live task that holds the dedupe key."""
+
+    task_id: str
+    state: str
+    existed: bool
+    deduped: bool = False
+
+
+def _parse_enqueue(reply: list[bytes]) -> Enqueued:
+    state = text(reply[0])
+    if state == "exists":
+        return Enqueued(text(reply[1]), "", True)
+    if state == "deduped":
+        return Enqueued(text(reply[1]), "", False, True)
+    return Enqueued(text(reply[1]), state, False)
+
+
+def enqueue(
+    keys: QueueKeys,
+    task_id: str,
+    job_type: str,
+    params_json: str,
+    *,
+    due_ms: int | None,
+    delay_ms: int,
+    max_retries: int,
+    trace: str = "",
+    priority: int = 0,
+    dedupe_key: str = "",
+    group: str = "",
+) -> Call[Enqueued]:
+    """``trace``: the producer's trace context (tracing.py), "" for none; ``priority``: higher
+    runs first (checked by the caller); ``dedupe_key``, ``group``: "" for none."""
+    return Call(
+        (
+            keys.task(task_id),
+            keys.waiting,
+            keys.scheduled,
+            keys.signal,
+            keys.dedupe,
+            keys.task_prefix,
+            keys.groups_prefix,
+            keys.dead,
+        ),
+        (
+            task_id,
+            job_type,
+            keys.name,
+            params_json,
+            "" if due_ms is None else due_ms,
+            delay_ms,
+            max_retries,
+            trace,
+            priority,
+            dedupe_key,
+            group,
+        ),
+        _parse_enqueue,
+        scripts.ENQUEUE,
+    )
+
+
+# -- periodic jobs: one slot, enqueued once --------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Scheduled:
+    """What schedule did: "enqueued", "done", "new", "overlap" or "early" (see schedule.lua)."""
+
+    outcome: str
+    task_id: str
+
+
+def schedule(
+    keys: QueueKeys,
+    job_type: str,
+    task_id: str,
+    *,
+    slot_ms: int | None,
+    next_slot_ms: int | None,
+    overlap: bool,
+    run_new: bool,
+    max_retries: int,
+    record: Sequence[tuple[str, str]] = (),
+) -> Call[Scheduled]:
+    """Enqueue one slot of a periodic job once across runners; ``slot_ms=None``: a trigger
+    (with ``run_new`` False, refused as "unknown" when the job has no record). ``record``:
+    fields written on the job's record (its schedule, for readers without the class)."""
+    described: list[Arg] = []
+    for name, value in record:
+        described += (name, value)
+    return Call(
+        (keys.periodic(job_type), keys.task(task_id), keys.waiting, keys.signal, keys.task_prefix),
+        (
+            task_id,
+            job_type,
+            keys.name,
+            "" if slot_ms is None else slot_ms,
+            "" if next_slot_ms is None else next_slot_ms,
+            int(overlap),
+            int(run_new),
+            max_retries,
+            *described,
+        ),
+        lambda reply: Scheduled(text(reply[0]), text(reply[1])),
+        scripts.SCHEDULE,
+    )
