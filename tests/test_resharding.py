@@ -13,7 +13,7 @@ import pytest
 
 import culex
 from culex import config
-from culex._redis import redispy
+from culex._redis import redispy_routing
 from culex._redis.connections import ReplyError
 
 from .conftest import await_until, running, wait_until
@@ -78,15 +78,15 @@ async def test_a_queue_moved_to_another_master_under_load_loses_nothing(
     private_cluster: Cluster, queue_slot: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     refusals: list[str] = []  # the codes of the replies that sent a call elsewhere, or again
-    settle = redispy._Batch.settle
+    settle = redispy_routing.Batch.settle
 
-    def noting(batch: redispy._Batch) -> bool:
+    def noting(batch: redispy_routing.Batch) -> bool:
         refusals.extend(
             r.code for r in (batch.replies[i] for i in batch.todo) if isinstance(r, ReplyError)
         )
         return settle(batch)
 
-    monkeypatch.setattr(redispy._Batch, "settle", noting)
+    monkeypatch.setattr(redispy_routing.Batch, "settle", noting)
     source = private_cluster.master_of_slot(queue_slot)
     target = next(node for node in private_cluster.masters() if node is not source)
     total = 600
