@@ -185,7 +185,7 @@ CASES: dict[str, Case] = {
     "hasten": Case(
         scheduled, interventions.hasten(K, limit=10), numbers=(1,), fields=(on("priority"),)
     ),
-    "control": Case(
+    "queue_control": Case(
         nothing,
         interventions.control(
             K,

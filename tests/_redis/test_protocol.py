@@ -299,7 +299,7 @@ class PlainRunner:
         args: list[Number] = []
         for name, value in fields.items():
             args += [name, value]
-        reply = self.send("control", [self.control, self.signal], args)
+        reply = self.send("queue_control", [self.control, self.signal], args)
         return {text(reply[i]): text(reply[i + 1]) for i in range(0, len(reply), 2)}
 
     def run_now(self, task_id: str) -> str:

@@ -1,4 +1,4 @@
-"""Pause, resume and limits: the user's API, its checks, control.lua, the claim's admission
+"""Pause, resume and limits: the user's API, its checks, queue_control.lua, the claim's admission
 and what it tells a runner, the command line, and a cluster."""
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ def test_a_job_class_declares_limits_that_are_checked_when_it_is_defined() -> No
         culex.registry.remove(job)
 
 
-# -- control.lua: pause, resume, limits at run time ------------------------------------
+# -- queue_control.lua: pause, resume, limits at run time ------------------------------------
 
 
 def test_pause_and_resume_are_kept_in_the_queue_and_say_its_state(r: redis.Redis) -> None:

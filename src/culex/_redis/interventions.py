@@ -27,7 +27,7 @@ def control(keys: QueueKeys, changes: dict[str, str]) -> Call[dict[str, str]]:
     args: list[Arg] = []
     for field, value in changes.items():
         args += (field, value)
-    return Call((keys.control, keys.signal), tuple(args), _parse_control, scripts.CONTROL)
+    return Call((keys.control, keys.signal), tuple(args), _parse_control, scripts.QUEUE_CONTROL)
 
 
 # -- cancel: call off a task, or ask the runner of a running one to stop it ------------

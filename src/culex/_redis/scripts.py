@@ -56,7 +56,7 @@ READ_PERIODIC = Script.load("read_periodic")
 BROWSE = Script.load("browse")
 DELETE = Script.load("delete")
 HASTEN = Script.load("hasten")
-CONTROL = Script.load("control")
+QUEUE_CONTROL = Script.load("queue_control")
 RETRY_LATER = Script.load("retry_later")
 PROGRESS = Script.load("progress")
 RUN_NOW = Script.load("run_now")
@@ -79,7 +79,7 @@ ALL = (
     BROWSE,
     DELETE,
     HASTEN,
-    CONTROL,
+    QUEUE_CONTROL,
     RETRY_LATER,
     PROGRESS,
     RUN_NOW,

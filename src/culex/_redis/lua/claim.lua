@@ -353,7 +353,7 @@ if steered > 0 then
     'group_concurrency', 'group_rate', 'group_rate_ms')
   if control['err'] then control = {} end  -- (a control key of another type: no control)
   -- (a value there that is not a whole number in 0 .. MOST refuses the claim, below: the
-  -- limits are the operator's, and control.lua writes no other)
+  -- limits are the operator's, and queue_control.lua writes no other)
   local function limit_of(i) return control[i] and (whole(control[i], 0, MOST) or false) end
   if control[2] and control[3] then rate, rate_ms = limit_of(2), limit_of(3) end
   if control[4] then concurrency = limit_of(4) end

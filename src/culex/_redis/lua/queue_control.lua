@@ -1,5 +1,5 @@
 #!lua
--- control: pause or resume a queue, or set its limits at run time (culex.pause, resume,
+-- queue_control: pause or resume a queue, or set its limits at run time (culex.pause, resume,
 -- limit); read by every claim of the queue (claim.lua, KEYS[8]).
 --
 -- KEYS[1] control hash <prefix>:{<queue>}:control
@@ -53,30 +53,30 @@ end
 local known = {paused = true, rate = true, rate_ms = true, concurrency = true,
   group_rate = true, group_rate_ms = true, group_concurrency = true}
 if #ARGV % 2 ~= 0 then
-  return redis.error_reply('ERR control: ARGV must be field, value pairs')
+  return redis.error_reply('ERR queue_control: ARGV must be field, value pairs')
 end
 local given = {}
 for i = 1, #ARGV, 2 do
   local field, value = ARGV[i], ARGV[i + 1]
   if not known[field] then
-    return redis.error_reply('ERR control: unknown field ' .. field)
+    return redis.error_reply('ERR queue_control: unknown field ' .. field)
   end
   if value ~= '' and not whole(value, 0, MOST) then
-    return redis.error_reply('ERR control: ' .. field .. ' must be a whole number in 0 .. '
+    return redis.error_reply('ERR queue_control: ' .. field .. ' must be a whole number in 0 .. '
       .. '4398046511103 (2^42 - 1), got ' .. string.sub(value, 1, 40))
   end
   if field == 'paused' and value ~= '' and value ~= '1' then
-    return redis.error_reply('ERR control: paused is "1" or ""')
+    return redis.error_reply('ERR queue_control: paused is "1" or ""')
   end
   given[field] = value
 end
 for _, name in ipairs({'rate', 'group_rate'}) do
   local count, window = given[name], given[name .. '_ms']
   if (count == nil) ~= (window == nil) or (count == '') ~= (window == '') then
-    return redis.error_reply('ERR control: ' .. name .. ' and ' .. name .. '_ms are set together')
+    return redis.error_reply('ERR queue_control: ' .. name .. ' and ' .. name .. '_ms are set together')
   end
   if count and count ~= '' and count ~= '0' and tonumber(window) < 1 then
-    return redis.error_reply('ERR control: ' .. name .. '_ms must be >= 1 with a ' .. name)
+    return redis.error_reply('ERR queue_control: ' .. name .. '_ms must be >= 1 with a ' .. name)
   end
 end
 for i = 1, #ARGV, 2 do
