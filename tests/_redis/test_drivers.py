@@ -1,8 +1,8 @@
 """What every driver does (culex._redis.drivers), run the same way on each implementation.
 
 A new driver is added to DRIVERS and must pass these as they are. The redis-py drivers run
-here on one server; tests/test_cluster.py and tests/test_sentinel.py run them on a cluster
-and through sentinels.
+here on one server; tests/server/test_cluster.py and tests/server/test_sentinel.py run them
+on a cluster and through sentinels.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ import culex
 from culex import config
 from culex.testing import drain, enqueued
 
-from ..test_cluster import master_of_queue
+from ..server.test_cluster import master_of_queue
 from ..topology import Cluster
 from .jobs import HOUR
 

@@ -216,9 +216,10 @@ _go = cast(Callable[[float], str], floatToGoString)
 
 
 def _rendered(snapshot: Snapshot, parts: list[Lines] | None = None) -> bytes:
-    """What ``_text(families(snapshot))`` gives, byte for byte (tests/test_metrics_text.py),
-    with the queues' gauges written here: prometheus_client makes objects for each of
-    their samples, five a queue, which at 100,000 queues took seconds of a scrape.
+    """What ``_text(families(snapshot))`` gives, byte for byte
+    (tests/operations/test_metrics_text.py), with the queues' gauges written here:
+    prometheus_client makes objects for each of their samples, five a queue, which at
+    100,000 queues took seconds of a scrape.
     ``parts``: those lines as written already for the snapshot's queues, part by part, in
     order (None, or a part's None: write them here)."""
     if parts is None or None in parts:

@@ -20,9 +20,9 @@ from culex.cli import main
 from culex.operations import stats
 from culex.operations.stats import DURATION_BUCKETS, Bucket, Counts
 
-from .conftest import running, server_ms
+from ..conftest import running, server_ms
 
-DOCS = Path(__file__).resolve().parent.parent / "docs"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 pytestmark = pytest.mark.procedures  # also run through redis-py (README's test command)
 

@@ -20,7 +20,7 @@ import culex
 from culex import cli, logs
 from culex._redis.keys import queue_keys
 
-from .conftest import wait_until
+from ..conftest import wait_until
 
 JOBS = textwrap.dedent(
     """

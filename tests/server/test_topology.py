@@ -16,8 +16,8 @@ from redis.cluster import ClusterNode, RedisCluster
 from redis.crc import key_slot
 from redis.sentinel import Sentinel
 
-from .conftest import wait_until
-from .topology import SERVICE, SLOTS, Cluster, ClusterEntry, Node, SentinelSetup, crc16, keyslot
+from ..conftest import wait_until
+from ..topology import SERVICE, SLOTS, Cluster, ClusterEntry, Node, SentinelSetup, crc16, keyslot
 
 
 def cluster_client(cluster: Cluster) -> RedisCluster:

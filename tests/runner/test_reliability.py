@@ -28,7 +28,7 @@ from culex.server import configured
 from culex.server.binary import binary_version, server_binary
 from culex.server.embedded import EmbeddedServer
 
-from .conftest import (
+from ..conftest import (
     await_until,
     members,
     private_tcp_server,

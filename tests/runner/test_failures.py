@@ -18,7 +18,7 @@ from culex._redis import claims, reports
 from culex._redis.keys import queue_keys
 from culex.runner import failures
 
-from .conftest import driver_of, running
+from ..conftest import driver_of, running
 
 pytestmark = pytest.mark.procedures  # also run through redis-py (README's test command)
 

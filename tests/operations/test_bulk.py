@@ -16,8 +16,8 @@ from culex.operations import bulk, inspection
 from culex.operations.browsing import state_set
 from culex.server import configured
 
-from .conftest import driver_of, members, wait_until
-from .topology import Cluster
+from ..conftest import driver_of, members, wait_until
+from ..topology import Cluster
 
 pytestmark = pytest.mark.procedures  # also run through redis-py (README's test command)
 

@@ -19,7 +19,7 @@ from culex._redis.keys import queue_keys
 from culex.operations import browsing, inspection
 from culex.operations.inspection import TaskPage, TaskRow
 
-from .conftest import snapshot
+from ..conftest import snapshot
 
 pytestmark = pytest.mark.procedures  # also run through redis-py (README's test command)
 
@@ -235,7 +235,7 @@ def culex_command(*args: str) -> subprocess.CompletedProcess[str]:
 def test_the_operations_page_examples_run(
     r: redis.Redis, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    page = Path(__file__).resolve().parent.parent / "docs" / "operations.md"
+    page = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
     blocks = re.findall(r"^```python\n(.*?)^```", page.read_text(), flags=re.S | re.M)
     assert len(blocks) >= 5
     module = types.ModuleType("culex_operations_example")

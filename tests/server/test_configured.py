@@ -15,7 +15,7 @@ from culex._redis.drivers import AsyncDriver, SyncDriver
 from culex._redis.redispy import RedisPyAsyncDriver, RedisPySyncDriver
 from culex.server import configured
 
-from .conftest import private_tcp_server
+from ..conftest import private_tcp_server
 
 
 class PingJob(culex.QueuedJob):

@@ -18,7 +18,7 @@ import culex
 from culex import config
 from culex._redis.keys import queue_keys
 
-from .conftest import await_until, members, private_tcp_server, running, server_ms, snapshot
+from ..conftest import await_until, members, private_tcp_server, running, server_ms, snapshot
 
 LEASE = 1.0
 SLOTS = 5

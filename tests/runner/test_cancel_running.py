@@ -19,7 +19,7 @@ import culex
 from culex._redis import claims
 from culex._redis.keys import queue_keys
 
-from .conftest import await_until, driver_of, running
+from ..conftest import await_until, driver_of, running
 
 QUEUE = "stoppable"
 K = queue_keys("culex", QUEUE)

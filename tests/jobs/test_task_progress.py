@@ -14,7 +14,7 @@ from culex._redis import claims, reports
 from culex._redis.keys import queue_keys
 from culex.testing import perform_now
 
-from .conftest import driver_of
+from ..conftest import driver_of
 
 
 class PagesJob(culex.QueuedJob):

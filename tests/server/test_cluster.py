@@ -36,8 +36,8 @@ from culex._redis.keys import queue_keys
 from culex._redis.redispy import RedisPyAsyncDriver, RedisPySyncDriver
 from culex.operations import inspection
 
-from .conftest import await_until, running
-from .topology import Cluster, Node, keyslot
+from ..conftest import await_until, running
+from ..topology import Cluster, Node, keyslot
 
 # Two queues per master (slots 0-5460, 5461-10922, 10923-16383, as the cluster is made):
 # test_the_queues_are_spread_over_every_master checks it on the running cluster.
@@ -523,7 +523,7 @@ async def test_the_drivers_conform_on_a_cluster(kind: str, cluster: Cluster) -> 
     """The conformance tests of tests/_redis/test_drivers.py on the cluster: their batches
     name keys of several slots, so each is split by node and its replies put back in order
     (a refused call among them, scripts lost on every master)."""
-    from ._redis import test_drivers
+    from .._redis import test_drivers
 
     nodes = [redis.cluster.ClusterNode("127.0.0.1", node.port) for node in cluster.masters()]
     r = redis.cluster.RedisCluster(startup_nodes=nodes, protocol=2)

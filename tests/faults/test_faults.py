@@ -23,7 +23,7 @@ from culex._redis.drivers import server_error
 from culex._redis.keys import queue_keys
 from culex.server.embedded import EmbeddedServer
 
-from .conftest import await_until, count_exchanges, members, running, suite_binary, wait_until
+from ..conftest import await_until, count_exchanges, members, running, suite_binary, wait_until
 
 KEYS = queue_keys("culex", "fault")
 BLOCK = 1.2  # seconds a fault lasts

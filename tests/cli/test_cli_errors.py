@@ -39,7 +39,7 @@ REFUSED = {
 
 def culex_run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """The command's run, its stderr without the line that says which server it reads
-    (tests/test_cli_which.py), which never shows a password either."""
+    (tests/cli/test_cli_which.py), which never shows a password either."""
     done = subprocess.run(
         [sys.executable, "-m", "culex", *args],
         capture_output=True,

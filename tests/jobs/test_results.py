@@ -25,7 +25,7 @@ from culex._redis.keys import queue_keys
 from culex.errors import ConfigurationError
 from culex.jobs import task as task_module
 
-from .conftest import await_until, count_exchanges, driver_of, running, server_ms, wait_until
+from ..conftest import await_until, count_exchanges, driver_of, running, server_ms, wait_until
 
 pytestmark = pytest.mark.procedures  # also run through redis-py (README's test command)
 

@@ -27,7 +27,7 @@ import culex.server.embedded as embedded
 from culex.errors import CulexError, ServerError
 from culex.server.embedded import EmbeddedServer, default_data_dir, server_binary
 
-from .conftest import wait_until
+from ..conftest import wait_until
 
 MakeServer = Callable[..., EmbeddedServer]
 

@@ -30,8 +30,8 @@ from culex.jobs import enqueue
 from culex.operations import metrics
 from culex.server import configured
 
-from .conftest import await_until, driver_of, running
-from .topology import Cluster
+from ..conftest import await_until, driver_of, running
+from ..topology import Cluster
 
 QUEUE = "metered"
 IDLE = "metered_idle"
@@ -215,7 +215,7 @@ async def test_render_and_arender_read_the_same(r: redis.Redis) -> None:
     assert value(samples, "culex_runners") == 0
 
 
-PAGE = Path(__file__).resolve().parent.parent / "docs" / "metrics.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 
 
 def test_the_page_examples_run(r: redis.Redis) -> None:

@@ -19,14 +19,14 @@ import culex
 from culex import config
 from culex.jobs import enqueue
 
-from ._redis import test_drivers
-from .chaos import chaos_jobs
-from .chaos.chaos_jobs import ChaosJob, SyncChaosJob
-from .chaos.fleet import Fleet
-from .chaos.ledger import SUCCEEDED, Execution, Ledger
-from .chaos.workload import Producer, drain, publish
-from .conftest import running, wait_until
-from .topology import Node, SentinelSetup
+from .._redis import test_drivers
+from ..chaos import chaos_jobs
+from ..chaos.chaos_jobs import ChaosJob, SyncChaosJob
+from ..chaos.fleet import Fleet
+from ..chaos.ledger import SUCCEEDED, Execution, Ledger
+from ..chaos.workload import Producer, drain, publish
+from ..conftest import running, wait_until
+from ..topology import Node, SentinelSetup
 
 # This process only enqueues the chaos jobs (as tests/chaos/conftest.py says): runners of
 # other tests in this process must not think they serve them.

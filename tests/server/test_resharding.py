@@ -16,8 +16,8 @@ from culex import config
 from culex._redis import redispy_routing
 from culex._redis.connections import ReplyError
 
-from .conftest import await_until, running, wait_until
-from .topology import Cluster, Node, keyslot
+from ..conftest import await_until, running, wait_until
+from ..topology import Cluster, Node, keyslot
 
 QUEUE = "moving"
 done_ids: list[str] = []  # the n of every task run, in the order they ran

@@ -20,7 +20,7 @@ from culex._redis.keys import queue_keys
 from culex.errors import ServerError
 from culex.server.procedures import Procedure, run_sync, together
 
-from .conftest import count_exchanges, driver_of, running, score, snapshot, writes
+from ..conftest import count_exchanges, driver_of, running, score, snapshot, writes
 
 pytestmark = pytest.mark.procedures  # also run through redis-py (README's test command)
 

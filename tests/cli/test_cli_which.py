@@ -203,8 +203,8 @@ def test_every_limit_in_force_shows_with_its_value_and_source(
     from culex import config
     from culex.dashboard import app
 
-    from .conftest import wait_until
-    from .dashboard.conftest import serve
+    from ..conftest import wait_until
+    from ..dashboard.conftest import serve
 
     (tmp_path / "limited_jobs.py").write_text(LIMITED_JOBS)
     before = culex_run("limit", "partner_api", "--force")  # no runner yet: declared unknown

@@ -20,8 +20,8 @@ from culex._redis.keys import queue_keys
 from culex.cli import _parser, main
 from culex.runner.supervisor import runner_command
 
-from .conftest import wait_until
-from .test_cli import Stderr, _enqueue_as, culex_command
+from ..cli.test_cli import Stderr, _enqueue_as, culex_command
+from ..conftest import wait_until
 
 JOBS = textwrap.dedent(
     """

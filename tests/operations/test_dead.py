@@ -18,7 +18,7 @@ from culex._redis.drivers import SyncDriverProtocol
 from culex._redis.keys import queue_keys
 from culex.operations import dead, inspection
 
-from .conftest import driver_of, running, score, snapshot
+from ..conftest import driver_of, running, score, snapshot
 
 pytestmark = pytest.mark.procedures  # also run through redis-py (README's test command)
 

@@ -32,7 +32,7 @@ from culex._redis.keys import queue_keys
 from culex.server import configured
 from culex.server.embedded import EmbeddedServer, _State
 
-from .conftest import await_until, private_tcp_process, running, server_ms
+from ..conftest import await_until, private_tcp_process, running, server_ms
 
 TIMEOUT = 0.25  # socket_timeout in these tests
 SAFETY = 30.0  # seconds after which the test thaws the server itself

@@ -14,8 +14,8 @@ import redis
 
 from culex.operations import inspection, metrics, stats
 
-from . import foreign_records
-from .foreign_records import IDS, QUEUE, SHOWN_BAD_QUEUE, SHOWN_BAD_TYPE
+from .. import foreign_records
+from ..foreign_records import IDS, QUEUE, SHOWN_BAD_QUEUE, SHOWN_BAD_TYPE
 from .test_metrics import metrics_command
 
 

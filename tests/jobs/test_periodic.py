@@ -56,7 +56,7 @@ from culex.operations.inspection import (
 from culex.runner.scheduler import Scheduler
 from culex.server import configured
 
-from .conftest import (
+from ..conftest import (
     await_until,
     count_exchanges,
     driver_of,
@@ -68,7 +68,7 @@ from .conftest import (
     snapshot,
     wait_until,
 )
-from .topology import Cluster
+from ..topology import Cluster
 
 pytestmark = pytest.mark.procedures  # also run through redis-py (README's test command)
 
@@ -692,7 +692,7 @@ async def test_a_runner_schedules_only_with_run_cron_scheduler(
 
 
 def test_the_docs_examples_run(r: redis.Redis, capsys: pytest.CaptureFixture[str]) -> None:
-    page = Path(__file__).resolve().parent.parent / "docs" / "periodic.md"
+    page = Path(__file__).resolve().parents[2] / "docs" / "periodic.md"
     blocks = re.findall(r"^```python\n(.*?)^```", page.read_text(), flags=re.S | re.M)
     module = types.ModuleType("culex_periodic_docs")
     sys.modules[module.__name__] = module
