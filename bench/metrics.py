@@ -59,10 +59,10 @@ def main() -> None:
 
 
 def _round_trips(settings: object) -> int:
-    from culex.operations import metrics
+    from culex.operations import scrape
     from culex.server import configured
 
-    procedure = metrics.snapshot_procedure(settings)  # type: ignore[arg-type]
+    procedure = scrape.snapshot_procedure(settings)  # type: ignore[arg-type]
     driver = configured.sync_driver(None)
     rounds = 0
     step = next(procedure)

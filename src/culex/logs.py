@@ -75,7 +75,9 @@ class BatchingHandler(logging.StreamHandler[TextIO]):
             self.flush()
 
     def flush(self) -> None:
-        with self.lock:  # type: ignore[union-attr]  # made by Handler.__init__
+        lock = self.lock
+        assert lock is not None  # (made by Handler.__init__)
+        with lock:
             queued = self._lines
             if not queued:
                 return

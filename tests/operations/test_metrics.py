@@ -28,6 +28,7 @@ from culex._redis import claims, enqueuing, reports
 from culex._redis.keys import queue_keys, queues_key
 from culex.jobs import enqueue
 from culex.operations import metrics
+from culex.operations import scrape as reading
 from culex.server import configured
 
 from ..conftest import await_until, driver_of, running
@@ -230,7 +231,7 @@ def test_the_page_examples_run(r: redis.Redis) -> None:
 async def round_trips() -> tuple[int, metrics.Snapshot]:
     """Drive one scrape's procedure, counting its round trips."""
     driver = await configured.async_driver(None)
-    procedure = metrics.snapshot_procedure(culex.settings())
+    procedure = reading.snapshot_procedure(culex.settings())
     rounds = 0
     step = next(procedure)
     try:
@@ -340,9 +341,9 @@ def test_every_queue_is_in_the_scrape_whatever_call_round_or_part_reads_it(
     d.run(enqueuing.enqueue(queue_keys("culex", odd), "w", "ManyJob", "{}", due_ms=None,
                             delay_ms=0, max_retries=0))  # fmt: skip
     whole = metrics.render()
-    monkeypatch.setattr(metrics, "BATCH", 2)
-    monkeypatch.setattr(metrics, "ROUND", 6)
-    assert metrics._parts([*names, odd], cluster=False) == [names[:12], [*names[12:], odd]]
+    monkeypatch.setattr(reading, "BATCH", 2)
+    monkeypatch.setattr(reading, "ROUND", 6)
+    assert reading._parts([*names, odd], cluster=False) == [names[:12], [*names[12:], odd]]
     texts = [metrics.render(), asyncio.run(metrics.arender())]
 
     def steady(text: bytes) -> list[bytes]:  # (the latency is by the clock of each scrape)

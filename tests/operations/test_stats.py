@@ -17,7 +17,7 @@ from culex._redis import commands
 from culex._redis.calls import Call
 from culex._redis.keys import QueueKeys, queue_keys
 from culex.cli import main
-from culex.operations import stats
+from culex.operations import counters, stats
 from culex.operations.stats import DURATION_BUCKETS, Bucket, Counts
 
 from ..conftest import running, server_ms
@@ -92,7 +92,7 @@ def test_duration_quantile_interpolates_inside_its_bucket() -> None:
 
 
 def test_parse_counters_reads_job_names_with_bars_and_skips_unknown_fields() -> None:
-    found = stats.parse_counters(
+    found = counters.parse_counters(
         {"a|b|s": "1", "a|b|ms": "1500", "a|b|s7": "2", "a|b|f14": "1", "x|d": "1", "junk": "9"}
         | {"x|s15": "5", "x|q": "5", "x|": "5"}
     )

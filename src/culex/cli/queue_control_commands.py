@@ -7,6 +7,7 @@ import contextlib
 import sys
 import warnings
 from collections.abc import Iterator
+from typing import Any
 
 from .. import config
 from ..errors import CulexError
@@ -88,7 +89,7 @@ def limit_command(args: argparse.Namespace) -> int:
 
     settings = config.settings_for(args.redis_url)
     seen_queue(args.queue, settings, args.force)
-    changes: dict[str, object] = {}
+    changes: dict[str, Any] = {}  # (argparse's values, which limit() checks)
     for name in ("rate", "group_rate"):
         if getattr(args, name) is not None:
             changes[name] = None if getattr(args, name) == "none" else getattr(args, name)
@@ -98,7 +99,7 @@ def limit_command(args: argparse.Namespace) -> int:
             changes[name] = None if given == "none" else _whole(given)
     with older_runners_said():
         if changes or args.reset:
-            limit(args.queue, reset=args.reset, settings=settings, **changes)  # type: ignore[arg-type]
+            limit(args.queue, reset=args.reset, settings=settings, **changes)
         paused, in_force = limits_in_force(settings, [args.queue])[args.queue]
         print(f"{args.queue}: {'paused' if paused else 'running'}")
         width = max(len(one.name) for one in in_force)

@@ -68,27 +68,30 @@ async def bulk(request: Request) -> Response:
         return refused
     name = _form_queue(form)
     query = Query.parse({k: v for k, v in form.items() if isinstance(v, str)})
-    action = form.get("action")
-    if action not in ACTIONS.get(query.state, ()):
-        raise HTTPException(400, f"{short(action)} cannot be done to {query.state} tasks")
+    asked = form.get("action")
+    action = next((one for one in ACTIONS.get(query.state, ()) if one == asked), None)
+    if action is None:
+        raise HTTPException(400, f"{short(asked)} cannot be done to {query.state} tasks")
     ids = _ids(form)
     everything = form.get("scope") == "filter"
     if everything and query.searched:
         raise HTTPException(400, "a search or a kind of task is not acted on at once: tick them")
     if not ids and not everything:
         raise HTTPException(400, "tick some tasks first, or choose every matching task")
-    count = await _apply(request, name, str(action), None if everything else ids)
+    count = await _apply(request, name, action, None if everything else ids)
     url = path_for(request, "queue").include_query_params(
         queue=name, **query.params(cursor=None), done=str(action), count=str(count)
     )
     return RedirectResponse(str(url), status_code=303)
 
 
-async def _apply(request: Request, queue: str, action: str, ids: list[str] | None) -> int:
+async def _apply(
+    request: Request, queue: str, action: bulk_actions.Action, ids: list[str] | None
+) -> int:
     """``action`` on ``ids``, or (None) on every task the page's query matches."""
     query = Query.parse({k: v for k, v in (await request.form()).items() if isinstance(v, str)})
     return await bulk_actions.aapply(
-        action,  # type: ignore[arg-type]  # (checked against ACTIONS by the caller)
+        action,
         queue,
         request.app.state.settings,
         ids=ids,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import TypedDict, Unpack
 
 from starlette.exceptions import HTTPException
 
@@ -19,6 +20,18 @@ MAX_LIMIT = max(LIMITS)
 # priority then ready time, scheduled's due time); the others newest first.
 RUN_ORDER = ("waiting", "scheduled")
 KINDS = ("retrying", "delayed")  # of scheduled tasks: after a failure or stall, or not
+
+
+class QueryChanges(TypedDict, total=False):
+    """The fields of a :class:`Query` that :meth:`Query.params` may change (any of them)."""
+
+    state: str
+    newest_first: bool
+    cursor: str | None
+    limit: int
+    job: str
+    search: str
+    kind: str
 
 
 @dataclass(frozen=True)
@@ -74,9 +87,9 @@ class Query:
         """Whether the page is narrowed beyond what a bulk action on every match can do."""
         return bool(self.search or self.kind)
 
-    def params(self, **changes: object) -> dict[str, str]:
+    def params(self, **changes: Unpack[QueryChanges]) -> dict[str, str]:
         """This query as URL parameters, with ``changes`` (cursor=None drops the page)."""
-        query = replace(self, **changes)  # type: ignore[arg-type]
+        query = replace(self, **changes)
         found = {
             "state": query.state,
             "order": "newest" if query.newest_first else "oldest",

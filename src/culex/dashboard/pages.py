@@ -13,12 +13,13 @@ from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from .._redis.keys import check_queue_name
 from ..jobs.task import Task, check_id
 from ..operations import inspection, queue_control, stats
+from ..operations.bulk import Action
 from ..runner.failures import attempt_errors
 from . import formatting, listing
 from .templating import path_for, render
 
 # Which actions each state allows.
-ACTIONS = {
+ACTIONS: dict[str, tuple[Action, ...]] = {
     "dead": ("retry", "delete"),
     "waiting": ("cancel", "delete"),
     "scheduled": ("cancel", "delete"),

@@ -1,13 +1,13 @@
 """Browsing the tasks of a state: pages read from a queue's sorted sets by score, from a
 cursor, optionally of one job type (browse.lua), and one task found by id in any state.
 
-Re-exported by :mod:`culex.inspection`, where the rest of the read-only looks are."""
+Re-exported by :mod:`culex.inspection`, where the rest of the read-only looks are; a page
+of every queue's dead tasks is in dead_everywhere.py."""
 
 from __future__ import annotations
 
 import base64
 import binascii
-import json
 import math
 import re
 from collections.abc import Iterable
@@ -30,7 +30,7 @@ CUT = 500  # characters shown of last_error and of params
 MAX_SEARCH = 200  # characters of a search text
 # A score as the server says it (ZRANGE WITHSCORES): ASCII digits, or -inf and +inf, which a
 # foreign producer may have stored. Nothing else is sent back as a cursor's score.
-_SCORE = re.compile(r"-?(inf|[0-9]+(\.[0-9]+)?(e[+-]?[0-9]+)?)")
+SCORE = re.compile(r"-?(inf|[0-9]+(\.[0-9]+)?(e[+-]?[0-9]+)?)")
 
 
 @dataclass(frozen=True)
@@ -165,6 +165,15 @@ def check_search(text: object) -> str:
     return text
 
 
+def check_limit(limit: object, most: int) -> int:
+    """Return ``limit`` if it is an int from 1 to ``most``, else raise a clear error."""
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise TypeError(f"limit must be an int, got {type(limit).__name__}")
+    if not 1 <= limit <= most:
+        raise ValueError(f"limit must be 1 to {most}, got {limit}")
+    return limit
+
+
 def state_set(keys: QueueKeys, state: str) -> str:
     """The sorted set of ``state`` among ``keys`` (for waiting: the tasks without a group)."""
     return {"waiting": keys.waiting, "pending": keys.pending, "scheduled": keys.scheduled,
@@ -205,7 +214,7 @@ def decode_part_cursor(cursor: object) -> tuple[int, tuple[str, str] | None]:
         if part and not text[part:]:  # the start of a later set
             return part, None
         score, _, task_id = text[part:].partition(":")
-        if not _SCORE.fullmatch(score) or not 0 < len(task_id) <= MAX_ID_LENGTH:
+        if not SCORE.fullmatch(score) or not 0 < len(task_id) <= MAX_ID_LENGTH:
             raise ValueError(score)
         return part, (score, task_id)
     except (ValueError, binascii.Error):
@@ -251,10 +260,7 @@ def _page_procedure(
     check_state(state)
     if not isinstance(newest_first, bool):
         raise TypeError(f"newest_first must be a bool, got {type(newest_first).__name__}")
-    if isinstance(limit, bool) or not isinstance(limit, int):
-        raise TypeError(f"limit must be an int, got {type(limit).__name__}")
-    if not 1 <= limit <= MAX_PAGE:
-        raise ValueError(f"limit must be 1 to {MAX_PAGE}, got {limit}")
+    check_limit(limit, MAX_PAGE)
     part, after = (0, None) if cursor is None else decode_part_cursor(cursor)
     sets = state_sets(keys, state)
     if newest_first:
@@ -283,14 +289,14 @@ def _page(
     (waiting: the groups' ready tasks); the total counts every set."""
     others = [commands.set_size(key) for i, key in enumerate(sets) if i != part]
     reply, *sizes = raised((yield [call(part, after, limit), *others]))
-    rows = [_row(queue, state, row) for row in reply.rows]
+    rows = [task_row(queue, state, row) for row in reply.rows]
     total = reply.total + sum(sizes)
     looked = reply.looked
     cursor = encode_cursor(reply.cursor, part)
     while cursor is None and part + 1 < len(sets) and len(rows) < limit:
         part += 1
         reply = raised((yield [call(part, None, limit - len(rows))]))[0]
-        rows += [_row(queue, state, row) for row in reply.rows]
+        rows += [task_row(queue, state, row) for row in reply.rows]
         looked += reply.looked
         cursor = encode_cursor(reply.cursor, part)
     if cursor is None and part + 1 < len(sets):  # (this page ends where a set ends)
@@ -303,7 +309,8 @@ def _start_of(part: int) -> str:
     return base64.urlsafe_b64encode(b"~" * part).decode().rstrip("=")
 
 
-def _row(queue: str, state: str, row: reads.BrowsedRow) -> TaskRow:
+def task_row(queue: str, state: str, row: reads.BrowsedRow) -> TaskRow:
+    """A row of browse.lua's reply as a listing shows it."""
     enqueued = number(row.enqueue_time, -1)
     at = float(row.score)
     if state == "waiting" and math.isfinite(at):  # (its score holds its priority too:
@@ -342,100 +349,4 @@ def _find(keys: QueueKeys, task_id: str) -> Procedure[TaskRow | None]:
         fields.get("retry_count", ""), fields.get("last_error", ""), fields.get("params", ""),
         fields.get("priority", ""), fields.get("group", ""),
     )  # fmt: skip
-    return _row(keys.name, state, row)
-
-
-# -- every queue's dead tasks, newest first ----------------------------------------------
-
-DEAD_QUEUES = 100  # queues a page of every queue's dead tasks reads at most
-# An id after every id in a set's byte order (ids have at most MAX_ID_LENGTH bytes): sent
-# as that many 0xff bytes and one more (surrogateescape), as a cursor's id.
-_PAST_EVERY_ID = "\udcff" * (MAX_ID_LENGTH + 1)
-
-
-@dataclass(frozen=True)
-class DeadPage:
-    """A page of the dead tasks of many queues, newest first."""
-
-    rows: list[TaskRow]
-    queues: list[str]  # the queues read (at most DEAD_QUEUES: those with the most dead)
-    left_out: int  # queues with dead tasks that were not read (past DEAD_QUEUES)
-    next_cursor: str | None  # None: no more
-
-
-async def adead_everywhere(
-    dead: dict[str, int],
-    settings: config.Settings | None = None,
-    *,
-    limit: int = 50,
-    cursor: str | None = None,
-) -> DeadPage:
-    """A page of every queue's dead tasks, newest first (ties: by queue name, then as each
-    queue's page orders them), ``limit`` rows from ``cursor`` on (a page's ``next_cursor``).
-    ``dead``: each queue's count of dead tasks (``aqueue_counts``); the DEAD_QUEUES queues
-    with the most are read, ``limit`` rows of each at most, in one round trip."""
-    settings = settings or config.settings()
-    procedure = _dead_procedure(dead, settings, limit, cursor)
-    return await run_async(procedure, settings.redis_url)
-
-
-def _encode_dead_cursor(score: str, queue: str, task_id: str) -> str:
-    raw = json.dumps([score, queue, task_id]).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def _decode_dead_cursor(cursor: str) -> tuple[str, str, str]:
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        score, queue, task_id = json.loads(raw)
-        if not (isinstance(queue, str) and isinstance(task_id, str) and isinstance(score, str)):
-            raise ValueError(cursor)
-        if not _SCORE.fullmatch(score) or not 0 < len(task_id) <= MAX_ID_LENGTH:
-            raise ValueError(score)
-        return score, check_queue_name(queue), task_id
-    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError):
-        raise ValueError(f"not a cursor that a page of dead tasks gave: {short(cursor)}") from None
-
-
-def _dead_procedure(
-    dead: dict[str, int], settings: config.Settings, limit: int, cursor: str | None
-) -> Procedure[DeadPage]:
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
-        raise ValueError(f"limit must be 1 to {MAX_PAGE}, got {limit!r}")
-    at = None if cursor is None else _decode_dead_cursor(cursor)
-    with_dead = sorted((q for q, n in dead.items() if n > 0), key=lambda q: (-dead[q], q))
-    queues = sorted(with_dead[:DEAD_QUEUES])
-    return _dead_page(queues, len(with_dead) - len(queues), settings, limit, at)
-
-
-def _dead_page(
-    queues: list[str], left_out: int, settings: config.Settings, limit: int,
-    at: tuple[str, str, str] | None,
-) -> Procedure[DeadPage]:  # fmt: skip
-    calls: list[Call[Any]] = []
-    for queue in queues:
-        after = None
-        if at is not None:  # each queue goes on after the cursor in the order of the page
-            score, last_queue, last_id = at
-            if queue == last_queue:
-                after = (score, last_id)
-            else:  # an earlier queue showed its tasks of that score; a later one did not
-                after = (score, "" if queue < last_queue else _PAST_EVERY_ID)
-        keys = queue_keys(settings.prefix, queue)
-        calls.append(browse_call(keys, "dead", ascending=False, after=after, limit=limit,
-                                 job=None, examine=limit))  # fmt: skip
-    replies = raised((yield calls)) if calls else []
-    found: list[tuple[float, str, str, TaskRow]] = []
-    more = False
-    for queue, reply in zip(queues, replies, strict=True):
-        more = more or reply.cursor is not None
-        found += [(float(row.score), row.score, row.id, _row(queue, "dead", row))
-                  for row in reply.rows]  # fmt: skip
-    # (ids in a queue's byte order, last first, as a page of one queue orders them)
-    found.sort(key=lambda item: item[2].encode("utf-8", "surrogateescape"), reverse=True)
-    found.sort(key=lambda item: (-item[0], item[3].queue))
-    shown = found[:limit]
-    more = more or len(found) > limit
-    last = shown[-1] if shown else None
-    next_cursor = _encode_dead_cursor(last[1], last[3].queue, last[2]) if more and last else None
-    return DeadPage([item[3] for item in shown], queues, left_out, next_cursor)
+    return task_row(keys.name, state, row)

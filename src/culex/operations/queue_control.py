@@ -17,10 +17,11 @@ from typing import Any, Final
 from .. import config
 from .._redis import commands, interventions
 from .._redis.calls import Call, shown
-from .._redis.keys import check_queue_name, queue_keys, queues_key
+from .._redis.keys import check_queue_name, queue_keys
 from ..errors import ConfigurationError, short
 from ..server.compatibility import warn_of_older
 from ..server.procedures import Procedure, run_async, run_sync
+from .known_queues import queue_names
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,9 +234,7 @@ async def acontrols(
 def _controls(
     settings: config.Settings, queues: list[str] | None
 ) -> Procedure[dict[str, QueueControl]]:
-    names = (
-        queues if queues is not None else (yield commands.known_queues(queues_key(settings.prefix)))
-    )
+    names = yield from queue_names(settings.prefix, queues)
     if not names:
         return {}
     replies = yield [commands.read_control(queue_keys(settings.prefix, q)) for q in names]

@@ -3,22 +3,25 @@ their attempts ran, read from the minute and hour buckets that the scripts which
 write (docs/metrics.md, "Counters in Redis").
 
 Each read is a procedure, with a blocking function and its ``a*`` async twin; every bucket of a
-range is read in one round trip.
+range is read in one round trip. What a bucket holds, :class:`Counts` (which add up and
+estimate run-time quantiles), is in counters.py.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from .. import config
 from .._redis import commands
-from .._redis.calls import Call, number, shown
-from .._redis.keys import check_queue_name, queue_keys, queues_key
+from .._redis.calls import Call, number
+from .._redis.keys import check_queue_name, queue_keys
 from ..errors import short
-from ..server.procedures import Procedure, run_async, run_sync
+from ..server.procedures import Procedure, raised, run_async, run_sync
+from .counters import DURATION_BUCKETS, Bucket, Counts, parse_counters
+from .known_queues import names_and_now, queue_names
 
 __all__ = [
     "DURATION_BUCKETS",
@@ -34,128 +37,12 @@ __all__ = [
     "totals",
 ]
 
-DURATION_BUCKETS: tuple[float, ...] = (
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    5.0,
-    10.0,
-    30.0,
-    60.0,
-    300.0,
-)
-"""Upper bounds (seconds) of the run-time buckets; one more bucket holds the longer runs."""
-
 Step = Literal["minute", "hour"]
 _SIZE: dict[str, int] = {"minute": 60, "hour": 3600}
 # The longest range one read may cover: two days of minutes (they are kept 2 days), a week
 # of hours (kept 8 days).
 MAX_RANGE: dict[str, float] = {"minute": 2 * 86400.0, "hour": 7 * 86400.0}
 MAX_WINDOW = 7 * 86400.0
-_OUTCOMES = ("succeeded", "failed", "dead")
-_EMPTY_DURATIONS = (0,) * (len(DURATION_BUCKETS) + 1)
-
-
-@dataclass(frozen=True)
-class Counts:
-    """What ended in a bucket (or a sum of buckets): outcomes, and run times of the
-    attempts a runner reported (``durations``: counts per bucket of
-    :data:`DURATION_BUCKETS`, not cumulative, the last one above its last bound)."""
-
-    succeeded: int = 0
-    failed: int = 0
-    dead: int = 0
-    duration_sum: float = 0.0  # seconds
-    durations: tuple[int, ...] = field(default=_EMPTY_DURATIONS)
-
-    @property
-    def processed(self) -> int:
-        """Attempts that ended: succeeded + failed + dead."""
-        return self.succeeded + self.failed + self.dead
-
-    def __add__(self, other: Counts) -> Counts:
-        if not isinstance(other, Counts):
-            return NotImplemented
-        return Counts(
-            self.succeeded + other.succeeded,
-            self.failed + other.failed,
-            self.dead + other.dead,
-            self.duration_sum + other.duration_sum,
-            tuple(a + b for a, b in zip(self.durations, other.durations, strict=True)),
-        )
-
-    @property
-    def mean_duration(self) -> float | None:
-        """The mean run time in seconds of the timed attempts (None: none was timed)."""
-        timed = sum(self.durations)
-        return self.duration_sum / timed if timed else None
-
-    def duration_quantile(self, q: float) -> float | None:
-        """An estimate of the ``q`` quantile (0..1) of run time in seconds, interpolated
-        inside its bucket as Prometheus' histogram_quantile does (None: none was timed)."""
-        if not 0 <= q <= 1:
-            raise ValueError(f"a quantile is between 0 and 1, got {short(q)}")
-        timed = sum(self.durations)
-        if not timed:
-            return None
-        rank = q * timed
-        seen = 0
-        for i, n in enumerate(self.durations):
-            if n and seen + n >= rank:
-                if i == len(DURATION_BUCKETS):  # above the last bound: no upper end
-                    return DURATION_BUCKETS[-1]
-                low = DURATION_BUCKETS[i - 1] if i else 0.0
-                return low + (DURATION_BUCKETS[i] - low) * (rank - seen) / n
-            seen += n
-        return DURATION_BUCKETS[-1]  # (not reached: rank <= timed)
-
-
-@dataclass(frozen=True)
-class Bucket:
-    """The counts of one job on one queue in one minute or hour."""
-
-    start: float  # epoch seconds of the bucket's start
-    queue: str
-    job: str
-    counts: Counts
-
-
-def parse_counters(fields: dict[str, str]) -> dict[str, Counts]:
-    """The counts per job of one counters hash (``<job>|<field>``: docs/wire-format.md);
-    fields it does not know are left out. A job name that is not UTF-8 is read with U+FFFD
-    for its bytes (two such names that read alike add up)."""
-    found: dict[str, list[int]] = {}
-    for name, value in fields.items():
-        job, sep, part = name.rpartition("|")
-        index = _FIELDS.get(part)
-        if sep and index is not None:
-            tally = found.setdefault(shown(job), [0] * _WIDTH)
-            n = number(value)
-            tally[index] += n
-            if len(part) > 1 and part != "ms":  # an outcome with a run-time bucket
-                tally[_OUTCOME_OF[part[0]]] += n
-    return {job: _counts(tally) for job, tally in found.items()}
-
-
-# Where each field of a counters hash adds up (see parse_counters): the outcomes s, f, d
-# (0..2), ms (3), then the run-time buckets, whatever the outcome (4..).
-_OUTCOME_OF = {"s": 0, "f": 1, "d": 2}
-_FIELDS: dict[str, int] = {
-    **_OUTCOME_OF,
-    "ms": 3,
-    **{f"{o}{i}": 4 + i for o in _OUTCOME_OF for i in range(len(DURATION_BUCKETS) + 1)},
-}
-_WIDTH = 4 + len(DURATION_BUCKETS) + 1
-
-
-def _counts(tally: list[int]) -> Counts:
-    return Counts(tally[0], tally[1], tally[2], tally[3] / 1000, tuple(tally[4:]))
 
 
 # -- the public reads -------------------------------------------------------------------------
@@ -321,28 +208,7 @@ def _check_range(start: float, end: float, step: str) -> None:
 
 # -- procedures ------------------------------------------------------------------------------------
 
-
-def _read(calls: list[Call[Any]]) -> Procedure[list[Any]]:
-    """Send ``calls`` in one round trip (none when there are none); a refused one raises."""
-    replies = (yield calls) if calls else []
-    for reply in replies:
-        if isinstance(reply, Exception):
-            raise reply
-    return replies
-
-
-def _names_and_now(
-    settings: config.Settings, queues: list[str] | None
-) -> Procedure[tuple[list[str], float]]:
-    """The queues (given, or every known one) and the server's clock, in one round trip."""
-    calls: list[Call[Any]] = [commands.server_time()]
-    if queues is None:
-        calls.append(commands.known_queues(queues_key(settings.prefix)))
-    replies = yield calls
-    for reply in replies:
-        if isinstance(reply, Exception):
-            raise reply
-    return (queues if queues is not None else replies[1]), replies[0] / 1000
+K = TypeVar("K")
 
 
 def _series(
@@ -353,59 +219,92 @@ def _series(
     step: str,
 ) -> Procedure[list[Bucket]]:
     if until is None or queues is None:
-        queues, now = yield from _names_and_now(settings, queues)
+        queues, now = yield from names_and_now(settings.prefix, queues)
         if until is None:
-            until = now
+            until = now / 1000
             _check_range(since, until, step)
     size = _SIZE[step]
     starts = range(int(since // size) * size, int(until // size) * size + 1, size)
-    pairs = [(q, start) for q in queues for start in starts]
-    prefix = settings.prefix
-    calls: list[Call[Any]] = [
-        commands.read_counters(queue_keys(prefix, q), step, start) for q, start in pairs
-    ]
-    if step == "hour":  # (and the minute of each queue that its hour does not hold yet)
-        calls += [commands.unfolded_minute(queue_keys(prefix, q)) for q in queues]
-    found = yield from _read(calls)
-    sums: dict[tuple[float, str, str], Counts] = {}
-    for (q, start), fields in zip(pairs, found[: len(pairs)], strict=True):
-        for job, counts in parse_counters(fields).items():
-            sums[float(start), q, job] = counts
-    if step == "hour":
-        minutes = dict(zip(queues, found[len(pairs) :], strict=True))
-        late = yield from _unfolded(prefix, minutes, set(starts))
-        for (q, minute), by_job in late.items():
-            for job, counts in by_job.items():
-                key = (float(minute - minute % 3600), q, job)
-                sums[key] = sums.get(key, Counts()) + counts
+    reads = [(q, step, start) for q in queues for start in starts]
+    # (with hours: the minute of each queue that its hour does not hold yet, in that hour)
+    sums = yield from _summed(
+        settings.prefix, reads, queues if step == "hour" else [], set(starts), _at_start
+    )
     return [Bucket(start, q, job, sums[start, q, job]) for start, q, job in sorted(sums)]
 
 
-def _unfolded(
-    prefix: str, minutes: dict[str, int | None], hours: set[int] | None
-) -> Procedure[dict[tuple[str, int], dict[str, Counts]]]:
-    """The counts of each queue's minute that its hour bucket and the totals do not hold
-    yet (include/stats.lua folds a minute into them once a later one is counted), for the
-    queues whose such minute lies in one of ``hours`` (None: any hour)."""
+def _at_start(queue: str, start: int, job: str) -> tuple[float, str, str]:
+    return float(start), queue, job
+
+
+def _of_job(queue: str, start: int, job: str) -> tuple[str, str]:
+    return queue, job
+
+
+def _summed(
+    prefix: str,
+    reads: list[tuple[str, str, int]],
+    unfolded: list[str],
+    hours: set[int],
+    key: Callable[[str, int, str], K],
+) -> Procedure[dict[K, Counts]]:
+    """The counts of the buckets ``reads`` (queue, step, start), summed by ``key(queue,
+    start, job)``, in one round trip; with them, the minute of each queue of ``unfolded``
+    that its hour bucket does not hold yet, counted in its hour when that hour is one of
+    ``hours`` (read whole: a minute read as a minute holds its counts already)."""
+    calls: list[Call[Any]] = [
+        commands.read_counters(queue_keys(prefix, q), step, start) for q, step, start in reads
+    ]
+    calls += [commands.unfolded_minute(queue_keys(prefix, q)) for q in unfolded]
+    found = raised((yield calls)) if calls else []
+    sums: dict[K, Counts] = {}
+    for (q, _, start), fields in zip(reads, found[: len(reads)], strict=True):
+        _add(sums, key, q, start, parse_counters(fields))
+    minutes = dict(zip(unfolded, found[len(reads) :], strict=True))
+    yield from _add_unfolded(prefix, minutes, hours, sums, key)
+    return sums
+
+
+def _add(
+    sums: dict[K, Counts],
+    key: Callable[[str, int, str], K],
+    queue: str,
+    start: int,
+    by_job: dict[str, Counts],
+) -> None:
+    for job, counts in by_job.items():
+        at = key(queue, start, job)
+        sums[at] = sums.get(at, Counts()) + counts
+
+
+def _add_unfolded(
+    prefix: str,
+    minutes: dict[str, int | None],
+    hours: set[int] | None,
+    sums: dict[K, Counts],
+    key: Callable[[str, int, str], K],
+) -> Procedure[None]:
+    """Add to ``sums`` (by ``key(queue, start of its hour, job)``) the counts of each
+    queue's minute that its hour bucket and the totals do not hold yet (include/stats.lua
+    folds a minute into them once a later one is counted), for the queues whose such
+    minute lies in one of ``hours`` (None: any hour)."""
     wanted = [
         (q, m)
         for q, m in minutes.items()
         if m is not None and (hours is None or m - m % 3600 in hours)
     ]
-    found = yield from _read(
-        [commands.read_counters(queue_keys(prefix, q), "minute", m) for q, m in wanted]
-    )
-    return {pair: parse_counters(fields) for pair, fields in zip(wanted, found, strict=True)}
+    calls = [commands.read_counters(queue_keys(prefix, q), "minute", m) for q, m in wanted]
+    found = raised((yield calls)) if calls else []
+    for (q, minute), fields in zip(wanted, found, strict=True):
+        _add(sums, key, q, minute - minute % 3600, parse_counters(fields))
 
 
 def _totals(
     settings: config.Settings, queues: list[str] | None
 ) -> Procedure[dict[tuple[str, str], Counts]]:
-    if queues is None:
-        queues = yield commands.known_queues(queues_key(settings.prefix))
-    found = yield from _read(
-        [commands.read_counter_totals(queue_keys(settings.prefix, q)) for q in queues]
-    )
+    queues = yield from queue_names(settings.prefix, queues)
+    calls = [commands.read_counter_totals(queue_keys(settings.prefix, q)) for q in queues]
+    found = raised((yield calls)) if calls else []
     return (
         yield from totals_with_last_minute(settings.prefix, dict(zip(queues, found, strict=True)))
     )
@@ -418,21 +317,16 @@ def totals_with_last_minute(
     read (``read``: queue -> its fields), plus the last minute counted, which the totals do
     not hold yet (read here): what :func:`totals` returns, for a reader that read the
     totals hashes together with other things."""
-    sums = {
-        (q, job): counts
-        for q, fields in read.items()
-        for job, counts in parse_counters(fields).items()
-    }
+    sums: dict[tuple[str, str], Counts] = {}
+    for q, fields in read.items():
+        _add(sums, _of_job, q, 0, parse_counters(fields))
     minutes = {q: _minute(fields) for q, fields in read.items()}
-    late = yield from _unfolded(prefix, minutes, None)
-    for (q, _), by_job in late.items():
-        for job, counts in by_job.items():
-            sums[q, job] = sums.get((q, job), Counts()) + counts
+    yield from _add_unfolded(prefix, minutes, None, sums, _of_job)
     return dict(sorted(sums.items()))
 
 
 def _minute(totals: dict[str, str]) -> int | None:
-    """The minute a queue's totals name as not yet added to them (see _unfolded)."""
+    """The minute a queue's totals name as not yet added to them (see _add_unfolded)."""
     value = number(totals.get("minute"), -1)
     return value if value >= 0 else None
 
@@ -460,31 +354,15 @@ def _window(
     settings: config.Settings, queues: list[str] | None, window: float
 ) -> Procedure[tuple[list[str], dict[tuple[str, str], Counts]]]:
     """Every queue asked, and the counts of each (queue, job) over the last ``window``."""
-    names, now = yield from _names_and_now(settings, queues)
-    hours, minutes = window_buckets(now, window)
-    prefix = settings.prefix
-    pairs = [
+    names, now = yield from names_and_now(settings.prefix, queues)
+    hours, minutes = window_buckets(now / 1000, window)
+    reads = [
         (q, step, start)
         for q in names
         for step, starts in (("hour", hours), ("minute", minutes))
         for start in starts
     ]
-    calls: list[Call[Any]] = [
-        commands.read_counters(queue_keys(prefix, q), step, start) for q, step, start in pairs
-    ]
-    calls += [commands.unfolded_minute(queue_keys(prefix, q)) for q in names]
-    found = yield from _read(calls)
-    sums: dict[tuple[str, str], Counts] = {}
-    for (q, _, _), fields in zip(pairs, found[: len(pairs)], strict=True):
-        for job, counts in parse_counters(fields).items():
-            sums[q, job] = sums.get((q, job), Counts()) + counts
-    # A minute that its hour bucket does not hold yet counts when that hour is read whole
-    # (a minute read as a minute holds its counts already).
-    unfolded = dict(zip(names, found[len(pairs) :], strict=True))
-    late = yield from _unfolded(prefix, unfolded, set(hours))
-    for (q, _), by_job in late.items():
-        for job, counts in by_job.items():
-            sums[q, job] = sums.get((q, job), Counts()) + counts
+    sums = yield from _summed(settings.prefix, reads, names, set(hours), _of_job)
     return names, dict(sorted(sums.items()))
 
 
