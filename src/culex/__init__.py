@@ -20,6 +20,7 @@ from .errors import (
 )
 from .jobs.enqueue import EnqueueManyError
 from .jobs.job import Job, QueuedJob, aenqueue_many, enqueue_many
+from .jobs.limits import Rate
 from .jobs.periodic import MonthSpan, PeriodicJob, months
 from .jobs.registry import JobRegistry, registry
 from .jobs.serialization import register_type
@@ -27,7 +28,6 @@ from .jobs.task import Task, TaskNotFound, TaskState
 from .operations.dead import DeadTask, adead_tasks, aretry_dead, dead_tasks, retry_dead
 from .operations.queue_control import (
     QueueControl,
-    Rate,
     alimit,
     apause,
     aresume,

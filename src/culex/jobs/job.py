@@ -21,10 +21,10 @@ from .._redis.keys import check_queue_name
 from .._redis.priority import check_delay_ms
 from .._redis.scripts import MOST
 from ..errors import JobFailure, ServerError, short
-from ..operations.queue_control import QueueLimits, Rate, concurrency, rate
 from ..server.procedures import run_async, run_sync
 from .codecs import Codec, Deserializer, Serializer
 from .enqueue import Batch, check_priority, enqueue_procedure
+from .limits import QueueLimits, Rate, concurrency, rate
 from .progress import Reporting, areport, report
 from .registry import registry
 from .serialization import codec_for, encode_result, params_text, result_codec

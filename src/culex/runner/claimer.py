@@ -22,7 +22,7 @@ from .._redis.drivers import AsyncDriverProtocol
 from .._redis.keys import QueueKeys, queue_keys
 from .._redis.operations import Call, Claimed, ClaimReply
 from ..errors import ServerError, ServerUnavailable
-from ..operations.queue_control import QueueLimits
+from ..jobs.limits import QueueLimits
 from . import queue_order
 from .backoff import SERVER_ERROR, Backoff
 
