@@ -158,9 +158,11 @@ def enqueue_procedure(
     )
     if control.dedupe_key and len(jobs) != 1:
         raise TypeError("dedupe_key= names one task: enqueue one job with it")
-    with tracing.producing(jobs) as producing:  # made inside a span: a span of its own
+    # made inside a span: a span of its own (tracing.py)
+    producing = _producing(jobs) if tracing.in_span() else tracing.UNTRACED
+    with producing:
         tasks = yield from _enqueue(jobs, delay, at, task_id, producing.field, control, batch)
-        producing.sent(tasks)
+        producing.sent(tasks[0].id if len(tasks) == 1 else "")
     if control.group:  # (at most once a minute per queue: compatibility.py)
         queues = list(dict.fromkeys(job.queue for job in jobs))
         yield from warn_of_older(
@@ -170,6 +172,13 @@ def enqueue_procedure(
             recheck=True,
         )
     return tasks
+
+
+def _producing(jobs: Sequence[QueuedJob]) -> tracing.Producing:
+    """The PRODUCER span of an enqueue of ``jobs``, named by their types and queue."""
+    queues = {job.queue for job in jobs}
+    queue = next(iter(queues)) if len(queues) == 1 else ""
+    return tracing.Producing(sorted({job.type_ for job in jobs}), queue, len(jobs))
 
 
 def _enqueue(
