@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from .. import config, tracing
 from .._redis import commands, operations
@@ -21,10 +21,7 @@ from .._redis.priority import check_delay_ms, check_ready_ms
 from ..errors import ConfigurationError, ServerError, short
 from ..server.compatibility import warn_of_older
 from ..server.procedures import Procedure
-from .task import Task, check_id, new_id
-
-if TYPE_CHECKING:
-    from .job import QueuedJob
+from .task import ResultTyped, Task, check_id, new_id
 
 # Bulk enqueue sends this many scripts per round trip.
 CHUNK = 1000
@@ -41,6 +38,25 @@ _registered: set[tuple[str | None, str, str]] = set()
 # How each server (by redis_url) confirms a durable enqueue: asked once (_durability).
 _durability_of: dict[str | None, str] = {}
 config.on_change(_durability_of.clear)
+
+
+class Enqueueable(ResultTyped, Protocol):
+    """What an enqueue reads of a job object (a ``QueuedJob``): its class's queue, task type,
+    retries and priority, and its params as stored; its class is its task's ``job``."""
+
+    @property
+    def queue(self) -> str: ...
+
+    @property
+    def type_(self) -> str: ...
+
+    @property
+    def max_retries(self) -> int: ...
+
+    @property
+    def priority(self) -> int: ...
+
+    def params_json(self) -> str: ...
 
 
 def check_priority(priority: object, where: str = "priority=") -> int:
@@ -78,7 +94,7 @@ class EnqueueManyError(ServerError):
     a stored id is never stored twice."""
 
     def __init__(
-        self, cause: ServerError, stored: list[Task], failed: list[tuple[str, QueuedJob]]
+        self, cause: ServerError, stored: list[Task], failed: list[tuple[str, Enqueueable]]
     ) -> None:
         ids = ", ".join(task_id for task_id, _ in failed[:3])
         more = f" and {len(failed) - 3} more" if len(failed) > 3 else ""
@@ -108,7 +124,7 @@ class Batch:
     stored: dict[int, Task] = field(default_factory=dict)  # by the job's place
 
     @classmethod
-    def of(cls, jobs: Sequence[QueuedJob], ids: Sequence[str] | None) -> Batch:
+    def of(cls, jobs: Sequence[Enqueueable], ids: Sequence[str] | None) -> Batch:
         if ids is None:
             return cls([new_id() for _ in jobs], False)
         if isinstance(ids, str) or not isinstance(ids, Sequence):
@@ -121,7 +137,7 @@ class Batch:
             raise ValueError(f"ids= names {short(twice)} twice: one task per id")
         return cls(checked, True)
 
-    def error(self, jobs: Sequence[QueuedJob], cause: ServerError) -> EnqueueManyError:
+    def error(self, jobs: Sequence[Enqueueable], cause: ServerError) -> EnqueueManyError:
         """What was stored and what was not, when ``cause`` ended the batch."""
         stored = [self.stored[i] for i in sorted(self.stored)]
         failed = [(self.ids[i], job) for i, job in enumerate(jobs) if i not in self.stored]
@@ -138,7 +154,7 @@ class FlowControl(NamedTuple):
 
 
 def enqueue_procedure(
-    jobs: Sequence[QueuedJob],
+    jobs: Sequence[Enqueueable],
     delay: timedelta | float | None,
     at: datetime | None,
     task_id: str | None = None,
@@ -174,7 +190,7 @@ def enqueue_procedure(
     return tasks
 
 
-def _producing(jobs: Sequence[QueuedJob]) -> tracing.Producing:
+def _producing(jobs: Sequence[Enqueueable]) -> tracing.Producing:
     """The PRODUCER span of an enqueue of ``jobs``, named by their types and queue."""
     queues = {job.queue for job in jobs}
     queue = next(iter(queues)) if len(queues) == 1 else ""
@@ -182,7 +198,7 @@ def _producing(jobs: Sequence[QueuedJob]) -> tracing.Producing:
 
 
 def _enqueue(
-    jobs: Sequence[QueuedJob],
+    jobs: Sequence[Enqueueable],
     delay: timedelta | float | None,
     at: datetime | None,
     task_id: str | None,
@@ -237,12 +253,12 @@ def _enqueue(
     return tasks
 
 
-def _task(outcome: Enqueued, job: QueuedJob) -> Task:
+def _task(outcome: Enqueued, job: Enqueueable) -> Task:
     return Task(outcome.task_id, job.queue, job=type(job), deduped=outcome.deduped)
 
 
 def _redraw(
-    job: QueuedJob,
+    job: Enqueueable,
     settings: config.Settings,
     due_ms: int | None,
     delay_ms: int,
@@ -289,7 +305,7 @@ def _sent(
 
 
 def _call(
-    job: QueuedJob,
+    job: Enqueueable,
     settings: config.Settings,
     due_ms: int | None,
     delay_ms: int,
