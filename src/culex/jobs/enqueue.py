@@ -14,13 +14,13 @@ from typing import Any, NamedTuple, Protocol
 
 from .. import config, tracing
 from .._redis import commands, operations
-from .._redis.address import Address
 from .._redis.keys import queue_keys, queues_key
 from .._redis.operations import Call, Enqueued
 from .._redis.priority import check_delay_ms, check_ready_ms
-from ..errors import ConfigurationError, ServerError, short
+from ..errors import ServerError, short
 from ..server.compatibility import warn_of_older
 from ..server.procedures import Procedure
+from .durability import Confirm, confirmation
 from .task import ResultTyped, Task, check_id, new_id
 
 # Bulk enqueue sends this many scripts per round trip.
@@ -35,9 +35,6 @@ MAX_GROUP_BYTES = 500  # a group's name, UTF-8 (enqueue.lua checks it too)
 
 # Queues this process has already added to the queue registry set (saves a command).
 _registered: set[tuple[str | None, str, str]] = set()
-# How each server (by redis_url) confirms a durable enqueue: asked once (_durability).
-_durability_of: dict[str | None, str] = {}
-config.on_change(_durability_of.clear)
 
 
 class Enqueueable(ResultTyped, Protocol):
@@ -223,7 +220,11 @@ def _enqueue(
     ]
     first = [commands.register_queue(queues_key(settings.prefix), q) for q in new_queues]
     tasks: list[Task] = []
-    confirm = (yield from _confirmation(settings)) if settings.durable_enqueue else None
+    confirm = (
+        (yield from confirmation(settings, DURABLE_TIMEOUT_MS))
+        if settings.durable_enqueue
+        else None
+    )
     if len(calls) == 1 and not first and confirm is None:
         outcome = yield calls[0]  # the common case: one command, no pipeline
         if outcome.existed and not ids_given:
@@ -334,63 +335,6 @@ def _call(
         priority=job.priority if control.priority is None else control.priority,
         dedupe_key=control.dedupe_key,
         group=control.group,
-    )
-
-
-Confirm = tuple[Call[bool], str]  # the call sent behind the writes; what it confirms, if not
-
-
-def _confirmation(settings: config.Settings) -> Procedure[Confirm | None]:
-    """The procedure of what confirms a durable enqueue on this server: None (every reply comes
-    after its fsync), or the call to send behind the writes."""
-    way = _durability_of.get(settings.redis_url)
-    if way is None:
-        way = _durability_of[settings.redis_url] = yield from _durability(settings)
-    if way == "always":
-        return None
-    if way == "waitaof":
-        return commands.wait_fsync(DURABLE_TIMEOUT_MS), "the server did not fsync the write"
-    return commands.wait_replica(DURABLE_TIMEOUT_MS), "no replica confirmed the write"
-
-
-def _durability(settings: config.Settings) -> Procedure[str]:
-    """Ask the server, in one round trip, how it can confirm that a write is safe:
-    "always" (appendonly with appendfsync always: it replies only after the fsync),
-    "waitaof" (WAITAOF, Redis 7.2+ and Valkey, with appendonly on) or "replica" (WAIT 1).
-    Behind sentinels or in a cluster it is always "replica": a failover promotes a
-    replica, and a write that is only on the dead master's disk is not on it.
-    Raises ConfigurationError, saying what to change, when it can do none of them: before
-    any task is stored."""
-    waitaof, appendonly, appendfsync, replicas, cluster = yield [
-        commands.has_wait_fsync(),
-        commands.config_get("appendonly"),
-        commands.config_get("appendfsync"),
-        commands.connected_replicas(),
-        commands.cluster_enabled(),
-    ]
-    kind = Address.parse(settings.redis_url).kind if settings.redis_url else "server"
-    if kind != "server" or cluster is True:
-        return "replica"
-    readable = not isinstance(appendonly, ServerError)  # CONFIG is often off on managed servers
-    waitaof = waitaof is True
-    replicas = replicas if isinstance(replicas, int) else 0
-    if appendonly == "yes" and appendfsync == "always":
-        return "always"
-    if waitaof and (appendonly == "yes" or not readable):
-        return "waitaof"
-    if replicas >= 1:
-        return "replica"
-    if not readable:
-        found = "CONFIG GET is refused, so its appendfsync cannot be read"
-    else:
-        found = f"appendonly is {appendonly}, appendfsync {appendfsync}"
-    missing = "" if waitaof else "; it has no WAITAOF (Redis before 7.2)"
-    where = Address.parse(settings.redis_url).shown if settings.redis_url else "the embedded server"
-    raise ConfigurationError(
-        f"durable_enqueue: the server at {where} cannot confirm that a task is on disk "
-        f"({found}{missing}; no replica is connected). Turn on appendonly with appendfsync "
-        "always (CONFIG SET appendonly yes, CONFIG SET appendfsync always), or appendonly "
-        "alone on a server with WAITAOF, or connect a replica; or set durable_enqueue=False"
     )
 
 
