@@ -52,27 +52,9 @@ def get_tracer() -> trace.Tracer:
 
 
 def in_span() -> bool:
-    """Whether an enqueue made now is traced: OpenTelemetry is there and a valid span is
-    current. The one check an enqueue pays otherwise."""
+    """Whether an enqueue made now is traced (a :class:`Producing` of its own): OpenTelemetry
+    is there and a valid span is current. The one check an enqueue pays otherwise."""
     return AVAILABLE and trace.get_current_span().get_span_context().is_valid
-
-
-class Untraced:
-    """What enqueue gets when there is nothing to trace: no field, nothing to end."""
-
-    field = ""
-
-    def __enter__(self) -> Untraced:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-    def sent(self, task_id: str) -> None:
-        return None
-
-
-UNTRACED = Untraced()
 
 
 class Producing:

@@ -171,11 +171,12 @@ def enqueue_procedure(
     )
     if control.dedupe_key and len(jobs) != 1:
         raise TypeError("dedupe_key= names one task: enqueue one job with it")
-    # made inside a span: a span of its own (tracing.py)
-    producing = _producing(jobs) if tracing.in_span() else tracing.UNTRACED
-    with producing:
-        tasks = yield from _enqueue(jobs, delay, at, task_id, producing.field, control, batch)
-        producing.sent(tasks[0].id if len(tasks) == 1 else "")
+    if tracing.in_span():  # made inside a span: a span of its own (tracing.py)
+        with _producing(jobs) as producing:
+            tasks = yield from _enqueue(jobs, delay, at, task_id, producing.field, control, batch)
+            producing.sent(tasks[0].id if len(tasks) == 1 else "")
+    else:  # (nothing to trace: no trace field, nothing to end)
+        tasks = yield from _enqueue(jobs, delay, at, task_id, "", control, batch)
     if control.group:  # (at most once a minute per queue: compatibility.py)
         queues = list(dict.fromkeys(job.queue for job in jobs))
         yield from warn_of_older(
