@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import Protocol, TypeVar
 
-from .. import tracing
 from .._redis.operations import Claimed
 from ..jobs.job import Job
+from ..tracing import AVAILABLE, NO_PROVIDER, SYSTEM, get_tracer, producer_context
 
-if tracing.AVAILABLE:
+if AVAILABLE:
     from opentelemetry import context as otel_context
     from opentelemetry import trace
 
@@ -37,9 +37,9 @@ def performing(job: Job, claimed: Claimed, run: Awaitable[E]) -> Awaitable[E]:
     ``run`` itself when no span would be seen: without OpenTelemetry, or with its API but
     no tracer provider set (every span would be a non-recording one), for a task with no
     producer context, run from a context with no span in it."""
-    if not tracing.AVAILABLE or (
+    if not AVAILABLE or (
         not claimed.trace
-        and isinstance(trace.get_tracer_provider(), tracing.NO_PROVIDER)
+        and isinstance(trace.get_tracer_provider(), NO_PROVIDER)
         and not trace.get_current_span().get_span_context().is_valid
     ):
         return run
@@ -49,19 +49,19 @@ def performing(job: Job, claimed: Claimed, run: Awaitable[E]) -> Awaitable[E]:
 async def _performing(job: Job, claimed: Claimed, run: Awaitable[E]) -> E:
     parent = otel_context.Context()  # a new trace by default, never the runner's context
     links: list[trace.Link] = []
-    producer = tracing.producer_context(claimed.trace, claimed.id)
+    producer = producer_context(claimed.trace, claimed.id)
     if producer is not None:
         if job.trace_as_child:
             parent = producer
         else:
             links.append(trace.Link(trace.get_current_span(producer).get_span_context()))
-    span = tracing.get_tracer().start_span(
+    span = get_tracer().start_span(
         f"perform {claimed.type}",
         context=parent,
         kind=trace.SpanKind.CONSUMER,
         links=links,
         attributes={
-            "messaging.system": tracing.SYSTEM,
+            "messaging.system": SYSTEM,
             "messaging.operation.type": "process",
             "messaging.operation.name": "perform",
             "messaging.destination.name": claimed.queue,
