@@ -6,8 +6,9 @@ Three modes, each in its own interpreter (the PYTHONPATH given decides which cul
 ``absent`` (OpenTelemetry hidden: its import fails), ``idle`` (OpenTelemetry installed,
 no active span) and ``span`` (the SDK installed, every enqueue made inside a span: the
 task carries the trace, and culex opens its PRODUCER span). Each mode also times culex's
-own check alone (``tracing.producing``; in ``span`` mode it opens a span), when that module
-exists. Prints one JSON object: per mode, the median microseconds per enqueue over the runs.
+own check alone (``tracing.in_span``, then ``tracing.Producing`` in ``span`` mode: it opens a
+span; ``tracing.producing`` in a checkout from before culex/runner/attempt_span.py), when that
+module exists. Prints one JSON object: per mode, the median microseconds per enqueue over the runs.
 """
 
 from __future__ import annotations
@@ -65,10 +66,14 @@ def _check_cost(job: Any) -> float | None:
     except ImportError:
         return None
     n = 200_000
-    jobs = [job]
+    types, queue, jobs = [job.type_], job.queue, [job]
+    older = not hasattr(tracing, "in_span")  # (tracing.producing took the jobs)
     start = time.perf_counter()
     for _ in range(n):
-        tracing.producing(jobs)
+        if older:
+            tracing.producing(jobs)
+        elif tracing.in_span():
+            tracing.Producing(types, queue, 1)
     return round((time.perf_counter() - start) / n * 1e6, 3)
 
 

@@ -150,7 +150,7 @@ def test_the_import_graph_is_read_from_every_module() -> None:
     } <= MODULES.keys()
     kinds = {(edge.source, edge.target): edge.when for edge in edges}
     assert kinds["culex.jobs.job", "culex.jobs.enqueue"] == "top"
-    assert kinds["culex.jobs.enqueue", "culex.jobs.job"] == "typing"  # only names the type
+    assert kinds["culex.jobs.registry", "culex.jobs.job"] == "typing"  # only names the type
     assert kinds["culex.cli.running", "culex.runner"] == "deferred"  # (the CLI starts fast)
     assert kinds["culex.server.configured", "culex.config"] == "top"  # from . import config
     assert find_cycle([Import("a", "b", "top", 1), Import("b", "a", "top", 1)]) == ["a", "b", "a"]
@@ -160,7 +160,7 @@ def test_no_import_cycle() -> None:
     """Modules that run import each other in one direction only, whether the import runs
     with the module or later in a function (a deferred import that closes a cycle only
     hides it). Imports under TYPE_CHECKING are left out: they never run, and two types may
-    name each other (a Task knows its Job class; QueuedJob.enqueue returns a Task)."""
+    name each other (the registry holds Job classes; a Job class adds itself to it)."""
     cycle = find_cycle(edge for edge in imports() if edge.when != "typing")
     assert cycle is None, " -> ".join(cycle or ())
 

@@ -18,7 +18,8 @@ from culex._redis.keys import QueueKeys, queue_keys
 from culex.cli import main
 from culex.errors import ConfigurationError, ServerError
 from culex.jobs import enqueue
-from culex.operations.queue_control import Rate, controls, rate
+from culex.jobs.limits import Rate, rate
+from culex.operations.queue_control import controls
 from culex.runner.claimer import Claimer
 
 from ..conftest import driver_of, running, server_ms, snapshot

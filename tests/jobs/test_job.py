@@ -14,7 +14,7 @@ import redis
 
 import culex
 from culex._redis.keys import queue_keys
-from culex.jobs.job import snake_case
+from culex.jobs.declaration import snake_case
 from culex.jobs.task import new_id
 
 pytestmark = pytest.mark.procedures  # also run through redis-py (README's test command)

@@ -31,16 +31,12 @@ from culex._redis.keys import QueueKeys, periodic_jobs_key, queue_keys
 from culex.errors import ServerError
 from culex.jobs.periodic import (
     RECORD_KEEP_MS,
-    Cron,
-    Interval,
-    Monthly,
     PeriodicJob,
     UnknownPeriodicJob,
     atrigger,
-    ms,
     trigger,
-    wall_clock,
 )
+from culex.jobs.schedules import Cron, Interval, Monthly, ms, wall_clock
 from culex.operations.inspection import (
     STATES,
     PeriodicRow,

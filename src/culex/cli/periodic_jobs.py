@@ -118,7 +118,7 @@ def _show_periodic(settings: config.Settings) -> None:
 
 def _periodic_time(seconds: float | None, timezone: str) -> str:
     """An epoch time in the job's time zone, as culex periodic MODULE shows it."""
-    from ..jobs.periodic import EPOCH, zone_of
+    from ..jobs.schedules import EPOCH, zone_of
 
     if seconds is None:
         return "never"

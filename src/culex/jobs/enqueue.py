@@ -10,22 +10,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from .. import config, tracing
 from .._redis import commands, enqueuing
-from .._redis.address import Address
 from .._redis.calls import Call
 from .._redis.enqueuing import Enqueued
 from .._redis.keys import queue_keys, queues_key
 from .._redis.priority import check_delay_ms, check_ready_ms
-from ..errors import ConfigurationError, ServerError, short
+from ..errors import ServerError, short
 from ..server.compatibility import warn_of_older
 from ..server.procedures import Procedure
-from .task import Task, check_id, new_id
-
-if TYPE_CHECKING:
-    from .job import QueuedJob
+from .durability import Confirm, confirmation
+from .task import ResultTyped, Task, check_id, new_id
 
 # Bulk enqueue sends this many scripts per round trip.
 CHUNK = 1000
@@ -39,9 +36,25 @@ MAX_GROUP_BYTES = 500  # a group's name, UTF-8 (enqueue.lua checks it too)
 
 # Queues this process has already added to the queue registry set (saves a command).
 _registered: set[tuple[str | None, str, str]] = set()
-# How each server (by redis_url) confirms a durable enqueue: asked once (_durability).
-_durability_of: dict[str | None, str] = {}
-config.on_change(_durability_of.clear)
+
+
+class Enqueueable(ResultTyped, Protocol):
+    """What an enqueue reads of a job object (a ``QueuedJob``): its class's queue, task type,
+    retries and priority, and its params as stored; its class is its task's ``job``."""
+
+    @property
+    def queue(self) -> str: ...
+
+    @property
+    def type_(self) -> str: ...
+
+    @property
+    def max_retries(self) -> int: ...
+
+    @property
+    def priority(self) -> int: ...
+
+    def params_json(self) -> str: ...
 
 
 def check_priority(priority: object, where: str = "priority=") -> int:
@@ -79,7 +92,7 @@ class EnqueueManyError(ServerError):
     a stored id is never stored twice."""
 
     def __init__(
-        self, cause: ServerError, stored: list[Task], failed: list[tuple[str, QueuedJob]]
+        self, cause: ServerError, stored: list[Task], failed: list[tuple[str, Enqueueable]]
     ) -> None:
         ids = ", ".join(task_id for task_id, _ in failed[:3])
         more = f" and {len(failed) - 3} more" if len(failed) > 3 else ""
@@ -109,7 +122,7 @@ class Batch:
     stored: dict[int, Task] = field(default_factory=dict)  # by the job's place
 
     @classmethod
-    def of(cls, jobs: Sequence[QueuedJob], ids: Sequence[str] | None) -> Batch:
+    def of(cls, jobs: Sequence[Enqueueable], ids: Sequence[str] | None) -> Batch:
         if ids is None:
             return cls([new_id() for _ in jobs], False)
         if isinstance(ids, str) or not isinstance(ids, Sequence):
@@ -122,7 +135,7 @@ class Batch:
             raise ValueError(f"ids= names {short(twice)} twice: one task per id")
         return cls(checked, True)
 
-    def error(self, jobs: Sequence[QueuedJob], cause: ServerError) -> EnqueueManyError:
+    def error(self, jobs: Sequence[Enqueueable], cause: ServerError) -> EnqueueManyError:
         """What was stored and what was not, when ``cause`` ended the batch."""
         stored = [self.stored[i] for i in sorted(self.stored)]
         failed = [(self.ids[i], job) for i, job in enumerate(jobs) if i not in self.stored]
@@ -139,7 +152,7 @@ class FlowControl(NamedTuple):
 
 
 def enqueue_procedure(
-    jobs: Sequence[QueuedJob],
+    jobs: Sequence[Enqueueable],
     delay: timedelta | float | None,
     at: datetime | None,
     task_id: str | None = None,
@@ -159,9 +172,12 @@ def enqueue_procedure(
     )
     if control.dedupe_key and len(jobs) != 1:
         raise TypeError("dedupe_key= names one task: enqueue one job with it")
-    with tracing.producing(jobs) as producing:  # made inside a span: a span of its own
-        tasks = yield from _enqueue(jobs, delay, at, task_id, producing.field, control, batch)
-        producing.sent(tasks)
+    if tracing.in_span():  # made inside a span: a span of its own (tracing.py)
+        with _producing(jobs) as producing:
+            tasks = yield from _enqueue(jobs, delay, at, task_id, producing.field, control, batch)
+            producing.sent(tasks[0].id if len(tasks) == 1 else "")
+    else:  # (nothing to trace: no trace field, nothing to end)
+        tasks = yield from _enqueue(jobs, delay, at, task_id, "", control, batch)
     if control.group:  # (at most once a minute per queue: compatibility.py)
         queues = list(dict.fromkeys(job.queue for job in jobs))
         yield from warn_of_older(
@@ -173,8 +189,15 @@ def enqueue_procedure(
     return tasks
 
 
+def _producing(jobs: Sequence[Enqueueable]) -> tracing.Producing:
+    """The PRODUCER span of an enqueue of ``jobs``, named by their types and queue."""
+    queues = {job.queue for job in jobs}
+    queue = next(iter(queues)) if len(queues) == 1 else ""
+    return tracing.Producing(sorted({job.type_ for job in jobs}), queue, len(jobs))
+
+
 def _enqueue(
-    jobs: Sequence[QueuedJob],
+    jobs: Sequence[Enqueueable],
     delay: timedelta | float | None,
     at: datetime | None,
     task_id: str | None,
@@ -199,7 +222,11 @@ def _enqueue(
     ]
     first = [commands.register_queue(queues_key(settings.prefix), q) for q in new_queues]
     tasks: list[Task] = []
-    confirm = (yield from _confirmation(settings)) if settings.durable_enqueue else None
+    confirm = (
+        (yield from confirmation(settings, DURABLE_TIMEOUT_MS))
+        if settings.durable_enqueue
+        else None
+    )
     if len(calls) == 1 and not first and confirm is None:
         outcome = yield calls[0]  # the common case: one command, no pipeline
         if outcome.existed and not ids_given:
@@ -229,12 +256,12 @@ def _enqueue(
     return tasks
 
 
-def _task(outcome: Enqueued, job: QueuedJob) -> Task:
+def _task(outcome: Enqueued, job: Enqueueable) -> Task:
     return Task(outcome.task_id, job.queue, job=type(job), deduped=outcome.deduped)
 
 
 def _redraw(
-    job: QueuedJob,
+    job: Enqueueable,
     settings: config.Settings,
     due_ms: int | None,
     delay_ms: int,
@@ -281,7 +308,7 @@ def _sent(
 
 
 def _call(
-    job: QueuedJob,
+    job: Enqueueable,
     settings: config.Settings,
     due_ms: int | None,
     delay_ms: int,
@@ -310,63 +337,6 @@ def _call(
         priority=job.priority if control.priority is None else control.priority,
         dedupe_key=control.dedupe_key,
         group=control.group,
-    )
-
-
-Confirm = tuple[Call[bool], str]  # the call sent behind the writes; what it confirms, if not
-
-
-def _confirmation(settings: config.Settings) -> Procedure[Confirm | None]:
-    """The procedure of what confirms a durable enqueue on this server: None (every reply comes
-    after its fsync), or the call to send behind the writes."""
-    way = _durability_of.get(settings.redis_url)
-    if way is None:
-        way = _durability_of[settings.redis_url] = yield from _durability(settings)
-    if way == "always":
-        return None
-    if way == "waitaof":
-        return commands.wait_fsync(DURABLE_TIMEOUT_MS), "the server did not fsync the write"
-    return commands.wait_replica(DURABLE_TIMEOUT_MS), "no replica confirmed the write"
-
-
-def _durability(settings: config.Settings) -> Procedure[str]:
-    """Ask the server, in one round trip, how it can confirm that a write is safe:
-    "always" (appendonly with appendfsync always: it replies only after the fsync),
-    "waitaof" (WAITAOF, Redis 7.2+ and Valkey, with appendonly on) or "replica" (WAIT 1).
-    Behind sentinels or in a cluster it is always "replica": a failover promotes a
-    replica, and a write that is only on the dead master's disk is not on it.
-    Raises ConfigurationError, saying what to change, when it can do none of them: before
-    any task is stored."""
-    waitaof, appendonly, appendfsync, replicas, cluster = yield [
-        commands.has_wait_fsync(),
-        commands.config_get("appendonly"),
-        commands.config_get("appendfsync"),
-        commands.connected_replicas(),
-        commands.cluster_enabled(),
-    ]
-    kind = Address.parse(settings.redis_url).kind if settings.redis_url else "server"
-    if kind != "server" or cluster is True:
-        return "replica"
-    readable = not isinstance(appendonly, ServerError)  # CONFIG is often off on managed servers
-    waitaof = waitaof is True
-    replicas = replicas if isinstance(replicas, int) else 0
-    if appendonly == "yes" and appendfsync == "always":
-        return "always"
-    if waitaof and (appendonly == "yes" or not readable):
-        return "waitaof"
-    if replicas >= 1:
-        return "replica"
-    if not readable:
-        found = "CONFIG GET is refused, so its appendfsync cannot be read"
-    else:
-        found = f"appendonly is {appendonly}, appendfsync {appendfsync}"
-    missing = "" if waitaof else "; it has no WAITAOF (Redis before 7.2)"
-    where = Address.parse(settings.redis_url).shown if settings.redis_url else "the embedded server"
-    raise ConfigurationError(
-        f"durable_enqueue: the server at {where} cannot confirm that a task is on disk "
-        f"({found}{missing}; no replica is connected). Turn on appendonly with appendfsync "
-        "always (CONFIG SET appendonly yes, CONFIG SET appendfsync always), or appendonly "
-        "alone on a server with WAITAOF, or connect a replica; or set durable_enqueue=False"
     )
 
 

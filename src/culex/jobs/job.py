@@ -7,125 +7,30 @@ built from them, checked when the job object is made, before anything reaches Re
 from __future__ import annotations
 
 import copy
-import functools
-import inspect
 import logging
-import re
 import typing
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
-from typing import Any, ClassVar, NoReturn
+from typing import Any, NoReturn
 
 from .. import config
-from .._redis.keys import check_queue_name
 from .._redis.priority import check_delay_ms
-from .._redis.scripts import MOST
 from ..errors import JobFailure, ServerError, short
-from ..operations.queue_control import QueueLimits, Rate, concurrency, rate
 from ..server.procedures import run_async, run_sync
-from .codecs import Codec, Deserializer, Serializer
-from .enqueue import Batch, check_priority, enqueue_procedure
+from .declaration import JobDeclaration, declare, is_culex_class
+from .enqueue import Batch, enqueue_procedure
 from .progress import Reporting, areport, report
 from .registry import registry
-from .serialization import codec_for, encode_result, params_text, result_codec
+from .serialization import encode_result, params_text
 from .task import Task
 
 logger = logging.getLogger("culex")
 
-_MISSING: Any = object()
-
-
-@functools.lru_cache(maxsize=1024)  # (each task's log lines name its job class this way)
-def snake_case(name: str) -> str:
-    """``SendWelcomeEmailJob`` -> ``send_welcome_email_job`` (the default queue name)."""
-    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", name).lower()
-
-
-_BASES = frozenset(
-    {"culex.jobs.job.Job", "culex.jobs.job.QueuedJob", "culex.jobs.periodic.PeriodicJob"}
-)
-
-
-def _is_culex_class(cls: type) -> bool:
-    """culex's own base classes (Job, QueuedJob, PeriodicJob) declare no params."""
-    return f"{cls.__module__}.{cls.__qualname__}" in _BASES
-
-
-class Param:
-    """One declared param: its name, compiled codec and default."""
-
-    __slots__ = ("codec", "default", "name")
-
-    def __init__(self, name: str, codec: Codec, default: Any) -> None:
-        self.name = name
-        self.codec = codec
-        self.default = default
-
-    @property
-    def required(self) -> bool:
-        return self.default is _MISSING
-
-
-class _JobHooks(Mapping[type, tuple[Serializer, Deserializer]]):
-    """Mosquito's custom-type hooks: ``serialize_<type>`` / ``deserialize_<type>`` on the job."""
-
-    def __init__(self, job: type) -> None:
-        self.job = job
-
-    def __getitem__(self, tp: type) -> tuple[Serializer, Deserializer]:
-        name = snake_case(getattr(tp, "__name__", ""))
-        serialize = getattr(self.job, f"serialize_{name}", None)
-        deserialize = getattr(self.job, f"deserialize_{name}", None)
-        if serialize is None or deserialize is None:
-            raise KeyError(tp)
-        return serialize, deserialize
-
-    def __iter__(self) -> Iterator[type]:
-        return iter(())
-
-    def __len__(self) -> int:
-        return 0
-
 
 @typing.dataclass_transform(kw_only_default=True)
-class Job:
-    """Base class of every job. Subclass ``QueuedJob`` (or ``PeriodicJob``), not this."""
-
-    # Policy belongs to the job (override in a subclass).
-    queue: ClassVar[str] = ""
-    queue_from_name_: ClassVar[bool] = False  # queue is the class name, not set: not inherited
-    max_retries: ClassVar[int] = 4
-    # An attribute, or a method taking the retry count: may this task run again?
-    rescheduleable: ClassVar[bool] = True
-    lease: ClassVar[float | timedelta | None] = None  # None: the runner's lease setting
-    # how many stalls (expired leases) a task outlives; None: the runner's max_stalls setting
-    max_stalls: ClassVar[int | None] = None
-    timeout: ClassVar[float | timedelta | None] = None  # a time limit per attempt
-    # how long a returned value is kept; None: the result_ttl setting; 0: successful_job_ttl
-    result_ttl: ClassVar[float | timedelta | None] = None
-    # "thread" (default) or "process": where a sync perform runs (see culex.isolation)
-    isolation: ClassVar[str] = "thread"
-    # Higher runs first within the queue (a whole number in -100 .. 100); FIFO by ready time
-    # within one priority. QueuedJob.enqueue(priority=) overrides it for one task.
-    priority: ClassVar[int] = 0
-    # With OpenTelemetry: an attempt's span is a child of the enqueuing span (one trace),
-    # not a new trace linked to it (the default; see docs/tracing.md)
-    trace_as_child: ClassVar[bool] = False
-    # Flow control, a property of the job's queue (docs/flow-control.md): at most this many
-    # starts in any window ("100/s", "10/m", culex.Rate), and at most this many running at
-    # once, across every runner. Job classes that share a queue declare the same or none.
-    rate_limit: ClassVar[Rate | str | None] = None
-    concurrency_limit: ClassVar[int | None] = None
-    # The same, per group of the queue's tasks (enqueue(group=...)): each group on its own.
-    group_rate_limit: ClassVar[Rate | str | None] = None
-    group_concurrency: ClassVar[int | None] = None
-
-    params_: ClassVar[dict[str, Param]] = {}
-    # The task's ``type`` in Redis: ``name = "..."`` on the class, else the class name.
-    type_: ClassVar[str] = ""
-    async_perform_: ClassVar[bool] = False  # perform is ``async def`` (found once, at definition)
-    result_codec_: ClassVar[Codec | None] = None  # by perform's return annotation; None: plain
-    limits_: ClassVar[QueueLimits] = QueueLimits()  # rate_limit and concurrency_limit, checked
+class Job(JobDeclaration):
+    """Base class of every job. Subclass ``QueuedJob`` (or ``PeriodicJob``), not this. Its
+    class attributes (policy: queue, max_retries, lease, ...) are declaration.py's."""
 
     # Set by the runner on the job object it runs.
     task_id: str
@@ -137,23 +42,9 @@ class Job:
 
     def __init_subclass__(cls, abstract: bool = False, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if _is_culex_class(cls):  # QueuedJob, PeriodicJob: bases with no params or queue
+        if is_culex_class(cls):  # QueuedJob, PeriodicJob: bases with no params or queue
             return
-        cls.params_ = _collect_params(cls)
-        cls.type_ = _type_name(cls)
-        cls.async_perform_ = inspect.iscoroutinefunction(cls.perform)
-        cls.result_codec_ = _result_codec(cls)
-        if "queue" not in cls.__dict__ or not cls.__dict__["queue"]:
-            # A queue a base set (queue = "emails") is inherited; one a base took from its
-            # own class name is not: this class's default queue is its own name.
-            inherited = "" if cls.queue_from_name_ else cls.queue
-            cls.queue = inherited or snake_case(cls.__name__)
-            cls.queue_from_name_ = not inherited
-        else:
-            cls.queue_from_name_ = False
-        check_queue_name(cls.queue)
-        _check_policy(cls)
-        cls.limits_ = _limits(cls)
+        declare(cls, cls.perform, set(dir(Job)))
         if not abstract:
             registry.add(cls)
 
@@ -391,122 +282,3 @@ def _checked(jobs: Iterable[QueuedJob]) -> list[QueuedJob]:
         if not isinstance(job, QueuedJob):
             raise TypeError(f"enqueue_many() takes QueuedJob objects, got {type(job).__name__}")
     return listed
-
-
-def _collect_params(cls: type[Job]) -> dict[str, Param]:
-    """The params a job class declares: its annotations that are not ClassVars."""
-    reserved = set(dir(Job))
-    try:
-        hints = typing.get_type_hints(cls)
-    except Exception as exc:
-        raise TypeError(f"{cls.__name__}: cannot resolve its param annotations: {exc}") from exc
-    own: dict[str, Any] = {}
-    for klass in reversed(cls.__mro__):
-        if klass is object or _is_culex_class(klass):
-            continue
-        for name in inspect.get_annotations(klass):
-            if name.startswith("_") or typing.get_origin(hints.get(name)) is ClassVar:
-                continue
-            if hints.get(name) is ClassVar:
-                continue
-            if name in reserved:
-                raise TypeError(
-                    f"{cls.__name__}: {short(name)} is reserved by culex.Job, rename the param"
-                )
-            own[name] = hints[name]
-    hooks = _JobHooks(cls)
-    params: dict[str, Param] = {}
-    for name, annotation in own.items():
-        where = f"{cls.__name__}.{name}"
-        codec = codec_for(annotation, hooks, where)
-        default = _MISSING
-        for klass in cls.__mro__:
-            if name in klass.__dict__:
-                default = klass.__dict__[name]
-                break
-        if default is not _MISSING:
-            default = codec.validate(default, f"{where} (default)")
-        params[name] = Param(name, codec, default)
-    return params
-
-
-def _type_name(cls: type[Job]) -> str:
-    """The class's own ``name = "..."``, checked, else its class name. Not inherited: a
-    subclass is another type. (A param called ``name`` stays a param.)"""
-    given = cls.__dict__.get("name", _MISSING)
-    if given is _MISSING or "name" in cls.params_ or hasattr(given, "__get__"):
-        return cls.__name__  # (a method or property called name is no type name)
-    if (
-        not isinstance(given, str)
-        or not given
-        or not given.isprintable()
-        or any(c.isspace() for c in given)
-    ):
-        raise TypeError(
-            f"{cls.__name__}.name (the type of its tasks) must be a non-empty str of "
-            f"printable characters without spaces, got {short(given)}"
-        )
-    return given
-
-
-def _result_codec(cls: type[Job]) -> Codec | None:
-    """The codec of perform's return annotation; None (plain JSON) where it cannot be
-    resolved (a name imported only for type checkers) or typed: never an error, so that a
-    module whose results were stored as plain JSON before still imports."""
-    where = f"{cls.__name__}.perform()'s return annotation"
-    try:
-        annotation = typing.get_type_hints(cls.perform).get("return")
-    except Exception:  # a NameError, say
-        return None
-    return result_codec(annotation, _JobHooks(cls), where)
-
-
-def _check_policy(cls: type[Job]) -> None:
-    """Reject policy attributes a runner could not use, when the class is defined."""
-    name = cls.__name__
-    if isinstance(cls.max_retries, bool) or not isinstance(cls.max_retries, int):
-        raise TypeError(f"{name}.max_retries must be an int, got {short(cls.max_retries)}")
-    if not 0 <= cls.max_retries <= MOST:
-        raise ValueError(f"{name}.max_retries must be from 0 to {MOST}, got {cls.max_retries}")
-    if not isinstance(cls.rescheduleable, bool) and not callable(cls.rescheduleable):
-        raise TypeError(f"{name}.rescheduleable must be a bool or a method taking the retry count")
-    check_priority(cls.priority, f"{name}.priority")
-    if not isinstance(cls.trace_as_child, bool):
-        raise TypeError(f"{name}.trace_as_child must be a bool, got {short(cls.trace_as_child)}")
-    if cls.isolation not in ("thread", "process"):
-        raise ValueError(
-            f'{name}.isolation must be "thread" or "process", got {short(cls.isolation)}'
-        )
-    if cls.isolation == "process" and inspect.iscoroutinefunction(cls.perform):
-        raise TypeError(f'{name}: isolation = "process" is for a sync perform, not async def')
-    stalls = cls.max_stalls
-    if stalls is not None and (isinstance(stalls, bool) or not isinstance(stalls, int)):
-        raise TypeError(f"{name}.max_stalls must be an int or None, got {short(stalls)}")
-    if stalls is not None and not 0 <= stalls <= MOST:  # (what reclaim.lua takes)
-        raise ValueError(f"{name}.max_stalls must be from 0 to {MOST}, got {stalls}")
-    for attr in ("lease", "timeout"):
-        value = getattr(cls, attr)
-        if value is not None:
-            config.seconds(value, f"{name}.{attr}", minimum=0.001)
-    if cls.result_ttl is not None:
-        config.seconds(cls.result_ttl, f"{name}.result_ttl")
-
-
-def _limits(cls: type[Job]) -> QueueLimits:
-    """The flow-control limits ``cls`` declares for its queue, checked."""
-    name = cls.__name__
-
-    def checked_rate(attr: str) -> Rate | None:
-        value = getattr(cls, attr)
-        return None if value is None else rate(value, f"{name}.{attr}")
-
-    def checked_concurrency(attr: str) -> int | None:
-        value = getattr(cls, attr)
-        return None if value is None else concurrency(value, f"{name}.{attr}")
-
-    return QueueLimits(
-        checked_rate("rate_limit"),
-        checked_concurrency("concurrency_limit"),
-        checked_rate("group_rate_limit"),
-        checked_concurrency("group_concurrency"),
-    )

@@ -1,6 +1,6 @@
 """Periodic jobs: run on their own every interval, every n months, or on a cron expression.
 
-Slots are computed here without I/O, from the server's clock. Whether a slot is enqueued
+Slots are computed without I/O, from the server's clock (schedules.py). Whether a slot is enqueued
 is decided in Redis by ``schedule.lua``: a slot's task id is ``<JobName>:<slot ms>`` and
 the job's record remembers the latest slot decided, so any number of runners may run the
 scheduler and each slot still runs once. The rules are in docs/periodic.md.
@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta, tzinfo
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from datetime import timedelta
+from typing import Any, ClassVar
 
 from .. import config
 from .._redis import commands, enqueuing
@@ -22,170 +21,10 @@ from ..errors import ConfigurationError, CulexError, short
 from ..server.procedures import Procedure, run_async, run_sync
 from .job import Job
 from .registry import JobRegistry, registry
+from .schedules import Interval, Monthly, MonthSpan, Schedule, checked_zone, cron_schedule, instant
 from .task import Task, new_id
 
-if TYPE_CHECKING:
-    from cronsim import CronSim
-
-# zoneinfo and cronsim are imported where they are used: a runner without cron jobs or time
-# zones does not carry them (bench/README.md, RSS).
-
 logger = logging.getLogger("culex")
-
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-# -- schedules: when the slots are ------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class MonthSpan:
-    """A span of calendar months (Mosquito's ``Time::MonthSpan``): ``run_every = months(3)``."""
-
-    months: int
-
-    def __post_init__(self) -> None:
-        if isinstance(self.months, bool) or not isinstance(self.months, int) or self.months < 1:
-            raise TypeError(
-                f"a month span is a whole number of months >= 1, got {short(self.months)}"
-            )
-
-
-def months(n: int) -> MonthSpan:
-    """``run_every = culex.months(n)``: midnight of the first of every n-th month."""
-    return MonthSpan(n)
-
-
-class Schedule(Protocol):
-    """Where a periodic job's slots fall. Slots are ms since the epoch."""
-
-    @property
-    def tz(self) -> tzinfo:
-        """The time zone the slots are computed (and shown) in."""
-        ...
-
-    def around(self, now_ms: int) -> tuple[int | None, int | None]:
-        """The latest slot at or before ``now_ms``, and the first one after it."""
-        ...
-
-
-@dataclass(frozen=True, slots=True)
-class Interval:
-    """Every ``ms``, counted from the epoch, so that every runner computes the same slots."""
-
-    ms: int
-    tz: tzinfo = UTC
-
-    def around(self, now_ms: int) -> tuple[int | None, int | None]:
-        current = now_ms - now_ms % self.ms
-        return current, current + self.ms
-
-    def __str__(self) -> str:
-        return f"every {timedelta(milliseconds=self.ms)}"
-
-
-@dataclass(frozen=True, slots=True)
-class Monthly:
-    """Midnight of the first of every ``n``-th month in ``tz``, counted from January 1970."""
-
-    n: int
-    tz: tzinfo
-
-    def around(self, now_ms: int) -> tuple[int | None, int | None]:
-        local = instant(now_ms).astimezone(self.tz)
-        index = (local.year - 1970) * 12 + local.month - 1
-        index -= index % self.n
-        current = self._slot(index)
-        if current > now_ms:  # a month that begins in a DST gap, seen from inside the gap
-            index -= self.n
-            current = self._slot(index)
-        return current, self._slot(index + self.n)
-
-    def _slot(self, index: int) -> int:
-        year, month = divmod(index, 12)
-        return ms(wall_clock(datetime(1970 + year, month + 1, 1), self.tz))
-
-    def __str__(self) -> str:
-        every = "every month" if self.n == 1 else f"every {self.n} months"
-        return f"{every} ({self.tz})"
-
-
-@dataclass(frozen=True, slots=True)
-class Cron:
-    """A five-field cron expression in ``tz``, evaluated by cronsim.
-
-    cronsim follows Debian cron: an expression with fixed minutes and hours names wall-clock
-    times (a time in a spring-forward gap runs at the first minute after the gap, a time in
-    a fall-back overlap runs once, at its first occurrence); one with ``*`` in the minute or
-    hour field follows real time through a change.
-    """
-
-    expr: str
-    tz: tzinfo
-
-    def around(self, now_ms: int) -> tuple[int | None, int | None]:
-        from cronsim import CronSim
-
-        now = instant(now_ms)
-        # cronsim's reverse iteration starts one tick before where it is put: one second
-        # after now, so that a slot at exactly now counts as current.
-        start = (now.replace(microsecond=0) + timedelta(seconds=1)).astimezone(self.tz)
-        current = _first(CronSim(self.expr, start, reverse=True))
-        # Then walk forward in real time: for wall-clock expressions cronsim's answers may lie
-        # behind now (inside a fall-back overlap) or repeat (several times in one gap).
-        walk = CronSim(
-            self.expr, instant(now_ms if current is None else current).astimezone(self.tz)
-        )
-        for _ in range(1000):
-            slot = _first(walk)
-            if slot is None or slot > now_ms:
-                return current, slot
-            if current is None or slot > current:
-                current = slot
-        return current, None
-
-    def __str__(self) -> str:
-        return f"cron {self.expr} ({self.tz})"
-
-
-def _first(slots: CronSim) -> int | None:
-    try:
-        return ms(next(slots))
-    except StopIteration:  # cronsim gives up after 50 years without a match
-        return None
-
-
-def wall_clock(local: datetime, tz: tzinfo) -> datetime:
-    """The instant of a wall-clock time in ``tz``, by culex's DST rule: a time that occurs
-    twice (fall-back overlap) is its first occurrence; a time that does not exist
-    (spring-forward gap) is the first instant after the gap."""
-    local = local.replace(microsecond=0)
-    first = local.replace(tzinfo=tz, fold=0)
-    if first.astimezone(UTC).astimezone(tz).replace(tzinfo=None) == local:
-        return first  # it exists; fold=0 is its first occurrence when it occurs twice
-    # In a gap, fold=0 reads the time with the offset from before the change (an instant
-    # after the gap) and fold=1 with the offset after it (an instant before the gap); the
-    # change lies between them, found to the second.
-    low = int(local.replace(tzinfo=tz, fold=1).timestamp())
-    high = int(first.timestamp())
-    after = datetime.fromtimestamp(high, tz).utcoffset()
-    while high - low > 1:
-        middle = (low + high) // 2
-        if datetime.fromtimestamp(middle, tz).utcoffset() == after:
-            high = middle
-        else:
-            low = middle
-    return datetime.fromtimestamp(high, tz)
-
-
-def instant(slot_ms: int) -> datetime:
-    """A time in ms since the epoch as an aware UTC datetime (exact: no float)."""
-    return EPOCH + timedelta(milliseconds=slot_ms)
-
-
-def ms(when: datetime) -> int:
-    """An aware datetime as ms since the epoch (exact: no float)."""
-    return (when - EPOCH) // timedelta(milliseconds=1)
 
 
 # -- the job class ----------------------------------------------------------------------
@@ -250,9 +89,9 @@ def _schedule_of(cls: type[PeriodicJob]) -> Schedule:
             f"{name} needs exactly one of run_every (a timedelta, seconds or culex.months(n)) "
             'and cron (e.g. "*/5 * * * *")'
         )
-    tz = _zone(name, cls.timezone)
+    tz = checked_zone(name, cls.timezone)
     if cls.cron is not None:
-        return _cron(name, cls.cron, tz)
+        return cron_schedule(name, cls.cron, tz)
     if isinstance(cls.run_every, MonthSpan):
         return Monthly(cls.run_every.months, tz)
     if cls.timezone is not None:
@@ -265,37 +104,6 @@ def _schedule_of(cls: type[PeriodicJob]) -> Schedule:
     except ConfigurationError as exc:
         raise TypeError(f"{exc} (periodic jobs run at most once a second)") from None
     return Interval(round(seconds * 1000))
-
-
-def _zone(name: str, timezone: object) -> tzinfo:
-    if timezone is None:
-        return UTC
-    if not isinstance(timezone, str):
-        raise TypeError(
-            f'{name}.timezone must be a name like "Europe/Berlin", got {short(timezone)}'
-        )
-    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
-    try:
-        return ZoneInfo(timezone)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise TypeError(f"{name}.timezone: unknown time zone {short(timezone)}") from None
-
-
-def _cron(name: str, expr: object, tz: tzinfo) -> Cron:
-    if not isinstance(expr, str) or len(expr.split()) != 5:
-        raise TypeError(
-            f"{name}.cron must have five fields (minute hour day month weekday), got {short(expr)}"
-        )
-    from cronsim import CronSim, CronSimError
-
-    try:
-        slots = CronSim(expr, datetime.now(tz))
-    except CronSimError as exc:
-        raise TypeError(f"{name}.cron {short(expr)}: {exc}") from None
-    if _first(slots) is None:
-        raise TypeError(f"{name}.cron {short(expr)} never matches")
-    return Cron(expr, tz)
 
 
 def periodic_jobs(jobs: JobRegistry, queues: Iterable[str]) -> list[type[PeriodicJob]]:
@@ -329,18 +137,6 @@ def described(job: type[PeriodicJob]) -> tuple[tuple[str, str], ...]:
 def record_expiry(next_slot_ms: int | None, now_ms: int) -> int:
     """When a record written at ``now_ms`` ends unless renewed (as schedule.lua computes)."""
     return max(now_ms if next_slot_ms is None else next_slot_ms, now_ms) + RECORD_KEEP_MS
-
-
-def zone_of(name: str) -> tzinfo:
-    """The time zone a record names ("" or one this machine does not know: UTC)."""
-    if not name:
-        return UTC
-    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
-    try:
-        return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
-        return UTC
 
 
 def registry_entry(queue: str, job_type: str) -> str:

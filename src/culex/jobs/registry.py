@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from ..operations.queue_control import QueueLimits
+from .limits import QueueLimits
 
 if TYPE_CHECKING:
     from .job import Job

@@ -41,16 +41,13 @@ from .codecs import (
     Codec,
     Custom,
     Deserializer,
-    Dict,
-    Optional,
     Plain,
-    Seq,
     Serializer,
-    Tuple,
     at,
     enum_value,
     is_json,
 )
+from .compound_codecs import Dict, Optional, Seq, Tuple
 
 logger = logging.getLogger("culex")
 

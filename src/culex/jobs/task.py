@@ -7,19 +7,24 @@ import enum
 import itertools
 import random
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, ClassVar, Protocol
 
 from .. import config
 from .._redis import commands, interventions, reads
 from .._redis.keys import QueueKeys, check_queue_name, queue_keys, queues_key
 from ..errors import CulexError, TaskFailed, short
 from ..server.procedures import Procedure, one_call, run_async, run_sync
+from .codecs import Codec
 from .progress import Progress, read_procedure
 from .registry import registry
 from .serialization import decode_result
 
-if TYPE_CHECKING:
-    from .job import Job
+
+class ResultTyped(Protocol):
+    """What a task reads of its job class (a ``Job`` subclass): the codec of its perform's
+    return annotation (None: plain JSON), and its name."""
+
+    result_codec_: ClassVar[Codec | None]
 
 
 class TaskState(enum.StrEnum):
@@ -127,7 +132,7 @@ class Task:
         task_id: str,
         queue: str,
         url: str | None = None,
-        job: type[Job] | None = None,
+        job: type[ResultTyped] | None = None,
         prefix: str | None = None,
         deduped: bool = False,
     ) -> None:

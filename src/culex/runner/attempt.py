@@ -16,13 +16,14 @@ from concurrent.futures import Executor
 from datetime import timedelta
 from typing import Any
 
-from .. import logs, tracing
+from .. import logs
 from .._redis.claims import Claimed
 from ..config import seconds
 from ..errors import JobFailure, RetryLater, short
 from ..jobs.job import Job
 from ..jobs.registry import JobRegistry
 from ..jobs.task import task_name as named
+from .attempt_span import performing
 from .failures import traceback_of
 from .isolation import ChildDied, ChildRaised, run_in_process
 
@@ -127,7 +128,7 @@ def broken(claimed: Claimed, reason: str, raised: BaseException | None = None) -
 def attempt(job: Job, claimed: Claimed, pool: Executor) -> Awaitable[Outcome]:
     """One attempt, judged, in its span when tracing is on. Its await never raises but
     for cancellation."""
-    return tracing.performing(job, claimed, _judged(job, claimed, pool))
+    return performing(job, claimed, _judged(job, claimed, pool))
 
 
 async def _judged(job: Job, claimed: Claimed, pool: Executor) -> Outcome:

@@ -23,7 +23,7 @@ from .._redis.claims import Claimed, ClaimReply
 from .._redis.drivers import AsyncDriverProtocol
 from .._redis.keys import QueueKeys, queue_keys
 from ..errors import ServerError, ServerUnavailable
-from ..operations.queue_control import QueueLimits
+from ..jobs.limits import QueueLimits
 from . import queue_order
 from .backoff import SERVER_ERROR, Backoff
 
