@@ -233,7 +233,8 @@ class Runner:
         self._slots.take(asyncio.create_task(self._execute(claimed)), claimed)
 
     async def _execute(self, claimed: Claimed) -> None:
-        """One attempt, from its start to its outcome in the reporter's outbox.
+        """One attempt, from its start to its outcome in the reporter's outbox (in one
+        coroutine: this is the path of every task).
 
         The lease keeper holds the task only from here: until the reporter drops it once
         its report landed, or, for an attempt that ends with no outcome (a stop cancelled
@@ -244,31 +245,29 @@ class Runner:
         keeper.hold(claimed, self._default_lease_ms)
         outcome: Outcome | None = None
         try:
-            outcome = await self._attempt(claimed)
+            job = self._prepare(claimed)  # (a job's own lease is held from here)
+            if isinstance(job, Outcome):  # a broken task
+                outcome = job
+            else:
+                slots = self._slots  # (where a cancel finds the job, and a stop its thread)
+                if not job.async_perform_ and job.isolation == "thread":
+                    slots.threaded.add(claimed)
+                slots.jobs[claimed] = job
+                try:
+                    outcome = await attempt(job, claimed, self._pool)
+                except asyncio.CancelledError as exc:
+                    check_cancel_requested(job, exc)
+                finally:
+                    del slots.jobs[claimed]
+                # (the field, not the property: a job class may have a `cancelled` of its own)
+                if job._cancel_requested:
+                    # Whatever perform did once told (returned early, raised, was killed):
+                    # the task ends as cancelled; fail.lua stores the request's reason.
+                    logger.warning("task %s was cancelled while running", task_name(claimed))
+                    outcome = Outcome(claimed, error="cancelled", retry_delay_ms=None)
         finally:
             if outcome is None:
                 keeper.drop(claimed)
+        assert outcome is not None  # (a cancel that was not asked for goes on as raised)
         keeper.finish(claimed)
         self._outbox.put(outcome)
-
-    async def _attempt(self, claimed: Claimed) -> Outcome:
-        job = self._prepare(claimed)  # (a job's own lease is held from here)
-        if isinstance(job, Outcome):
-            return job
-        slots = self._slots
-        if not job.async_perform_ and job.isolation == "thread":
-            slots.threaded.add(claimed)
-        slots.jobs[claimed] = job
-        try:
-            outcome = await attempt(job, claimed, self._pool)
-        except asyncio.CancelledError as exc:
-            check_cancel_requested(job, exc)
-        finally:
-            del slots.jobs[claimed]
-        # (the field, not the property: a job class may have a `cancelled` of its own)
-        if job._cancel_requested:
-            # Whatever perform did once told (returned early, raised, was killed): the
-            # task ends as cancelled; fail.lua stores the request's reason, no retry.
-            logger.warning("task %s was cancelled while running", task_name(claimed))
-            outcome = Outcome(claimed, error="cancelled", retry_delay_ms=None)
-        return outcome
