@@ -121,7 +121,8 @@ class Claimer:
 
     def free(self) -> int:
         """Slots for more tasks: neither running nor held for a claim behind the wait."""
-        return self.slots.free() - self.reserved
+        slots = self.slots  # (Slots.free, inlined: asked after every task that ends)
+        return slots.capacity - len(slots.running) - self.reserved
 
     async def settle(self) -> None:
         """On stop, let a wait in flight end (at idle_wait) rather than close its

@@ -230,7 +230,10 @@ class Runner:
         if logger.isEnabledFor(logging.INFO):
             job = claimed.type or "no job type"
             logs.task_line(logger, "Running task %s (%s)", task_name(claimed), job)
-        self._slots.take(asyncio.create_task(self._execute(claimed)), claimed)
+        task = asyncio.create_task(self._execute(claimed))
+        slots = self._slots  # (Slots.take, inlined: the path of every task)
+        slots.running[task] = claimed
+        task.add_done_callback(slots.release)
 
     async def _execute(self, claimed: Claimed) -> None:
         """One attempt, from its start to its outcome in the reporter's outbox (in one
@@ -270,4 +273,6 @@ class Runner:
                 keeper.drop(claimed)
         assert outcome is not None  # (a cancel that was not asked for goes on as raised)
         keeper.finish(claimed)
-        self._outbox.put(outcome)
+        outbox = self._outbox  # (Outbox.put, inlined)
+        outbox.outcomes.append(outcome)
+        outbox.ready.set()

@@ -40,9 +40,10 @@ class Slots:
     def take(self, task: asyncio.Task[None], claimed: Claimed) -> None:
         """A slot for ``task``, which runs ``claimed``, until it ends."""
         self.running[task] = claimed
-        task.add_done_callback(self._release)
+        task.add_done_callback(self.release)
 
-    def _release(self, task: asyncio.Task[None]) -> None:
+    def release(self, task: asyncio.Task[None]) -> None:
+        """Free the slot of ``task``, which ended (its done callback)."""
         claimed = self.running.pop(task, None)
         if claimed is not None:
             self.threaded.discard(claimed)
