@@ -506,6 +506,7 @@ async def test_a_batch_with_two_attempts_of_one_task_says_only_the_stale_one_ref
     from culex._redis import claims, reports
     from culex.runner.attempt import Outcome
     from culex.runner.lease import LeaseKeeper
+    from culex.runner.outbox import Outbox
     from culex.runner.reporter import Reporter
 
     keys = queue_keys("culex", "order")
@@ -537,7 +538,7 @@ async def test_a_batch_with_two_attempts_of_one_task_says_only_the_stale_one_ref
     keeper = LeaseKeeper(settings, settings.redis_url or "")
     outbox = [Outcome(one.tasks[0], "3"), Outcome(two.tasks[0], "3")]
     with caplog.at_level(logging.WARNING, logger="culex"):
-        await Reporter(settings, driver, keeper, outbox, asyncio.Event()).flush()
+        await Reporter(settings, driver, keeper, Outbox(outbox)).flush()
     refused = [m for m in caplog.messages if "refused" in m]
     assert len(refused) == 1 and f"(attempt {one.tasks[0].attempt})" in refused[0]
     assert await third.aresult(timeout=1) == 3

@@ -20,6 +20,25 @@ class SumJob(culex.QueuedJob):
         return self.a + self.b
 
 
+class LeasedJob(culex.QueuedJob):
+    """Takes a lease of its own from what it stored (``lease``), as the runner's tests'
+    RenamedParamJob does: the lease is read once the job object is made."""
+
+    queue = "testing_add"
+    n: int = 0
+
+    @classmethod
+    def from_params(cls, raw: object) -> culex.Job:
+        lease = raw.pop("lease", None) if isinstance(raw, dict) else None
+        job = super().from_params(raw)
+        if lease is not None:
+            setattr(job, "lease", lease)  # noqa: B010
+        return job
+
+    def perform(self) -> int:
+        return self.n
+
+
 class Broken(Exception):
     """What ShakyJob raises."""
 

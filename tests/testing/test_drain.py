@@ -19,6 +19,7 @@ from .jobs import (
     Broken,
     DoubleJob,
     ForkedJob,
+    LeasedJob,
     LinkJob,
     ShakyJob,
     SlowApiJob,
@@ -129,6 +130,21 @@ def test_a_broken_task_fails_fast_with_its_reason(client: redis.Redis) -> None:
     with pytest.raises(AttemptFailed, match=r"SumJob task testing_add<bad> \(attempt 1\) went to"):
         drain("testing_add")
     assert members(client, "culex:{testing_add}:dead") == ["bad"]
+
+
+def test_a_task_prepared_as_a_runner_prepares_it(client: redis.Redis) -> None:
+    """A lease of the task's own that is no duration makes it broken in a drain as in a
+    runner (one preparation: culex.runner.attempt); a good one runs."""
+    bad, good = LeasedJob(n=1).enqueue(), LeasedJob(n=2).enqueue()
+    client.hset(f"culex:{{testing_add}}:task:{bad.id}", "params", '{"n": 1, "lease": "soon"}')
+    client.hset(f"culex:{{testing_add}}:task:{good.id}", "params", '{"n": 2, "lease": 60}')
+    ran = {r.task_id: r for r in drain("testing_add", fail_fast=False)}
+    assert (ran[bad.id].outcome, ran[bad.id].error) == (
+        "dead",
+        "broken task: ConfigurationError: lease must be a timedelta or a number of seconds, "
+        "got 'soon'",
+    )
+    assert (ran[good.id].outcome, ran[good.id].result) == ("succeeded", 2)
 
 
 async def test_drain_refuses_to_block_a_running_loop(client: redis.Redis) -> None:

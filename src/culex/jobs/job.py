@@ -37,7 +37,7 @@ class Job(JobDeclaration):
     attempt: int
     retry_count: int
     reporting_: Reporting  # where progress() stores (unset outside a runner: perform_now)
-    # Set by the runner when the task's cancel is requested while this attempt runs.
+    # Set by request_cancel_() when the task's cancel is requested while this attempt runs.
     _cancel_requested: bool = False
 
     def __init_subclass__(cls, abstract: bool = False, **kwargs: Any) -> None:
@@ -88,6 +88,14 @@ class Job(JobDeclaration):
         perform with ``isolation = "process"`` is killed. Either way the task goes to dead
         as "cancelled", whatever perform returns."""
         return self._cancel_requested
+
+    def request_cancel_(self) -> bool:
+        """Mark this attempt's cancel as requested (the runner calls it when the task's
+        cancel is asked); False when it already was."""
+        if self._cancel_requested:
+            return False
+        self._cancel_requested = True
+        return True
 
     def log(self, message: str) -> None:
         """Log ``message`` as ``[JobName] message`` on the ``culex`` logger."""

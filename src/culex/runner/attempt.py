@@ -1,4 +1,4 @@
-"""One attempt of one task: decode it, run the job's hooks and perform, judge the outcome.
+"""One attempt of one task: prepare it, run the job's hooks and perform, judge the outcome.
 
 No Redis here: the runner turns an :class:`Outcome` into a fenced report.
 """
@@ -11,16 +11,18 @@ import inspect
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import Executor
 from datetime import timedelta
 from typing import Any
 
 from .. import logs
 from .._redis.claims import Claimed
+from .._redis.scripts import MOST
 from ..config import seconds
 from ..errors import JobFailure, RetryLater, short
 from ..jobs.job import Job
+from ..jobs.progress import Reporting
 from ..jobs.registry import JobRegistry
 from ..jobs.task import task_name as named
 from .attempt_span import performing
@@ -73,6 +75,48 @@ def task_name(claimed: Claimed) -> str:
     """How logs name a claimed task: ``emails<ID>``, as everywhere (culex.task.task_name),
     so that ``culex task`` takes the name as the log wrote it."""
     return named(claimed.queue, claimed.id)
+
+
+class Preparation:
+    """How a claimed task becomes the job object its attempt runs, the same for a runner
+    and for culex.testing's drain: decoded with the job class ``jobs`` knows for its type,
+    its own lease checked (and given to ``hold`` when it is not ``default_lease_ms``), and
+    told where its queue's progress goes (``reporting``, one per queue)."""
+
+    __slots__ = ("default_lease_ms", "hold", "jobs", "max_payload_bytes", "reporting")
+
+    def __init__(
+        self,
+        jobs: JobRegistry,
+        max_payload_bytes: int,
+        reporting: Mapping[str, Reporting],
+        *,
+        default_lease_ms: int = 0,
+        hold: Callable[[Claimed, int], object] | None = None,
+    ) -> None:
+        self.jobs = jobs
+        self.max_payload_bytes = max_payload_bytes
+        self.reporting = reporting
+        self.default_lease_ms = default_lease_ms
+        self.hold = hold  # (None: the lease outlasts the whole run, as a drain's does)
+
+    def prepare(self, claimed: Claimed) -> Job | Outcome:
+        """The job object to run, set up; or the dead Outcome of a broken task: whatever
+        raises on the way (decode's own errors, a lease that is no duration) makes it
+        broken, never escapes."""
+        try:
+            job = decode(claimed, self.jobs, self.max_payload_bytes)
+            if isinstance(job, Outcome):
+                return job
+            if job.lease is not None:  # the job's own lease, checked and set at once
+                # (at most the longest heartbeat.lua takes, as the setting is: config.py)
+                lease_ms = min(MOST, round(seconds(job.lease, "lease") * 1000))
+                if lease_ms != self.default_lease_ms and self.hold is not None:
+                    self.hold(claimed, lease_ms)
+            job.reporting_ = self.reporting[claimed.queue]
+        except Exception as exc:  # (decode's own are caught there: this is the rest)
+            return broken(claimed, f"{type(exc).__name__}: {exc}", exc)
+        return job
 
 
 def decode(claimed: Claimed, registry: JobRegistry, max_payload_bytes: int) -> Job | Outcome:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence, Sized
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from .. import config
@@ -26,6 +26,7 @@ from ..errors import ServerError, ServerUnavailable
 from ..jobs.limits import QueueLimits
 from . import queue_order
 from .backoff import SERVER_ERROR, Backoff
+from .slots import Slots
 
 logger = logging.getLogger("culex")
 
@@ -47,8 +48,8 @@ class Claimer:
 
     The queues are asked in turns (culex.runner.queue_order): in rotation, in their
     order (``strict_queues``), or by their ``weights``. It is given the runner's
-    ``running`` tasks (to count the free slots), the event set when a slot frees, and
-    ``start``, which starts one claimed task.
+    ``slots`` (it counts the free ones, and waits for one to free), and ``start``, which
+    starts one claimed task in a slot.
     """
 
     def __init__(
@@ -60,8 +61,7 @@ class Claimer:
         limits: Mapping[str, QueueLimits] | None = None,
         weights: Mapping[str, int] | None = None,
         start: Callable[[Claimed], None],
-        running: Sized,
-        slot_freed: asyncio.Event,
+        slots: Slots,
         stopping: asyncio.Event,
         reports_landed: asyncio.Event | None = None,
     ) -> None:
@@ -76,8 +76,7 @@ class Claimer:
             for keys in self.keys
         }
         self.start = start
-        self.running = running
-        self.slot_freed = slot_freed
+        self.slots = slots
         self.stopping = stopping
         # Clear while the reporter holds outcomes the server could not take (out of memory,
         # out of reach): no task is claimed then, so none piles up behind them.
@@ -107,8 +106,8 @@ class Claimer:
                 continue
             free = self.free()
             if free <= 0:
-                self.slot_freed.clear()
-                await self._until(self.slot_freed.wait())
+                self.slots.freed.clear()
+                await self._until(self.slots.freed.wait())
                 continue
             order, shares = plan(free)
             claimed, due_in, filled = await self._claim(order, shares)
@@ -123,7 +122,8 @@ class Claimer:
 
     def free(self) -> int:
         """Slots for more tasks: neither running nor held for a claim behind the wait."""
-        return self.settings.concurrency - len(self.running) - self.reserved
+        slots = self.slots  # (Slots.free, inlined: asked after every task that ends)
+        return slots.capacity - len(slots.running) - self.reserved
 
     async def settle(self) -> None:
         """On stop, let a wait in flight end (at idle_wait) rather than close its
@@ -295,7 +295,7 @@ class Claimer:
             replies = await self.driver.run_many(calls)
         finally:
             self.reserved -= 1
-            self.slot_freed.set()
+            self.slots.freed.set()
         reply = replies[1]
         if isinstance(reply, ServerUnavailable):
             logger.warning("%s", reply)

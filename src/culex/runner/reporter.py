@@ -5,9 +5,9 @@ traceback, which the task's errors keep: culex.failures), each
 push-back (culex.RetryLater) in a retry_later call; a report the server refuses (the lease
 was lost and the task handed out again) is logged and dropped; a batch that could not be
 sent is sent again after a back-off, and while the server cannot take it (out of memory,
-out of reach: ServerUnavailable) ``landed`` is clear, so the claimer takes no more tasks
-until the reports are in. A hand-back on stop is a report too: the task goes back to
-waiting, fenced the same way.
+out of reach: ServerUnavailable) the outbox's ``landed`` is clear, so the claimer takes no
+more tasks until the reports are in (culex.runner.outbox). A hand-back on stop is a
+report too: the task goes back to waiting, fenced the same way.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from . import failures
 from .attempt import Outcome, task_name
 from .backoff import SERVER_ERROR, Backoff
 from .lease import LeaseKeeper
+from .outbox import Outbox
 
 logger = logging.getLogger("culex")
 
@@ -36,7 +37,7 @@ REFUSALS = 5  # times a report the server refuses (not: cannot be reached) is se
 
 
 class Reporter:
-    """Empties ``outbox`` (filled by the runner, which sets ``ready``) into reports.
+    """Empties ``outbox`` (filled by the runner) into reports.
 
     Once a report lands, or a task is handed back, the ``keeper`` stops renewing its lease.
     """
@@ -46,18 +47,12 @@ class Reporter:
         settings: config.Settings,
         driver: AsyncDriverProtocol,
         keeper: LeaseKeeper,
-        outbox: list[Outcome],
-        ready: asyncio.Event,
-        landed: asyncio.Event | None = None,
+        outbox: Outbox,
     ) -> None:
         self.settings = settings
         self.driver = driver
         self.keeper = keeper
         self.outbox = outbox
-        self.ready = ready
-        # Set while no report waits for a server that could not take it (the claimer waits)
-        self.landed = landed if landed is not None else asyncio.Event()
-        self.landed.set()
         self.backoff = Backoff(*SERVER_ERROR)
         self._closing = False
         self._flushing = asyncio.Lock()
@@ -67,8 +62,8 @@ class Reporter:
         """Report as outcomes come in, until :meth:`close` (the runner then calls
         :meth:`flush` for what is left after the grace period)."""
         while not self._closing:
-            await self.ready.wait()
-            self.ready.clear()
+            await self.outbox.ready.wait()
+            self.outbox.ready.clear()
             try:
                 await self.flush()
             except Exception:  # (a bug here must not end reporting for good: log, go on)
@@ -77,7 +72,7 @@ class Reporter:
 
     def close(self) -> None:
         self._closing = True
-        self.ready.set()
+        self.outbox.ready.set()
 
     def _refused(self, outcomes: list[Outcome], error: ServerError) -> list[Outcome]:
         """The outcomes of a call the server refused (not one it could not be reached for)
@@ -107,23 +102,23 @@ class Reporter:
             await self._flush()
 
     async def _flush(self) -> None:
-        while self.outbox:
-            batch = self.outbox.copy()
-            self.outbox.clear()
+        landed = self.outbox.landed
+        while self.outbox.outcomes:
+            batch = self.outbox.take()
             calls, owners = self._calls(batch)
             results = await self.send(calls, "reporting outcomes")
             if any(r is UNSENT or isinstance(r, ServerUnavailable) for r in results):
-                if self.landed.is_set():
+                if landed.is_set():
                     logger.warning("no more tasks are claimed until the outcomes are reported")
-                self.landed.clear()
-            elif not self.landed.is_set():
+                landed.clear()
+            elif not landed.is_set():
                 logger.warning("the outcomes are reported: claiming again")
-                self.landed.set()
+                landed.set()
             for outcomes, result in zip(owners, results, strict=True):
                 if isinstance(result, ServerError) and not isinstance(result, ServerUnavailable):
                     outcomes = self._refused(outcomes, result)
                 if isinstance(result, ServerError) or result is UNSENT:
-                    self.outbox += outcomes  # sent again after the pause
+                    self.outbox.extend(outcomes)  # sent again after the pause
                     continue
                 # (id, attempt): a batch may hold two attempts of one task
                 refused = set(result) if isinstance(result, list) else set()
@@ -138,7 +133,7 @@ class Reporter:
                             outcome.claimed.attempt,
                         )
                     self.keeper.drop(outcome.claimed)
-            if self.outbox:
+            if self.outbox.outcomes:
                 await asyncio.sleep(self.backoff.failed())
 
     async def hand_back(self, held: list[Claimed]) -> list[Any]:

@@ -5,19 +5,17 @@ One server per data folder (``.culex/`` in the current directory, or ``CULEX_DAT
 reached over a unix socket only, with append-only persistence, daemonized so it outlives the
 process that started it. Every process on the machine that uses the same data folder joins
 the same server; an ``fcntl.flock`` on a lock file in the folder makes "check, else start"
-atomic across processes.
+atomic across processes (the folder's files: culex.server.data_folder).
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import os
 import stat
 import subprocess
 import time
-from collections.abc import Iterator
 from enum import Enum
 from pathlib import Path
 from typing import Any, TypeVar
@@ -27,6 +25,7 @@ from .._redis.calls import Call
 from .._redis.drivers import SyncDriver
 from ..errors import CulexError, ServerError, ServerUnavailable
 from .binary import binary_version, server_binary
+from .data_folder import DataFolder, alive, default_data_dir, ensure_private_dir
 
 __all__ = [
     "EmbeddedServer",
@@ -38,9 +37,6 @@ __all__ = [
 T = TypeVar("T")
 
 _SOCKET_NAME = "valkey.sock"
-_PID_NAME = "valkey.pid"
-_LOG_NAME = "valkey.log"
-_LOCK_NAME = "server.lock"
 
 # sun_path holds 104 bytes on macOS/BSD and 108 on Linux, both counting the final NUL;
 # staying well below the smaller one keeps the check the same everywhere.
@@ -50,65 +46,12 @@ _MAX_SOCKET_PATH = 100
 _SHORT_SOCKET_ROOT = Path("/tmp")
 
 _READY_TIMEOUT = 10.0
-_LOG_TAIL_LINES = 20
 
 
 class _State(Enum):
     UP = "up"  # answers PING
     BUSY = "busy"  # something listens but does not answer PING yet (loading, hung, ...)
     DOWN = "down"  # nothing listens on the socket
-
-
-def default_data_dir() -> Path:
-    """``$CULEX_DATA_DIR`` if set, else ``.culex`` in the current directory."""
-    configured = os.environ.get("CULEX_DATA_DIR")
-    if configured:
-        return Path(configured).expanduser()
-    return Path.cwd() / ".culex"
-
-
-def _alive(pid: int) -> bool:
-    """Whether process ``pid`` exists and has not exited."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A daemon's parent is init; where init does not reap (some containers), a killed
-    # server lingers as a zombie, which is as gone as a server can be.
-    try:
-        proc_stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    fields = proc_stat.rpartition(")")[2].split()
-    return not fields or fields[0] not in ("Z", "X")
-
-
-def _ensure_private_dir(path: Path, *, create: bool) -> bool:
-    """Check that ``path`` is a directory only this user can use; False if it does not exist.
-
-    The short socket lives in a shared /tmp, where anyone could otherwise plant a socket of
-    their own and receive our jobs.
-    """
-    if create:
-        with contextlib.suppress(FileExistsError):
-            path.mkdir(mode=0o700)
-    try:
-        info = path.lstat()
-    except FileNotFoundError:
-        return False
-    if (
-        not stat.S_ISDIR(info.st_mode)
-        or info.st_uid != os.getuid()
-        or stat.S_IMODE(info.st_mode) & 0o077
-    ):
-        raise CulexError(
-            f"{path} holds culex's server socket but is not a private directory of this user "
-            "(it must be owned by you with mode 700); remove it or set CULEX_DATA_DIR to a "
-            "shorter path"
-        )
-    return True
 
 
 class EmbeddedServer:
@@ -123,9 +66,7 @@ class EmbeddedServer:
         chosen = Path(data_dir) if data_dir is not None else default_data_dir()
         # Resolved so that every process, whatever its cwd or symlinks, agrees on the paths.
         self.data_dir: Path = chosen.expanduser().resolve()
-        self._pid_path = self.data_dir / _PID_NAME
-        self._log_path = self.data_dir / _LOG_NAME
-        self._lock_path = self.data_dir / _LOCK_NAME
+        self.folder = DataFolder(self.data_dir)  # its lock, pid file and log
         socket_path = self.data_dir / _SOCKET_NAME
         self._socket_dir: Path | None = None
         if len(os.fsencode(socket_path)) > _MAX_SOCKET_PATH:
@@ -156,14 +97,14 @@ class EmbeddedServer:
         except OSError as exc:
             raise ServerError(f"cannot create culex's data folder {self.data_dir}: {exc}") from exc
         if self._socket_dir is not None:
-            _ensure_private_dir(self._socket_dir, create=True)
-        with self._locked():
+            ensure_private_dir(self._socket_dir, create=True)
+        with self.folder.locked():
             state = self._probe()
             if state is _State.UP:
                 return self.url
-            log_offset = self._log_size()
+            log_offset = self.folder.log_size()
             started = False
-            if state is _State.DOWN and self._orphan_pid() is None:
+            if state is _State.DOWN and self.folder.orphan_pid() is None:
                 self._start(deadline, log_offset)
                 started = True
             self._wait_ready(deadline, started=started, log_offset=log_offset)
@@ -187,11 +128,11 @@ class EmbeddedServer:
         """
         if not self.data_dir.is_dir():
             return False
-        with self._locked():
+        with self.folder.locked():
             state = self._probe()
             if state is _State.DOWN:
                 return False
-            pid = self.pid() if state is _State.UP else self._orphan_pid()
+            pid = self.pid() if state is _State.UP else self.folder.orphan_pid()
             try:
                 self._ask(commands.shutdown(), timeout)
             except ServerError as exc:
@@ -199,11 +140,11 @@ class EmbeddedServer:
                 if not isinstance(exc.__cause__, ConnectionError):
                     raise ServerError(
                         f"the culex server at {self.socket_path} refused SHUTDOWN: {exc}"
-                        f"{self._log_tail(0)}"
+                        f"{self.folder.log_tail(0)}"
                     ) from exc
             deadline = time.monotonic() + timeout
             delay = 0.005
-            while (pid is not None and _alive(pid)) or self._probe() is not _State.DOWN:
+            while (pid is not None and alive(pid)) or self._probe() is not _State.DOWN:
                 if time.monotonic() >= deadline:
                     raise ServerError(
                         f"the culex server (pid {pid}) at {self.socket_path} did not exit "
@@ -246,7 +187,7 @@ class EmbeddedServer:
             driver.close()
 
     def _probe(self, timeout: float = 2.0) -> _State:
-        if self._socket_dir is not None and not _ensure_private_dir(self._socket_dir, create=False):
+        if self._socket_dir is not None and not ensure_private_dir(self._socket_dir, create=False):
             return _State.DOWN
         try:
             self._ask(commands.ping(), timeout)
@@ -262,55 +203,18 @@ class EmbeddedServer:
         return _State.UP
 
     def _info(self) -> dict[str, Any] | None:
-        if self._socket_dir is not None and not _ensure_private_dir(self._socket_dir, create=False):
+        if self._socket_dir is not None and not ensure_private_dir(self._socket_dir, create=False):
             return None
         try:
             return self._ask(commands.server_info(), 2.0)
         except ServerError:
             return None
 
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        # flock is released by the kernel when its holder dies, so a crash never leaves a stale
-        # lock; the file is opened close-on-exec, so the daemon does not inherit it.
-        try:
-            lock_file = open(self._lock_path, "a")  # noqa: SIM115 - the with below closes it
-        except OSError as exc:
-            raise ServerError(f"cannot use {self.data_dir} as culex's data folder: {exc}") from exc
-        with lock_file:
-            fcntl.flock(lock_file.fileno(), fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(lock_file.fileno(), fcntl.LOCK_UN)
-
-    def _pid_file_pid(self) -> int | None:
-        try:
-            return int(self._pid_path.read_text().strip())
-        except (OSError, ValueError):
-            return None
-
-    def _orphan_pid(self) -> int | None:
-        """A live server on this data folder that its socket does not reach, if there is one.
-
-        Such a server (its socket file deleted, say by a /tmp cleaner) must not get a twin
-        writing the same AOF. Only Linux can tell a live server from a reused pid (its cwd is
-        the data folder); elsewhere a stale pid file is simply ignored.
-        """
-        pid = self._pid_file_pid()
-        if pid is None or not _alive(pid):
-            return None
-        try:
-            cwd = Path(os.readlink(f"/proc/{pid}/cwd"))
-        except OSError:
-            return None
-        return pid if cwd == self.data_dir else None
-
     def _start(self, deadline: float, log_offset: int) -> None:
         binary = self.binary or server_binary()
         # Left by a killed server: its pid may name another process by now, and the early
         # failure check in _wait_ready reads this file.
-        self._pid_path.unlink(missing_ok=True)
+        self.folder.pid_path.unlink(missing_ok=True)
         with contextlib.suppress(FileNotFoundError):
             if stat.S_ISSOCK(self.socket_path.lstat().st_mode):
                 self.socket_path.unlink()
@@ -323,8 +227,8 @@ class EmbeddedServer:
             "--unixsocket", str(self.socket_path),
             "--unixsocketperm", "700",
             "--dir", str(self.data_dir),
-            "--pidfile", str(self._pid_path),
-            "--logfile", str(self._log_path),
+            "--pidfile", str(self.folder.pid_path),
+            "--logfile", str(self.folder.log_path),
             "--appendonly", "yes",
             "--appendfsync", "everysec",
             "--save", "",
@@ -347,7 +251,7 @@ class EmbeddedServer:
             output = (result.stdout + result.stderr).decode(errors="replace").strip()
             raise ServerError(
                 f"{binary} exited with status {result.returncode} while starting culex's "
-                f"server in {self.data_dir}:\n{output}{self._log_tail(log_offset)}"
+                f"server in {self.data_dir}:\n{output}{self.folder.log_tail(log_offset)}"
             )
 
     def _wait_ready(self, deadline: float, *, started: bool, log_offset: int) -> None:
@@ -358,15 +262,15 @@ class EmbeddedServer:
             if state is _State.UP:
                 return
             if started and state is _State.DOWN:
-                pid = self._pid_file_pid()
-                if pid is not None and not _alive(pid):
+                pid = self.folder.pid()
+                if pid is not None and not alive(pid):
                     raise ServerError(
                         f"culex's server in {self.data_dir} exited while starting"
-                        f"{self._log_tail(log_offset)}"
+                        f"{self.folder.log_tail(log_offset)}"
                     )
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                orphan = self._orphan_pid()
+                orphan = self.folder.orphan_pid()
                 detail = (
                     f"; server pid {orphan} runs on this data folder but does not answer on "
                     f"its socket (stop it with `kill {orphan}`)"
@@ -375,29 +279,10 @@ class EmbeddedServer:
                 )
                 raise ServerError(
                     f"culex's server at {self.socket_path} did not answer PING in time"
-                    f"{detail}{self._log_tail(log_offset)}"
+                    f"{detail}{self.folder.log_tail(log_offset)}"
                 )
             time.sleep(min(delay, remaining))
             delay = min(delay * 2, 0.1)
-
-    def _log_size(self) -> int:
-        try:
-            return self._log_path.stat().st_size
-        except OSError:
-            return 0
-
-    def _log_tail(self, offset: int) -> str:
-        """The last lines the server logged since ``offset``, formatted for an error message."""
-        try:
-            with open(self._log_path, "rb") as log:
-                log.seek(offset)
-                text = log.read().decode(errors="replace")
-        except OSError:
-            return f"\n(no server log at {self._log_path})"
-        lines = text.strip().splitlines()[-_LOG_TAIL_LINES:]
-        if not lines:
-            return f"\n(nothing new in {self._log_path})"
-        return f"\nlast lines of {self._log_path}:\n" + "\n".join(lines)
 
     def _binary_or_missing(self) -> str:
         try:

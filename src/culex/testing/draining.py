@@ -1,8 +1,8 @@
 """drain: run every task of some queues in this process, through the runner's own parts.
 
 A round makes the queues' scheduled tasks due now (hasten.lua, unless ``run_scheduled`` is
-off), claims what is ready (claim.lua), runs each attempt as a runner does
-(culex.execution), and reports the outcomes with the runner's reporter (complete.lua,
+off), claims what is ready (claim.lua), prepares and runs each attempt as a runner does
+(culex.runner.attempt), and reports the outcomes with the runner's reporter (complete.lua,
 fail.lua). Rounds go on until a claim finds nothing: a retry, or a task a perform enqueued,
 runs in a later round. No runner loop, no wait for a signal: nothing sleeps.
 """
@@ -28,9 +28,10 @@ from ..jobs.progress import Reporting
 from ..jobs.registry import JobRegistry, registry
 from ..jobs.serialization import decode_result
 from ..runner import isolation
-from ..runner.attempt import Outcome, attempt, decode
+from ..runner.attempt import Outcome, Preparation, attempt
 from ..runner.claimer import PROMOTE_LIMIT
 from ..runner.lease import LeaseKeeper
+from ..runner.outbox import Outbox
 from ..runner.reporter import Reporter
 from ..server import configured
 from .attempts import FAILED, Attempt, AttemptFailed, AttemptOutcome, DrainTimeout, params_of
@@ -77,7 +78,9 @@ async def adrain(
         raise TypeError("drain(): fail_fast and run_scheduled must be True or False")
     settings = config.settings()
     driver = await configured.async_driver(settings.redis_url)
-    drainer = _Drainer(settings, driver, names, run_scheduled, lease_ms=round(limit * 1000))
+    drainer = _Drainer(
+        settings, driver, registry, names, run_scheduled, lease_ms=round(limit * 1000)
+    )
     try:
         async with asyncio.timeout(limit):
             failed = await drainer.run(fail_fast)
@@ -116,6 +119,7 @@ class _Drainer:
         self,
         settings: config.Settings,
         driver: AsyncDriverProtocol,
+        jobs: JobRegistry,
         queues: list[str],
         run_scheduled: bool,
         *,
@@ -130,10 +134,13 @@ class _Drainer:
         self.ran: list[Attempt] = []
         self.running: list[Claimed] = []
         self.pool = ThreadPoolExecutor(settings.concurrency, thread_name_prefix="culex-drain")
-        self.outbox: list[Outcome] = []
+        reporting = {keys.name: Reporting(settings.redis_url, keys) for keys in self.keys}
+        # (no hold: the lease outlasts the drain)
+        self.preparation = Preparation(jobs, settings.max_payload_bytes, reporting)
+        self.outbox = Outbox()
         # The runner's reporter; its keeper only forgets tasks here (no heartbeat thread).
         keeper = LeaseKeeper(settings, "")
-        self.reporter = Reporter(settings, driver, keeper, self.outbox, asyncio.Event())
+        self.reporter = Reporter(settings, driver, keeper, self.outbox)
 
     async def run(self, fail_fast: bool) -> Attempt | None:
         """Rounds until a claim finds nothing; with ``fail_fast``, until a round has a
@@ -142,7 +149,7 @@ class _Drainer:
             self.running = claimed
             done = await asyncio.gather(*(self._attempt(c) for c in claimed))
             self.running = []
-            self.outbox += [outcome for outcome, _ in done]
+            self.outbox.extend([outcome for outcome, _ in done])
             await self.reporter.flush()
             self.ran += [record for _, record in done]
             failed = next((r for r in self.ran[-len(done) :] if r.outcome in FAILED), None)
@@ -174,11 +181,9 @@ class _Drainer:
         return claimed
 
     async def _attempt(self, claimed: Claimed) -> tuple[Outcome, Attempt]:
-        job = decode(claimed, registry, self.settings.max_payload_bytes)
+        job = self.preparation.prepare(claimed)
         if isinstance(job, Outcome):
             return job, _record(claimed, job, None, None)
-        keys = queue_keys(self.settings.prefix, claimed.queue)
-        job.reporting_ = Reporting(self.settings.redis_url, keys)
         raised: list[BaseException] = []
         _catch(job, raised)
         outcome = await attempt(job, claimed, self.pool)

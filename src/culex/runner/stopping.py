@@ -1,0 +1,111 @@
+"""A runner's stop: its helper loops end, its running tasks finish or go back to waiting.
+
+A stop hands back what is still running when the grace period ends. Python cannot end a
+thread, so a sync perform still running then would go on beside the run another runner
+starts: a runner that owns its process (Runner.run) hands its task back and ends the
+process at once; one on a loop of the application's own (Runner.arun) does not hand such
+a task back but waits for it (docs/reliability.md, "Graceful stop").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from typing import Any, NoReturn
+
+from .. import logs
+from .._redis.claims import Claimed
+from . import isolation
+from .attempt import task_name
+from .lease import LeaseKeeper
+from .reporter import Reporter
+from .slots import Slots
+
+logger = logging.getLogger("culex")
+
+HELPER_STOP_TIMEOUT = 5.0  # seconds a helper loop may take to stop
+
+
+async def stop_helpers(helpers: list[asyncio.Task[Any]]) -> None:
+    """Stop the helper loops. Each also ends on its own once stopping is set, so a
+    cancellation lost inside a client library cannot keep the runner from exiting."""
+    for helper in helpers:
+        helper.cancel()
+    _, stuck = await asyncio.wait(helpers, timeout=HELPER_STOP_TIMEOUT)
+    for helper in stuck:
+        logger.warning("%s did not stop in time; leaving it", helper.get_name())
+    for helper in helpers:
+        if helper.done() and not helper.cancelled() and helper.exception() is not None:
+            logger.error("%s failed", helper.get_name(), exc_info=helper.exception())
+
+
+async def finish(
+    slots: Slots,
+    reporter: Reporter,
+    keeper: LeaseKeeper,
+    grace_period: float,
+    *,
+    owns_process: bool,
+) -> None:
+    """Graceful stop: wait up to ``grace_period``, then hand unfinished tasks back.
+
+    No task is handed back while its perform still runs in this process: a child
+    process is killed first; a thread cannot be, so a runner that ``owns_process`` ends
+    it just after the hand-back, and one that does not keeps such a task and waits for it
+    instead."""
+    if slots.running:
+        _, unfinished = await asyncio.wait(list(slots.running), timeout=grace_period)
+        held = {task: slots.running[task] for task in unfinished}
+        isolation.kill(claimed.id for claimed in held.values())
+        threads = [task for task, claimed in held.items() if claimed in slots.threaded]
+        for task in threads if not owns_process else ():
+            logger.warning(
+                "task %s runs on in a thread after the grace period; a thread cannot be "
+                "stopped, so it is not handed back: waiting for it to end",
+                task_name(held.pop(task)),
+            )
+        for task in held:
+            task.cancel()
+        if threads and owns_process:
+            await reporter.flush()
+            await _release_and_exit(reporter, list(held.values()))
+        if held:
+            await _release(reporter, keeper, list(held.values()))
+        if threads:
+            await asyncio.wait(threads)
+    await reporter.flush()
+
+
+async def _release_and_exit(reporter: Reporter, held: list[Claimed]) -> NoReturn:
+    """Hand ``held`` back and end the process at once, with the threads that still run
+    their performs: nothing of this process runs them once another runner can."""
+    logger.warning(
+        "the grace period is over; handing back to waiting %s, and ending the process "
+        "with the threads that still run them",
+        ", ".join(task_name(claimed) for claimed in held),
+    )
+    logs.flush_all()  # before the hand-back: from then on, not a moment is lost
+    results = await reporter.hand_back(held)
+    failed = [claimed for claimed, done in zip(held, results, strict=True) if done is not True]
+    for claimed in failed:
+        logger.warning(
+            "task %s could not be handed back: it comes back when its lease ends",
+            task_name(claimed),
+        )
+    exit_now(0)
+
+
+async def _release(reporter: Reporter, keeper: LeaseKeeper, held: list[Claimed]) -> None:
+    handed = await reporter.hand_back(held)
+    for claimed, result in zip(held, handed, strict=True):
+        if result is True:
+            logger.info("task %s handed back to waiting", task_name(claimed))
+        keeper.drop(claimed)
+
+
+def exit_now(code: int) -> NoReturn:
+    """End the process with its threads, skipping exit handlers (which would wait for
+    them), once the log is written out."""
+    logs.flush_all()
+    os._exit(code)
