@@ -18,8 +18,6 @@ from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -255,8 +253,6 @@ MODULE_LINES = 400  # at most, in any module of src/
 CLASS_LINES = 300  # at most, in any class of src/ (its decorators included)
 TYPE_IGNORES = 3  # at most, in all of src/
 SUBPACKAGES = {path.parent.name for path in PACKAGE.glob("*/__init__.py")}
-# What the rules below find today, left to the steps of issue 27 that split these modules.
-SPLITTING = "issue 27: the big modules and the circles between folders are being taken apart"
 
 
 def folder_of(module: str) -> str:
@@ -307,7 +303,6 @@ def test_the_folder_graph_is_read_from_every_import() -> None:
     ]
 
 
-@pytest.mark.xfail(strict=False, reason=SPLITTING)
 def test_no_import_circle_between_folders() -> None:
     """The folders of culex (and each flat module) import each other in one direction only,
     type-only imports included: a reader who follows an import never comes back to the
@@ -358,7 +353,6 @@ def oversized(root: Path) -> list[str]:
     return found
 
 
-@pytest.mark.xfail(strict=False, reason=SPLITTING)
 def test_no_module_or_class_too_long_to_read() -> None:
     found = oversized(ROOT / "src")
     assert found == [], "\n".join(found)
@@ -388,7 +382,6 @@ def type_ignores(root: Path) -> list[str]:
     return found
 
 
-@pytest.mark.xfail(strict=False, reason=SPLITTING)
 def test_few_type_ignores() -> None:
     found = type_ignores(ROOT / "src")
     assert len(found) <= TYPE_IGNORES, found
