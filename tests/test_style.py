@@ -319,6 +319,18 @@ def test_no_import_circle_between_folders() -> None:
     assert cycle == [], "\n".join([" -> ".join(cycle), *closing])
 
 
+def test_the_runner_and_the_operations_stand_apart() -> None:
+    """What people use to see and steer a queue (operations/) and what runs its tasks
+    (runner/) share only the bands below them: a runner loads no dashboard reads, and a
+    scrape or a CLI listing loads no runner."""
+    crossing = [
+        f"{edge.source}:{edge.line} imports {edge.target}"
+        for edge in imports()
+        if {folder_of(edge.source), folder_of(edge.target)} == {"culex.operations", "culex.runner"}
+    ]
+    assert crossing == []
+
+
 def flat_modules(package: Path) -> list[str]:
     """The modules that lie flat in ``package`` beyond the list (FLAT)."""
     return sorted(path.stem for path in package.glob("*.py") if path.stem not in FLAT)
@@ -437,6 +449,7 @@ TEXT_SUFFIXES = {".py", ".md", ".lua", ".html", ".js", ".css", ".json", ".toml",
 FILE_NAMED = re.compile(r"(?<![\w./-])((?:[\w.-]+/)*[\w-]+\.(?:py|md|lua))\b(?![\w/-])")
 URL = re.compile(r"https?://\S+")
 ANCHOR = re.compile(r"#([\w-]+)")  # a section of a page: docs/design.md#the-server
+FUTURE = "the room a coming feature adds, in docs/architecture.md's worked examples"
 # Files that are not this repository's, each with why it is named (fnmatch patterns).
 NOT_OURS = {
     "guide.py": "the reader's own script, that docs/guide.md builds up section by section",
@@ -450,6 +463,14 @@ NOT_OURS = {
     "app/*.py": "the reader's FastAPI app of docs/fastapi.md",
     "tests/test_signup.py": "the reader's test in docs/fastapi.md",
     "include/NAME.lua": "a pattern for any include file (culex/_redis/assembly.py)",
+    "workflows/*.py": FUTURE,
+    "_redis/workflows.py": FUTURE,
+    "jobs/steps.py": FUTURE,
+    "lua/workflow_enqueue.lua": FUTURE,
+    "lua/include/workflow.lua": FUTURE,
+    "lua/step.lua": FUTURE,
+    "lua/suspend.lua": FUTURE,
+    "lua/signal.lua": FUTURE,
 }
 
 

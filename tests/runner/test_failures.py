@@ -16,7 +16,7 @@ import culex
 from culex import cli, logs
 from culex._redis import claims, reports
 from culex._redis.keys import queue_keys
-from culex.runner import failures
+from culex.jobs import failures
 
 from ..conftest import driver_of, running
 

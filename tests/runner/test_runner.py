@@ -20,7 +20,7 @@ from culex._redis.calls import Call
 from culex._redis.claims import Claimed, ClaimReply
 from culex._redis.drivers import AsyncDriver
 from culex._redis.keys import queue_keys
-from culex.runner import failures
+from culex.jobs import failures
 from culex.server import configured
 
 from ..conftest import await_until, nested_params, running, server_ms

@@ -11,7 +11,7 @@ from .. import config
 from .._redis.calls import shown
 from ..errors import CulexError
 from ..jobs.codecs import moment
-from ..runner.failures import AttemptError, attempt_errors
+from ..jobs.failures import AttemptError, attempt_errors
 from .queue_control_commands import marks
 from .tables import one_line, print_table
 

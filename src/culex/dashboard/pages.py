@@ -11,10 +11,10 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 
 from .._redis.keys import check_queue_name
+from ..jobs.failures import attempt_errors
 from ..jobs.task import Task, check_id
 from ..operations import inspection, queue_control, stats
 from ..operations.bulk import Action
-from ..runner.failures import attempt_errors
 from . import formatting, listing
 from .templating import path_for, render
 

@@ -21,12 +21,12 @@ from .._redis.claims import Claimed
 from .._redis.scripts import MOST
 from ..config import seconds
 from ..errors import JobFailure, RetryLater, short
+from ..jobs.failures import traceback_of
 from ..jobs.job import Job
 from ..jobs.progress import Reporting
 from ..jobs.registry import JobRegistry
 from ..jobs.task import task_name as named
 from .attempt_span import performing
-from .failures import traceback_of
 from .isolation import ChildDied, ChildRaised, run_in_process
 
 logger = logging.getLogger("culex")

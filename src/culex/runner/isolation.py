@@ -14,7 +14,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from ..errors import JobFailure, RetryLater
-from .failures import traceback_of
+from ..jobs.failures import traceback_of
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
@@ -34,7 +34,7 @@ class ChildDied(Exception):
 
 class ChildRaised(Exception):
     """perform raised in the child; the message is ``Type: text``, ``traceback`` the
-    child's (culex.failures.traceback_of)."""
+    child's (culex.jobs.failures.traceback_of)."""
 
     def __init__(self, message: str, traceback: str = "") -> None:
         super().__init__(message)

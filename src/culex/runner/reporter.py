@@ -24,7 +24,7 @@ from .._redis.drivers import AsyncDriverProtocol
 from .._redis.keys import queue_keys
 from .._redis.scripts import MOST
 from ..errors import ConfigurationError, ServerError, ServerUnavailable
-from . import failures
+from ..jobs import failures
 from .attempt import Outcome, task_name
 from .backoff import SERVER_ERROR, Backoff
 from .lease import LeaseKeeper
