@@ -122,8 +122,7 @@ class Claimer:
 
     def free(self) -> int:
         """Slots for more tasks: neither running nor held for a claim behind the wait."""
-        slots = self.slots  # (Slots.free, inlined: asked after every task that ends)
-        return slots.capacity - len(slots.running) - self.reserved
+        return self.slots.free() - self.reserved
 
     async def settle(self) -> None:
         """On stop, let a wait in flight end (at idle_wait) rather than close its

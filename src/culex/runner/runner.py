@@ -231,9 +231,7 @@ class Runner:
             job = claimed.type or "no job type"
             logs.task_line(logger, "Running task %s (%s)", task_name(claimed), job)
         task = asyncio.create_task(self._execute(claimed))
-        slots = self._slots  # (Slots.take, inlined: the path of every task)
-        slots.running[task] = claimed
-        task.add_done_callback(slots.release)
+        self._slots.take(task, claimed)
 
     async def _execute(self, claimed: Claimed) -> None:
         """One attempt, from its start to its outcome in the reporter's outbox (in one
@@ -273,6 +271,4 @@ class Runner:
                 keeper.drop(claimed)
         assert outcome is not None  # (a cancel that was not asked for goes on as raised)
         keeper.finish(claimed)
-        outbox = self._outbox  # (Outbox.put, inlined)
-        outbox.outcomes.append(outcome)
-        outbox.ready.set()
+        self._outbox.put(outcome)
