@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import select
 import selectors
 import socket
 import struct
@@ -14,9 +15,18 @@ import pytest
 import culex
 from culex import config
 from culex._redis.address import Address
+from culex._redis.calls import Call
+from culex._redis.coalescing import AsyncCoalescer, SyncCoalescer
 from culex._redis.connections import SyncConnection
-from culex._redis.drivers import SyncDriver
-from culex._redis.spin import GROW_START, Spinner, SpinningSelector, loop_factory, receive
+from culex._redis.drivers import AsyncDriver, SyncDriver
+from culex._redis.spin import (
+    GROW_START,
+    Spinner,
+    SpinningSelector,
+    loop_factory,
+    receive,
+    spin_for_reply,
+)
 from culex.server import configured
 
 
@@ -139,16 +149,62 @@ def test_culex_run_polls_on_its_own_loop_only_where_it_may() -> None:
 def test_busy_poll_is_a_checked_setting_that_reaches_the_driver(url: str) -> None:
     try:
         culex.configure(busy_poll=0.0002, redis_url=url)
-        driver = configured.sync_driver()
-        assert isinstance(driver, SyncDriver)
-        assert driver.busy_poll == 0.0002  # what enqueue() sends with
+        shared = configured.sync_driver()  # (it coalesces calls: culex._redis.coalescing)
+        assert isinstance(shared, SyncCoalescer) and isinstance(shared.driver, SyncDriver)
+        assert shared.driver.busy_poll == 0.0002  # what enqueue() sends with
         culex.configure(busy_poll=0)
         assert config.settings().busy_poll == 0
-        driver = configured.sync_driver()
-        assert isinstance(driver, SyncDriver)
-        assert driver.busy_poll == 0
+        shared = configured.sync_driver()
+        assert isinstance(shared, SyncCoalescer) and isinstance(shared.driver, SyncDriver)
+        assert shared.driver.busy_poll == 0
         for bad in (-1, 1, "fast"):
             with pytest.raises(culex.ConfigurationError, match="busy_poll"):
                 culex.configure(busy_poll=bad)
     finally:
         config.reset()
+
+
+async def test_an_async_wait_polls_only_while_the_loop_has_nothing_else_to_run() -> None:
+    loop = asyncio.get_running_loop()
+    left, right = socket.socketpair()
+    poller = select.poll()
+    poller.register(left.fileno(), select.POLLIN)
+    spinner = Spinner(0.001)
+    spinner.limit = 0.001
+    try:
+        loop.call_soon(lambda: None)  # another callback waits its turn: no spin
+        assert spin_for_reply(loop, poller, spinner) is None
+        await asyncio.sleep(0)
+        started = spin_for_reply(loop, poller, spinner)  # nothing came: it ran out
+        assert started is not None and started > 0
+        right.send(b"+OK\r\n")
+        assert spin_for_reply(loop, poller, spinner) == 0.0  # there to read
+        left.recv(100)
+        spinner.limit = 0.0  # (learnt that spins do not pay: the wait is still timed)
+        started = spin_for_reply(loop, poller, spinner)
+        assert started is not None and started > 0
+        assert spin_for_reply(loop, poller, Spinner(0.0)) is None  # (busy_poll 0: never)
+    finally:
+        left.close()
+        right.close()
+
+
+async def test_the_shared_async_driver_polls_and_reads_each_reply_once(url: str) -> None:
+    """With busy_poll, a reply a spin saw come is read at once (no turn of the loop); the
+    loop's own read then finds nothing. Every reply still reaches its own call, in step,
+    over many calls, with other coroutines running beside (no spin then)."""
+    try:
+        culex.configure(busy_poll=0.0005, redis_url=url)
+        shared = await configured.async_driver()
+        assert isinstance(shared, AsyncCoalescer) and isinstance(shared.driver, AsyncDriver)
+        assert shared.driver.busy_poll == 0.0005
+        words = [f"w{n}" for n in range(300)]
+        assert [await shared.run(echo(word)) for word in words] == words  # one at a time
+        results = await asyncio.gather(*(shared.run(echo(word)) for word in words))
+        assert results == words  # many at once
+    finally:
+        config.reset()
+
+
+def echo(word: str) -> Call[str]:
+    return Call((), ("ECHO", word), lambda reply: reply.decode())

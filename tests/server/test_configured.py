@@ -11,7 +11,8 @@ from redis.credentials import CredentialProvider
 
 import culex
 from culex import config
-from culex._redis.drivers import AsyncDriver, SyncDriver
+from culex._redis.coalescing import AsyncCoalescer, SyncCoalescer
+from culex._redis.drivers import AsyncDriver, AsyncDriverProtocol, SyncDriver, SyncDriverProtocol
 from culex._redis.redispy import RedisPyAsyncDriver, RedisPySyncDriver
 from culex.server import configured
 
@@ -35,14 +36,20 @@ class Rotating(CredentialProvider):
         return (self.password,)
 
 
+def beneath(shared: SyncDriverProtocol | AsyncDriverProtocol) -> object:
+    """The driver that sends a shared driver's calls (the shared one coalesces them)."""
+    assert isinstance(shared, SyncCoalescer | AsyncCoalescer)
+    return shared.driver
+
+
 async def test_the_driver_setting_chooses_the_client_for_one_server(
     r: redis.Redis, url: str
 ) -> None:
-    assert isinstance(configured.sync_driver(), SyncDriver)
-    assert isinstance(await configured.async_driver(), AsyncDriver)
+    assert isinstance(beneath(configured.sync_driver()), SyncDriver)
+    assert isinstance(beneath(await configured.async_driver()), AsyncDriver)
     culex.configure(driver="redis-py")
-    assert isinstance(configured.sync_driver(), RedisPySyncDriver)
-    assert isinstance(await configured.async_driver(), RedisPyAsyncDriver)
+    assert isinstance(beneath(configured.sync_driver()), RedisPySyncDriver)
+    assert isinstance(beneath(await configured.async_driver()), RedisPyAsyncDriver)
     task = PingJob(n=1).enqueue()  # through redis-py, stored as culex's own would store it
     assert r.hget(f"culex:{{connection}}:task:{task.id}", "state") == b"waiting"
     assert (await PingJob(n=2).aenqueue()).id != task.id

@@ -12,15 +12,17 @@ Where a server is and how to log in to it: culex._redis.address.
 from __future__ import annotations
 
 import asyncio
+import select
 import socket
 import struct
+import time
 from collections.abc import Sequence
 from typing import Any, cast
 
 import hiredis
 
 from .address import Address
-from .spin import Spinner, receive
+from .spin import READ_SIZE, Spinner, receive, spin_for_reply
 
 # The default of the socket_timeout setting: the longest culex waits for a connection, or
 # for a reply beyond the wait a blocking command asks for (docs/guide.md says why 5 s).
@@ -232,12 +234,31 @@ class AsyncConnection:
     """An asyncio connection; one exchange at a time, each bounded by ``timeout``
     (socket_timeout) plus what its commands may block on purpose."""
 
-    def __init__(self, protocol: _Protocol, timeout: float) -> None:
+    def __init__(self, protocol: _Protocol, timeout: float, busy_poll: float = 0.0) -> None:
         self._protocol = protocol
         self.timeout = timeout
+        # With ``busy_poll``, a wait for a reply polls first while the loop has nothing
+        # else to run (culex._redis.spin.spin_for_reply).
+        self._spinner: Spinner | None = None
+        self._poller: select.poll | None = None
+        self._raw: socket.socket | None = None
+        transport = protocol.transport
+        sock = transport.get_extra_info("socket") if transport is not None else None
+        if busy_poll > 0 and sock is not None:
+            self._spinner = Spinner(busy_poll)
+            self._poller = select.poll()
+            self._poller.register(sock.fileno(), select.POLLIN)
+            # The plain socket of asyncio's own transport (not TLS's): a reply a spin saw
+            # come is read from it at once, instead of at the loop's next turn.
+            raw = getattr(transport, "_sock", None)
+            tls = transport is not None and transport.get_extra_info("sslcontext")
+            if isinstance(raw, socket.socket) and not tls:
+                self._raw = raw
 
     @classmethod
-    async def open(cls, address: Address, timeout: float = SOCKET_TIMEOUT) -> AsyncConnection:
+    async def open(
+        cls, address: Address, timeout: float = SOCKET_TIMEOUT, busy_poll: float = 0.0
+    ) -> AsyncConnection:
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(timeout):
@@ -254,7 +275,7 @@ class AsyncConnection:
                         sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         except TimeoutError:
             raise late(timeout, what="accept a connection") from None
-        connection = cls(protocol, timeout)
+        connection = cls(protocol, timeout, busy_poll)
         commands = address.handshake()
         if commands:
             try:
@@ -277,12 +298,33 @@ class AsyncConnection:
         protocol.waiter, protocol.count, protocol.replies = waiter, count, []
         protocol.transport.write(packed)
         protocol.watch(loop, self.timeout, blocks)
+        spinner = self._spinner
+        spun = None
+        if spinner is not None and not blocks:
+            assert self._poller is not None
+            spun = spin_for_reply(loop, self._poller, spinner)
+            if spun == 0.0 and self._raw is not None:  # it came: read it now
+                self._read_now(self._raw)
         try:
             replies: list[Any] = await waiter
         except BaseException:
             self.close()
             raise
+        if spun and spinner is not None:  # (a spin that ran out: learn how long it took)
+            spinner.waited(time.perf_counter() - spun)
         return replies
+
+    def _read_now(self, raw: socket.socket) -> None:
+        """Hand what the socket holds to the protocol now, so the waiting exchange is
+        answered without a turn of the loop. The transport reads the socket only when its
+        selector says so, and takes a read that finds nothing (this one took it) in its
+        stride; anything else (the end, an error) is left for the transport to meet."""
+        try:
+            data = raw.recv(READ_SIZE, socket.MSG_DONTWAIT)
+        except OSError:
+            return
+        if data:
+            self._protocol.data_received(data)
 
     @property
     def usable(self) -> bool:

@@ -226,7 +226,9 @@ class AsyncDriver:
 
     At most ``max_connections`` calls are in flight at once; more wait their turn (so a
     ``gather`` of thousands of enqueues does not open thousands of connections).
-    ``socket_timeout`` as for :class:`SyncDriver`.
+    ``socket_timeout`` as for :class:`SyncDriver`; ``busy_poll``: the longest a wait for a
+    reply polls before the loop sleeps, while the loop has nothing else to run
+    (culex._redis.spin.spin_for_reply).
     """
 
     cluster = False
@@ -236,8 +238,10 @@ class AsyncDriver:
         url: str,
         max_connections: int = MAX_CONNECTIONS,
         socket_timeout: float = SOCKET_TIMEOUT,
+        busy_poll: float = 0.0,
     ) -> None:
         self.address = Address.parse(url)
+        self.busy_poll = busy_poll
         self.where = self.address.shown  # (error messages never carry the password)
         self.socket_timeout = socket_timeout
         self._idle: deque[AsyncConnection] = deque()
@@ -275,7 +279,7 @@ class AsyncDriver:
                 except OSError:  # gone stale while idle (a server restart): once more
                     conn = None
             if conn is None:
-                conn = await AsyncConnection.open(self.address, self.socket_timeout)
+                conn = await AsyncConnection.open(self.address, self.socket_timeout, self.busy_poll)
                 replies = await conn.exchange(packed, len(calls), waits)
         except OSError as exc:
             # (exchange closes its connection on any error, cancellation included)

@@ -18,6 +18,7 @@ caught its reply keeps it.
 from __future__ import annotations
 
 import asyncio
+import select
 import selectors
 import socket
 import time
@@ -72,6 +73,27 @@ def receive(sock: socket.socket, spinner: Spinner) -> bytes:
     data = sock.recv(READ_SIZE)
     spinner.waited(time.perf_counter() - start)
     return data
+
+
+def spin_for_reply(
+    loop: asyncio.AbstractEventLoop, poller: select.poll, spinner: Spinner
+) -> float | None:
+    """Poll a connection for its reply before an awaiting coroutine lets the loop sleep.
+
+    Done only when the loop has nothing else to run (asyncio's own loop says so: its
+    ready queue is empty; another loop is never kept), so no other coroutine waits for the
+    spin: the loop would block on its selector next anyway, and be woken a wake-up after
+    the reply came. Returns 0.0 when the reply is there to read, the start of a spin that
+    ran out (for :meth:`Spinner.waited`, once the reply came: a spin learnt to be 0 long is
+    timed too, so that short waits make it grow again), or None when it may not spin."""
+    if spinner.cap <= 0 or getattr(loop, "_ready", True):
+        return None
+    start = time.perf_counter()
+    deadline = start + spinner.limit  # (a limit of 0, learnt: no spin, but the wait is timed)
+    while not poller.poll(0):
+        if time.perf_counter() >= deadline:
+            return start
+    return 0.0
 
 
 class SpinningSelector(selectors.DefaultSelector):

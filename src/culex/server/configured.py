@@ -7,6 +7,9 @@ setting may choose redis-py's instead); redis-py's for ``redis+sentinel://`` and
 is used as a cluster, with a log line saying so: asked once per process and URL (not of a
 ``unix://`` socket: a cluster's nodes send their clients to each other by TCP address).
 
+The driver a process's producers share coalesces the calls they make at once
+(culex._redis.coalescing); a runner's drivers are its own, and do not.
+
 It sits above ``culex._redis``, which is given a URL and options and knows no settings.
 """
 
@@ -22,6 +25,7 @@ from urllib.parse import urlsplit, urlunsplit
 from .. import config
 from .._redis import commands
 from .._redis.address import Address
+from .._redis.coalescing import AsyncCoalescer, SyncCoalescer
 from .._redis.connections import SOCKET_TIMEOUT
 from .._redis.drivers import AsyncDriver, AsyncDriverProtocol, SyncDriver, SyncDriverProtocol
 from .._redis.redispy import RedisPyAsyncDriver, RedisPySyncDriver
@@ -57,8 +61,10 @@ def sync_driver(url: str | None = None) -> SyncDriverProtocol:
     key = named or ""
     driver = _sync.get(key)
     if driver is None:
-        driver = _sync[key] = new_sync_driver(
-            resolve_url(named), settings.socket_timeout, busy_poll=settings.busy_poll
+        driver = _sync[key] = SyncCoalescer(
+            new_sync_driver(
+                resolve_url(named), settings.socket_timeout, busy_poll=settings.busy_poll
+            )
         )
     return driver
 
@@ -74,7 +80,9 @@ async def async_driver(url: str | None = None) -> AsyncDriverProtocol:
         driver: AsyncDriverProtocol = entry[0]
         return driver
     if entry is None:  # the first caller makes it; callers meanwhile wait for the same one
-        entry = per_loop[key] = asyncio.ensure_future(_made(named, settings.socket_timeout))
+        entry = per_loop[key] = asyncio.ensure_future(
+            _made(named, settings.socket_timeout, settings.busy_poll)
+        )
         entry.add_done_callback(lambda made: _keep(per_loop, key, made))
     assert isinstance(entry, asyncio.Future)
     made: tuple[AsyncDriverProtocol, AsyncIterator[None]] = await asyncio.shield(entry)
@@ -82,9 +90,10 @@ async def async_driver(url: str | None = None) -> AsyncDriverProtocol:
 
 
 async def _made(
-    named: str | None, socket_timeout: float
+    named: str | None, socket_timeout: float, busy_poll: float
 ) -> tuple[AsyncDriverProtocol, AsyncIterator[None]]:
-    driver = await new_async_driver(resolve_url(named), socket_timeout)
+    made = await new_async_driver(resolve_url(named), socket_timeout, busy_poll=busy_poll)
+    driver = AsyncCoalescer(made)
     closer = _close_with_loop(driver)
     await closer.__anext__()
     return driver, closer
@@ -125,15 +134,21 @@ def new_sync_driver(
 
 
 async def new_async_driver(
-    url: str, socket_timeout: float = SOCKET_TIMEOUT, *, retry_for: float | None = None
+    url: str,
+    socket_timeout: float = SOCKET_TIMEOUT,
+    *,
+    retry_for: float | None = None,
+    busy_poll: float = 0.0,
 ) -> AsyncDriverProtocol:
     """A driver of its own (a runner's: its blocking waits must not hold a shared pool).
     ``retry_for``: see RedisPyAsyncDriver (a runner's loops pause and try again by
-    themselves, so one node out of reach must not hold up the other nodes' queues)."""
+    themselves, so one node out of reach must not hold up the other nodes' queues).
+    ``busy_poll``: culex's own driver polls for a reply while the loop has nothing else to
+    run (a runner's loop polls in its selector instead: culex._redis.spin)."""
     options = config.settings().redis_options
     if _through_redis_py(url):
         return RedisPyAsyncDriver(url, socket_timeout, options, retry_for)
-    driver = AsyncDriver(url, socket_timeout=socket_timeout)
+    driver = AsyncDriver(url, socket_timeout=socket_timeout, busy_poll=busy_poll)
     cluster_url = _known_cluster(url)
     if cluster_url is None:
         try:
