@@ -103,7 +103,7 @@ def limits(name: str, partner: str = "", value: str = "") -> tuple[str, str, dic
 CASES: dict[str, Case] = {
     "enqueue": Case(
         nothing,
-        enqueuing.enqueue(K, "n1", "J", "{}", due_ms=None, delay_ms=0, max_retries=4),
+        enqueuing.enqueue(K, "n1", "J", "{}", due_ms=None, delay_ms=0, max_retries=4, priority=1),
         numbers=(5, 6, 7, 9),
     ),
     "claim": Case(

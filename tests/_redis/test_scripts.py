@@ -73,6 +73,29 @@ def test_enqueue_stores_the_hash_and_waits(r: redis.Redis) -> None:
     assert r.llen(K.signal) == 1
 
 
+def test_an_enqueue_sends_the_optional_keys_and_args_only_when_needed(r: redis.Redis) -> None:
+    """A drawn id (no task ever had it) with no dedupe key, group, trace or priority: four
+    keys and seven args. A given id also names dead (an id left there by a task whose hash
+    expired leaves it); a dedupe key or a group names the keys they need."""
+    drawn = enqueuing.enqueue(
+        K, "t1", "J", "{}", due_ms=None, delay_ms=0, max_retries=0, drawn=True
+    )
+    assert (len(drawn.keys), len(drawn.args)) == (4, 7)
+    given = enqueuing.enqueue(K, "t2", "J", "{}", due_ms=None, delay_ms=0, max_retries=0)
+    assert given.keys[4:] == (K.dedupe, K.task_prefix, K.groups_prefix, K.dead)
+    grouped = enqueuing.enqueue(
+        K, "t3", "J", "{}", due_ms=None, delay_ms=0, max_retries=0, group="g", drawn=True
+    )
+    assert (len(grouped.keys), len(grouped.args)) == (7, 11)
+    d = drive(r)
+    assert d.run(drawn).state == "waiting"
+    r.zadd(K.dead, {"t2": 1})  # (its hash expired: the id alone is left in dead)
+    assert d.run(given).state == "waiting"
+    assert r.zscore(K.dead, "t2") is None and r.zscore(K.waiting, "t2") is not None
+    assert d.run(grouped).state == "waiting"
+    assert r.zscore(K.groups_prefix + "g:g", "t3") is not None
+
+
 def test_enqueue_with_delay_schedules(r: redis.Redis) -> None:
     d = drive(r)
     out = d.run(enqueuing.enqueue(K, "t1", "J", "{}", due_ms=None, delay_ms=5000, max_retries=4))

@@ -151,6 +151,9 @@ class FlowControl(NamedTuple):
     group: str = ""
 
 
+NO_CONTROL = FlowControl()
+
+
 def enqueue_procedure(
     jobs: Sequence[Enqueueable],
     delay: timedelta | float | None,
@@ -165,11 +168,14 @@ def enqueue_procedure(
     """Enqueue ``jobs``; the procedure's value is their tasks, in order. ``priority`` overrides
     each job's class's; ``dedupe_key`` takes one job; ``group``: every task's group;
     ``batch``: the jobs' ids, and where the stored ones are noted as their replies come."""
-    control = FlowControl(
-        None if priority is None else check_priority(priority),
-        "" if dedupe_key is None else check_dedupe_key(dedupe_key),
-        "" if group is None else check_group(group),
-    )
+    if priority is None and dedupe_key is None and group is None:
+        control = NO_CONTROL  # (the common case: no object made)
+    else:
+        control = FlowControl(
+            None if priority is None else check_priority(priority),
+            "" if dedupe_key is None else check_dedupe_key(dedupe_key),
+            "" if group is None else check_group(group),
+        )
     if control.dedupe_key and len(jobs) != 1:
         raise TypeError("dedupe_key= names one task: enqueue one job with it")
     if tracing.in_span():  # made inside a span: a span of its own (tracing.py)
@@ -208,11 +214,24 @@ def _enqueue(
     settings = config.settings()
     due_ms, delay_ms = when(delay, at)
     given = None if task_id is None else check_id(task_id)
-    # (no Batch for an enqueue that gave none: the one-call path makes no object of it)
+    if (  # the common case: one job to a known queue, one command, no pipeline
+        batch is None
+        and len(jobs) == 1
+        and not settings.durable_enqueue
+        and (settings.redis_url, settings.prefix, jobs[0].queue) in _registered
+    ):
+        job = jobs[0]
+        task_id = given or new_id()
+        call = _call(job, settings, due_ms, delay_ms, task_id, trace, control, given is None)
+        outcome = yield call
+        if outcome.existed and given is None:
+            outcome = yield from _redraw(job, settings, due_ms, delay_ms, None, trace, control)
+        return [_task(outcome, job)]
+    # (no Batch for an enqueue that gave none: a lone enqueue makes no object of it)
     ids = batch.ids if batch is not None else [given or new_id() for _ in jobs]
     ids_given = batch.given if batch is not None else given is not None
     calls = [
-        _call(job, settings, due_ms, delay_ms, task_id, trace, control)
+        _call(job, settings, due_ms, delay_ms, task_id, trace, control, not ids_given)
         for job, task_id in zip(jobs, ids, strict=True)
     ]
     new_queues = [
@@ -227,13 +246,6 @@ def _enqueue(
         if settings.durable_enqueue
         else None
     )
-    if len(calls) == 1 and not first and confirm is None:
-        outcome = yield calls[0]  # the common case: one command, no pipeline
-        if outcome.existed and not ids_given:
-            outcome = yield from _redraw(
-                jobs[0], settings, due_ms, delay_ms, confirm, trace, control
-            )
-        return [_task(outcome, jobs[0])]
     for start in range(0, len(calls), CHUNK):
         replies = yield from _sent([*first, *calls[start : start + CHUNK]], confirm, "return")
         refused = next((r for r in replies[: len(first)] if isinstance(r, Exception)), None)
@@ -276,7 +288,7 @@ def _redraw(
     leaves the server's task as it was, and this job would be lost: so draw again.
     """
     while True:
-        call = _call(job, settings, due_ms, delay_ms, new_id(), trace, control)
+        call = _call(job, settings, due_ms, delay_ms, new_id(), trace, control, drawn=True)
         outcome: Enqueued = (yield from _sent([call], confirm))[0]
         if not outcome.existed:
             return outcome
@@ -315,7 +327,9 @@ def _call(
     task_id: str,
     trace: str,
     control: FlowControl,
+    drawn: bool,
 ) -> Call[Enqueued]:
+    """The call that enqueues ``job`` as ``task_id`` (``drawn``: by culex, never used)."""
     params = job.params_json()
     # A character takes at most 4 bytes: most params are measured without encoding them.
     if len(params) * 4 > settings.max_payload_bytes:
@@ -337,6 +351,7 @@ def _call(
         priority=job.priority if control.priority is None else control.priority,
         dedupe_key=control.dedupe_key,
         group=control.group,
+        drawn=drawn,
     )
 
 

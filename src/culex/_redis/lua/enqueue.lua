@@ -13,7 +13,9 @@
 --         (ARGV[11]): the task waits in its group's ready set (include/groups.lua)
 -- KEYS[8] dead zset      <prefix>:{<queue>}:dead   optional: an id still in dead whose hash
 --         has expired (dead is trimmed only when a task dies) leaves it, so that the new
---         task is in one set only
+--         task is in one set only. Left out (with 5 to 7 when those are not needed) for an
+--         id no task ever had: culex leaves it out for the ids it draws (the common enqueue
+--         then runs one command less)
 -- ARGV[1] id
 -- ARGV[2] type           the job class name, e.g. "SendEmailJob"
 -- ARGV[3] queue          the queue name (stored for producers and dashboards)
