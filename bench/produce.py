@@ -2,8 +2,9 @@
 
     python bench/produce.py SYSTEM SCENARIO COUNT [--producer NAME]
 
-Scenarios: ``one`` (COUNT enqueue calls, timed), ``many`` (one bulk call of COUNT tasks,
-timed), ``trickle`` (COUNT tasks 10 ms apart, each stamped with its enqueue time) and
+Scenarios: ``one`` (COUNT enqueue calls, timed), ``at_once`` (COUNT enqueue calls made
+by 100 coroutines, or 8 threads for a sync producer, at once), ``many`` (one bulk call of
+COUNT tasks, timed), ``trickle`` (COUNT tasks 10 ms apart, each stamped with its enqueue time) and
 ``delayed`` (COUNT tasks due in 2 s, enqueued evenly over 2 s, each stamped with its due
 time). ``trickle`` and ``delayed`` first wait until a running worker has done one warm-up
 task. Prints one JSON object on the last line of stdout.
@@ -15,6 +16,7 @@ import argparse
 import asyncio
 import importlib
 import inspect
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -62,6 +64,39 @@ async def paced(producer: Any, count: int, gap: float, delay: float) -> dict[str
     return {"warm_up_s": warm_up, "enqueue_span_s": time.perf_counter() - begin}
 
 
+COROUTINES = 100  # an async producer's callers at once in ``at_once`` (a web app's handlers)
+THREADS = 8  # a sync producer's (a threaded web server's workers)
+
+
+async def at_once(one: Callable[..., Any], count: int) -> dict[str, Any]:
+    """``count`` enqueues made by many callers at once: COROUTINES coroutines awaiting
+    ``one`` in loops for an async producer, THREADS threads calling it for a sync one."""
+    if inspect.iscoroutinefunction(one):
+
+        async def caller() -> None:
+            for _ in range(count // COROUTINES):
+                await one(0.0, 0.0)
+
+        start = time.perf_counter()
+        await asyncio.gather(*(caller() for _ in range(COROUTINES)))
+        return {
+            "rate": count / (time.perf_counter() - start),
+            "callers": f"{COROUTINES} coroutines",
+        }
+
+    def loop() -> None:
+        for _ in range(count // THREADS):
+            one(0.0, 0.0)
+
+    threads = [threading.Thread(target=loop) for _ in range(THREADS)]
+    start = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return {"rate": count / (time.perf_counter() - start), "callers": f"{THREADS} threads"}
+
+
 async def scenario(producer: Any, name: str, count: int) -> dict[str, Any]:
     if name == "one":
         one = producer.one
@@ -73,6 +108,8 @@ async def scenario(producer: Any, name: str, count: int) -> dict[str, Any]:
             for _ in range(count):
                 one(0.0, 0.0)
         return {"rate": count / (time.perf_counter() - start)}
+    if name == "at_once":
+        return await at_once(producer.one, count)
     if name == "many":
         if producer.many is None:
             return {"na": "no bulk enqueue API"}

@@ -567,7 +567,9 @@ async def test_an_idle_runner_claims_in_the_same_round_trip_as_its_wake_up(
             replies += await super().run_many(calls)
             return replies
 
-    async def recording(url: str, socket_timeout: float, retry_for: float = 0) -> Recording:
+    async def recording(
+        url: str, socket_timeout: float, retry_for: float = 0, busy_poll: float = 0.0
+    ) -> Recording:
         return Recording(url, socket_timeout=socket_timeout)
 
     monkeypatch.setattr(configured, "new_async_driver", recording)
