@@ -480,7 +480,9 @@ def pointing_files(root: Path) -> list[Path]:
         found += [
             path
             for path in sorted((root / folder).rglob("*"))
-            if path.suffix in TEXT_SUFFIXES and "__pycache__" not in path.parts
+            if path.suffix in TEXT_SUFFIXES
+            and "__pycache__" not in path.parts
+            and not any(part.startswith(".") for part in path.relative_to(root).parts)
         ]
     return found
 
