@@ -138,8 +138,8 @@ CASES: dict[str, Case] = {
     "heartbeat": Case(pending, claims.heartbeat(K, 60_000, [(TASK, 1)]), numbers=(1, 3)),
     "release": Case(
         pending,
-        reports.release(K, TASK, 1),
-        numbers=(2,),
+        reports.release(K, TASK, 1, delay_ms=1000),
+        numbers=(2, 3),
         fields=(on("due_at"), on("enqueue_time"), on("priority")),
     ),
     "reclaim": Case(

@@ -280,6 +280,23 @@ def test_release_hands_back_without_counting_a_failure(r: redis.Redis) -> None:
     assert claim(d).tasks[0].attempt == 2
 
 
+def test_a_release_with_a_delay_schedules_the_task_that_much_later(r: redis.Redis) -> None:
+    """A runner that ends its process to stop a thread hands the task back due later, so
+    no other runner starts it while that thread may still run."""
+    d = drive(r)
+    put(d, "t")
+    t = claim(d).tasks[0]
+    before = server_ms(r)
+    assert d.run(reports.release(K, "t", t.attempt, delay_ms=60_000)) is True
+    due = r.zscore(K.scheduled, "t")
+    assert due is not None and before + 60_000 <= due <= server_ms(r) + 60_000
+    assert r.zscore(K.waiting, "t") is None and r.zscore(K.pending, "t") is None
+    h = r.hgetall(K.task("t"))
+    assert h[b"state"] == b"scheduled" and int(h[b"due_at"]) == due
+    assert h[b"retry_count"] == b"0"
+    assert claim(d).tasks == []  # not before it is due
+
+
 def test_reclaim_counts_stalls_apart_from_retries(r: redis.Redis) -> None:
     """An expired lease is a stall, not a failed attempt: a task with max_retries 0 runs
     again, its retries untouched; the stall past max_stalls sends it to dead."""

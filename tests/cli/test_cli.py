@@ -171,7 +171,7 @@ def test_a_sync_task_handed_back_at_stop_never_runs_twice_at_once(
     assert max(at for _, at in first_run) < starts[1][1], "the first run went on beside the second"
     assert "end" not in [kind for kind, _ in first_run]
     assert first.returncode == 0, err
-    assert "handing back to waiting slow_sync_job<slow-1>" in err
+    assert "handing back slow_sync_job<slow-1> (due again in 1 s)" in err
     assert gone < starts[0][1] + SLOW  # gone long before its perform would have returned
 
 

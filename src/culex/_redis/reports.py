@@ -97,14 +97,15 @@ def fail(
     )
 
 
-def release(keys: QueueKeys, task_id: str, attempt: int) -> Call[bool]:
-    """Hand a pending task back to waiting without counting a failure."""
-    return Call(
-        (keys.task(task_id), keys.pending, keys.waiting, keys.signal, keys.groups_prefix),
-        (task_id, attempt),
-        _accepted,
-        scripts.RELEASE,
-    )
+def release(keys: QueueKeys, task_id: str, attempt: int, delay_ms: int = 0) -> Call[bool]:
+    """Hand a pending task back to waiting without counting a failure; with ``delay_ms``,
+    to scheduled, due that much later."""
+    named = (keys.task(task_id), keys.pending, keys.waiting, keys.signal, keys.groups_prefix)
+    if delay_ms:
+        return Call(
+            (*named, keys.scheduled), (task_id, attempt, delay_ms), _accepted, scripts.RELEASE
+        )
+    return Call(named, (task_id, attempt), _accepted, scripts.RELEASE)
 
 
 def retry_later(

@@ -136,11 +136,12 @@ class Reporter:
             if self.outbox.outcomes:
                 await asyncio.sleep(self.backoff.failed())
 
-    async def hand_back(self, held: list[Claimed]) -> list[Any]:
-        """Put ``held`` back in waiting (each fenced by its attempt); True for each that went
-        back. The caller drops their leases: a task still running keeps its lease until then."""
+    async def hand_back(self, held: list[Claimed], delay_ms: int = 0) -> list[Any]:
+        """Put ``held`` back in waiting (each fenced by its attempt; with ``delay_ms``, in
+        scheduled, due that much later); True for each that went back. The caller drops
+        their leases: a task still running keeps its lease until then."""
         calls = [
-            reports.release(queue_keys(self.settings.prefix, c.queue), c.id, c.attempt)
+            reports.release(queue_keys(self.settings.prefix, c.queue), c.id, c.attempt, delay_ms)
             for c in held
         ]
         return await self.send(calls, "handing tasks back")

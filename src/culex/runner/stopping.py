@@ -25,6 +25,10 @@ from .slots import Slots
 logger = logging.getLogger("culex")
 
 HELPER_STOP_TIMEOUT = 5.0  # seconds a helper loop may take to stop
+# A task handed back while a thread of this process still runs it is due this much later:
+# the process ends right after the hand-back, so no other runner starts the task while
+# the thread may still run a step of it (a process the machine holds back a moment).
+HANDED_BACK_DUE_MS = 1000
 
 
 async def stop_helpers(helpers: list[asyncio.Task[Any]]) -> None:
@@ -81,12 +85,13 @@ async def _release_and_exit(reporter: Reporter, held: list[Claimed]) -> NoReturn
     """Hand ``held`` back and end the process at once, with the threads that still run
     their performs: nothing of this process runs them once another runner can."""
     logger.warning(
-        "the grace period is over; handing back to waiting %s, and ending the process "
-        "with the threads that still run them",
+        "the grace period is over; handing back %s (due again in %.0f s), and ending the "
+        "process with the threads that still run them",
         ", ".join(task_name(claimed) for claimed in held),
+        HANDED_BACK_DUE_MS / 1000,
     )
     logs.flush_all()  # before the hand-back: from then on, not a moment is lost
-    results = await reporter.hand_back(held)
+    results = await reporter.hand_back(held, HANDED_BACK_DUE_MS)
     failed = [claimed for claimed, done in zip(held, results, strict=True) if done is not True]
     for claimed in failed:
         logger.warning(

@@ -10,8 +10,14 @@
 -- KEYS[5] groups prefix <prefix>:{<queue>}:groups:   optional: a task of a group goes back
 --         to its group's ready set, and frees its place among its group's running tasks
 --         (include/groups.lua)
+-- KEYS[6] scheduled zset  optional: needed only with a delay (ARGV[3])
 -- ARGV[1] id
 -- ARGV[2] attempt         fences stale runners, as in complete
+-- ARGV[3] delay_ms        optional: "" or absent: 0, back to waiting at its place in line.
+--         Above 0 (a whole number up to 2^42 - 1, with KEYS[6]): to scheduled, due that
+--         many ms from now (a runner that must end its process to stop a thread still
+--         running the task hands it back so: no other runner starts it before the process
+--         is gone)
 -- Returns: 1 when released; 0 when refused (stale attempt or not pending, or its cancel
 --          was requested: cancel.lua. Such a task must not run again: its runner ends it
 --          with fail, or, when it cannot, its lease runs out and reclaim sends it to dead).
@@ -130,6 +136,10 @@ local function argv_whole(script, i, name, lo, hi, absent)
 end
 -- <<< include/numbers.lua
 
+local delay = argv_whole('release', 3, 'delay_ms', 0, MOST, 0)
+if delay > 0 and not KEYS[6] then
+  return redis.error_reply('ERR release: a delay (ARGV[3]) takes KEYS[6], the scheduled set')
+end
 local f = redis.call('HMGET', KEYS[1], 'attempt', 'state', 'enqueue_time', 'due_at',
   'priority', 'group', 'group_held', 'cancel_requested')
 if f[1] ~= ARGV[2] or f[2] ~= 'pending' or f[8] then
@@ -141,10 +151,16 @@ local t = redis.call('TIME')
 local ready = whole(f[4], 0, MOST) or whole(f[3], 0, MOST)
   or t[1] * 1000 + math.floor(t[2] / 1000)
 redis.call('ZREM', KEYS[2], ARGV[1])
-redis.call('HSET', KEYS[1], 'state', 'waiting')
 if f[7] == '1' then
   group_ended(KEYS[5], KEYS[1], f[6], nil, t[1] * 1000000 + t[2])
 end
+if delay > 0 then
+  local due = t[1] * 1000 + math.floor(t[2] / 1000) + delay
+  redis.call('HSET', KEYS[1], 'state', 'scheduled', 'due_at', due)
+  redis.call('ZADD', KEYS[6], due, ARGV[1])
+  return 1
+end
+redis.call('HSET', KEYS[1], 'state', 'waiting')
 make_ready(KEYS[3], KEYS[5], ARGV[1], waiting_score(ready, f[5]), f[6], t[1] * 1000000 + t[2])
 if redis.call('LLEN', KEYS[4]) == 0 then
   redis.call('RPUSH', KEYS[4], '1')
