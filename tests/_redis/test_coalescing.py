@@ -232,6 +232,44 @@ def test_threads_that_call_at_once_share_a_write(url: str, r: redis.Redis) -> No
     assert inner.writes == [("run", ["BLPOP"]), ("run_many", ["ECHO"] * 8)]
 
 
+class FailingSync(SyncDriver):
+    """culex's sync driver whose first batch fails on the wire (a fault on purpose)."""
+
+    def run_many(self, calls: Sequence[Call[Any]]) -> list[Any]:
+        if not getattr(self, "failed", False):
+            self.failed = True
+            raise ServerUnavailable("the connection broke while the batch was on the wire")
+        return super().run_many(calls)
+
+
+def test_a_failed_write_fails_exactly_the_threads_it_carried(url: str, r: redis.Redis) -> None:
+    shared = SyncCoalescer(FailingSync(url))
+    errors: dict[int, BaseException] = {}
+
+    def call(n: int) -> None:
+        try:
+            shared.run(incr("failed"))
+        except ServerUnavailable as exc:
+            errors[n] = exc
+
+    try:
+        first = threading.Thread(target=shared.run, args=(hold("hold"),))
+        first.start()
+        wait_until(lambda: shared._carrying, what="the first call on the wire")
+        threads = [threading.Thread(target=call, args=(n,)) for n in range(3)]
+        for thread in threads:
+            thread.start()
+        wait_until(lambda: len(shared._waiting) == 3, what="3 calls waiting")
+        r.lpush("hold", "go")
+        for thread in [first, *threads]:
+            thread.join(10)
+        assert shared.run(incr("after")) == 1  # the next call goes on
+    finally:
+        shared.close()
+    assert sorted(errors) == [0, 1, 2] and len({id(e) for e in errors.values()}) == 3
+    assert r.get("failed") is None
+
+
 def test_a_thread_gets_its_own_error_and_a_lone_thread_its_reply(url: str, r: redis.Redis) -> None:
     r.set("text", "not a number")
     shared = SyncCoalescer(SyncDriver(url))

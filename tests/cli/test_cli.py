@@ -172,6 +172,9 @@ def test_a_sync_task_handed_back_at_stop_never_runs_twice_at_once(
     assert "end" not in [kind for kind, _ in first_run]
     assert first.returncode == 0, err
     assert "handing back slow_sync_job<slow-1> (due again in 1 s)" in err
+    # handed back due later (release.lua's delay), not at its old place in line
+    due_at = r.hget("culex:{slow_sync_job}:task:slow-1", "due_at")
+    assert due_at is not None and int(due_at) > starts[0][1] * 1000
     assert gone < starts[0][1] + SLOW  # gone long before its perform would have returned
 
 

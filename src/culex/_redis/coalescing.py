@@ -206,7 +206,6 @@ class SyncCoalescer:
             for waiting in batch:
                 waiting.error = exc if waiting is own else _failed(exc)
             if not isinstance(exc, Exception):
-                self._settle(batch[1:])
                 raise
         else:
             for waiting, reply in zip(batch, replies, strict=True):
@@ -214,7 +213,8 @@ class SyncCoalescer:
                     waiting.error = reply
                 else:
                     waiting.reply = reply
-        self._settle(batch[1:])
+        finally:
+            self._settle(batch[1:])
 
     def _settle(self, others: list[_Waiting]) -> None:
         """Wake the callers of a batch, and pass the carrying on."""

@@ -67,7 +67,7 @@ def fail(
     """ "scheduled" or "dead"; None when refused (stale attempt). No delay: dead; and dead
     with the request's reason when the task's cancel was requested (cancel). With a
     ``traceback`` ("" for none), the attempt joins the task's ``errors``, which keeps the
-    newest ``errors_kept`` (culex.failures)."""
+    newest ``errors_kept`` (culex.jobs.failures)."""
     return Call(
         (
             keys.task(task_id),

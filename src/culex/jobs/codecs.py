@@ -1,7 +1,7 @@
 """The codecs of param and result types: each validates a value, encodes it to JSON data
 and decodes it back, exactly (the same value, of the same type).
 
-Which codec a type gets is decided by culex.serialization, which compiles a job's
+Which codec a type gets is decided by culex.jobs.serialization, which compiles a job's
 annotations into these once per class. Here the scalar codecs, and what every codec shares;
 the codecs built of others (list, tuple, dict, X | None) are compound_codecs.py's.
 """

@@ -103,7 +103,7 @@ class JobDeclaration:
     timeout: ClassVar[float | timedelta | None] = None  # a time limit per attempt
     # how long a returned value is kept; None: the result_ttl setting; 0: successful_job_ttl
     result_ttl: ClassVar[float | timedelta | None] = None
-    # "thread" (default) or "process": where a sync perform runs (see culex.isolation)
+    # "thread" (default) or "process": where a sync perform runs (see culex.runner.isolation)
     isolation: ClassVar[str] = "thread"
     # Higher runs first within the queue (a whole number in -100 .. 100); FIFO by ready time
     # within one priority. QueuedJob.enqueue(priority=) overrides it for one task.

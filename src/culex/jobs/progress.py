@@ -5,7 +5,6 @@ progress.lua stores it on the task's hash (``progress``, ``progress_message``,
 ``progress_at`` by the server's clock), only while the reporting attempt holds the task:
 a runner that lost its lease cannot overwrite a newer attempt's progress. The last
 progress stays on the hash after the task ends, and while a retry waits.
-(Not culex.progress: that is the command line's progress bar.)
 """
 
 from __future__ import annotations

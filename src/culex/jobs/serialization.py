@@ -1,4 +1,4 @@
-"""Param values <-> JSON: one codec (culex.codecs) per declared param type, compiled once
+"""Param values <-> JSON: one codec (culex.jobs.codecs) per declared param type, compiled once
 per job class.
 
 A codec validates a constructor value (TypeError), encodes it to JSON-compatible data and

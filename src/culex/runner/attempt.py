@@ -35,7 +35,7 @@ logger = logging.getLogger("culex")
 class Outcome:
     """How an attempt ended: a result (success) with the job's own result_ttl, or an error
     with the retry delay (None: dead), and the exception behind it if any (for tracing)
-    with its ``traceback`` (culex.failures; "" for none); or, with ``later_ms``, neither:
+    with its ``traceback`` (culex.jobs.failures; "" for none); or, with ``later_ms``, neither:
     the job asked to run again after that many ms (culex.RetryLater), which counts no
     failed attempt."""
 
@@ -72,7 +72,7 @@ class Outcome:
 
 
 def task_name(claimed: Claimed) -> str:
-    """How logs name a claimed task: ``emails<ID>``, as everywhere (culex.task.task_name),
+    """How logs name a claimed task: ``emails<ID>``, as everywhere (culex.jobs.task.task_name),
     so that ``culex task`` takes the name as the log wrote it."""
     return named(claimed.queue, claimed.id)
 

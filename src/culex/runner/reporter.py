@@ -1,7 +1,7 @@
 """The reporter: sends finished outcomes, fenced by attempt, in one pipelined round trip.
 
 Successes of one queue go in one complete call, each failure in a fail call (with its
-traceback, which the task's errors keep: culex.failures), each
+traceback, which the task's errors keep: culex.jobs.failures), each
 push-back (culex.RetryLater) in a retry_later call; a report the server refuses (the lease
 was lost and the task handed out again) is logged and dropped; a batch that could not be
 sent is sent again after a back-off, and while the server cannot take it (out of memory,
