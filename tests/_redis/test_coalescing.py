@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
@@ -207,6 +207,23 @@ async def test_a_caller_cancelled_before_its_batch_went_is_left_out(
     assert ("run_many", ["BLPOP", "ECHO", "ECHO"]) in inner.writes
 
 
+def behind_a_held_call(
+    shared: SyncCoalescer, r: redis.Redis, call: Callable[[int], None], count: int
+) -> None:
+    """Run ``call(n)`` in ``count`` threads while another thread's call holds the wire: they
+    all wait for it, then it is let go, and every thread is joined."""
+    first = threading.Thread(target=shared.run, args=(hold("hold"),))
+    first.start()
+    wait_until(lambda: shared._carrying, what="the first call on the wire")
+    threads = [threading.Thread(target=call, args=(n,)) for n in range(count)]
+    for thread in threads:
+        thread.start()
+    wait_until(lambda: len(shared._waiting) == count, what=f"{count} calls waiting")
+    r.lpush("hold", "go")
+    for thread in [first, *threads]:
+        thread.join(10)
+
+
 def test_threads_that_call_at_once_share_a_write(url: str, r: redis.Redis) -> None:
     inner = RecordingSync(url)
     shared = SyncCoalescer(inner)
@@ -216,16 +233,7 @@ def test_threads_that_call_at_once_share_a_write(url: str, r: redis.Redis) -> No
         replies[n] = shared.run(echo(f"t{n}"))
 
     try:
-        first = threading.Thread(target=shared.run, args=(hold("hold"),))
-        first.start()
-        wait_until(lambda: inner.writes, what="the first call on the wire")
-        threads = [threading.Thread(target=call, args=(n,)) for n in range(8)]
-        for thread in threads:
-            thread.start()
-        wait_until(lambda: len(shared._waiting) == 8, what="8 calls waiting")
-        r.lpush("hold", "go")
-        for thread in [first, *threads]:
-            thread.join(10)
+        behind_a_held_call(shared, r, call, 8)
     finally:
         shared.close()
     assert replies == {n: f"t{n}" for n in range(8)}
@@ -253,16 +261,7 @@ def test_a_failed_write_fails_exactly_the_threads_it_carried(url: str, r: redis.
             errors[n] = exc
 
     try:
-        first = threading.Thread(target=shared.run, args=(hold("hold"),))
-        first.start()
-        wait_until(lambda: shared._carrying, what="the first call on the wire")
-        threads = [threading.Thread(target=call, args=(n,)) for n in range(3)]
-        for thread in threads:
-            thread.start()
-        wait_until(lambda: len(shared._waiting) == 3, what="3 calls waiting")
-        r.lpush("hold", "go")
-        for thread in [first, *threads]:
-            thread.join(10)
+        behind_a_held_call(shared, r, call, 3)
         assert shared.run(incr("after")) == 1  # the next call goes on
     finally:
         shared.close()
