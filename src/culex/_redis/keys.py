@@ -47,6 +47,7 @@ class QueueKeys:
         "grouped_ready",
         "groups_prefix",
         "name",
+        "outbox",
         "pending",
         "periodic_prefix",
         "scheduled",
@@ -89,6 +90,10 @@ class QueueKeys:
         # group's rate window): include/groups.lua and claim.lua.
         self.groups_prefix = f"{base}:groups:"
         self.grouped_ready = f"{self.groups_prefix}ready"
+        # Workflows: the ends of this queue's workflow nodes not yet applied to their
+        # downstreams and runs (a sorted set of task ids scored by when a runner may take
+        # each, beside a hash per entry, <outbox>:<id>: include/workflow.lua).
+        self.outbox = f"{base}:outbox"
 
     def task(self, task_id: str) -> str:
         """The hash of one task."""
@@ -97,6 +102,19 @@ class QueueKeys:
     def done(self, task_id: str) -> str:
         """The list that wakes the producers waiting for one task's end (wait.lua)."""
         return self.done_prefix + task_id
+
+    def outbox_entry(self, task_id: str) -> str:
+        """The outbox entry of a workflow node that ended: its run, state, result or error,
+        and its downstreams (include/workflow.lua)."""
+        return f"{self.outbox}:{task_id}"
+
+    def waits(self, task_id: str) -> str:
+        """The set of upstream ids a blocked workflow node still waits for."""
+        return f"{self.task_prefix[:-5]}waits:{task_id}"
+
+    def upstream(self, task_id: str) -> str:
+        """A workflow node's copy of what its upstreams ended with: upstream id -> JSON."""
+        return f"{self.task_prefix[:-5]}upstream:{task_id}"
 
     def stats_minute(self, start: int) -> str:
         """The counters of the minute that starts at ``start`` (epoch seconds, a multiple
@@ -145,3 +163,32 @@ def runners_key(prefix: str) -> str:
 def runner_key(prefix: str, runner_id: str) -> str:
     """One runner's record (host, pid, queues, the tasks it runs now, ...)."""
     return f"{prefix}:{{runners}}:runner:{runner_id}"
+
+
+class RunKeys:
+    """The keys of one workflow run, in a slot of its own (the hash tag ``{run:<id>}``):
+    its record (name, state, node count, times), its nodes (task id -> JSON of queue, name,
+    upstream ids, policy), the nodes that ended (task id -> state), and the list that wakes
+    those waiting for its end."""
+
+    __slots__ = ("done", "ended", "id", "nodes", "record")
+
+    def __init__(self, prefix: str, run_id: str) -> None:
+        base = f"{prefix}:{{run:{run_id}}}"
+        self.id = run_id
+        self.record = f"{base}:record"
+        self.nodes = f"{base}:nodes"
+        self.ended = f"{base}:ended"
+        self.done = f"{base}:done"
+
+
+def run_keys(prefix: str, run_id: str) -> RunKeys:
+    """The keys of workflow run ``run_id`` under ``prefix``."""
+    return RunKeys(prefix, run_id)
+
+
+def unfinished_key(prefix: str) -> str:
+    """The workflow operations that span slots and are under way (an enqueue, a cancel, a
+    retry): a sorted set of run ids scored by when a runner may finish the operation in
+    the producer's stead (ms): the producer removes its run once done."""
+    return f"{prefix}:{{workflows}}:unfinished"

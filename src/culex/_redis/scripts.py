@@ -61,6 +61,14 @@ RETRY_LATER = Script.load("retry_later")
 PROGRESS = Script.load("progress")
 RUN_NOW = Script.load("run_now")
 READ_QUEUES = Script.load("read_queues")
+WORKFLOW_ENQUEUE = Script.load("workflow_enqueue")
+WORKFLOW_RECORD = Script.load("workflow_record")
+WORKFLOW_RESOLVE = Script.load("workflow_resolve")
+WORKFLOW_TAKE = Script.load("workflow_take")
+WORKFLOW_DONE = Script.load("workflow_done")
+WORKFLOW_UNFINISHED = Script.load("workflow_unfinished")
+WORKFLOW_DISCARD = Script.load("workflow_discard")
+WORKFLOW_REARM = Script.load("workflow_rearm")
 
 ALL = (
     ENQUEUE,
@@ -84,4 +92,12 @@ ALL = (
     PROGRESS,
     RUN_NOW,
     READ_QUEUES,
+    WORKFLOW_ENQUEUE,
+    WORKFLOW_RECORD,
+    WORKFLOW_RESOLVE,
+    WORKFLOW_TAKE,
+    WORKFLOW_DONE,
+    WORKFLOW_UNFINISHED,
+    WORKFLOW_DISCARD,
+    WORKFLOW_REARM,
 )

@@ -23,6 +23,7 @@ from .progress import Reporting, areport, report
 from .registry import registry
 from .serialization import encode_result, params_text
 from .task import Task
+from .upstream import Upstream, upstream_procedure
 
 logger = logging.getLogger("culex")
 
@@ -122,6 +123,23 @@ class Job(JobDeclaration):
         """The async twin of :meth:`progress`, for an ``async def perform``."""
         reporting = getattr(self, "reporting_", None)
         return await areport(reporting, self._task_id(), self._attempt(), fraction, message)
+
+    def upstream(self) -> dict[str, Upstream]:
+        """In a workflow node's ``perform``: how each of its upstreams ended, by node name
+        (``Upstream(state, result, error)``, the result typed by the upstream job's
+        ``perform`` annotation). Blocking (a round trip); in an ``async def perform``,
+        ``await self.aupstream()``. {} for a task that is no node, or outside a runner."""
+        reporting = getattr(self, "reporting_", None)
+        if reporting is None:
+            return {}
+        return run_sync(upstream_procedure(reporting.keys, self._task_id()), reporting.url)
+
+    async def aupstream(self) -> dict[str, Upstream]:
+        """The async twin of :meth:`upstream`, for an ``async def perform``."""
+        reporting = getattr(self, "reporting_", None)
+        if reporting is None:
+            return {}
+        return await run_async(upstream_procedure(reporting.keys, self._task_id()), reporting.url)
 
     def _task_id(self) -> str:
         return getattr(self, "task_id", "")  # (set by the runner; unset in perform_now)

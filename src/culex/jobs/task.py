@@ -35,6 +35,7 @@ class TaskState(enum.StrEnum):
     PENDING = "pending"
     SUCCEEDED = "succeeded"
     DEAD = "dead"
+    BLOCKED = "blocked"  # a workflow node whose upstreams have not all ended
 
 
 class TaskNotFound(CulexError, LookupError):

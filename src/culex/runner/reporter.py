@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from .. import config
@@ -40,6 +41,7 @@ class Reporter:
     """Empties ``outbox`` (filled by the runner) into reports.
 
     Once a report lands, or a task is handed back, the ``keeper`` stops renewing its lease.
+    A landed report of a workflow node's attempt calls ``nodes_ended``.
     """
 
     def __init__(
@@ -48,8 +50,10 @@ class Reporter:
         driver: AsyncDriverProtocol,
         keeper: LeaseKeeper,
         outbox: Outbox,
+        nodes_ended: Callable[[], None] = lambda: None,
     ) -> None:
         self.settings = settings
+        self.nodes_ended = nodes_ended  # a workflow node's report landed (runner.releaser)
         self.driver = driver
         self.keeper = keeper
         self.outbox = outbox
@@ -133,6 +137,8 @@ class Reporter:
                             outcome.claimed.attempt,
                         )
                     self.keeper.drop(outcome.claimed)
+                    if outcome.claimed.run:
+                        self.nodes_ended()
             if self.outbox.outcomes:
                 await asyncio.sleep(self.backoff.failed())
 

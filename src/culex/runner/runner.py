@@ -42,6 +42,7 @@ from .lease import LeaseKeeper
 from .outbox import Outbox
 from .pool import Pool
 from .reclaimer import Reclaimer
+from .releaser import Releaser
 from .reporter import Reporter
 from .scheduler import Scheduler
 from .slots import Slots
@@ -195,7 +196,8 @@ class Runner:
             stopping=self._stopping,
             reports_landed=self._outbox.landed,
         )
-        reporter = Reporter(self.settings, driver, keeper, self._outbox)
+        releaser = Releaser(self.settings, driver, self.queues)
+        reporter = Reporter(self.settings, driver, keeper, self._outbox, releaser.wake)
         own_stalls = {q: self.jobs.own_stalls(q) for q in self.queues}
         reclaimer = Reclaimer(self.settings, driver, self.queues, own_stalls)
         watcher = CancelWatcher(self.settings, driver, self._slots)
@@ -203,6 +205,7 @@ class Runner:
             asyncio.create_task(reporter.run(), name="culex-reporter"),
             asyncio.create_task(reclaimer.run(self._stopping), name="culex-reclaim"),
             asyncio.create_task(watcher.run(self._stopping), name="culex-cancels"),
+            asyncio.create_task(releaser.run(self._stopping), name="culex-release"),
         ]
         periodic = periodic_jobs(self.jobs, self.queues)
         if self.settings.run_cron_scheduler and periodic:

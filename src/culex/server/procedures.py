@@ -90,7 +90,11 @@ def run_sync(procedure: Procedure[T], url: str | None = None) -> T:
 
 async def run_async(procedure: Procedure[T], url: str | None = None) -> T:
     """Drive a procedure on the running event loop, on its shared driver of ``url``."""
-    driver: AsyncDriverProtocol = await configured.async_driver(url)
+    return await run_on(procedure, await configured.async_driver(url))
+
+
+async def run_on(procedure: Procedure[T], driver: AsyncDriverProtocol) -> T:
+    """Drive a procedure on the running event loop, on ``driver`` (a runner's own)."""
     try:
         step = next(procedure)
         while True:

@@ -1,0 +1,126 @@
+#!lua
+-- workflow_enqueue: store the nodes of one workflow run that live on one queue, blocked:
+-- each node's task hash exists, in none of the four sets, with the set of upstream ids it
+-- waits for. Nothing runs yet: workflow_resolve.lua releases a node once it waits for no
+-- upstream (a node without upstreams, when the run's start is applied to it). A producer
+-- sends a run's nodes in chunks, queue by queue, before workflow_record.lua's commit.
+--
+-- KEYS[1] task key prefix <prefix>:{<queue>}:task:   (each node's hash is <prefix><id>, its
+--         upstream set <prefix>:{<queue>}:waits:<id>)
+-- ARGV[1] queue          the queue name (stored in each hash)
+-- ARGV[2] run            the run's id
+-- ARGV[3..] the nodes, 10 values each:
+--         id             the task id (any printable text without spaces, 1 to 200 bytes)
+--         type           the job type
+--         params         a JSON object
+--         max_retries    a whole number in 0 .. 2^42 - 1
+--         priority       a whole number in -100 .. 100 ("" for 0)
+--         trace          the producer's trace context, "" for none
+--         name           the node's name in its run
+--         policy         "dead" (the node ends dead when an upstream does) or "run" (it
+--                        runs once every upstream has ended, whatever their end)
+--         up             a JSON list of its upstreams: [[queue, id, name], ...]
+--         down           a JSON list of its downstreams: [[queue, id], ...]
+-- Returns: the number of nodes stored; a node whose hash exists already and belongs to
+-- this run is left as it is (a chunk sent twice stores nothing twice).
+-- An error, and nothing written, for a bad number or policy, an `up` or `down` that is no
+-- JSON list, or an id whose hash exists and is not this run's.
+
+-- >>> include/numbers.lua
+-- MOST = 2^42 - 1, the largest whole number a script takes where its header says no other
+-- bound: a ready time (ms since the epoch, below 2^42: include/priority.lua), a duration in
+-- ms, a count. Such a number, and the sum of two, has at most 13 digits: Lua's own number
+-- to text conversion (14 digits) writes it back exactly, into a field, a score or a TTL.
+local MOST = 4398046511103
+
+-- `text` (an ARGV or a hash field) as a whole number in lo .. hi, or nil. Only decimal
+-- digits, with a '-' before them, make one: Lua's tonumber also takes 'nan', 'inf',
+-- '0x10', ' 5 ', '1e3' and fractions.
+local function whole(text, lo, hi)
+  if type(text) ~= 'string' or #text > 16 or not string.match(text, '^%-?%d+$') then
+    return nil
+  end
+  local n = tonumber(text)
+  if n < lo or n > hi then return nil end
+  return n
+end
+
+-- ARGV[i], the number `name` of `script`, as a whole number in lo .. hi; "" or no ARGV[i]
+-- stands for `absent` when that is not nil (false: no number). Anything else stops the
+-- script with an error that names the script, the position and the rule. Every script
+-- checks its ARGV this way before its first write, so a refused call writes nothing.
+local function argv_whole(script, i, name, lo, hi, absent)
+  local text = ARGV[i]
+  if absent ~= nil and (text == nil or text == '') then return absent end
+  local n = whole(text, lo, hi)
+  if not n then
+    error({err = string.format('ERR %s: ARGV[%d] %s must be a whole number in %.0f .. %.0f%s,'
+      .. ' got "%s"', script, i, name, lo, hi, absent ~= nil and ' (or "")' or '',
+      string.sub(tostring(text), 1, 40))})
+  end
+  return n
+end
+-- <<< include/numbers.lua
+
+local n = #ARGV - 2
+if n < 0 or n % 10 ~= 0 then
+  return redis.error_reply('ERR workflow_enqueue: ARGV is queue, run, then 10 values a node')
+end
+local ups = {}
+for i = 3, #ARGV, 10 do
+  local id = ARGV[i]
+  if id == '' or #id > 200 or string.find(id, '[%s%c]') then
+    return redis.error_reply('ERR workflow_enqueue: a bad task id at ARGV[' .. i .. ']')
+  end
+  argv_whole('workflow_enqueue', i + 3, 'max_retries', 0, MOST)
+  argv_whole('workflow_enqueue', i + 4, 'priority', -100, 100, 0)
+  local policy = ARGV[i + 7]
+  if policy ~= 'dead' and policy ~= 'run' then
+    return redis.error_reply('ERR workflow_enqueue: a policy is "dead" or "run", got "'
+      .. string.sub(policy, 1, 40) .. '"')
+  end
+  local ok, up = pcall(cjson.decode, ARGV[i + 8])
+  local ok_down, down = pcall(cjson.decode, ARGV[i + 9])
+  if not ok or type(up) ~= 'table' or not ok_down or type(down) ~= 'table' then
+    return redis.error_reply('ERR workflow_enqueue: up and down are JSON lists (node '
+      .. id .. ')')
+  end
+  for _, u in ipairs(up) do
+    if type(u) ~= 'table' or type(u[2]) ~= 'string' then
+      return redis.error_reply('ERR workflow_enqueue: up holds [queue, id, name] lists')
+    end
+  end
+  local run = redis.pcall('HGET', KEYS[1] .. id, 'run')
+  if type(run) == 'table' or (run and run ~= ARGV[2]) or
+      (not run and redis.call('EXISTS', KEYS[1] .. id) == 1) then
+    return redis.error_reply('ERR workflow_enqueue: task ' .. id .. ' exists outside run '
+      .. ARGV[2])
+  end
+  ups[#ups + 1] = (not run) and up or false
+end
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local base = string.sub(KEYS[1], 1, #KEYS[1] - 5)
+local stored = 0
+for k = 1, #ups do
+  local i = 3 + (k - 1) * 10
+  if ups[k] then
+    local key = KEYS[1] .. ARGV[i]
+    redis.call('HSET', key, 'id', ARGV[i], 'type', ARGV[i + 1], 'queue', ARGV[1],
+      'params', ARGV[i + 2], 'enqueue_time', now, 'retry_count', 0, 'attempt', 0,
+      'max_retries', ARGV[i + 3], 'state', 'blocked', 'run', ARGV[2], 'node', ARGV[i + 6],
+      'policy', ARGV[i + 7], 'up', ARGV[i + 8], 'down', ARGV[i + 9], 'on_end', '1')
+    local priority = tonumber(ARGV[i + 4]) or 0
+    if priority ~= 0 then
+      redis.call('HSET', key, 'priority', priority)
+    end
+    if ARGV[i + 5] ~= '' then
+      redis.call('HSET', key, 'trace', ARGV[i + 5])
+    end
+    for _, u in ipairs(ups[k]) do
+      redis.call('SADD', base .. 'waits:' .. ARGV[i], u[2])
+    end
+    stored = stored + 1
+  end
+end
+return stored

@@ -1,0 +1,154 @@
+#!lua
+-- workflow_resolve: apply one upstream's end (or the run's start) to one blocked workflow
+-- node, in the node's slot. The node forgets the upstream (a set: applying the same end
+-- twice changes nothing), keeps a copy of what it ended with (so the result outlives the
+-- upstream's own hash), and then:
+--   - ends dead without running, when the upstream ended dead and the node's policy is
+--     "dead": its last_error names the upstream, the producers waiting for its end are
+--     woken, and its own outbox entry is written (include/workflow.lua), so its
+--     downstreams learn of it in turn;
+--   - goes to waiting when it waits for no upstream any more (policy "run": whatever the
+--     upstreams' ends);
+--   - else stays blocked.
+-- A node that is not blocked (it ended, runs, or was released already) is left as it is.
+--
+-- KEYS[1] task key prefix <prefix>:{<queue>}:task:   (the node's hash, and its
+--         <prefix>:{<queue>}:waits:<id> and :upstream:<id>)
+-- KEYS[2] waiting zset   <prefix>:{<queue>}:waiting
+-- KEYS[3] signal list    <prefix>:{<queue>}:signal   (wakes an idle runner)
+-- KEYS[4] dead zset      <prefix>:{<queue>}:dead
+-- ARGV[1] id             the node's task id
+-- ARGV[2] upstream       the upstream's task id, or "" for the run's start (applied to
+--                        the nodes without upstreams once the run is committed)
+-- ARGV[3] name           the upstream's node name
+-- ARGV[4] state          how the upstream ended: "succeeded" or "dead"
+-- ARGV[5] type           the upstream's job type (for reading its result typed)
+-- ARGV[6] result         the upstream's result (JSON text), "" when it died
+-- ARGV[7] error          why the upstream died, "" when it succeeded
+-- ARGV[8] dead_ttl_ms    how long the node's hash is kept when it ends dead here
+-- Returns: "waiting" (released), "dead" (ended by its policy), "blocked" (waits for more),
+--          "ignored" (not blocked) or "gone" (no such hash).
+-- An error, and nothing written, for a bad state or dead_ttl_ms.
+
+-- >>> include/priority.lua
+-- waiting is one sorted set: a task's score is ready_ms - priority * 2^42, so ZPOPMIN takes
+-- the highest priority first and, within one priority, the earliest ready (2^42 ms is the
+-- year 2109; scores stay whole numbers well below 2^53, where doubles are exact). Priority
+-- 0, every task's without a `priority` field, scores its ready time as before priorities.
+-- A priority that is not a whole number in -100 .. 100 counts as 0: a script must not stop
+-- half-way on a field a foreign producer wrote. '%.0f': Lua's own number to text conversion
+-- may round a number of 15 or more digits.
+local function waiting_score(ready_ms, priority)
+  local p = tonumber(priority)
+  if not p or p ~= math.floor(p) or p < -100 or p > 100 then p = 0 end
+  return string.format('%.0f', ready_ms - p * 4398046511104)
+end
+-- <<< include/priority.lua
+
+-- >>> include/numbers.lua
+-- MOST = 2^42 - 1, the largest whole number a script takes where its header says no other
+-- bound: a ready time (ms since the epoch, below 2^42: include/priority.lua), a duration in
+-- ms, a count. Such a number, and the sum of two, has at most 13 digits: Lua's own number
+-- to text conversion (14 digits) writes it back exactly, into a field, a score or a TTL.
+local MOST = 4398046511103
+
+-- `text` (an ARGV or a hash field) as a whole number in lo .. hi, or nil. Only decimal
+-- digits, with a '-' before them, make one: Lua's tonumber also takes 'nan', 'inf',
+-- '0x10', ' 5 ', '1e3' and fractions.
+local function whole(text, lo, hi)
+  if type(text) ~= 'string' or #text > 16 or not string.match(text, '^%-?%d+$') then
+    return nil
+  end
+  local n = tonumber(text)
+  if n < lo or n > hi then return nil end
+  return n
+end
+
+-- ARGV[i], the number `name` of `script`, as a whole number in lo .. hi; "" or no ARGV[i]
+-- stands for `absent` when that is not nil (false: no number). Anything else stops the
+-- script with an error that names the script, the position and the rule. Every script
+-- checks its ARGV this way before its first write, so a refused call writes nothing.
+local function argv_whole(script, i, name, lo, hi, absent)
+  local text = ARGV[i]
+  if absent ~= nil and (text == nil or text == '') then return absent end
+  local n = whole(text, lo, hi)
+  if not n then
+    error({err = string.format('ERR %s: ARGV[%d] %s must be a whole number in %.0f .. %.0f%s,'
+      .. ' got "%s"', script, i, name, lo, hi, absent ~= nil and ' (or "")' or '',
+      string.sub(tostring(text), 1, 40))})
+  end
+  return n
+end
+-- <<< include/numbers.lua
+
+-- >>> include/workflow.lua
+-- A workflow node is a task whose hash has `run` (its run's id), `node` (its name) and
+-- `down` (a JSON list of its downstreams, [[queue, id], ...]). The script that ends a node
+-- (succeeded, or dead for any reason) writes, in the same call and slot, its outbox entry:
+-- the id in <prefix>:{<queue>}:outbox, scored by now (when a runner may take it), and the
+-- hash <prefix>:{<queue>}:outbox:<id>: run, node, down, state (succeeded or dead), result
+-- (succeeded) or error (dead), at (now, ms). Runners apply it to the downstreams and the
+-- run (culex.workflows.release). task_prefix is <prefix>:{<queue>}:task:, whose queue's
+-- other keys are named from it. True when the task is a node.
+local function node_ended(task_prefix, id, state, result, err, now)
+  local f = redis.call('HMGET', task_prefix .. id, 'run', 'node', 'down')
+  if not f[1] then return false end
+  local base = string.sub(task_prefix, 1, #task_prefix - 5)
+  local entry = base .. 'outbox:' .. id
+  redis.call('DEL', entry)
+  redis.call('HSET', entry, 'run', f[1], 'node', f[2] or id, 'down', f[3] or '[]',
+    'state', state, 'at', now)
+  if state == 'succeeded' then
+    redis.call('HSET', entry, 'result', result or 'null')
+  else
+    redis.call('HSET', entry, 'error', err or '')
+  end
+  redis.call('ZADD', base .. 'outbox', now, id)
+  return true
+end
+
+-- A blocked node that ends without running (cancelled, deleted) no longer waits.
+local function node_forget(task_prefix, id)
+  redis.call('DEL', string.sub(task_prefix, 1, #task_prefix - 5) .. 'waits:' .. id)
+end
+-- <<< include/workflow.lua
+
+local id, up, state = ARGV[1], ARGV[2], ARGV[4]
+if state ~= 'succeeded' and state ~= 'dead' then
+  return redis.error_reply('ERR workflow_resolve: ARGV[4] state is "succeeded" or "dead"')
+end
+local ttl = argv_whole('workflow_resolve', 8, 'dead_ttl_ms', 1, MOST)
+local key = KEYS[1] .. id
+local f = redis.pcall('HMGET', key, 'state', 'policy', 'priority')
+if f['err'] then return 'ignored' end
+if not f[1] then return 'gone' end
+if f[1] ~= 'blocked' then return 'ignored' end
+local base = string.sub(KEYS[1], 1, #KEYS[1] - 5)
+local waits = base .. 'waits:' .. id
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+if up ~= '' then
+  redis.call('SREM', waits, up)
+  local copy = {name = ARGV[3], state = state, type = ARGV[5]}
+  if state == 'succeeded' then copy.result = ARGV[6] else copy.error = ARGV[7] end
+  redis.call('HSET', base .. 'upstream:' .. id, up, cjson.encode(copy))
+  if state == 'dead' and f[2] ~= 'run' then
+    local reason = 'upstream ' .. ARGV[3] .. ' (' .. up .. ') ended dead'
+    if ARGV[7] ~= '' then reason = reason .. ': ' .. string.sub(ARGV[7], 1, 500) end
+    redis.call('HSET', key, 'state', 'dead', 'last_error', reason, 'failed_at', now,
+      'finished_at', now)
+    redis.call('ZADD', KEYS[4], now, id)
+    redis.call('PEXPIRE', key, ttl)
+    redis.call('DEL', waits)
+    wake(key, base .. 'done:' .. id, ttl)
+    node_ended(KEYS[1], id, 'dead', nil, reason, now)
+    return 'dead'
+  end
+end
+if redis.call('SCARD', waits) > 0 then return 'blocked' end
+redis.call('HSET', key, 'state', 'waiting', 'due_at', now)
+redis.call('ZADD', KEYS[2], waiting_score(now, f[3]), id)
+if redis.call('LLEN', KEYS[3]) == 0 then
+  redis.call('RPUSH', KEYS[3], '1')
+end
+return 'waiting'

@@ -1,0 +1,217 @@
+"""The calls of workflows: a run's nodes stored blocked, its record's changes, the release
+of a node by its upstreams' ends, and the outbox those ends wait in. Each builds a
+:class:`~culex._redis.calls.Call`; no I/O here (the procedures are culex.workflows').
+
+Every call touches one slot: a queue's (a node, an outbox) or a run's (its record).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+from . import scripts
+from .calls import Arg, Call, text
+from .keys import QueueKeys, RunKeys, unfinished_key
+
+
+class NodeSpec(NamedTuple):
+    """One node as workflow_enqueue.lua stores it (see its header)."""
+
+    task_id: str
+    job_type: str
+    params_json: str
+    max_retries: int
+    priority: int
+    trace: str
+    name: str
+    policy: str
+    up: str  # JSON: [[queue, id, name], ...]
+    down: str  # JSON: [[queue, id], ...]
+
+
+def store_nodes(keys: QueueKeys, run_id: str, nodes: Sequence[NodeSpec]) -> Call[int]:
+    """Store ``nodes`` (all of ``keys``'s queue) blocked; the reply: how many were new."""
+    args: list[Arg] = [keys.name, run_id]
+    for node in nodes:
+        args += node
+    return Call((keys.task_prefix,), tuple(args), int, scripts.WORKFLOW_ENQUEUE)
+
+
+def _record(run: RunKeys, *args: Arg) -> Call[str]:
+    return Call((run.record, run.nodes, run.ended, run.done), args, text, scripts.WORKFLOW_RECORD)
+
+
+def begin(run: RunKeys, name: str, nodes: int, *, stage_ms: int, ttl_ms: int) -> Call[str]:
+    """Make the run's record, "staging" until :func:`commit`."""
+    return _record(run, "begin", run.id, name, nodes, stage_ms, ttl_ms)
+
+
+def add(run: RunKeys, nodes: Sequence[tuple[str, str]]) -> Call[str]:
+    """Record nodes of a staging run: (task id, JSON [queue, name, [upstream ids], policy])."""
+    args: list[Arg] = ["add"]
+    for task_id, described in nodes:
+        args += (task_id, described)
+    return _record(run, *args)
+
+
+def commit(run: RunKeys) -> Call[str]:
+    """Every node is stored: the run is "running" (the reply: its state)."""
+    return _record(run, "commit")
+
+
+def discard(run: RunKeys, *, now: bool = False) -> Call[str]:
+    """A staging run past its deadline (``now``: at once) is "discarded"."""
+    return _record(run, "discard", "now" if now else "")
+
+
+def ended(run: RunKeys, task_id: str, state: str) -> Call[str]:
+    """Node ``task_id`` ended as ``state``; the reply: the run's state after it."""
+    return _record(run, "ended", task_id, state)
+
+
+def mark_cancelled(run: RunKeys) -> Call[str]:
+    """Mark the run cancelled; the reply: its state."""
+    return _record(run, "cancel")
+
+
+def retry(run: RunKeys, task_ids: Sequence[str]) -> Call[int]:
+    """An ended run runs again; ``task_ids`` no longer count as ended. The reply: the
+    retry's number, which fences :func:`rearm`."""
+    return Call(
+        (run.record, run.nodes, run.ended, run.done),
+        ("retry", *task_ids),
+        lambda reply: int(reply[1]),
+        scripts.WORKFLOW_RECORD,
+    )
+
+
+def set_op(run: RunKeys, op: str) -> Call[str]:
+    """The operation under way that spans slots ("enqueue", "cancel", "retry"), "" once done."""
+    return _record(run, "op", op)
+
+
+def read_record(run: RunKeys) -> Call[dict[str, str]]:
+    """The run's record ({} when there is none)."""
+    return Call((), ("HGETALL", run.record), _hash)
+
+
+def read_nodes(run: RunKeys, cursor: int, count: int) -> Call[tuple[int, dict[str, str]]]:
+    """A page of the run's nodes (HSCAN: task id -> JSON) and the next cursor (0: done)."""
+    return Call((), ("HSCAN", run.nodes, cursor, "COUNT", count), _scan_page)
+
+
+def read_ended(run: RunKeys) -> Call[dict[str, str]]:
+    """The nodes that ended, task id -> state."""
+    return Call((), ("HGETALL", run.ended), _hash)
+
+
+def wait_ended(run: RunKeys, timeout: float) -> Call[Any]:
+    """Block until the run ends (its done list gets its element), or ``timeout`` (s)."""
+    seconds = max(1, int(timeout * 1000 + 0.999)) / 1000
+    done = run.done
+    return Call((), ("BLMOVE", done, done, "LEFT", "RIGHT", seconds), _same, blocks=seconds)
+
+
+def resolve(
+    keys: QueueKeys,
+    task_id: str,
+    *,
+    upstream: str,
+    name: str,
+    state: str,
+    job_type: str,
+    result: str,
+    error: str,
+    dead_ttl_ms: int,
+) -> Call[str]:
+    """Apply an upstream's end (``upstream`` "" for the run's start) to a blocked node."""
+    return Call(
+        (keys.task_prefix, keys.waiting, keys.signal, keys.dead),
+        (task_id, upstream, name, state, job_type, result, error, dead_ttl_ms),
+        text,
+        scripts.WORKFLOW_RESOLVE,
+    )
+
+
+class Entry(NamedTuple):
+    """An outbox entry: a workflow node that ended (include/workflow.lua)."""
+
+    queue: str
+    task_id: str
+    fields: dict[str, str]
+
+
+def take(keys: QueueKeys, *, limit: int, lease_ms: int) -> Call[list[Entry]]:
+    """Take (and lease) the queue's due outbox entries."""
+
+    def parse(reply: list[Any]) -> list[Entry]:
+        entries = []
+        for row in reply[1:]:
+            fields = {text(row[i]): text(row[i + 1]) for i in range(1, len(row), 2)}
+            entries.append(Entry(keys.name, text(row[0]), fields))
+        return entries
+
+    return Call((keys.outbox,), (limit, lease_ms), parse, scripts.WORKFLOW_TAKE)
+
+
+def done(keys: QueueKeys, entries: Sequence[Entry]) -> Call[int]:
+    """The entries were applied: they leave the outbox (each fenced by its ``at``)."""
+    args: list[Arg] = []
+    for entry in entries:
+        args += (entry.task_id, entry.fields.get("at", ""))
+    return Call((keys.outbox, keys.task_prefix), tuple(args), int, scripts.WORKFLOW_DONE)
+
+
+def take_unfinished(prefix: str, *, limit: int, lease_ms: int) -> Call[list[str]]:
+    """Take (and lease) the runs whose cross-slot operation is overdue."""
+    return Call(
+        (unfinished_key(prefix),),
+        (limit, lease_ms),
+        lambda reply: [text(x) for x in reply],
+        scripts.WORKFLOW_UNFINISHED,
+    )
+
+
+def hold_unfinished(prefix: str, run_id: str, until_ms: int) -> Call[int]:
+    """Note that ``run_id`` has an operation under way, to finish after ``until_ms``."""
+    return Call((), ("ZADD", unfinished_key(prefix), until_ms, run_id), int)
+
+
+def finished(prefix: str, run_id: str) -> Call[int]:
+    """The run's operation is done."""
+    return Call((), ("ZREM", unfinished_key(prefix), run_id), int)
+
+
+def discard_nodes(keys: QueueKeys, run_id: str, task_ids: Sequence[str]) -> Call[int]:
+    """Delete the blocked nodes of a discarded run on this queue."""
+    return Call((keys.task_prefix,), (run_id, *task_ids), int, scripts.WORKFLOW_DISCARD)
+
+
+def rearm(
+    keys: QueueKeys, task_id: str, run_id: str, retry_number: int, waits_for: Sequence[str]
+) -> Call[str]:
+    """A dead node of a retried run runs again, once ``waits_for`` have ended."""
+    return Call(
+        (keys.task_prefix, keys.waiting, keys.signal, keys.dead),
+        (task_id, run_id, retry_number, *waits_for),
+        text,
+        scripts.WORKFLOW_REARM,
+    )
+
+
+def read_upstream(keys: QueueKeys, task_id: str) -> Call[dict[str, str]]:
+    """A node's copies of its upstreams' ends: upstream id -> JSON."""
+    return Call((), ("HGETALL", keys.upstream(task_id)), _hash)
+
+
+def _hash(reply: list[bytes]) -> dict[str, str]:
+    return {text(reply[i]): text(reply[i + 1]) for i in range(0, len(reply), 2)}
+
+
+def _scan_page(reply: list[Any]) -> tuple[int, dict[str, str]]:
+    return int(reply[0]), _hash(reply[1])
+
+
+def _same(reply: Any) -> Any:
+    return reply

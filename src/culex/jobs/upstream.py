@@ -1,0 +1,45 @@
+"""What a workflow node's upstreams ended with, as its job reads it in ``perform``:
+``self.upstream()`` (``await self.aupstream()`` in an ``async def perform``).
+
+The node's queue keeps a copy of each upstream's end beside the node (workflow_resolve.lua
+writes it as the upstream's end is applied), so a result outlives the upstream's own hash
+and its ``result_ttl``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, NamedTuple
+
+from .._redis import workflows
+from .._redis.keys import QueueKeys
+from ..server.procedures import Procedure
+from .registry import registry
+from .serialization import decode_result
+
+
+class Upstream(NamedTuple):
+    """How one upstream ended: ``state`` "succeeded" or "dead"; ``result`` its return value
+    (typed by its job's ``perform`` annotation when its class is registered here; None when
+    it died); ``error`` why it died (None when it succeeded)."""
+
+    state: str
+    result: Any
+    error: str | None
+
+
+def upstream_procedure(keys: QueueKeys, task_id: str) -> Procedure[dict[str, Upstream]]:
+    """The ends of a node's upstreams, by node name ({} for a task that is no node)."""
+    copies = yield workflows.read_upstream(keys, task_id)
+    return {name: end for name, end in map(_upstream, copies.values())}
+
+
+def _upstream(text: str) -> tuple[str, Upstream]:
+    copy = json.loads(text)
+    name = str(copy.get("name", ""))
+    if copy.get("state") != "succeeded":
+        return name, Upstream("dead", None, str(copy.get("error", "")))
+    job = registry.get(str(copy.get("type", "")))
+    codec = getattr(job, "result_codec_", None)
+    where = f"the result of upstream {name}"
+    return name, Upstream("succeeded", decode_result(copy.get("result"), codec, where), None)

@@ -1,0 +1,2 @@
+"""Workflows: tasks with dependencies, enqueued as one run that always ends
+(docs/workflows.md)."""

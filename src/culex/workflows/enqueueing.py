@@ -1,0 +1,108 @@
+"""A workflow run stored whole, or not at all, then started.
+
+The run's record is made first ("staging", with a deadline), in its own slot; then its
+nodes, each blocked on its queue, and their list in the record, in chunks; then the
+commit ("running"), from which the run always ends; then the nodes without upstreams are
+released. The run is noted as unfinished before the first step and struck off after the
+last: a producer that stops half-way leaves it to a runner (culex.workflows.release),
+which discards a staging run whose deadline has passed (its nodes never ran) and releases
+the rest of a committed run's first nodes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from typing import Any, Literal, NamedTuple
+
+from .. import config
+from .._redis import commands, workflows
+from .._redis.calls import Call
+from .._redis.keys import queue_keys, queues_key, run_keys
+from .._redis.workflows import NodeSpec
+from ..errors import ServerError
+from ..jobs.job import QueuedJob
+from ..jobs.task import Task, new_id
+from ..server.procedures import Procedure
+from .finishing import start_roots
+from .run import WorkflowRun
+
+Policy = Literal["dead", "run"]
+STAGE_MS = 60_000  # a staging run whose producer stays silent this long is discarded
+CHUNK = 500  # nodes a call
+CALLS_A_TRIP = 8  # calls sent together while storing
+
+
+class Node(NamedTuple):
+    """One node: its job, the task it becomes, its name, its upstreams and its policy."""
+
+    job: QueuedJob
+    task: Task
+    name: str
+    after: tuple[Task, ...]
+    policy: Policy
+
+
+def enqueue_run(name: str, ttl_ms: int, nodes: Sequence[Node]) -> Procedure[WorkflowRun]:
+    """Store and start a run of ``nodes`` (checked already: culex.workflows.workflow)."""
+    settings = config.settings()
+    prefix = settings.prefix
+    run = run_keys(prefix, new_id())
+    calls = list(_storing(run.id, nodes, prefix))
+    now = yield commands.server_time()
+    yield workflows.hold_unfinished(prefix, run.id, now + STAGE_MS)
+    queues = sorted({node.task.queue for node in nodes})
+    yield [
+        commands.register_queue(queues_key(prefix), *queues),
+        workflows.begin(run, name, len(nodes), stage_ms=STAGE_MS, ttl_ms=ttl_ms),
+    ]
+    try:
+        for start in range(0, len(calls), CALLS_A_TRIP):
+            for reply in (yield calls[start : start + CALLS_A_TRIP]):
+                if isinstance(reply, Exception):
+                    raise reply
+        yield workflows.commit(run)
+    except ServerError:
+        yield [workflows.discard(run, now=True)]  # (its own error, if any, is not this one)
+        raise
+    roots = [(node.task.queue, node.task.id) for node in nodes if not node.after]
+    yield from start_roots(prefix, roots, settings.failed_job_ttl_ms)
+    yield [workflows.set_op(run, ""), workflows.finished(prefix, run.id)]
+    return WorkflowRun(run.id, prefix=prefix)
+
+
+def _storing(run_id: str, nodes: Sequence[Node], prefix: str) -> Iterator[Call[Any]]:
+    """The calls that store the nodes (blocked, by queue) and their list in the record."""
+    names = {node.task.id: node.name for node in nodes}
+    down: dict[str, list[list[str]]] = {}
+    for node in nodes:
+        for up in node.after:
+            down.setdefault(up.id, []).append([node.task.queue, node.task.id])
+    by_queue: dict[str, list[NodeSpec]] = {}
+    described: list[tuple[str, str]] = []
+    for node in nodes:
+        job, task = node.job, node.task
+        ups = [[up.queue, up.id, names[up.id]] for up in node.after]
+        by_queue.setdefault(task.queue, []).append(
+            NodeSpec(
+                task.id,
+                job.type_,
+                job.params_json(),
+                job.max_retries,
+                job.priority,
+                "",
+                node.name,
+                node.policy,
+                json.dumps(ups, ensure_ascii=False),
+                json.dumps(down.get(task.id, []), ensure_ascii=False),
+            )
+        )
+        entry = [task.queue, node.name, [up.id for up in node.after], node.policy]
+        described.append((task.id, json.dumps(entry, ensure_ascii=False)))
+    run = run_keys(prefix, run_id)
+    for start in range(0, len(described), CHUNK):
+        yield workflows.add(run, described[start : start + CHUNK])
+    for queue, specs in by_queue.items():
+        keys = queue_keys(prefix, queue)
+        for start in range(0, len(specs), CHUNK):
+            yield workflows.store_nodes(keys, run_id, specs[start : start + CHUNK])

@@ -1,0 +1,182 @@
+"""The steps of a workflow operation that spans slots (an enqueue's start, a cancel, a
+retry), shared by the producer that makes them and the runner that finishes one its
+producer left half-done (culex.workflows.release). Each step is idempotent: made twice, or
+by two callers at once, it changes what it changes once.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple
+
+from .. import config
+from .._redis import interventions, workflows
+from .._redis.calls import Call
+from .._redis.keys import queue_keys, run_keys
+from ..server.procedures import Procedure
+
+CALLS_A_TRIP = 500
+SCAN_COUNT = 1000
+CANCELLED = "cancelled: its workflow run was cancelled"
+
+
+class NodeInfo(NamedTuple):
+    """A node as its run's record lists it."""
+
+    task_id: str
+    queue: str
+    name: str
+    after: tuple[str, ...]  # its upstreams' task ids
+    policy: str
+
+
+def read_nodes(prefix: str, run_id: str) -> Procedure[dict[str, NodeInfo]]:
+    """Every node of the run, by task id ({} for a run that has no record)."""
+    run = run_keys(prefix, run_id)
+    nodes: dict[str, NodeInfo] = {}
+    cursor = 0
+    while True:
+        cursor, page = yield workflows.read_nodes(run, cursor, SCAN_COUNT)
+        for task_id, text in page.items():
+            queue, name, after, policy = json.loads(text)
+            nodes[task_id] = NodeInfo(task_id, queue, name, tuple(after), policy)
+        if cursor == 0:
+            return nodes
+
+
+def depths(nodes: dict[str, NodeInfo]) -> dict[str, int]:
+    """Each node's depth: 0 without upstreams, else one more than its deepest upstream."""
+    found: dict[str, int] = {}
+    for task_id in nodes:
+        stack = [task_id]
+        while stack:
+            current = stack[-1]
+            missing = [u for u in nodes[current].after if u not in found and u in nodes]
+            if missing:
+                stack += missing
+                continue
+            stack.pop()
+            ups = [found[u] for u in nodes[current].after if u in found]
+            found[current] = 1 + max(ups) if ups else 0
+    return found
+
+
+def sent(calls: Sequence[Call[Any]]) -> Procedure[list[Any]]:
+    """``calls`` in round trips of CALLS_A_TRIP; the replies (a refused call's: its error)."""
+    replies: list[Any] = []
+    for start in range(0, len(calls), CALLS_A_TRIP):
+        replies += yield list(calls[start : start + CALLS_A_TRIP])
+    return replies
+
+
+def start_roots(
+    prefix: str, roots: Iterable[tuple[str, str]], dead_ttl_ms: int
+) -> Procedure[list[Any]]:
+    """Release the nodes without upstreams (queue, task id): the run's start."""
+    calls = [
+        workflows.resolve(
+            queue_keys(prefix, queue),
+            task_id,
+            upstream="",
+            name="",
+            state="succeeded",
+            job_type="",
+            result="",
+            error="",
+            dead_ttl_ms=dead_ttl_ms,
+        )
+        for queue, task_id in roots
+    ]
+    return (yield from sent(calls))
+
+
+def cancel_nodes(prefix: str, nodes: dict[str, NodeInfo]) -> Procedure[list[Any]]:
+    """Cancel every node, the deepest first (so a node's end never releases a downstream
+    not cancelled yet): blocked, waiting and scheduled ones end dead, running ones are
+    asked to stop."""
+    settings = config.settings()
+    level = depths(nodes)
+    calls = [
+        interventions.cancel(
+            queue_keys(prefix, node.queue),
+            node.task_id,
+            CANCELLED,
+            dead_ttl_ms=settings.failed_job_ttl_ms,
+            dead_max=settings.dead_max,
+        )
+        for node in sorted(nodes.values(), key=lambda n: -level[n.task_id])
+    ]
+    return (yield from sent(calls))
+
+
+def rearm_nodes(
+    prefix: str, run_id: str, retry_number: int, nodes: dict[str, NodeInfo], ended: dict[str, str]
+) -> Procedure[list[Any]]:
+    """Rearm the nodes that do not count as ended (the retried ones), the deepest first:
+    each waits for its upstreams that have not succeeded, which are rearmed after it, so
+    none of their new ends comes before it waits for them."""
+    level = depths(nodes)
+    retried = [node for node in nodes.values() if node.task_id not in ended]
+    calls = [
+        workflows.rearm(
+            queue_keys(prefix, node.queue),
+            node.task_id,
+            run_id,
+            retry_number,
+            [u for u in node.after if ended.get(u) != "succeeded"],
+        )
+        for node in sorted(retried, key=lambda n: -level[n.task_id])
+    ]
+    return (yield from sent(calls))
+
+
+def discard_nodes(prefix: str, run_id: str, nodes: dict[str, NodeInfo]) -> Procedure[list[Any]]:
+    """Delete the nodes of a discarded run (only blocked ones of that run go)."""
+    by_queue: dict[str, list[str]] = {}
+    for node in nodes.values():
+        by_queue.setdefault(node.queue, []).append(node.task_id)
+    calls = [
+        workflows.discard_nodes(queue_keys(prefix, queue), run_id, ids[i : i + CALLS_A_TRIP])
+        for queue, ids in by_queue.items()
+        for i in range(0, len(ids), CALLS_A_TRIP)
+    ]
+    return (yield from sent(calls))
+
+
+def finish(prefix: str, run_id: str) -> Procedure[str]:
+    """Finish the operation a producer left under way on the run; the value: what was done
+    ("discarded", "started", "cancelled", "retried", "waiting": a staging run before its
+    deadline, or "none")."""
+    settings = config.settings()
+    run = run_keys(prefix, run_id)
+    record = yield workflows.read_record(run)
+    state, op = record.get("state", ""), record.get("op", "")
+    done = "none"
+    if state == "staging":
+        state = yield workflows.discard(run)
+        if state == "staging":  # (its producer is still at it: look again at its deadline)
+            yield workflows.hold_unfinished(prefix, run_id, int(record.get("deadline", 0)))
+            return "waiting"
+    if state == "discarded":
+        yield from discard_nodes(prefix, run_id, (yield from read_nodes(prefix, run_id)))
+        done = "discarded"
+    elif op == "enqueue":
+        nodes = yield from read_nodes(prefix, run_id)
+        roots = [(n.queue, n.task_id) for n in nodes.values() if not n.after]
+        yield from start_roots(prefix, roots, settings.failed_job_ttl_ms)
+        done = "started"
+    elif op == "cancel":
+        yield from cancel_nodes(prefix, (yield from read_nodes(prefix, run_id)))
+        done = "cancelled"
+    elif op == "retry":
+        nodes = yield from read_nodes(prefix, run_id)
+        ended = yield workflows.read_ended(run)
+        retries = int(record.get("retries", "0"))
+        yield from rearm_nodes(prefix, run_id, retries, nodes, ended)
+        done = "retried"
+    if record:
+        yield [workflows.set_op(run, ""), workflows.finished(prefix, run_id)]
+    else:
+        yield workflows.finished(prefix, run_id)
+    return done
