@@ -26,6 +26,7 @@ class Claimed:
         "params",
         "queue",
         "retry_count",
+        "run",
         "trace",
         "type",
     )
@@ -40,6 +41,7 @@ class Claimed:
         self.max_retries = number(row[5], -1)
         self.enqueue_time = number(row[6])
         self.trace: bytes = row[7] if len(row) > 7 else b""  # the producer's, for tracing.py
+        self.run: str = text(row[8]) if len(row) > 8 else ""  # a workflow node's run, "" for none
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,8 @@
 #!lua
 -- claim: promote due scheduled tasks, then take up to `limit` tasks from waiting
 -- (highest priority first, then lowest ready time: include/priority.lua), lease them in
--- pending, and return what a runner needs.
+-- pending, and return what a runner needs. A workflow node (its hash has `run`) that it
+-- buries as broken or as cancelled also gets its outbox entry: include/workflow.lua.
 --
 -- KEYS[1] waiting zset
 -- KEYS[2] pending zset   score: lease deadline in ms
@@ -54,8 +55,9 @@
 -- (the control hash's group_concurrency, group_rate and group_rate_ms replace them, as its
 -- rate and concurrency replace ARGV[5..7])
 -- Returns: {now_us, next_ms or -1, task, task, ...} where each task is
---          {id, attempt, type, params, retry_count, max_retries, enqueue_time, trace}
---          (trace: the producer's trace context, "" for none), and next_ms is when to
+--          {id, attempt, type, params, retry_count, max_retries, enqueue_time, trace, run}
+--          (trace: the producer's trace context, "" for none; run: the workflow run of a
+--          node, "" for a task that is not one), and next_ms is when to
 --          claim again: the next scheduled task's due time or, when the rate limit holds
 --          ready tasks back, when the next start is allowed (of the queue, or of a group
 --          held back by its rate), whichever is sooner; with ARGV[11], then the hold.
@@ -286,6 +288,73 @@ local function write_counts(prefix, now_ms, tally)
 end
 -- <<< include/stats.lua
 
+-- >>> include/workflow.lua
+-- A workflow node is an ordinary task whose hash also has `run` (its workflow run's id:
+-- the mark of a node), `node` (its name in the run), `policy`, `up` and `down` (JSON lists
+-- of its upstreams and its downstreams, `[[queue, task_id], ...]`) and on_end=1. A node
+-- whose upstreams have not all ended says state `blocked`: its hash exists, its id is in
+-- no set, <base>waits:<id> (a set) holds the upstream ids it still waits for and
+-- <base>upstream:<id> (a hash) what its upstreams ended with. <base> is the task key
+-- prefix <prefix>:{<queue>}:task: without its `task:`, so every key below stays in the
+-- queue's slot, and no script takes a key more for them.
+--
+-- When a node ends, succeeded or dead for any reason, the script that ends it writes, in
+-- the same call, after the task's own change and only when that change happened (a
+-- refused report writes nothing), an outbox entry that a runner applies later to the
+-- node's downstreams and its run:
+--   <base>outbox       ZSET: member the id, score now (ms, the server's clock): the time
+--                      from which a runner may take the entry
+--   <base>outbox:<id>  HASH, written after a DEL of any older entry of the id: run, node
+--                      (the id when the hash has none), down ("[]" when none), type
+--                      (the job type, for reading the result typed), state
+--                      (succeeded or dead), result (the result's JSON text, only when
+--                      succeeded) or error (the reason it died, its last_error, only when
+--                      dead), at (now)
+
+-- The task prefix <prefix>:{<queue>}:task: of task_key, a script's KEY for one task's hash
+-- (<prefix>:{<queue>}:task:<id>); nil when the key does not end in task:<id>.
+local function task_prefix_of(task_key, id)
+  local prefix = string.sub(task_key, 1, #task_key - #id)
+  if string.sub(task_key, #prefix + 1) ~= id or string.sub(prefix, -5) ~= 'task:' then
+    return nil
+  end
+  return prefix
+end
+
+-- Task `id` ended with state 'succeeded' (result: its JSON text) or 'dead' (err: its
+-- last_error). A node (its hash has `run`) gets its outbox entry, and the reply is true;
+-- any other task (or a task prefix that is nil or does not end in task:) writes nothing,
+-- and the reply is false. pcall: a task key or an outbox of another type must not stop the
+-- script after the task's own change.
+local function node_ended(task_prefix, id, state, result, err, now)
+  local base = task_prefix and string.match(task_prefix, '^(.*)task:$')
+  if not base then return false end
+  local f = redis.pcall('HMGET', task_prefix .. id, 'run', 'node', 'down', 'type')
+  if f['err'] or not f[1] then return false end
+  local entry = base .. 'outbox:' .. id
+  redis.call('DEL', entry)
+  redis.call('HSET', entry, 'run', f[1], 'node', f[2] or id, 'down', f[3] or '[]',
+    'state', state, 'at', now, 'type', f[4] or '')
+  if state == 'succeeded' then
+    redis.call('HSET', entry, 'result', result)
+  else
+    redis.call('HSET', entry, 'error', err)
+  end
+  redis.pcall('ZADD', base .. 'outbox', now, id)
+  return true
+end
+
+-- A blocked node that ends without running (cancel, delete) waits for nothing any more:
+-- its <base>waits:<id> set goes. Its <base>upstream:<id> hash stays: the node's own outbox
+-- entry, once applied, lets it expire.
+local function node_forget(task_prefix, id)
+  local base = task_prefix and string.match(task_prefix, '^(.*)task:$')
+  if base then
+    redis.call('DEL', base .. 'waits:' .. id)
+  end
+end
+-- <<< include/workflow.lua
+
 -- >>> include/numbers.lua
 -- MOST = 2^42 - 1, the largest whole number a script takes where its header says no other
 -- bound: a ready time (ms since the epoch, below 2^42: include/priority.lua), a duration in
@@ -418,6 +487,7 @@ local function bury(key, id, job, reason)
   redis.call('PEXPIRE', key, dead_ttl)
   redis.call('ZADD', KEYS[4], now, id)
   wake(key, KEYS[6] .. id, dead_ttl)
+  node_ended(KEYS[5], id, 'dead', nil, 'broken task: ' .. reason, now)
 end
 
 -- A task whose cancel was requested ends as cancel.lua ends a waiting one (see KEYS[12]).
@@ -434,6 +504,7 @@ local function cancelled(key, id, job, reason)
   if e[2] == '1' and job and KEYS[13] then
     redis.pcall('HSET', KEYS[13] .. job, 'last_finished_at', now, 'last_outcome', 'dead')
   end
+  node_ended(KEYS[5], id, 'dead', nil, reason, now)
 end
 
 -- Admission: how many of the `limit` asked may start now.
@@ -552,7 +623,7 @@ if limit > 0 then
     local key = KEYS[5] .. id
     if group then buried_in[group] = true end  -- (undone below when the task starts)
     local f = redis.pcall('HMGET', key, 'type', 'params', 'retry_count', 'max_retries',
-      'enqueue_time', 'attempt', 'trace', 'cancel_requested')
+      'enqueue_time', 'attempt', 'trace', 'cancel_requested', 'run')
     if f['err'] then
       -- The key holds another type. Not ours to delete: the value is kept beside the
       -- record, in the same slot.
@@ -590,7 +661,7 @@ if limit > 0 then
         starts[#starts + 1] = id .. ':' .. attempt
       end
       reply[#reply + 1] = {id, attempt, f[1] or '', f[2] or '', f[3] or '0', f[4] or '',
-        f[5] or '', f[7] or ''}
+        f[5] or '', f[7] or '', f[9] or ''}
     end
   end
   for i = 1, #leases, 1000 do  -- unpack in slices: Lua's C stack is bounded

@@ -2,7 +2,10 @@
 -- delete: remove tasks that are not running, for good: each id leaves its state's set and
 -- its hash is deleted. A pending task is refused (its runner holds it under a lease and
 -- only its report ends it), and so is a succeeded one (its hash expires by itself).
--- Producers waiting for a deleted task's end are woken, and then find no record.
+-- Producers waiting for a deleted task's end are woken, and then find no record. A
+-- workflow node (its hash has `run`) also gets its outbox entry, as a dead node with the
+-- error "deleted" (include/workflow.lua), before its hash goes; a node waiting for its
+-- upstreams (state `blocked`: in no set) can be deleted too, and its waits:<id> set goes.
 --
 -- KEYS[1] waiting zset
 -- KEYS[2] scheduled zset
@@ -20,7 +23,8 @@
 --         deletes a task of another whose id is also in that set
 -- ARGV[1..] ids             the ids to delete
 -- Returns: {deleted, skipped}: two arrays of ids. An id is deleted when its hash says state
---          "waiting", "scheduled" or "dead" and the id is in that set: it leaves the set, the
+--          "waiting", "scheduled" or "dead" and the id is in that set, or (without KEYS[8])
+--          state "blocked": it leaves the set, the
 --          hash is deleted, and when the hash had waited=1 one element is pushed to its done
 --          list, which expires after 60 s (see wait.lua). An id in dead whose hash is gone
 --          (expired) is removed from dead and counts as deleted. Any other id is skipped and
@@ -103,6 +107,73 @@ local function group_ended(groups, task_key, group, signal, turn_us)
 end
 -- <<< include/groups.lua
 
+-- >>> include/workflow.lua
+-- A workflow node is an ordinary task whose hash also has `run` (its workflow run's id:
+-- the mark of a node), `node` (its name in the run), `policy`, `up` and `down` (JSON lists
+-- of its upstreams and its downstreams, `[[queue, task_id], ...]`) and on_end=1. A node
+-- whose upstreams have not all ended says state `blocked`: its hash exists, its id is in
+-- no set, <base>waits:<id> (a set) holds the upstream ids it still waits for and
+-- <base>upstream:<id> (a hash) what its upstreams ended with. <base> is the task key
+-- prefix <prefix>:{<queue>}:task: without its `task:`, so every key below stays in the
+-- queue's slot, and no script takes a key more for them.
+--
+-- When a node ends, succeeded or dead for any reason, the script that ends it writes, in
+-- the same call, after the task's own change and only when that change happened (a
+-- refused report writes nothing), an outbox entry that a runner applies later to the
+-- node's downstreams and its run:
+--   <base>outbox       ZSET: member the id, score now (ms, the server's clock): the time
+--                      from which a runner may take the entry
+--   <base>outbox:<id>  HASH, written after a DEL of any older entry of the id: run, node
+--                      (the id when the hash has none), down ("[]" when none), type
+--                      (the job type, for reading the result typed), state
+--                      (succeeded or dead), result (the result's JSON text, only when
+--                      succeeded) or error (the reason it died, its last_error, only when
+--                      dead), at (now)
+
+-- The task prefix <prefix>:{<queue>}:task: of task_key, a script's KEY for one task's hash
+-- (<prefix>:{<queue>}:task:<id>); nil when the key does not end in task:<id>.
+local function task_prefix_of(task_key, id)
+  local prefix = string.sub(task_key, 1, #task_key - #id)
+  if string.sub(task_key, #prefix + 1) ~= id or string.sub(prefix, -5) ~= 'task:' then
+    return nil
+  end
+  return prefix
+end
+
+-- Task `id` ended with state 'succeeded' (result: its JSON text) or 'dead' (err: its
+-- last_error). A node (its hash has `run`) gets its outbox entry, and the reply is true;
+-- any other task (or a task prefix that is nil or does not end in task:) writes nothing,
+-- and the reply is false. pcall: a task key or an outbox of another type must not stop the
+-- script after the task's own change.
+local function node_ended(task_prefix, id, state, result, err, now)
+  local base = task_prefix and string.match(task_prefix, '^(.*)task:$')
+  if not base then return false end
+  local f = redis.pcall('HMGET', task_prefix .. id, 'run', 'node', 'down', 'type')
+  if f['err'] or not f[1] then return false end
+  local entry = base .. 'outbox:' .. id
+  redis.call('DEL', entry)
+  redis.call('HSET', entry, 'run', f[1], 'node', f[2] or id, 'down', f[3] or '[]',
+    'state', state, 'at', now, 'type', f[4] or '')
+  if state == 'succeeded' then
+    redis.call('HSET', entry, 'result', result)
+  else
+    redis.call('HSET', entry, 'error', err)
+  end
+  redis.pcall('ZADD', base .. 'outbox', now, id)
+  return true
+end
+
+-- A blocked node that ends without running (cancel, delete) waits for nothing any more:
+-- its <base>waits:<id> set goes. Its <base>upstream:<id> hash stays: the node's own outbox
+-- entry, once applied, lets it expire.
+local function node_forget(task_prefix, id)
+  local base = task_prefix and string.match(task_prefix, '^(.*)task:$')
+  if base then
+    redis.call('DEL', base .. 'waits:' .. id)
+  end
+end
+-- <<< include/workflow.lua
+
 local sets = {waiting = KEYS[1], scheduled = KEYS[2], dead = KEYS[3]}
 local only  -- (KEYS[8]: the one state whose tasks are deleted)
 if KEYS[8] then
@@ -116,13 +187,28 @@ if KEYS[8] then
   end
 end
 local deleted, skipped = {}, {}
+local now  -- (the server's time, read for the first node deleted)
 for _, id in ipairs(ARGV) do
   local key = KEYS[4] .. id
-  local f = redis.pcall('HMGET', key, 'state', 'waited', 'dedupe_key', 'group')
+  local f = redis.pcall('HMGET', key, 'state', 'waited', 'dedupe_key', 'group', 'run')
   local set = not f['err'] and f[1] and (not only or f[1] == only) and sets[f[1]]
   if set and f[1] == 'waiting' then set = ready_set(KEYS[1], KEYS[7], f[4]) end
-  if set and redis.call('ZSCORE', set, id) then
-    if f[1] == 'waiting' then unready(KEYS[1], KEYS[7], id, f[4]) else redis.call('ZREM', set, id) end
+  -- (a workflow node waiting for its upstreams is in no set: KEYS[8] never names it)
+  local blocked = not f['err'] and f[1] == 'blocked' and not only
+  if blocked or (set and redis.call('ZSCORE', set, id)) then
+    if f[1] == 'waiting' then
+      unready(KEYS[1], KEYS[7], id, f[4])
+    elseif set then
+      redis.call('ZREM', set, id)
+    end
+    if f[5] then  -- (a node: its entry first, while its hash can still be read)
+      if not now then
+        local t = redis.call('TIME')
+        now = t[1] * 1000 + math.floor(t[2] / 1000)
+      end
+      node_ended(KEYS[4], id, 'dead', nil, 'deleted', now)
+      node_forget(KEYS[4], id)
+    end
     redis.call('DEL', key)
     free_dedupe(KEYS[6], f[3], id)
     if f[2] == '1' then

@@ -3,7 +3,9 @@
 -- service said "slow down"). The task goes to scheduled, due after the delay, WITHOUT
 -- counting a failed attempt: retry_count, last_error and failed_at stay as they were, and
 -- the counters (include/stats.lua) count nothing, since the attempt neither succeeded nor
--- failed. It records retry_later_at (now) and adds 1 to retry_later_count.
+-- failed. It records retry_later_at (now) and adds 1 to retry_later_count. A workflow
+-- node (its hash has `run`) that goes to dead (its cancel was requested, below) also gets
+-- its outbox entry: include/workflow.lua (the task prefix is KEYS[1] without the id).
 --
 -- KEYS[1] task hash
 -- KEYS[2] pending zset
@@ -282,6 +284,73 @@ local function group_ended(groups, task_key, group, signal, turn_us)
 end
 -- <<< include/groups.lua
 
+-- >>> include/workflow.lua
+-- A workflow node is an ordinary task whose hash also has `run` (its workflow run's id:
+-- the mark of a node), `node` (its name in the run), `policy`, `up` and `down` (JSON lists
+-- of its upstreams and its downstreams, `[[queue, task_id], ...]`) and on_end=1. A node
+-- whose upstreams have not all ended says state `blocked`: its hash exists, its id is in
+-- no set, <base>waits:<id> (a set) holds the upstream ids it still waits for and
+-- <base>upstream:<id> (a hash) what its upstreams ended with. <base> is the task key
+-- prefix <prefix>:{<queue>}:task: without its `task:`, so every key below stays in the
+-- queue's slot, and no script takes a key more for them.
+--
+-- When a node ends, succeeded or dead for any reason, the script that ends it writes, in
+-- the same call, after the task's own change and only when that change happened (a
+-- refused report writes nothing), an outbox entry that a runner applies later to the
+-- node's downstreams and its run:
+--   <base>outbox       ZSET: member the id, score now (ms, the server's clock): the time
+--                      from which a runner may take the entry
+--   <base>outbox:<id>  HASH, written after a DEL of any older entry of the id: run, node
+--                      (the id when the hash has none), down ("[]" when none), type
+--                      (the job type, for reading the result typed), state
+--                      (succeeded or dead), result (the result's JSON text, only when
+--                      succeeded) or error (the reason it died, its last_error, only when
+--                      dead), at (now)
+
+-- The task prefix <prefix>:{<queue>}:task: of task_key, a script's KEY for one task's hash
+-- (<prefix>:{<queue>}:task:<id>); nil when the key does not end in task:<id>.
+local function task_prefix_of(task_key, id)
+  local prefix = string.sub(task_key, 1, #task_key - #id)
+  if string.sub(task_key, #prefix + 1) ~= id or string.sub(prefix, -5) ~= 'task:' then
+    return nil
+  end
+  return prefix
+end
+
+-- Task `id` ended with state 'succeeded' (result: its JSON text) or 'dead' (err: its
+-- last_error). A node (its hash has `run`) gets its outbox entry, and the reply is true;
+-- any other task (or a task prefix that is nil or does not end in task:) writes nothing,
+-- and the reply is false. pcall: a task key or an outbox of another type must not stop the
+-- script after the task's own change.
+local function node_ended(task_prefix, id, state, result, err, now)
+  local base = task_prefix and string.match(task_prefix, '^(.*)task:$')
+  if not base then return false end
+  local f = redis.pcall('HMGET', task_prefix .. id, 'run', 'node', 'down', 'type')
+  if f['err'] or not f[1] then return false end
+  local entry = base .. 'outbox:' .. id
+  redis.call('DEL', entry)
+  redis.call('HSET', entry, 'run', f[1], 'node', f[2] or id, 'down', f[3] or '[]',
+    'state', state, 'at', now, 'type', f[4] or '')
+  if state == 'succeeded' then
+    redis.call('HSET', entry, 'result', result)
+  else
+    redis.call('HSET', entry, 'error', err)
+  end
+  redis.pcall('ZADD', base .. 'outbox', now, id)
+  return true
+end
+
+-- A blocked node that ends without running (cancel, delete) waits for nothing any more:
+-- its <base>waits:<id> set goes. Its <base>upstream:<id> hash stays: the node's own outbox
+-- entry, once applied, lets it expire.
+local function node_forget(task_prefix, id)
+  local base = task_prefix and string.match(task_prefix, '^(.*)task:$')
+  if base then
+    redis.call('DEL', base .. 'waits:' .. id)
+  end
+end
+-- <<< include/workflow.lua
+
 -- >>> include/numbers.lua
 -- MOST = 2^42 - 1, the largest whole number a script takes where its header says no other
 -- bound: a ready time (ms since the epoch, below 2^42: include/priority.lua), a duration in
@@ -353,6 +422,7 @@ if f[5] and KEYS[12] then  -- (cancelled meanwhile: never run again; see fail)
   if f[9] == '1' and f[6] then
     redis.pcall('HSET', KEYS[9] .. f[6], 'last_finished_at', now, 'last_outcome', 'dead')
   end
+  node_ended(task_prefix_of(KEYS[1], ARGV[1]), ARGV[1], 'dead', nil, f[5], now)
   return 'dead'
 end
 redis.call('HSET', KEYS[1], 'state', 'scheduled', 'due_at', now + delay, 'retry_later_at', now,
