@@ -26,6 +26,7 @@ from .jobs.registry import JobRegistry, registry
 from .jobs.schedules import MonthSpan, months
 from .jobs.serialization import register_type
 from .jobs.task import Task, TaskNotFound, TaskState
+from .jobs.upstream import Upstream
 from .operations.dead import DeadTask, adead_tasks, aretry_dead, dead_tasks, retry_dead
 from .operations.queue_control import (
     QueueControl,
@@ -37,6 +38,9 @@ from .operations.queue_control import (
     resume,
 )
 from .runner import Runner
+from .workflows.run import NodeView, WorkflowError, WorkflowNotFound, WorkflowRun
+from .workflows.shapes import Group, chain, group
+from .workflows.workflow import Workflow
 
 # The modules the docs spell culex.inspection.runners(), culex.bulk.apply(...), by their
 # short names (each lives in the folder of its band: docs/architecture.md). Each is
@@ -80,10 +84,12 @@ __all__ = [
     "CulexError",
     "DeadTask",
     "EnqueueManyError",
+    "Group",
     "Job",
     "JobFailure",
     "JobRegistry",
     "MonthSpan",
+    "NodeView",
     "PeriodicJob",
     "QueueControl",
     "QueuedJob",
@@ -97,15 +103,22 @@ __all__ = [
     "TaskFailed",
     "TaskNotFound",
     "TaskState",
+    "Upstream",
+    "Workflow",
+    "WorkflowError",
+    "WorkflowNotFound",
+    "WorkflowRun",
     "adead_tasks",
     "aenqueue_many",
     "alimit",
     "apause",
     "aresume",
     "aretry_dead",
+    "chain",
     "configure",
     "dead_tasks",
     "enqueue_many",
+    "group",
     "limit",
     "months",
     "pause",

@@ -148,6 +148,18 @@ local function node_forget(task_prefix, id)
 end
 -- <<< include/workflow.lua
 
+-- >>> include/wake.lua
+-- A task whose hash has waited=1 (wait.lua) has producers blocked on its done list: one
+-- element there wakes them all, since each waits with BLMOVE from the list to itself,
+-- which puts the element back. The list expires with the task's hash (ttl ms).
+local function wake(task_key, done_key, ttl)
+  if redis.call('HDEL', task_key, 'waited') == 1 then
+    redis.call('RPUSH', done_key, 'done')
+    redis.call('PEXPIRE', done_key, ttl)
+  end
+end
+-- <<< include/wake.lua
+
 local id, up, state = ARGV[1], ARGV[2], ARGV[4]
 if state ~= 'succeeded' and state ~= 'dead' then
   return redis.error_reply('ERR workflow_resolve: ARGV[4] state is "succeeded" or "dead"')
