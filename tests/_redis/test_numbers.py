@@ -23,10 +23,10 @@ from typing import Any, cast
 import pytest
 import redis
 
-from culex._redis import claims, enqueuing, interventions, reads, reports, scripts
+from culex._redis import claims, enqueuing, interventions, reads, reports, scripts, workflows
 from culex._redis.calls import Call
 from culex._redis.drivers import SyncDriverProtocol
-from culex._redis.keys import QueueKeys, queue_base, queue_keys
+from culex._redis.keys import QueueKeys, queue_base, queue_keys, run_keys
 
 from ..conftest import driver_of, snapshot
 
@@ -75,6 +75,26 @@ def recorded(d: SyncDriverProtocol) -> None:
     """A periodic job's record, as schedule.lua leaves it after an earlier slot."""
     d.run(enqueuing.schedule(K, "P", "P:500", slot_ms=500, next_slot_ms=1000, overlap=False,
                              run_new=True, max_retries=0))  # fmt: skip
+
+
+def node(task_id: str = TASK, up: str = '[["q", "u1", "u"]]') -> workflows.NodeSpec:
+    return workflows.NodeSpec(task_id, "J", "{}", 4, 0, "", "n", "dead", up, "[]")
+
+
+def blocked(d: SyncDriverProtocol) -> None:
+    """A workflow node of run R waiting for its upstream u1."""
+    d.run(workflows.store_nodes(K, "R", [node()]))
+
+
+def died_blocked(d: SyncDriverProtocol) -> None:
+    """A node ended dead by its upstream's death: dead, with its outbox entry."""
+    blocked(d)
+    d.run(resolve_dead())
+
+
+def resolve_dead() -> Call[str]:
+    return workflows.resolve(K, TASK, upstream="u1", name="u", state="dead", job_type="J",
+                             result="", error="boom", dead_ttl_ms=DAY_MS)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -209,6 +229,36 @@ CASES: dict[str, Case] = {
     "progress": Case(pending, reports.progress(K, TASK, 1, 0.5, ""), numbers=(1, 2)),
     "run_now": Case(scheduled, interventions.run_now(K, TASK), fields=(on("priority"),)),
     "read_queues": Case(waiting, reads.read_queues([queue_base("culex", "q")])),
+    "workflow_enqueue": Case(
+        nothing,
+        workflows.store_nodes(K, "R", [node()._replace(priority=2)]),
+        numbers=(6, 7),
+    ),
+    "workflow_record": Case(
+        nothing,
+        workflows.begin(run_keys("culex", "R"), "n", 2, stage_ms=1000, ttl_ms=1000),
+        numbers=(4, 5, 6),
+    ),
+    "workflow_resolve": Case(
+        blocked,
+        workflows.resolve(K, TASK, upstream="u1", name="u", state="succeeded", job_type="J",
+                          result="1", error="", dead_ttl_ms=DAY_MS),  # fmt: skip
+        numbers=(8,),
+        fields=(on("priority"),),
+    ),
+    "workflow_take": Case(
+        died_blocked, workflows.take(K, limit=10, lease_ms=1000), numbers=(1, 2)
+    ),
+    "workflow_done": Case(
+        died_blocked, workflows.done(K, [workflows.Entry("q", TASK, {"at": ""})])
+    ),
+    "workflow_unfinished": Case(
+        nothing, workflows.take_unfinished("culex", limit=10, lease_ms=1000), numbers=(1, 2)
+    ),
+    "workflow_discard": Case(blocked, workflows.discard_nodes(K, "R", [TASK])),
+    "workflow_rearm": Case(
+        died_blocked, workflows.rearm(K, TASK, "R", 1, []), fields=(on("priority"),)
+    ),
 }
 
 
@@ -246,6 +296,7 @@ def keyspace_is_whole(r: redis.Redis, keys: QueueKeys, spoilt: str = "") -> None
         "pending": {keys.pending},
         "dead": {keys.dead},
         "succeeded": set(),
+        "blocked": set(),  # (a workflow node waiting for its upstreams: in no set)
     }
     where: dict[str, list[str]] = {}
     for key in cast(list[bytes], r.keys("*")):
@@ -272,8 +323,8 @@ def keyspace_is_whole(r: redis.Redis, keys: QueueKeys, spoilt: str = "") -> None
             if number == "priority" and number != spoilt:
                 assert -100 <= int(text) <= 100, f"{task_id}: priority {text!r}"
         found = where.get(task_id, [])
-        if state == "succeeded":
-            assert found == [], f"{task_id} succeeded, and is in {found}"
+        if state in ("succeeded", "blocked"):
+            assert found == [], f"{task_id} is {state}, and is in {found}"
         else:
             assert len(found) == 1 and found[0] in sets[state], (
                 f"{task_id} says {state}, and is in {found}"

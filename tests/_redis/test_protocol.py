@@ -21,6 +21,7 @@ import pytest
 import redis
 
 from ..conftest import running, score, snapshot
+from .plain_workflows import workflow_session
 
 HOUR_MS = 3_600_000
 SETS = ("waiting", "pending", "scheduled", "dead")
@@ -530,6 +531,9 @@ def test_a_plain_runner_runs_every_state_change_through_the_shipped_files(r: red
     assert [held.id for held in ranked] == ["high", "low"]
     assert q.complete([(held, "null") for held in ranked]) == []
 
+    # a workflow run, enqueued, run, failed, retried (plain_workflows.py)
+    workflow_session(q)
+
     # tasks still under way when the run ends
     q.enqueue("later", "AddJob", delay_ms=HOUR_MS)
     q.enqueue("running", "AddJob")
@@ -544,7 +548,7 @@ def test_a_plain_runner_runs_every_state_change_through_the_shipped_files(r: red
         "running": "pending", "queued": "waiting", "hastened": "succeeded", "run-now": "succeeded",
         "held-back": "succeeded", "second-in-line": "succeeded", "over-the-rate": "succeeded",
         "pushed-back": "succeeded",
-        "low": "succeeded", "high": "succeeded",
+        "low": "succeeded", "high": "succeeded", "wf-up": "succeeded", "wf-down": "succeeded",
     }  # fmt: skip
     assert_every_key_ends(q)
 

@@ -24,10 +24,15 @@
 -- KEYS[2] nodes hash     <prefix>:{run:<id>}:nodes
 -- KEYS[3] ended hash     <prefix>:{run:<id>}:ended
 -- KEYS[4] done list      <prefix>:{run:<id>}:done   (one element once the run ended)
--- ARGV for begin: "begin", run id, name, nodes (1 .. 2^42 - 1), stage_ms (>= 1), ttl_ms (>= 1)
--- ARGV for add: "add", then pairs: node id, JSON
--- ARGV for commit, cancel: the change alone; discard: "discard", "now" or ""
--- ARGV for ended: "ended", node id, state; retry: "retry", node id, ...; op: "op", name
+-- ARGV[1] change         begin, add, commit, discard, ended, cancel, retry or op
+-- ARGV[2..] values       the change's own values, in order:
+--         begin          run id, name, nodes (1 .. 2^42 - 1), stage_ms (>= 1), ttl_ms (>= 1)
+--         add            pairs: node id, JSON
+--         commit, cancel none
+--         discard        "now", or "" (only past the deadline)
+--         ended          node id, state
+--         retry          the ids of the nodes retried
+--         op             the operation's name, or ""
 -- Returns: the run's state after the change ("staging", "running", "succeeded", "failed",
 --          "cancelled", "discarded"); retry returns {state, retries}; "missing" when
 --          there is no record (begin makes one).
@@ -134,9 +139,11 @@ elseif change == 'ended' then
   if end_state ~= 'succeeded' and end_state ~= 'dead' then
     return refuse('a node ends "succeeded" or "dead"')
   end
+  local total = whole(f[2], 1, MOST)
+  if not total then return refuse('the record has no whole number of nodes') end
   if redis.call('HEXISTS', KEYS[2], ARGV[2]) == 0 then return state end
   redis.call('HSET', KEYS[3], ARGV[2], end_state)
-  if state ~= 'running' or redis.call('HLEN', KEYS[3]) < tonumber(f[2]) then
+  if state ~= 'running' or redis.call('HLEN', KEYS[3]) < total then
     return state
   end
   local final = 'succeeded'
