@@ -103,7 +103,8 @@ def apply_outbox(q: Plain, record: list[str]) -> str:
     state = ""
     done: list[Any] = []
     for row in entries:
-        task_id, fields = _text(row[0]), dict(zip(map(_text, row[1::2]), map(_text, row[2::2])))
+        task_id = _text(row[0])
+        fields = dict(zip(map(_text, row[1::2]), map(_text, row[2::2]), strict=True))
         for queue, downstream in json.loads(fields["down"]):
             assert queue == q.queue
             q.send("workflow_resolve", [q.task_prefix, q.waiting, q.signal, q.dead],

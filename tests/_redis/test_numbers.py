@@ -241,14 +241,21 @@ CASES: dict[str, Case] = {
     ),
     "workflow_resolve": Case(
         blocked,
-        workflows.resolve(K, TASK, upstream="u1", name="u", state="succeeded", job_type="J",
-                          result="1", error="", dead_ttl_ms=DAY_MS),  # fmt: skip
+        workflows.resolve(
+            K,
+            TASK,
+            upstream="u1",
+            name="u",
+            state="succeeded",
+            job_type="J",
+            result="1",
+            error="",
+            dead_ttl_ms=DAY_MS,
+        ),
         numbers=(8,),
         fields=(on("priority"),),
     ),
-    "workflow_take": Case(
-        died_blocked, workflows.take(K, limit=10, lease_ms=1000), numbers=(1, 2)
-    ),
+    "workflow_take": Case(died_blocked, workflows.take(K, limit=10, lease_ms=1000), numbers=(1, 2)),
     "workflow_done": Case(
         died_blocked, workflows.done(K, [workflows.Entry("q", TASK, {"at": ""})])
     ),

@@ -194,3 +194,16 @@ def test_a_jobs_own_timeout_error_is_raised_as_it_is(client: redis.Redis) -> Non
     with pytest.raises(TimeoutError, match="the API did not answer") as raised:
         drain("testing_slow_api")
     assert not isinstance(raised.value, DrainTimeout)
+
+
+def test_drain_runs_a_workflow_to_its_end(client: redis.Redis) -> None:
+    """A drain applies the ends of workflow nodes, as a runner's releaser does: a node's
+    downstreams run in the same drain, and the run ends."""
+    wf = culex.Workflow()
+    first = wf.add(SumJob(a=1, b=2))
+    second = wf.add(DoubleJob(n=21), after=[first])
+    run = wf.enqueue()
+    ran = drain(["testing_add", "testing_async"])
+    assert [attempt.task_id for attempt in ran] == [first.id, second.id]
+    assert run.wait(timeout=5) == "succeeded"
+    assert second.result(timeout=1) == 42

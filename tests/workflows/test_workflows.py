@@ -131,6 +131,8 @@ async def test_retry_runs_the_dead_nodes_and_those_that_ended_because_of_them() 
         with pytest.raises(culex.WorkflowError):
             culex.Workflow().add(SumJob(), after=[bad])
         BrokenJob.failing = False
+        assert bad.retry() is False  # (a node runs again with its run, never alone)
+        assert bad.state() == culex.TaskState.DEAD
         assert await run.aretry() == 2
         assert await run.await_(timeout=30) == "succeeded"
     assert bad.result(timeout=1) == "printed"

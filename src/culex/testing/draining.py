@@ -34,6 +34,8 @@ from ..runner.lease import LeaseKeeper
 from ..runner.outbox import Outbox
 from ..runner.reporter import Reporter
 from ..server import configured
+from ..server.procedures import run_on
+from ..workflows import release
 from .attempts import FAILED, Attempt, AttemptFailed, AttemptOutcome, DrainTimeout, params_of
 
 HASTEN_LIMIT = 10_000  # scheduled tasks made due per queue and round
@@ -145,12 +147,16 @@ class _Drainer:
     async def run(self, fail_fast: bool) -> Attempt | None:
         """Rounds until a claim finds nothing; with ``fail_fast``, until a round has a
         failure, which it returns."""
-        while claimed := await self._claim():
+        while claimed := await self._claim() or await self._released():
+            if claimed is True:
+                continue  # (ends of workflow nodes were applied: their downstreams may run)
             self.running = claimed
             done = await asyncio.gather(*(self._attempt(c) for c in claimed))
             self.running = []
             self.outbox.extend([outcome for outcome, _ in done])
             await self.reporter.flush()
+            if any(c.run for c in claimed):
+                await self._released()
             self.ran += [record for _, record in done]
             failed = next((r for r in self.ran[-len(done) :] if r.outcome in FAILED), None)
             if fail_fast and failed is not None:
@@ -179,6 +185,13 @@ class _Drainer:
             if isinstance(reply, claims.ClaimReply):
                 claimed += reply.tasks
         return claimed
+
+    async def _released(self) -> bool:
+        """Apply the ends of workflow nodes waiting in the queues' outboxes, as a runner's
+        releaser does (culex.workflows.release); True when one was applied."""
+        queues = [keys.name for keys in self.keys]
+        ttl = self.settings.failed_job_ttl_ms
+        return bool(await run_on(release.drain(self.settings.prefix, queues, ttl), self.driver))
 
     async def _attempt(self, claimed: Claimed) -> tuple[Outcome, Attempt]:
         job = self.preparation.prepare(claimed)

@@ -20,8 +20,11 @@
 --          request)
 --          (last_error, failed_at, attempt and priority are kept), and it is added to
 --          waiting, ready now at its priority (include/priority.lua). Its dedupe key is not
---          taken again: the key was freed when it died, and may name another task now. Any other id is skipped and changes nothing, except an id in dead
---          whose hash is gone (expired): it can never run, so it is removed from dead.
+--          taken again: the key was freed when it died, and may name another task now.
+--          Any other id is skipped and changes nothing, except an id in dead whose hash is
+--          gone (expired): it can never run, so it is removed from dead. A workflow node
+--          (its hash has `run`) is skipped: it runs again with its run
+--          (workflow_rearm.lua), which also puts back the nodes that ended because of it.
 
 -- >>> include/priority.lua
 -- waiting is one sorted set: a task's score is ready_ms - priority * 2^42, so ZPOPMIN takes
@@ -161,9 +164,9 @@ for _, id in ipairs(ids) do
     skipped[#skipped + 1] = id
   else
     -- (a key of another type: an error, so no state and skipped)
-    f = redis.pcall('HMGET', key, 'state', 'priority', 'group')
+    f = redis.pcall('HMGET', key, 'state', 'priority', 'group', 'run')
   end
-  if f and (f['err'] or f[1] ~= 'dead') then
+  if f and (f['err'] or f[1] ~= 'dead' or f[4]) then
     skipped[#skipped + 1] = id
   elseif f then
     redis.call('ZREM', KEYS[1], id)
