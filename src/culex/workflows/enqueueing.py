@@ -78,31 +78,37 @@ def _storing(run_id: str, nodes: Sequence[Node], prefix: str) -> Iterator[Call[A
     for node in nodes:
         for up in node.after:
             down.setdefault(up.id, []).append([node.task.queue, node.task.id])
-    by_queue: dict[str, list[NodeSpec]] = {}
+    specs: list[tuple[str, NodeSpec]] = []  # (queue, node), in the nodes' order
     described: list[tuple[str, str]] = []
     for node in nodes:
         job, task = node.job, node.task
         ups = [[up.queue, up.id, names[up.id]] for up in node.after]
-        by_queue.setdefault(task.queue, []).append(
-            NodeSpec(
-                task.id,
-                job.type_,
-                job.params_json(),
-                job.max_retries,
-                job.priority,
-                "",
-                node.name,
-                node.policy,
-                json.dumps(ups, ensure_ascii=False),
-                json.dumps(down.get(task.id, []), ensure_ascii=False),
+        specs.append(
+            (
+                task.queue,
+                NodeSpec(
+                    task.id,
+                    job.type_,
+                    job.params_json(),
+                    job.max_retries,
+                    job.priority,
+                    "",
+                    node.name,
+                    node.policy,
+                    json.dumps(ups, ensure_ascii=False),
+                    json.dumps(down.get(task.id, []), ensure_ascii=False),
+                ),
             )
         )
         entry = [task.queue, node.name, [up.id for up in node.after], node.policy]
         described.append((task.id, json.dumps(entry, ensure_ascii=False)))
     run = run_keys(prefix, run_id)
+    # Chunk by chunk, the record's list beside the nodes: each `add` pushes the staging
+    # deadline back, so a long enqueue that is still going is never taken for a dead one.
     for start in range(0, len(described), CHUNK):
         yield workflows.add(run, described[start : start + CHUNK])
-    for queue, specs in by_queue.items():
-        keys = queue_keys(prefix, queue)
-        for start in range(0, len(specs), CHUNK):
-            yield workflows.store_nodes(keys, run_id, specs[start : start + CHUNK])
+        by_queue: dict[str, list[NodeSpec]] = {}
+        for queue, spec in specs[start : start + CHUNK]:
+            by_queue.setdefault(queue, []).append(spec)
+        for queue, mine in by_queue.items():
+            yield workflows.store_nodes(queue_keys(prefix, queue), run_id, mine)
