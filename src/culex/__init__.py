@@ -16,6 +16,8 @@ from .errors import (
     RetryLater,
     ServerError,
     ServerUnavailable,
+    SignalTimeout,
+    StepError,
     TaskFailed,
 )
 from .jobs.enqueue import EnqueueManyError
@@ -99,6 +101,8 @@ __all__ = [
     "ServerError",
     "ServerUnavailable",
     "Settings",
+    "SignalTimeout",
+    "StepError",
     "Task",
     "TaskFailed",
     "TaskNotFound",

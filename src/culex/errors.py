@@ -84,3 +84,27 @@ class RetryLater(CulexError):
             )
         self.delay_ms = round(seconds * 1000)
         super().__init__(f"asked to run again in {self.delay_ms / 1000:g} s")
+
+
+class SignalTimeout(CulexError, TimeoutError):
+    """Raised by ``self.receive(name, timeout=...)`` when no signal ``name`` came in time
+    (by the server's clock). Recorded: a later attempt's replay raises it again."""
+
+
+class StepError(JobFailure):
+    """A durable task that cannot go on as its code stands: its task goes to dead with the
+    reason (a step over a limit, or code whose steps no longer match what was recorded)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason, retry=False)
+
+
+class AttemptOver(BaseException):
+    """The attempt ends here without a report of its own: its task was suspended (a sleep,
+    a wait for a signal: already in scheduled), or another attempt holds it (a stale
+    step's record was refused). A BaseException, as asyncio's CancelledError, so that a
+    perform's ``except Exception`` does not swallow it."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(why)
+        self.why = why

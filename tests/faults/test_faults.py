@@ -35,10 +35,10 @@ QUIET = 200
 class FaultJob(culex.QueuedJob):
     queue = "fault"
     n: int
-    sleep: float = 0.0
+    pause: float = 0.0
 
     async def perform(self) -> int:
-        await asyncio.sleep(self.sleep)
+        await asyncio.sleep(self.pause)
         return self.n
 
 
@@ -130,7 +130,7 @@ async def test_a_runner_rides_out_a_fault_and_keeps_its_tasks(
     first = await FaultJob(n=1).aenqueue()
     async with running(culex.Runner(run_from=["fault"], redis_url=url)):
         assert await first.aresult(timeout=10) == 1
-        held = await FaultJob(n=2, sleep=BLOCK / 2).aenqueue()
+        held = await FaultJob(n=2, pause=BLOCK / 2).aenqueue()
         await await_until(lambda: client.zcard(KEYS.pending), what="the runner to take it")
         before = _calls(client)
         holder = start(client)

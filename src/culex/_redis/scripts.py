@@ -69,6 +69,9 @@ WORKFLOW_DONE = Script.load("workflow_done")
 WORKFLOW_UNFINISHED = Script.load("workflow_unfinished")
 WORKFLOW_DISCARD = Script.load("workflow_discard")
 WORKFLOW_REARM = Script.load("workflow_rearm")
+STEP = Script.load("step")
+SUSPEND = Script.load("suspend")
+SIGNAL = Script.load("signal")
 
 ALL = (
     ENQUEUE,
@@ -100,4 +103,7 @@ ALL = (
     WORKFLOW_UNFINISHED,
     WORKFLOW_DISCARD,
     WORKFLOW_REARM,
+    STEP,
+    SUSPEND,
+    SIGNAL,
 )

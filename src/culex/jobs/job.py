@@ -22,6 +22,7 @@ from .enqueue import Batch, enqueue_procedure
 from .progress import Reporting, areport, report
 from .registry import registry
 from .serialization import encode_result, params_text
+from .steps import Durable
 from .task import Task
 from .upstream import Upstream, upstream_procedure
 
@@ -29,7 +30,7 @@ logger = logging.getLogger("culex")
 
 
 @typing.dataclass_transform(kw_only_default=True)
-class Job(JobDeclaration):
+class Job(Durable, JobDeclaration):
     """Base class of every job. Subclass ``QueuedJob`` (or ``PeriodicJob``), not this. Its
     class attributes (policy: queue, max_retries, lease, ...) are declaration.py's."""
 

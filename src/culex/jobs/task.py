@@ -5,12 +5,14 @@ from __future__ import annotations
 import contextlib
 import enum
 import itertools
+import json
 import random
 import time
 from typing import Any, ClassVar, Protocol
 
 from .. import config
 from .._redis import commands, interventions, reads
+from .._redis import steps as durable
 from .._redis.keys import QueueKeys, check_queue_name, queue_keys, queues_key
 from ..errors import CulexError, TaskFailed, short
 from ..server.procedures import Procedure, one_call, run_async, run_sync
@@ -312,3 +314,26 @@ class Task:
     async def acancel(self, reason: str = "") -> bool:
         outcome = await run_async(self.cancel_procedure(reason), self.url)
         return outcome in (interventions.CANCELLED, interventions.CANCELLING)
+
+    def _signal_procedure(self, name: str, value: Any) -> Procedure[str]:
+        if not isinstance(name, str) or not 0 < len(name.encode()) <= durable.MAX_NAME:
+            raise ValueError(f"signal: a name is a str of 1 to 200 bytes, got {short(name)}")
+        try:
+            text = json.dumps(value, ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"signal: the value must be JSON: {exc}") from None
+        if len(text.encode()) > durable.MAX_SIGNAL_BYTES:
+            raise ValueError(f"signal: the value is larger than {durable.MAX_SIGNAL_BYTES:,} bytes")
+        return one_call(
+            durable.signal(self._keys(), self.id, name, text, max_bytes=durable.MAX_SIGNAL_BYTES)
+        )
+
+    def signal(self, name: str, value: Any = None) -> str:
+        """Send signal ``name`` with ``value`` (anything JSON holds) to this durable task,
+        for its ``self.receive(name)``: "delivered" (it waited for it and runs again now),
+        "kept" (kept for a later receive; a later signal of the same name replaces it),
+        "ended" (the task succeeded or is dead: nothing kept), "unknown" (no such task)."""
+        return run_sync(self._signal_procedure(name, value), self.url)
+
+    async def asignal(self, name: str, value: Any = None) -> str:
+        return await run_async(self._signal_procedure(name, value), self.url)

@@ -20,7 +20,7 @@ from .. import logs
 from .._redis.claims import Claimed
 from .._redis.scripts import MOST
 from ..config import seconds
-from ..errors import JobFailure, RetryLater, short
+from ..errors import AttemptOver, JobFailure, RetryLater, short
 from ..jobs.failures import traceback_of
 from ..jobs.job import Job
 from ..jobs.progress import Reporting
@@ -37,13 +37,15 @@ class Outcome:
     with the retry delay (None: dead), and the exception behind it if any (for tracing)
     with its ``traceback`` (culex.jobs.failures; "" for none); or, with ``later_ms``, neither:
     the job asked to run again after that many ms (culex.RetryLater), which counts no
-    failed attempt."""
+    failed attempt; or, with ``over``, nothing to report: a durable task suspended (a
+    sleep, a wait for a signal) or found another attempt holds it (culex.jobs.steps)."""
 
     __slots__ = (
         "claimed",
         "error",
         "exception",
         "later_ms",
+        "over",
         "result_json",
         "result_ttl",
         "retry_delay_ms",
@@ -60,8 +62,10 @@ class Outcome:
         exception: BaseException | None = None,
         later_ms: int | None = None,
         traceback: str = "",
+        over: str = "",
     ) -> None:
         self.claimed = claimed
+        self.over = over  # why the attempt ended with nothing to report ("": it has one)
         self.traceback = traceback
         self.exception = exception
         self.result_json = result_json
@@ -186,6 +190,10 @@ async def _judged(job: Job, claimed: Claimed, pool: Executor) -> Outcome:
             result_json = await loop.run_in_executor(pool, run_in_process, job, _run_sync, timeout)
         else:
             result_json = job.result_text(await _run_in_thread(job, pool, timeout))
+    except AttemptOver as over:
+        said = _OVER.get(over.why, over.why)
+        logs.task_line(logger, "task %s %s, taking %s", task_name(claimed), said, _took(started))
+        return Outcome(claimed, over=over.why)
     except JobFailure as exc:
         return _failed(job, claimed, exc.reason, exc.retry, started, exc)
     except RetryLater as exc:
@@ -337,6 +345,12 @@ def _later(job: Job, claimed: Claimed, asked: RetryLater, started: float) -> Out
         _took(started),
     )
     return Outcome(claimed, later_ms=delay_ms)
+
+
+_OVER = {
+    "suspended": "suspended (it sleeps, or waits for a signal)",
+    "stale": "stopped: another attempt holds it (its lease was lost)",
+}
 
 
 def _took(started: float) -> str:

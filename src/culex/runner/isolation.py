@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from ..errors import JobFailure, RetryLater
+from ..errors import AttemptOver, JobFailure, RetryLater
 from ..jobs.failures import traceback_of
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ class ChildRaised(Exception):
 def run_in_process(job: Job, run: Callable[[Job], Any], timeout: float | None) -> str:
     """Run ``run(job)`` in a forked child; returns the result as JSON text.
 
-    Raises TimeoutError (the child was killed), JobFailure, RetryLater, ChildRaised or
+    Raises TimeoutError (the child was killed), JobFailure, RetryLater, AttemptOver, ChildRaised or
     ChildDied.
     """
     import multiprocessing  # here, not at the top: most runners never use it (its memory)
@@ -72,6 +72,8 @@ def run_in_process(job: Job, run: Callable[[Job], Any], timeout: float | None) -
         raise JobFailure(reason, retry=retry)
     if kind == "later":
         raise RetryLater(timedelta(milliseconds=payload))
+    if kind == "over":
+        raise AttemptOver(payload)
     if kind == "error":
         raise ChildRaised(*payload)
     return str(payload)
@@ -96,6 +98,8 @@ def _child(job: Job, run: Callable[[Job], Any], send: Connection) -> None:
             send.send(("failure", (exc.reason, exc.retry)))
         except RetryLater as exc:
             send.send(("later", getattr(exc, "delay_ms", None)))
+        except AttemptOver as exc:
+            send.send(("over", exc.why))
         except BaseException as exc:
             send.send(("error", (f"{type(exc).__name__}: {exc}", traceback_of(exc))))
         send.close()

@@ -108,7 +108,14 @@ class Reporter:
     async def _flush(self) -> None:
         landed = self.outbox.landed
         while self.outbox.outcomes:
-            batch = self.outbox.take()
+            batch = []
+            for outcome in self.outbox.take():
+                if outcome.over:  # (nothing to report: suspended already, or not its attempt's)
+                    self.keeper.drop(outcome.claimed)
+                else:
+                    batch.append(outcome)
+            if not batch:
+                continue
             calls, owners = self._calls(batch)
             results = await self.send(calls, "reporting outcomes")
             if any(r is UNSENT or isinstance(r, ServerUnavailable) for r in results):

@@ -1,0 +1,156 @@
+#!lua
+-- signal: send a signal to a durable task (culex's `task.signal(name, value)`). It is kept
+-- with the task (the hash's signal:<name>; a later signal of the same name replaces it)
+-- until the task's `self.receive(name)` takes it (suspend.lua). A task that waits for
+-- it (awaiting <name>, in scheduled) goes to waiting at once.
+--
+-- KEYS[1] task hash      <prefix>:{<queue>}:task:<id>
+-- KEYS[2] scheduled zset <prefix>:{<queue>}:scheduled
+-- KEYS[3] waiting zset   <prefix>:{<queue>}:waiting
+-- KEYS[4] signal list    <prefix>:{<queue>}:signal   (wakes an idle runner)
+-- KEYS[5] groups prefix  <prefix>:{<queue>}:groups:   (a task of a group waits in its
+--         group's ready set: include/groups.lua)
+-- ARGV[1] name           the signal's name, 1 to 200 bytes
+-- ARGV[2] value          its value, JSON text (at most max_bytes)
+-- ARGV[3] max_bytes      the largest value a signal takes
+-- Returns: "delivered" (the task waited for it: now waiting), "kept" (kept for a later
+--          receive), "ended" (the task succeeded or is dead: nothing kept), "unknown" (no
+--          such task).
+-- An error, and nothing written, for a bad name, number or a value too large.
+
+-- >>> include/numbers.lua
+-- MOST = 2^42 - 1, the largest whole number a script takes where its header says no other
+-- bound: a ready time (ms since the epoch, below 2^42: include/priority.lua), a duration in
+-- ms, a count. Such a number, and the sum of two, has at most 13 digits: Lua's own number
+-- to text conversion (14 digits) writes it back exactly, into a field, a score or a TTL.
+local MOST = 4398046511103
+
+-- `text` (an ARGV or a hash field) as a whole number in lo .. hi, or nil. Only decimal
+-- digits, with a '-' before them, make one: Lua's tonumber also takes 'nan', 'inf',
+-- '0x10', ' 5 ', '1e3' and fractions.
+local function whole(text, lo, hi)
+  if type(text) ~= 'string' or #text > 16 or not string.match(text, '^%-?%d+$') then
+    return nil
+  end
+  local n = tonumber(text)
+  if n < lo or n > hi then return nil end
+  return n
+end
+
+-- ARGV[i], the number `name` of `script`, as a whole number in lo .. hi; "" or no ARGV[i]
+-- stands for `absent` when that is not nil (false: no number). Anything else stops the
+-- script with an error that names the script, the position and the rule. Every script
+-- checks its ARGV this way before its first write, so a refused call writes nothing.
+local function argv_whole(script, i, name, lo, hi, absent)
+  local text = ARGV[i]
+  if absent ~= nil and (text == nil or text == '') then return absent end
+  local n = whole(text, lo, hi)
+  if not n then
+    error({err = string.format('ERR %s: ARGV[%d] %s must be a whole number in %.0f .. %.0f%s,'
+      .. ' got "%s"', script, i, name, lo, hi, absent ~= nil and ' (or "")' or '',
+      string.sub(tostring(text), 1, 40))})
+  end
+  return n
+end
+-- <<< include/numbers.lua
+
+-- >>> include/priority.lua
+-- waiting is one sorted set: a task's score is ready_ms - priority * 2^42, so ZPOPMIN takes
+-- the highest priority first and, within one priority, the earliest ready (2^42 ms is the
+-- year 2109; scores stay whole numbers well below 2^53, where doubles are exact). Priority
+-- 0, every task's without a `priority` field, scores its ready time as before priorities.
+-- A priority that is not a whole number in -100 .. 100 counts as 0: a script must not stop
+-- half-way on a field a foreign producer wrote. '%.0f': Lua's own number to text conversion
+-- may round a number of 15 or more digits.
+local function waiting_score(ready_ms, priority)
+  local p = tonumber(priority)
+  if not p or p ~= math.floor(p) or p < -100 or p > 100 then p = 0 end
+  return string.format('%.0f', ready_ms - p * 4398046511104)
+end
+-- <<< include/priority.lua
+
+-- >>> include/groups.lua
+-- A task enqueued with a group (its hash's `group`) waits in its group's own ready set
+-- <groups>g:<group>, not in waiting; <groups>ready lists every grouped ready task (the
+-- queue's counts and listings of waiting add it), and the ring <groups>ring holds the
+-- groups that have ready tasks, scored by their turn (µs): claim takes one task from the
+-- group whose turn is first, then moves it to the back. <groups>running counts each group's
+-- tasks in pending. groups is the KEY <prefix>:{<queue>}:groups: (nil: a caller that passes
+-- none, written before groups: its tasks go to waiting, as before). Scores are the same as
+-- in waiting (include/priority.lua).
+
+-- The sorted set that lists a ready task of `group` for counts and listings.
+local function ready_set(waiting, groups, group)
+  if groups and group and group ~= '' then
+    return groups .. 'ready'
+  end
+  return waiting
+end
+
+-- Make task `id` ready with `score`: in waiting, or in its group's ready set, the grouped
+-- ready set and (at the back, if not there yet) the ring. turn_us: the server's time, µs.
+-- True when the task went to its group.
+local function make_ready(waiting, groups, id, score, group, turn_us)
+  if groups and group and group ~= '' then
+    redis.call('ZADD', groups .. 'g:' .. group, score, id)
+    redis.call('ZADD', groups .. 'ready', score, id)
+    redis.call('ZADD', groups .. 'ring', 'NX', turn_us, group)
+    return true
+  end
+  redis.call('ZADD', waiting, score, id)
+  return false
+end
+
+-- Take ready task `id` out of where it waits (cancel, delete): the set ready_set names,
+-- and its group's own set.
+local function unready(waiting, groups, id, group)
+  redis.call('ZREM', ready_set(waiting, groups, group), id)
+  if groups and group and group ~= '' then
+    redis.call('ZREM', groups .. 'g:' .. group, id)
+  end
+end
+
+-- A task that claim took through its group (its hash's group_held=1) left pending: its
+-- group runs one task fewer, and, when it has more ready, takes its turn again (a group
+-- held back by its concurrency limit left the ring). The hash's mark goes, so a later
+-- report of the same task cannot count twice. Wakes an idle runner through `signal`.
+local function group_ended(groups, task_key, group, signal, turn_us)
+  if not (groups and group and group ~= '') then return end
+  redis.call('HDEL', task_key, 'group_held')
+  local running = groups .. 'running'
+  -- (pcall: a count that is not a whole number, corrupted or written by something else,
+  -- must not stop the script half-way; it is dropped, and the reclaimer's heal recounts it)
+  local n = redis.pcall('HINCRBY', running, group, -1)
+  if type(n) ~= 'number' or n <= 0 then
+    redis.pcall('HDEL', running, group)
+  end
+  if redis.call('EXISTS', groups .. 'g:' .. group) == 1
+      and redis.call('ZADD', groups .. 'ring', 'NX', turn_us, group) == 1
+      and signal and redis.call('LLEN', signal) == 0 then
+    redis.call('RPUSH', signal, '1')
+  end
+end
+-- <<< include/groups.lua
+
+local name = ARGV[1]
+if name == '' or #name > 200 then
+  return redis.error_reply('ERR signal: ARGV[1] name takes 1 to 200 bytes')
+end
+local most = argv_whole('signal', 3, 'max_bytes', 1, MOST)
+if #ARGV[2] > most then
+  return redis.error_reply('ERR signal: ARGV[2] value is larger than ' .. most .. ' bytes')
+end
+local f = redis.pcall('HMGET', KEYS[1], 'state', 'awaiting', 'id', 'priority', 'group')
+if f['err'] or not f[1] then return 'unknown' end
+if f[1] == 'succeeded' or f[1] == 'dead' then return 'ended' end
+redis.call('HSET', KEYS[1], 'signal:' .. name, ARGV[2])
+if f[1] ~= 'scheduled' or f[2] ~= name then return 'kept' end
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+redis.call('ZREM', KEYS[2], f[3])
+redis.call('HSET', KEYS[1], 'state', 'waiting', 'due_at', now)
+make_ready(KEYS[3], KEYS[5], f[3], waiting_score(now, f[4]), f[5], t[1] * 1000000 + t[2])
+if redis.call('LLEN', KEYS[4]) == 0 then
+  redis.call('RPUSH', KEYS[4], '1')
+end
+return 'delivered'
