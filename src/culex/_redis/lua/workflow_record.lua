@@ -24,6 +24,9 @@
 -- KEYS[2] nodes hash     <prefix>:{run:<id>}:nodes
 -- KEYS[3] ended hash     <prefix>:{run:<id>}:ended
 -- KEYS[4] done list      <prefix>:{run:<id>}:done   (one element once the run ended)
+-- ARGV[1] change         the change's name: begin, add, commit, discard, ended, cancel,
+--                        retry or op
+-- ARGV[2..] values       the change's own values, as below
 -- ARGV for begin: "begin", run id, name, nodes (1 .. 2^42 - 1), stage_ms (>= 1), ttl_ms (>= 1)
 -- ARGV for add: "add", then pairs: node id, JSON
 -- ARGV for commit, cancel: the change alone; discard: "discard", "now" or ""
