@@ -216,6 +216,27 @@ def test_the_overview_opens_a_run_by_its_id(base: str) -> None:
     assert status == 200 and f"<code>{run.id}</code>" in page
 
 
+def test_an_expired_node_and_foreign_lists_never_break_a_page(base: str, r: redis.Redis) -> None:
+    """A node whose task record is gone shows "expired"; a node's ``up`` and ``down`` that
+    are not the JSON lists culex writes (another producer's) show as none."""
+    run, tasks = diamond()
+    r.delete(f"culex:{{wf-a}}:task:{tasks['fetch2'].id}")
+    merge = f"culex:{{wf-b}}:task:{tasks['merge'].id}"
+    r.hset(merge, mapping={"up": "not json", "down": '{"wf-b": 1}'})
+    client = Client(base)
+    status, page = client.get("workflow", id=run.id)
+    assert status == 200, page
+    assert '<span class="state expired" data-state>expired</span>' in page
+    assert 'data-count="expired">1 expired<' in page
+    status, page = client.get("task", queue="wf-b", id=tasks["merge"].id)
+    assert status == 200, page
+    for field in ("upstreams", "downstreams"):
+        assert f'<dd id="task-{field}"><span class="muted">none</span></dd>' in page
+    r.hset(merge, mapping={"up": '[["wf-a", "x"], 5, ["wf-a"]]'})  # (no name: its id shown)
+    page = client.get("task", queue="wf-b", id=tasks["merge"].id)[1]
+    assert '<dd id="task-upstreams"><a href="/task?queue=wf-a&amp;id=x">x</a></dd>' in page
+
+
 @contextlib.contextmanager
 def runner_thread() -> Iterator[culex.Runner]:
     """A runner on its own loop in a thread (the browser's sync API holds this one's)."""
