@@ -267,10 +267,10 @@ def test_in_a_browser_cancel_on_the_run_page_cancels_the_run(base: str, page: Pa
         expect(page.locator('[data-node="forever"] [data-state]')).to_have_text(
             "pending", timeout=30_000
         )
-        page.get_by_role("button", name="Cancel").click()
+        page.get_by_role("button", name="Cancel run").click()
         expect(page.locator("#notice")).to_contain_text("Cancel requested")
         # (the page refreshes itself until the runner has stopped the node and the run ended)
         expect(page.locator("#run-state")).to_have_text("cancelled", timeout=30_000)
         expect(page.locator('[data-node="later"] [data-state]')).to_have_text("dead")
-        expect(page.get_by_role("button", name="Retry")).to_be_visible()
+        expect(page.get_by_role("button", name="Retry run")).to_be_visible()
     assert run.state() == "cancelled" and later.id not in Journal.starts
