@@ -13,15 +13,21 @@ import culex
 from culex import cli, logs
 
 from ..conftest import running
-from ..workflows.jobs import QUEUES, BrokenJob, ForeverJob, Journal, PriceJob, SumJob
+from ..workflows.shown_jobs import (
+    QUEUES,
+    ShownBrokenJob,
+    ShownForeverJob,
+    ShownMergeJob,
+    ShownStepJob,
+    reset,
+)
 
 
 @pytest.fixture(autouse=True)
 def quiet(r: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
     """An empty server; the command's logging left as pytest set it."""
     monkeypatch.setattr(logs, "configure", lambda *args, **kwargs: None)
-    Journal.clear()
-    BrokenJob.failing = True
+    reset()
 
 
 def runner() -> culex.Runner:
@@ -47,10 +53,10 @@ async def test_a_run_is_shown_with_its_nodes_by_depth(
     url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     wf = culex.Workflow(name="nightly-report")
-    first = wf.add(PriceJob(cents=150), name="fetch1")
-    merge = wf.add(SumJob(), after=[first], name="merge")
-    second = wf.add(PriceJob(cents=275), name="fetch2")  # added after merge, a root all the same
-    notify = wf.add(SumJob(), after=[merge, second], name="notify")
+    first = wf.add(ShownStepJob(n=150), name="fetch1")
+    merge = wf.add(ShownMergeJob(), after=[first], name="merge")
+    second = wf.add(ShownStepJob(n=275), name="fetch2")  # added after merge, a root all the same
+    notify = wf.add(ShownMergeJob(), after=[merge, second], name="notify")
     run = wf.enqueue()
 
     assert workflow(url, run.id) == 0
@@ -60,10 +66,10 @@ async def test_a_run_is_shown_with_its_nodes_by_depth(
     assert "nodes    4: 2 blocked, 2 waiting\n" in out
     rows = table(out)
     assert [row[:4] for row in rows] == [
-        ["fetch1", "waiting", "wf-a", first.id],
-        ["fetch2", "waiting", "wf-a", second.id],
-        ["merge", "blocked", "wf-b", merge.id],
-        ["notify", "blocked", "wf-b", notify.id],
+        ["fetch1", "waiting", "wf-shown-a", first.id],
+        ["fetch2", "waiting", "wf-shown-a", second.id],
+        ["merge", "blocked", "wf-shown-b", merge.id],
+        ["notify", "blocked", "wf-shown-b", notify.id],
     ]
     assert [row[7] for row in rows] == ["-", "-", "fetch1", "merge, fetch2"]
 
@@ -83,17 +89,17 @@ async def test_cancel_then_retry_from_the_command_line(
     url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     wf = culex.Workflow()
-    forever = wf.add(ForeverJob(), name="forever")
-    later = wf.add(SumJob(), after=[forever], name="later")
+    forever = wf.add(ShownForeverJob(), name="forever")
+    later = wf.add(ShownMergeJob(), after=[forever], name="later")
     run = wf.enqueue()
     async with running(runner()):
-        while forever.id not in Journal.starts:
+        while forever.id not in ShownStepJob.started:
             await forever.astate()  # (a round trip a turn, until it runs)
         # (in a thread: the runner goes on, on this loop, while the command waits for Redis)
         assert await asyncio.to_thread(workflow, url, "cancel", run.id) == 0
         assert f"cancelling workflow run {run.id}" in capsys.readouterr().out
         assert await run.await_(timeout=30) == "cancelled"
-    assert later.id not in Journal.starts
+    assert later.id not in ShownStepJob.started
     assert workflow(url, "cancel", run.id) == 1  # it has ended: nothing to call off
     assert capsys.readouterr().out == f"workflow run {run.id}: not cancelled, it is cancelled\n"
     assert workflow(url, run.id) == 0
@@ -102,8 +108,8 @@ async def test_cancel_then_retry_from_the_command_line(
 
 async def test_retry_runs_a_failed_run_again(url: str, capsys: pytest.CaptureFixture[str]) -> None:
     wf = culex.Workflow()
-    bad = wf.add(BrokenJob(), name="bad")
-    wf.add(SumJob(), after=[bad], name="merge")
+    bad = wf.add(ShownBrokenJob(), name="bad")
+    wf.add(ShownMergeJob(), after=[bad], name="merge")
     run = wf.enqueue()
     assert workflow(url, "retry", run.id) == 2  # still running: refused
     assert "is running: a run is retried once it has ended" in capsys.readouterr().err
@@ -112,7 +118,7 @@ async def test_retry_runs_a_failed_run_again(url: str, capsys: pytest.CaptureFix
         assert await asyncio.to_thread(workflow, url, run.id) == 0
         shown = capsys.readouterr().out
         assert "state    failed\n" in shown and "nodes    2: 2 dead\n" in shown
-        BrokenJob.failing = False
+        ShownBrokenJob.failing = False
         assert await asyncio.to_thread(workflow, url, "retry", run.id) == 0
         assert capsys.readouterr().out == f"retrying workflow run {run.id}: 2 node(s) run again\n"
         assert await run.await_(timeout=30) == "succeeded"

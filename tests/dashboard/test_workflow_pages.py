@@ -22,7 +22,14 @@ import culex
 from culex import config
 
 from ..conftest import running
-from ..workflows.jobs import QUEUES, BrokenJob, ForeverJob, Journal, PriceJob, SumJob
+from ..workflows.shown_jobs import (
+    QUEUES,
+    ShownBrokenJob,
+    ShownForeverJob,
+    ShownMergeJob,
+    ShownStepJob,
+    reset,
+)
 from .conftest import missing, serve
 
 if TYPE_CHECKING:
@@ -35,8 +42,7 @@ from culex.dashboard import app
 
 @pytest.fixture(autouse=True)
 def fresh(r: redis.Redis) -> None:
-    Journal.clear()
-    BrokenJob.failing = True
+    reset()
 
 
 class Client:
@@ -88,10 +94,10 @@ def posts(page: str) -> list[str]:
 def diamond() -> tuple[culex.WorkflowRun, dict[str, culex.Task]]:
     """A run of four nodes on two depths below the roots; enqueued, and no runner runs it."""
     wf = culex.Workflow(name="nightly <report>")
-    first = wf.add(PriceJob(cents=150), name="fetch1")
-    merge = wf.add(SumJob(), after=[first], name="merge")
-    second = wf.add(PriceJob(cents=275), name="fetch2")  # added after merge: a root still
-    notify = wf.add(SumJob(), after=[merge, second], name="notify")
+    first = wf.add(ShownStepJob(n=150), name="fetch1")
+    merge = wf.add(ShownMergeJob(), after=[first], name="merge")
+    second = wf.add(ShownStepJob(n=275), name="fetch2")  # added after merge: a root still
+    notify = wf.add(ShownMergeJob(), after=[merge, second], name="notify")
     run = wf.enqueue()
     return run, {"fetch1": first, "fetch2": second, "merge": merge, "notify": notify}
 
@@ -120,25 +126,28 @@ def test_the_run_page_shows_the_run_and_its_nodes_by_depth(base: str) -> None:
 
 def test_a_node_s_task_page_links_its_run_its_upstreams_and_downstreams(base: str) -> None:
     run, tasks = diamond()
-    status, page = Client(base).get("task", queue="wf-b", id=tasks["merge"].id)
+    status, page = Client(base).get("task", queue="wf-shown-b", id=tasks["merge"].id)
     assert status == 200, page
     run_link = re.search(r'<dd id="task-run">(.*?)</dd>', page, re.DOTALL)
     assert run_link is not None and f'href="/workflow?id={run.id}"' in run_link.group(1)
     assert "node <b>merge</b>" in run_link.group(1)
     first, notify = tasks["fetch1"], tasks["notify"]
-    assert f'href="/task?queue=wf-a&amp;id={first.id}">fetch1</a>' in page
-    assert f'href="/task?queue=wf-b&amp;id={notify.id}">wf-b&lt;{notify.id}&gt;</a>' in page
+    assert f'href="/task?queue=wf-shown-a&amp;id={first.id}">fetch1</a>' in page
+    assert (
+        f'href="/task?queue=wf-shown-b&amp;id={notify.id}">wf-shown-b&lt;{notify.id}&gt;</a>'
+        in page
+    )
     # A root has no upstreams; a task of no workflow shows none of it.
-    page = Client(base).get("task", queue="wf-a", id=first.id)[1]
+    page = Client(base).get("task", queue="wf-shown-a", id=first.id)[1]
     assert re.search(r'<dd id="task-upstreams"><span class="muted">none</span></dd>', page)
-    plain = PriceJob(cents=1).enqueue()
-    assert 'id="task-run"' not in Client(base).get("task", queue="wf-a", id=plain.id)[1]
+    plain = ShownStepJob(n=1).enqueue()
+    assert 'id="task-run"' not in Client(base).get("task", queue="wf-shown-a", id=plain.id)[1]
 
 
 async def test_cancel_then_retry_from_the_run_page(base: str) -> None:
     wf = culex.Workflow()
-    bad = wf.add(BrokenJob(), name="bad")
-    wf.add(SumJob(), after=[bad], name="merge")
+    bad = wf.add(ShownBrokenJob(), name="bad")
+    wf.add(ShownMergeJob(), after=[bad], name="merge")
     run = wf.enqueue()
     client = Client(base)
     page = client.get("workflow", id=run.id)[1]
@@ -154,9 +163,9 @@ async def test_cancel_then_retry_from_the_run_page(base: str) -> None:
     page = client.get("workflow", id=run.id)[1]
     assert 'class="state cancelled" id="run-state">cancelled<' in page
     assert posts(page) == [f"/workflow/retry?id={run.id}"]  # Retry only: it has ended
-    assert bad.id not in Journal.starts
+    assert bad.id not in ShownStepJob.started
 
-    BrokenJob.failing = False
+    ShownBrokenJob.failing = False
     status, page = client.post("workflow/retry", {"csrf": csrf}, id=run.id)
     assert status == 200 and "Retrying: 2 node(s) run again" in page
     assert run.state() == "running" and run.info()["retries"] == "1"
@@ -220,21 +229,23 @@ def test_an_expired_node_and_foreign_lists_never_break_a_page(base: str, r: redi
     """A node whose task record is gone shows "expired"; a node's ``up`` and ``down`` that
     are not the JSON lists culex writes (another producer's) show as none."""
     run, tasks = diamond()
-    r.delete(f"culex:{{wf-a}}:task:{tasks['fetch2'].id}")
-    merge = f"culex:{{wf-b}}:task:{tasks['merge'].id}"
-    r.hset(merge, mapping={"up": "not json", "down": '{"wf-b": 1}'})
+    r.delete(f"culex:{{wf-shown-a}}:task:{tasks['fetch2'].id}")
+    merge = f"culex:{{wf-shown-b}}:task:{tasks['merge'].id}"
+    r.hset(merge, mapping={"up": "not json", "down": '{"wf-shown-b": 1}'})
     client = Client(base)
     status, page = client.get("workflow", id=run.id)
     assert status == 200, page
     assert '<span class="state expired" data-state>expired</span>' in page
     assert 'data-count="expired">1 expired<' in page
-    status, page = client.get("task", queue="wf-b", id=tasks["merge"].id)
+    status, page = client.get("task", queue="wf-shown-b", id=tasks["merge"].id)
     assert status == 200, page
     for field in ("upstreams", "downstreams"):
         assert f'<dd id="task-{field}"><span class="muted">none</span></dd>' in page
-    r.hset(merge, mapping={"up": '[["wf-a", "x"], 5, ["wf-a"]]'})  # (no name: its id shown)
-    page = client.get("task", queue="wf-b", id=tasks["merge"].id)[1]
-    assert '<dd id="task-upstreams"><a href="/task?queue=wf-a&amp;id=x">x</a></dd>' in page
+    r.hset(
+        merge, mapping={"up": '[["wf-shown-a", "x"], 5, ["wf-shown-a"]]'}
+    )  # (no name: its id shown)
+    page = client.get("task", queue="wf-shown-b", id=tasks["merge"].id)[1]
+    assert '<dd id="task-upstreams"><a href="/task?queue=wf-shown-a&amp;id=x">x</a></dd>' in page
 
 
 @contextlib.contextmanager
@@ -257,8 +268,8 @@ def test_in_a_browser_cancel_on_the_run_page_cancels_the_run(base: str, page: Pa
     from playwright.sync_api import expect
 
     wf = culex.Workflow(name="forever")
-    forever = wf.add(ForeverJob(), name="forever")
-    later = wf.add(SumJob(), after=[forever], name="later")
+    forever = wf.add(ShownForeverJob(), name="forever")
+    later = wf.add(ShownMergeJob(), after=[forever], name="later")
     dialog = page.locator("#confirm-dialog")
     page.add_locator_handler(dialog, lambda: dialog.locator("[data-confirm-yes]").click())
     with runner_thread():
@@ -273,4 +284,4 @@ def test_in_a_browser_cancel_on_the_run_page_cancels_the_run(base: str, page: Pa
         expect(page.locator("#run-state")).to_have_text("cancelled", timeout=30_000)
         expect(page.locator('[data-node="later"] [data-state]')).to_have_text("dead")
         expect(page.get_by_role("button", name="Retry run")).to_be_visible()
-    assert run.state() == "cancelled" and later.id not in Journal.starts
+    assert run.state() == "cancelled" and later.id not in ShownStepJob.started
