@@ -23,10 +23,10 @@ def python_blocks(page: Path) -> list[str]:
     return re.findall(r"^```python\n(.*?)^```", page.read_text(), flags=re.S | re.M)
 
 
-def test_the_flow_control_examples_run(r: redis.Redis, capsys: pytest.CaptureFixture[str]) -> None:
-    """docs/flow-control.md: the page's examples, in order, in one namespace."""
-    page = "flow-control.md"
-    module = types.ModuleType("culex_flow_control_example")
+def run_examples(page: str) -> None:
+    """The page's examples, in order, in one namespace, as one module (its job classes are
+    registered for the test's time only)."""
+    module = types.ModuleType(f"culex_{page.removesuffix('.md').replace('-', '_')}_example")
     sys.modules[module.__name__] = module
     try:
         for block in python_blocks(DOCS / page):
@@ -36,6 +36,11 @@ def test_the_flow_control_examples_run(r: redis.Redis, capsys: pytest.CaptureFix
         for job in list(culex.registry):
             if job.__module__ == module.__name__:
                 culex.registry.remove(job)
+
+
+def test_the_flow_control_examples_run(r: redis.Redis, capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/flow-control.md: the page's examples, in order, in one namespace."""
+    run_examples("flow-control.md")
     assert capsys.readouterr().out.splitlines() == [
         "paused, waiting: 1",  # pause
         "sent to a@example.com",
@@ -53,6 +58,35 @@ def test_the_flow_control_examples_run(r: redis.Redis, capsys: pytest.CaptureFix
         "Progress(fraction=1.0, message='rendered 10 of 10 pages')",
         "True",  # cancelling a running task
         "cancelled: the user closed the page",
+    ]
+
+
+def test_the_workflow_examples_run(r: redis.Redis, capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/workflows.md: each example enqueues a run that a real runner runs to its end."""
+    run_examples("workflows.md")
+    assert capsys.readouterr().out.splitlines() == [
+        "total 219.50",  # a diamond
+        "succeeded",
+        "Decimal('219.50')",
+        "total 120.50",  # a chain
+        "succeeded",
+        "total 219.50",  # a chord
+        "succeeded",
+        "us is missing: the US shop is closed",  # if_upstream_fails="run"
+        "total 120.50",
+        "failed",
+        "dead",  # strict-total, "dead": never ran
+        "2",  # retry: us and strict-total
+        "total 219.50",
+        "succeeded",
+        "True",  # cancel
+        "cancelled",
+        "dead",  # after: never ran
+        "succeeded 1",  # WorkflowRun(run_id)
+        "eu () dead succeeded",
+        "strict-total ('eu', 'us') dead succeeded",
+        "total ('eu', 'us') run succeeded",
+        "us () dead succeeded",
     ]
 
 

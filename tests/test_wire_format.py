@@ -167,11 +167,14 @@ def header_keys(source: str) -> list[str]:
     for what in re.findall(r"^-- KEYS\[\d+\]\s+(.*)$", header(source), re.MULTILINE):
         named = [name for lead, name in NAMED.items() if what.startswith(lead)]
         written = re.search(r"<prefix>:\{<queue>\}:(\S+)", what)
+        elsewhere = re.search(r"<prefix>:\{(?!<queue>\})[^}]+\}:\S+", what)  # a run's slot
         zset = re.match(r"(\w+) zset\b", what)
         if named:
             names.append(named[0])
         elif written:
             names.append(written[1])
+        elif elsewhere:
+            names.append(elsewhere[0])
         elif zset:
             names.append(zset[1])
         else:
@@ -236,6 +239,10 @@ def named(key: str) -> str:
     if key.startswith(("culex:{runners}", "<prefix>:{runners}")):
         return re.sub(r"^[^:]+:\{runners\}(:runner:).+", r"<prefix>:{runners}\1<id>", key).replace(
             "culex:{runners}", "<prefix>:{runners}"
+        )
+    if key.startswith(("culex:{run:", "culex:{workflows}")):  # a workflow run's slot, or theirs
+        return re.sub(r"^culex:\{run:[^}]+\}", "<prefix>:{run:<id>}", key).replace(
+            "culex:{workflows}", "<prefix>:{workflows}"
         )
     name = key.split("}:", 1)[1]
     return re.sub(r"^(task|done):.+", r"\1:<id>", name)

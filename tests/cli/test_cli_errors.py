@@ -31,6 +31,7 @@ REFUSED = {
     "pause": ["pause", "my emails"],
     "resume": ["resume", "my emails"],
     "limit": ["limit", "my emails", "--rate", "5/s"],
+    "workflow": ["workflow", "retry", "a run id"],
     "dashboard": ["dashboard", "--basic-auth", "no-colon"],
     "metrics": ["metrics", "--port", "70000"],
     "demo": ["demo"],  # with a CULEX_REDIS_URL that is no URL

@@ -42,8 +42,13 @@ def test_a_read_in_a_folder_with_no_server_starts_none_and_says_so(tmp_path: Pat
 
 
 def refused_in(tmp_path: Path) -> None:
-    reads = (["queues"], ["dead", "emails"], ["task", "some-id"], ["dashboard"])
-    steers = (["pause", "emails"], ["limit", "emails", "--rate", "5/s"], ["cancel", "emails", "x"])
+    reads = (["queues"], ["dead", "emails"], ["task", "some-id"], ["dashboard"], ["workflow", "x"])
+    steers = (
+        ["pause", "emails"],
+        ["limit", "emails", "--rate", "5/s"],
+        ["cancel", "emails", "x"],
+        ["workflow", "cancel", "x"],
+    )
     for words in (*reads, *steers, ["metrics", "--port", "0"]):
         done = subprocess.run(
             [sys.executable, "-m", "culex", *words],

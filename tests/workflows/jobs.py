@@ -27,7 +27,7 @@ class Journal:
         cls.seen.clear()
 
 
-class PriceJob(culex.QueuedJob):
+class WfPriceJob(culex.QueuedJob):
     """Succeeds with a Decimal (a typed result its downstreams read back typed)."""
 
     queue = "wf-a"
@@ -40,7 +40,7 @@ class PriceJob(culex.QueuedJob):
         return Decimal(self.cents) / 100
 
 
-class SumJob(culex.QueuedJob):
+class WfSumJob(culex.QueuedJob):
     """Sums its upstreams' results; records what it saw of them."""
 
     queue = "wf-b"
@@ -53,8 +53,8 @@ class SumJob(culex.QueuedJob):
         return sum((u.result for u in up.values() if isinstance(u.result, Decimal)), Decimal(0))
 
 
-class AsyncSumJob(culex.QueuedJob):
-    """SumJob's async twin, on the other queue."""
+class WfAsyncSumJob(culex.QueuedJob):
+    """WfSumJob's async twin, on the other queue."""
 
     queue = "wf-a"
 
@@ -66,7 +66,7 @@ class AsyncSumJob(culex.QueuedJob):
         return sum((u.result for u in up.values() if isinstance(u.result, Decimal)), Decimal(0))
 
 
-class BrokenJob(culex.QueuedJob):
+class WfBrokenJob(culex.QueuedJob):
     """Dies at once (no retry) while ``failing`` is set."""
 
     queue = "wf-a"
@@ -75,12 +75,12 @@ class BrokenJob(culex.QueuedJob):
     def perform(self) -> str:
         Journal.starts[self.task_id] = time.monotonic()
         Journal.ends[self.task_id] = time.monotonic()
-        if BrokenJob.failing:
+        if WfBrokenJob.failing:
             self.fail("out of paper", retry=False)
         return "printed"
 
 
-class FlakyJob(culex.QueuedJob):
+class WfFlakyJob(culex.QueuedJob):
     """Fails its first ``failures`` attempts, then succeeds; retries come 10 ms apart."""
 
     queue = "wf-b"
@@ -98,7 +98,7 @@ class FlakyJob(culex.QueuedJob):
         return self.attempt
 
 
-class ForeverJob(culex.QueuedJob):
+class WfForeverJob(culex.QueuedJob):
     """Runs until cancelled."""
 
     queue = "wf-a"
@@ -106,3 +106,13 @@ class ForeverJob(culex.QueuedJob):
     async def perform(self) -> None:
         Journal.starts[self.task_id] = time.monotonic()
         await asyncio.Event().wait()
+
+
+class WorkflowTextJob(culex.QueuedJob):
+    """Returns its text."""
+
+    queue = "wf-a"
+    text: str
+
+    def perform(self) -> str:
+        return self.text

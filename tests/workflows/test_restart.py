@@ -16,7 +16,7 @@ from culex import config
 from culex.server.embedded import EmbeddedServer
 
 from ..conftest import await_until, running, suite_binary
-from .jobs import QUEUES, Journal, PriceJob, SumJob
+from .jobs import QUEUES, Journal, WfPriceJob, WfSumJob
 
 
 @pytest.fixture
@@ -39,9 +39,9 @@ async def test_a_run_ends_across_server_restarts(own_server: EmbeddedServer) -> 
     r = redis.Redis.from_url(own_server.url)
     assert r.config_get("appendonly")["appendonly"] == "yes"
     wf = culex.Workflow(name="restarted")
-    prices = [wf.add(PriceJob(cents=n)) for n in range(1, 31)]
-    total = wf.add(SumJob(), after=prices)
-    last = wf.add(SumJob(), after=[total])
+    prices = [wf.add(WfPriceJob(cents=n)) for n in range(1, 31)]
+    total = wf.add(WfSumJob(), after=prices)
+    last = wf.add(WfSumJob(), after=[total])
     run = wf.enqueue()
     async with running(culex.Runner(run_from=list(QUEUES))):
         for ended in (1, 10, 20):  # restarts while the prices run, the sums waiting

@@ -15,7 +15,16 @@ from culex.server.procedures import run_sync
 from culex.workflows import enqueueing, release
 
 from ..conftest import driver_of, running
-from .jobs import QUEUES, BrokenJob, FlakyJob, ForeverJob, Journal, PriceJob, SumJob
+from .jobs import (
+    QUEUES,
+    Journal,
+    WfBrokenJob,
+    WfFlakyJob,
+    WfForeverJob,
+    WfPriceJob,
+    WfSumJob,
+    WorkflowTextJob,
+)
 
 pytestmark = pytest.mark.usefixtures("fresh")
 
@@ -23,7 +32,7 @@ pytestmark = pytest.mark.usefixtures("fresh")
 @pytest.fixture
 def fresh(r: redis.Redis) -> None:
     Journal.clear()
-    BrokenJob.failing = True
+    WfBrokenJob.failing = True
 
 
 def runner() -> culex.Runner:
@@ -44,10 +53,10 @@ def assert_started_after_upstreams(run: culex.WorkflowRun) -> None:
 
 async def test_a_diamond_runs_in_order_and_its_merge_reads_typed_results() -> None:
     wf = culex.Workflow(name="nightly-report")
-    a = wf.add(PriceJob(cents=150), name="fetch1")
-    b = wf.add(PriceJob(cents=275), name="fetch2")
-    m = wf.add(SumJob(), after=[a, b], name="merge")
-    n = wf.add(SumJob(), after=[m], name="notify", if_upstream_fails="run")
+    a = wf.add(WfPriceJob(cents=150), name="fetch1")
+    b = wf.add(WfPriceJob(cents=275), name="fetch2")
+    m = wf.add(WfSumJob(), after=[a, b], name="merge")
+    n = wf.add(WfSumJob(), after=[m], name="notify", if_upstream_fails="run")
     async with running(runner()):
         run = await wf.aenqueue()
         assert await run.await_(timeout=30) == "succeeded"
@@ -64,11 +73,11 @@ async def test_a_diamond_runs_in_order_and_its_merge_reads_typed_results() -> No
 
 async def test_a_dead_upstream_ends_its_downstreams_dead_unless_they_run_anyway() -> None:
     wf = culex.Workflow()
-    ok = wf.add(PriceJob(cents=1), name="ok")
-    bad = wf.add(BrokenJob(), name="bad")
-    merge = wf.add(SumJob(), after=[ok, bad], name="merge")
-    after_merge = wf.add(SumJob(), after=[merge], name="after-merge")
-    report = wf.add(SumJob(), after=[merge], name="report", if_upstream_fails="run")
+    ok = wf.add(WfPriceJob(cents=1), name="ok")
+    bad = wf.add(WfBrokenJob(), name="bad")
+    merge = wf.add(WfSumJob(), after=[ok, bad], name="merge")
+    after_merge = wf.add(WfSumJob(), after=[merge], name="after-merge")
+    report = wf.add(WfSumJob(), after=[merge], name="report", if_upstream_fails="run")
     async with running(runner()):
         run = wf.enqueue()
         assert await run.await_(timeout=30) == "failed"
@@ -83,10 +92,10 @@ async def test_a_dead_upstream_ends_its_downstreams_dead_unless_they_run_anyway(
 
 
 async def test_an_upstreams_retries_are_waited_through() -> None:
-    flaky = FlakyJob(failures=2)
+    flaky = WfFlakyJob(failures=2)
     run_id = ""
     async with running(runner()):
-        run = culex.chain(flaky, SumJob()).enqueue()
+        run = culex.chain(flaky, WfSumJob()).enqueue()
         run_id = run.id
         assert await run.await_(timeout=30) == "succeeded"
     views = {view.name: view for view in culex.WorkflowRun(run_id).nodes()}
@@ -97,7 +106,7 @@ async def test_an_upstreams_retries_are_waited_through() -> None:
 
 async def test_a_chord_runs_its_body_after_every_member() -> None:
     async with running(runner()):
-        run = culex.group(*(PriceJob(cents=c) for c in (1, 2, 3))).then(SumJob()).enqueue()
+        run = culex.group(*(WfPriceJob(cents=c) for c in (1, 2, 3))).then(WfSumJob()).enqueue()
         assert await run.await_(timeout=30) == "succeeded"
     body = next(v for v in run.nodes() if v.after)
     assert body.task.result(timeout=1) == Decimal("0.06")
@@ -107,8 +116,8 @@ async def test_a_chord_runs_its_body_after_every_member() -> None:
 
 async def test_cancel_ends_the_run_cancelled_and_no_blocked_node_runs() -> None:
     wf = culex.Workflow()
-    forever = wf.add(ForeverJob(), name="forever")
-    later = wf.add(SumJob(), after=[forever], name="later", if_upstream_fails="run")
+    forever = wf.add(WfForeverJob(), name="forever")
+    later = wf.add(WfSumJob(), after=[forever], name="later", if_upstream_fails="run")
     async with running(runner()):
         run = await wf.aenqueue()
         while forever.id not in Journal.starts:
@@ -116,21 +125,21 @@ async def test_cancel_ends_the_run_cancelled_and_no_blocked_node_runs() -> None:
         assert await run.acancel() is True
         assert await run.await_(timeout=30) == "cancelled"
     assert later.id not in Journal.starts
-    assert later.info()["last_error"].startswith("cancelled")
+    assert later.info()["last_error"] == "cancelled: its workflow run was cancelled"
     assert forever.state() == culex.TaskState.DEAD
     assert run.cancel() is False  # (it has ended)
 
 
 async def test_retry_runs_the_dead_nodes_and_those_that_ended_because_of_them() -> None:
     wf = culex.Workflow()
-    bad = wf.add(BrokenJob(), name="bad")
-    merge = wf.add(SumJob(), after=[bad], name="merge")
+    bad = wf.add(WfBrokenJob(), name="bad")
+    merge = wf.add(WfSumJob(), after=[bad], name="merge")
     async with running(runner()):
         run = wf.enqueue()
         assert await run.await_(timeout=30) == "failed"
         with pytest.raises(culex.WorkflowError):
-            culex.Workflow().add(SumJob(), after=[bad])
-        BrokenJob.failing = False
+            culex.Workflow().add(WfSumJob(), after=[bad])
+        WfBrokenJob.failing = False
         assert bad.retry() is False  # (a node runs again with its run, never alone)
         assert bad.state() == culex.TaskState.DEAD
         assert await run.aretry() == 2
@@ -141,25 +150,27 @@ async def test_retry_runs_the_dead_nodes_and_those_that_ended_because_of_them() 
 
 def test_bad_workflows_are_refused_before_anything_is_stored(r: redis.Redis) -> None:
     wf = culex.Workflow()
-    a = wf.add(PriceJob(cents=1), name="a")
+    a = wf.add(WfPriceJob(cents=1), name="a")
     other = culex.Workflow()
-    foreign = other.add(PriceJob(cents=2))
+    foreign = other.add(WfPriceJob(cents=2))
     with pytest.raises(culex.WorkflowError, match="not a node of this workflow"):
-        wf.add(SumJob(), after=[foreign])
+        wf.add(WfSumJob(), after=[foreign])
     with pytest.raises(culex.WorkflowError, match="used twice"):
-        wf.add(SumJob(), name="a")
+        wf.add(WfSumJob(), name="a")
     with pytest.raises(TypeError, match="QueuedJob instance"):
-        wf.add(SumJob)  # type: ignore[arg-type]
+        wf.add(WfSumJob)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="list of tasks"):
-        wf.add(SumJob(), after=a)  # type: ignore[arg-type]
+        wf.add(WfSumJob(), after=a)  # type: ignore[arg-type]
     with pytest.raises(culex.WorkflowError, match='"dead" or "run"'):
-        wf.add(SumJob(), after=[a], if_upstream_fails="maybe")  # type: ignore[arg-type]
+        wf.add(WfSumJob(), after=[a], if_upstream_fails="maybe")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="max_payload_bytes"):
+        wf.add(WorkflowTextJob(text="x" * 600_000))  # (more than the default 512 KiB)
     with pytest.raises(culex.WorkflowError, match="at least one node"):
         culex.Workflow().enqueue()
     assert r.dbsize() == 0  # nothing stored by any of them
     wf.enqueue()
     with pytest.raises(culex.WorkflowError, match="enqueued already"):
-        wf.add(SumJob(), after=[a])
+        wf.add(WfSumJob(), after=[a])
     with pytest.raises(culex.WorkflowError, match="enqueued already"):
         wf.enqueue()
 
@@ -172,8 +183,8 @@ async def test_an_end_whose_drainer_died_is_applied_by_another_runner(
     runner's pass applies it, and the run ends."""
     monkeypatch.setattr(release, "LEASE_MS", 300)
     wf = culex.Workflow()
-    first = wf.add(PriceJob(cents=5), name="first")
-    second = wf.add(SumJob(), after=[first], name="second")
+    first = wf.add(WfPriceJob(cents=5), name="first")
+    second = wf.add(WfSumJob(), after=[first], name="second")
     run = wf.enqueue()
     d = driver_of(r)
     keys = queue_keys("culex", "wf-a")
@@ -196,8 +207,8 @@ def test_a_producer_that_stops_before_the_commit_leaves_nothing_that_runs(
 ) -> None:
     monkeypatch.setattr(enqueueing, "STAGE_MS", 200)
     wf = culex.Workflow()
-    a = wf.add(PriceJob(cents=1))
-    b = wf.add(SumJob(), after=[a])
+    a = wf.add(WfPriceJob(cents=1))
+    b = wf.add(WfSumJob(), after=[a])
     steps = wf._procedure()
     run_keys_seen = _drive_until(steps, lambda call: call.args[:1] == ("commit",))
     assert r.hget(queue_keys("culex", "wf-b").task(b.id), "state") == b"blocked"
@@ -213,8 +224,8 @@ async def test_a_producer_that_stops_after_the_commit_leaves_a_run_that_ends(
 ) -> None:
     monkeypatch.setattr(enqueueing, "STAGE_MS", 200)
     wf = culex.Workflow()
-    a = wf.add(PriceJob(cents=1))
-    wf.add(SumJob(), after=[a])
+    a = wf.add(WfPriceJob(cents=1))
+    wf.add(WfSumJob(), after=[a])
     steps = wf._procedure()
     keys = _drive_until(steps, lambda call: call.args[:1] == ("commit",), include=True)
     assert r.hget(keys.record, "state") == b"running"  # committed, nothing started

@@ -1,6 +1,6 @@
 """The ``culex`` command: run a runner, manage the embedded server, look at queues,
-periodic jobs and dead tasks (and retry them), cancel tasks, pause, resume and limit
-queues, serve the dashboard, demo."""
+periodic jobs, dead tasks (and retry them) and workflow runs (and cancel or retry them),
+cancel tasks, pause, resume and limit queues, serve the dashboard, demo."""
 
 from __future__ import annotations
 
@@ -12,7 +12,14 @@ from collections.abc import Sequence
 
 from .. import config, logs
 from ..errors import CulexError
-from . import dead_tasks, looking, periodic_jobs, queue_control_commands, running
+from . import (
+    dead_tasks,
+    looking,
+    periodic_jobs,
+    queue_control_commands,
+    running,
+    workflow_commands,
+)
 from .which_server import existing_server, may_start_server
 
 
@@ -186,6 +193,14 @@ def _parser() -> argparse.ArgumentParser:
     cancel.add_argument("ids", nargs="+", metavar="ID")
     cancel.add_argument("--reason", default="", help='stored as last_error "cancelled: TEXT"')
     cancel.set_defaults(command=dead_tasks.cancel_command)
+
+    workflow = command(
+        "workflow",
+        help="a workflow run: its state and a table of its nodes; cancel or retry it",
+        usage=workflow_commands.WORKFLOW_USAGE,
+    )
+    workflow.add_argument("words", nargs="+", metavar="[cancel|retry] RUN_ID")
+    workflow.set_defaults(command=workflow_commands.workflow_command)
 
     pause = command("pause", help="pause a queue: it keeps taking tasks and runs none")
     pause.add_argument("queue", metavar="QUEUE")

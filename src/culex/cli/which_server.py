@@ -1,13 +1,13 @@
 """Which server a command uses, said on stderr before it reads or steers anything there.
 
 A command that reads (queues, stats, task, tasks, runners, dead, periodic, the dashboard,
-metrics) or changes control state (pause, resume, limit, cancel, dead retry and purge) uses
-a server that runs already: with no ``--redis-url`` nor ``CULEX_REDIS_URL``, the embedded
-server of this folder (``.culex/``, or ``CULEX_DATA_DIR``) if it runs, else it refuses in
-one line. Starting a new, empty server only to read it (or to pause a queue on it) would
-show nothing and hide that the user's server is elsewhere. Commands that enqueue or run
-(``culex run``, ``culex demo``, ``culex periodic trigger``, ``culex server start``) may start
-it."""
+metrics, workflow) or changes control state (pause, resume, limit, cancel, dead retry and
+purge, workflow cancel and retry) uses a server that runs already: with no ``--redis-url``
+nor ``CULEX_REDIS_URL``, the embedded server of this folder (``.culex/``, or
+``CULEX_DATA_DIR``) if it runs, else it refuses in one line. Starting a new, empty server
+only to read it (or to pause a queue on it) would show nothing and hide that the user's
+server is elsewhere. Commands that enqueue or run (``culex run``, ``culex demo``, ``culex
+periodic trigger``, ``culex server start``) may start it."""
 
 from __future__ import annotations
 

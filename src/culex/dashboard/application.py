@@ -11,7 +11,7 @@ from starlette.staticfiles import StaticFiles
 
 from .. import config
 from ..errors import ServerError, ServerUnavailable
-from . import actions, outage, pages, security, templating, throughput
+from . import actions, outage, pages, security, templating, throughput, workflow_pages
 
 HERE = Path(__file__).resolve().parent
 
@@ -70,5 +70,13 @@ def _routes() -> list[BaseRoute]:
         Route("/task", pages.task, name="task"),
         Route("/task/text", pages.task_text, name="task_text"),
         Route("/task/{action}", actions.task_action, methods=["POST"], name="task_action"),
+        # A workflow run, by its id (?id=): there is no list of runs to browse.
+        Route("/workflow", workflow_pages.run, name="workflow"),
+        Route(
+            "/workflow/{action}",
+            workflow_pages.run_action,
+            methods=["POST"],
+            name="workflow_action",
+        ),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]

@@ -15,7 +15,7 @@ from ..jobs.failures import attempt_errors
 from ..jobs.task import Task, check_id
 from ..operations import inspection, queue_control, stats
 from ..operations.bulk import Action
-from . import formatting, listing
+from . import formatting, listing, workflow_pages
 from .templating import path_for, render
 
 # Which actions each state allows.
@@ -171,7 +171,9 @@ async def task(request: Request) -> Response:
         raise HTTPException(404, f"{name}<{task_id}>: no such task (never enqueued, or expired)")
     # (a time as stored when no date holds it: formatting.date)
     times = [(field, record[field]) for field in TIMES if record.get(field)]
-    context = {"queue": name, "task_id": task_id, "record": record, "times": times}
+    context: dict[str, Any] = {"queue": name, "task_id": task_id, "record": record}
+    context["times"] = times
+    context["workflow"] = workflow_pages.node_links(record)  # (None: no workflow node)
     errors = attempt_errors(record.get("errors"))[::-1]  # (newest first)
     return render(
         request,

@@ -319,6 +319,20 @@ def _sent(
     return replies
 
 
+def checked_params(job: Enqueueable, settings: config.Settings) -> str:
+    """``job``'s params as stored; ValueError when they take more than max_payload_bytes."""
+    params = job.params_json()
+    # A character takes at most 4 bytes: most params are measured without encoding them.
+    if len(params) * 4 > settings.max_payload_bytes:
+        size = len(params.encode("utf-8", "surrogatepass"))
+        if size > settings.max_payload_bytes:
+            raise ValueError(
+                f"{type(job).__name__}: params take {size} bytes, more than "
+                f"max_payload_bytes ({settings.max_payload_bytes})"
+            )
+    return params
+
+
 def _call(
     job: Enqueueable,
     settings: config.Settings,
@@ -330,15 +344,7 @@ def _call(
     drawn: bool,
 ) -> Call[Enqueued]:
     """The call that enqueues ``job`` as ``task_id`` (``drawn``: by culex, never used)."""
-    params = job.params_json()
-    # A character takes at most 4 bytes: most params are measured without encoding them.
-    if len(params) * 4 > settings.max_payload_bytes:
-        size = len(params.encode("utf-8", "surrogatepass"))
-        if size > settings.max_payload_bytes:
-            raise ValueError(
-                f"{type(job).__name__}: params take {size} bytes, more than "
-                f"max_payload_bytes ({settings.max_payload_bytes})"
-            )
+    params = checked_params(job, settings)
     return enqueuing.enqueue(
         queue_keys(settings.prefix, job.queue),
         task_id,

@@ -18,7 +18,7 @@ from ..server.procedures import Procedure
 
 CALLS_A_TRIP = 500
 SCAN_COUNT = 1000
-CANCELLED = "cancelled: its workflow run was cancelled"
+CANCELLED = "its workflow run was cancelled"  # (cancel.lua writes "cancelled: " before it)
 
 
 class NodeInfo(NamedTuple):

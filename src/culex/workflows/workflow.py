@@ -15,7 +15,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import timedelta
 
+from .. import config
 from ..errors import short
+from ..jobs.enqueue import checked_params
 from ..jobs.job import QueuedJob
 from ..jobs.task import Task, new_id
 from ..server.procedures import Procedure, run_async, run_sync
@@ -86,7 +88,7 @@ class Workflow:
                 )
         if len(self.nodes) >= MAX_NODES:
             raise WorkflowError(f"a workflow holds at most {MAX_NODES:,} nodes")
-        job.params_json()  # (bad params raise here, before anything is stored)
+        checked_params(job, config.settings())  # (before anything is stored)
         task_id = new_id()
         name = task_id if name is None else name
         if not isinstance(name, str) or not 0 < len(name) <= MAX_NAME or not name.isprintable():

@@ -1,0 +1,104 @@
+"""culex workflow: a workflow run shown (its record and a table of its nodes), cancelled or
+retried."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from .. import config
+from ..errors import CulexError, short
+from ..jobs.codecs import moment
+from .tables import local_time, print_table
+
+if TYPE_CHECKING:
+    from ..operations.runs import RunOverview
+
+WORKFLOW_USAGE = "culex workflow RUN_ID, or culex workflow (cancel | retry) RUN_ID"
+
+
+def workflow_command(args: argparse.Namespace) -> int:
+    """``culex workflow RUN_ID`` shows the run; ``cancel RUN_ID`` and ``retry RUN_ID`` act
+    on it. A run with no record: one line, exit 1 (as ``culex task`` of a missing task)."""
+    from ..jobs.task import check_id
+    from ..operations import runs
+    from ..workflows.run import WorkflowNotFound
+
+    settings = config.settings_for(args.redis_url)
+    words = args.words
+    action = words[0] if words[0] in ("cancel", "retry") and len(words) > 1 else ""
+    if len(words) != (2 if action else 1):
+        raise CulexError(f"usage: {WORKFLOW_USAGE}")
+    run_id = words[-1]
+    try:  # (a run's id is made as a task's is)
+        check_id(run_id)
+    except ValueError:
+        raise CulexError(
+            "a workflow run id is 1 to 200 printable characters without spaces, as "
+            f"WorkflowRun.id prints it: {short(run_id)}"
+        ) from None
+    try:
+        if action == "cancel":
+            return _cancel(run_id, settings)
+        if action == "retry":
+            count = runs.retry_run(run_id, settings)
+            print(f"retrying workflow run {run_id}: {count} node(s) run again")
+            return 0
+        shown = runs.run_overview(run_id, settings)
+    except WorkflowNotFound as exc:
+        print(exc)
+        return 1
+    _show(shown)
+    return 0
+
+
+def _cancel(run_id: str, settings: config.Settings) -> int:
+    """Cancel the run; exit 1 when it had ended already (nothing to call off)."""
+    from ..operations import runs
+
+    if runs.cancel_run(run_id, settings):
+        print(
+            f"cancelling workflow run {run_id}: its nodes not started end dead, the running "
+            "ones are asked to stop; the run ends cancelled"
+        )
+        return 0
+    state = runs.run_overview(run_id, settings).state
+    print(f"workflow run {run_id}: not cancelled, it is {state}")
+    return 1
+
+
+def _show(run: RunOverview) -> None:
+    """The run's facts, one a line, then a table of its nodes by depth."""
+    counts = ", ".join(f"{count} {state}" for state, count in run.counts.items())
+    state = run.state + (" (cancelling: waiting for its nodes to end)" if run.cancelling else "")
+    facts = [
+        ("run", run.id),
+        ("name", run.name or "-"),
+        ("state", state),
+        ("created", _when(run.created_at)),
+        ("started", _when(run.started_at)),
+        ("ended", _when(run.ended_at)),
+        ("nodes", f"{len(run.nodes)}: {counts}" if counts else "0"),
+    ]
+    if run.retries:
+        facts.append(("retries", str(run.retries)))
+    for name, value in facts:
+        print(f"{name:<8} {value}")
+    print()
+    columns = ("node", "state", "queue", "task id", "attempts", "started", "ended", "after")
+    rows = [
+        dict(zip(columns, (node.name, node.state, node.queue, node.task_id, str(node.attempts),
+                           _when(node.started_at), _when(node.ended_at),
+                           ", ".join(node.after) or "-"), strict=True))
+        for node in run.nodes
+    ]  # fmt: skip
+    print_table(columns, rows)
+
+
+def _when(ms: int | None) -> str:
+    """A time of the record, in this machine's zone ("-": none; as stored when no date
+    holds it)."""
+    if ms is None:
+        return "-"
+    when = moment(ms)
+    return f"{ms} ms" if when is None else local_time(when)
