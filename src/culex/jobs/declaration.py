@@ -41,13 +41,14 @@ BASES = frozenset(
         "culex.jobs.job.Job",
         "culex.jobs.job.QueuedJob",
         "culex.jobs.periodic.PeriodicJob",
+        "culex.jobs.steps.Durable",
     }
 )
 
 
 def is_culex_class(cls: type) -> bool:
-    """culex's own base classes (JobDeclaration, Job, QueuedJob, PeriodicJob) declare no
-    params."""
+    """culex's own base classes (JobDeclaration, Job, QueuedJob, PeriodicJob, and Job's
+    Durable) declare no params."""
     return f"{cls.__module__}.{cls.__qualname__}" in BASES
 
 
