@@ -10,11 +10,13 @@ import pytest
 import redis
 
 import culex
+from culex import config
 from culex._redis import claims, steps
 from culex._redis.keys import queue_keys
 from culex.jobs import steps as job_steps
 
 from ..conftest import await_until, driver_of, running
+from ..topology import Cluster
 from . import durable_jobs as jobs
 
 K = queue_keys("culex", jobs.QUEUE)
@@ -136,3 +138,32 @@ def test_outside_a_runner_a_step_just_runs() -> None:
 
     assert perform_now(jobs.DurableChargeJob(cents=5, fail_once=False)) == "charged 0.05"
     assert Decimal("0.05") > 0
+
+
+async def test_a_durable_node_of_a_workflow_sleeps_and_its_run_ends() -> None:
+    wf = culex.Workflow()
+    sleeper = wf.add(jobs.DurableSleepJob(seconds=0.1))
+    after = wf.add(jobs.DurableApprovalJob(wait_s=0.1), after=[sleeper])
+    async with running(runner()):
+        run = await wf.aenqueue()
+        assert await run.await_(timeout=30) == "succeeded"
+    assert sleeper.result(timeout=1) == 2 and after.result(timeout=1) == "timed out"
+
+
+async def test_on_a_cluster_a_durable_task_steps_sleeps_and_gets_its_signal(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Everything of a durable task lives in its queue's slot: no script crosses slots."""
+    monkeypatch.setenv("CULEX_REDIS_URL", cluster.url)
+    config.reset()
+    try:
+        async with running(runner()):
+            task = await jobs.DurableAsyncJob().aenqueue()
+            await await_until(
+                lambda: task.info().get("awaiting") == "go", timeout=30, what="the wait"
+            )
+            assert await task.asignal("go", "now") == "delivered"
+            assert await task.aresult(timeout=30) == "first now second"
+    finally:
+        monkeypatch.undo()
+        config.reset()
