@@ -111,6 +111,7 @@ def test_the_durable_examples_run(r: redis.Redis, capsys: pytest.CaptureFixture[
         "ended",
     ]
 
+
 def _anchor(heading: str) -> str:
     """The anchor a Markdown renderer makes of a heading (GitHub's rule)."""
     kept = re.sub(r"[^\w\- ]", "", heading.strip().lower())
