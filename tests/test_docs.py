@@ -90,6 +90,28 @@ def test_the_workflow_examples_run(r: redis.Redis, capsys: pytest.CaptureFixture
     ]
 
 
+def test_the_durable_examples_run(r: redis.Redis, capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/durable.md: a retry that replays a step, a sleep, signals sent before and after
+    the receive, and a receive that times out, each run by a real runner."""
+    run_examples("durable.md")
+    assert capsys.readouterr().out.splitlines() == [
+        "welcomed acct-7, approved by nobody",  # a failure, and a retry that replays
+        "1 1",
+        "2 1 2",
+        "reminder",  # a sleep
+        "2 0 1",
+        "True",
+        "kept",  # a signal before the receive, replaced by a later one
+        "kept",
+        "welcomed acct-1, approved by ops",
+        "scheduled",  # the receive waits; a signal after it
+        "delivered",
+        "welcomed acct-2, approved by ops",
+        "acct-3: nobody approved it in time",  # the timeout
+        "ended",
+    ]
+
+
 def _anchor(heading: str) -> str:
     """The anchor a Markdown renderer makes of a heading (GitHub's rule)."""
     kept = re.sub(r"[^\w\- ]", "", heading.strip().lower())

@@ -23,7 +23,7 @@ from typing import Any, cast
 import pytest
 import redis
 
-from culex._redis import claims, enqueuing, interventions, reads, reports, scripts, workflows
+from culex._redis import claims, enqueuing, interventions, reads, reports, scripts, steps, workflows
 from culex._redis.calls import Call
 from culex._redis.drivers import SyncDriverProtocol
 from culex._redis.keys import QueueKeys, queue_base, queue_keys, run_keys
@@ -95,6 +95,19 @@ def died_blocked(d: SyncDriverProtocol) -> None:
 def resolve_dead() -> Call[str]:
     return workflows.resolve(K, TASK, upstream="u1", name="u", state="dead", job_type="J",
                              result="", error="boom", dead_ttl_ms=DAY_MS)  # fmt: skip
+
+
+def receive(index: int = 0, delay_ms: int | None = DAY_MS) -> Call[tuple[str, ...]]:
+    """Attempt 1 of the task waits for the signal "go" at place ``index``."""
+    return steps.suspend(K, TASK, 1, index, "receive", "go", delay_ms, max_steps=10)
+
+
+def awaiting(d: SyncDriverProtocol) -> None:
+    """A durable task waiting in scheduled for its signal "go", after one recorded step."""
+    pending(d)
+    d.run(steps.step(K, TASK, 1, 0, "s", "1", max_steps=10, max_step_bytes=10,
+                     max_task_bytes=10))  # fmt: skip
+    d.run(receive(1))
 
 
 @dataclass(frozen=True)
@@ -263,6 +276,24 @@ CASES: dict[str, Case] = {
         nothing, workflows.take_unfinished("culex", limit=10, lease_ms=1000), numbers=(1, 2)
     ),
     "workflow_discard": Case(blocked, workflows.discard_nodes(K, "R", [TASK])),
+    "step": Case(
+        pending,
+        steps.step(K, TASK, 1, 0, "s", "[1]", max_steps=10, max_step_bytes=10, max_task_bytes=10),
+        numbers=(1, 2, 5, 6, 7),
+        fields=(on("steps"), on("steps_bytes")),
+    ),
+    "suspend": Case(
+        pending,
+        receive(),
+        numbers=(1, 2, 5, 6),
+        fields=(on("steps"), (K.task(TASK), "awaiting_until", {"awaiting": "go"})),
+    ),
+    "signal": Case(
+        awaiting,
+        steps.signal(K, TASK, "go", '"now"', max_bytes=100),
+        numbers=(3,),
+        fields=(on("priority"),),
+    ),
     "workflow_rearm": Case(
         died_blocked, workflows.rearm(K, TASK, "R", 1, []), fields=(on("priority"),)
     ),
@@ -289,7 +320,8 @@ def test_every_script_is_covered() -> None:
 # The number fields of a task's hash, each a whole number in its range whenever present.
 WHOLE = {"due_at", "enqueue_time", "retry_count", "max_retries", "attempt", "failed_at",
          "finished_at", "started_at", "retried_at", "retry_later_at",
-         "retry_later_count"}  # fmt: skip
+         "retry_later_count", "steps", "steps_bytes", "suspended_at",
+         "awaiting_until"}  # fmt: skip
 
 
 def keyspace_is_whole(r: redis.Redis, keys: QueueKeys, spoilt: str = "") -> None:

@@ -21,6 +21,7 @@ import pytest
 import redis
 
 from ..conftest import running, score, snapshot
+from .plain_durable import durable_session
 from .plain_workflows import workflow_session
 
 HOUR_MS = 3_600_000
@@ -358,12 +359,15 @@ def assert_every_key_ends(q: PlainRunner) -> None:
 
 
 def test_the_plain_runner_imports_nothing_of_culex() -> None:
+    here = Path(__file__).parent
+    for module in ("test_protocol.py", "plain_workflows.py", "plain_durable.py"):
+        body = ast.parse((here / module).read_text("utf-8")).body
+        imported = {
+            alias.name for node in body if isinstance(node, ast.Import) for alias in node.names
+        }
+        imported |= {node.module or "" for node in body if isinstance(node, ast.ImportFrom)}
+        assert not any(name.split(".")[0] == "culex" for name in imported), module
     tree = ast.parse(Path(__file__).read_text("utf-8"))
-    imported = {
-        alias.name for node in tree.body if isinstance(node, ast.Import) for alias in node.names
-    }
-    imported |= {node.module or "" for node in tree.body if isinstance(node, ast.ImportFrom)}
-    assert not any(name.split(".")[0] == "culex" for name in imported)
     runner = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "PlainRunner")
     assert not any(isinstance(node, ast.Import | ast.ImportFrom) for node in ast.walk(runner))
 
@@ -534,6 +538,9 @@ def test_a_plain_runner_runs_every_state_change_through_the_shipped_files(r: red
     # a workflow run, enqueued, run, failed, retried (plain_workflows.py)
     workflow_session(q)
 
+    # a durable task: steps, a sleep, signals before and after its receive (plain_durable.py)
+    durable_session(q)
+
     # tasks still under way when the run ends
     q.enqueue("later", "AddJob", delay_ms=HOUR_MS)
     q.enqueue("running", "AddJob")
@@ -549,6 +556,7 @@ def test_a_plain_runner_runs_every_state_change_through_the_shipped_files(r: red
         "held-back": "succeeded", "second-in-line": "succeeded", "over-the-rate": "succeeded",
         "pushed-back": "succeeded",
         "low": "succeeded", "high": "succeeded", "wf-up": "succeeded", "wf-down": "succeeded",
+        "durable": "succeeded",
     }  # fmt: skip
     assert_every_key_ends(q)
 
