@@ -449,7 +449,6 @@ TEXT_SUFFIXES = {".py", ".md", ".lua", ".html", ".js", ".css", ".json", ".toml",
 FILE_NAMED = re.compile(r"(?<![\w./-])((?:[\w.-]+/)*[\w-]+\.(?:py|md|lua))\b(?![\w/-])")
 URL = re.compile(r"https?://\S+")
 ANCHOR = re.compile(r"#([\w-]+)")  # a section of a page: docs/design.md#the-server
-FUTURE = "the room a coming feature adds, in docs/architecture.md's worked examples"
 # Files that are not this repository's, each with why it is named (fnmatch patterns).
 NOT_OURS = {
     "guide.py": "the reader's own script, that docs/guide.md builds up section by section",
@@ -463,14 +462,6 @@ NOT_OURS = {
     "app/*.py": "the reader's FastAPI app of docs/fastapi.md",
     "tests/test_signup.py": "the reader's test in docs/fastapi.md",
     "include/NAME.lua": "a pattern for any include file (culex/_redis/assembly.py)",
-    "workflows/*.py": FUTURE,
-    "_redis/workflows.py": FUTURE,
-    "jobs/steps.py": FUTURE,
-    "lua/workflow_enqueue.lua": FUTURE,
-    "lua/include/workflow.lua": FUTURE,
-    "lua/step.lua": FUTURE,
-    "lua/suspend.lua": FUTURE,
-    "lua/signal.lua": FUTURE,
 }
 
 
