@@ -15,7 +15,7 @@ from ..jobs.failures import attempt_errors
 from ..jobs.task import Task, check_id
 from ..operations import inspection, queue_control, stats
 from ..operations.bulk import Action
-from . import formatting, listing, workflow_pages
+from . import durable_pages, formatting, listing, workflow_pages
 from .templating import path_for, render
 
 # Which actions each state allows.
@@ -174,6 +174,8 @@ async def task(request: Request) -> Response:
     context: dict[str, Any] = {"queue": name, "task_id": task_id, "record": record}
     context["times"] = times
     context["workflow"] = workflow_pages.node_links(record)  # (None: no workflow node)
+    context["durable"] = durable_pages.shown(record)  # (None: no durable records)
+    context["signalled"] = record.get("state") in durable_pages.SIGNALLED
     errors = attempt_errors(record.get("errors"))[::-1]  # (newest first)
     return render(
         request,
