@@ -1,33 +1,16 @@
-"""What a durable task's page shows (its steps, what it waits for, the signals kept for it,
-read by culex.operations.durable_view as ``culex task`` reads them) and its "Send signal"
-form (POST ``/task/signal?queue=&id=``: CSRF-checked, refused in read-only mode)."""
+"""The "Send signal" form of a task's page (POST ``/task/signal?queue=&id=``: CSRF-checked,
+refused in read-only mode). What the page shows of a durable task is read in pages.task,
+by culex.operations.durable_view (as ``culex task`` reads it)."""
 
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from ..operations import durable_view
 from . import pages, security
 from .templating import path_for
-
-# The states in which a signal can still reach a task (an ended one answers "ended").
-SIGNALLED = ("waiting", "scheduled", "pending")
-
-
-def shown(record: dict[str, str]) -> dict[str, Any] | None:
-    """The durable part of a task page (None: the task has none of it): its records, what
-    it waits for, and the signals kept for it."""
-    if not durable_view.is_durable(record):
-        return None
-    return {
-        "records": durable_view.records(record),
-        "waiting": durable_view.waiting_for(record),
-        "kept": durable_view.kept_signals(record),
-    }
 
 
 async def send_signal(request: Request) -> Response:
