@@ -28,6 +28,7 @@ REFUSED = {
     "tasks": ["tasks", "my emails"],
     "dead": ["dead", "my emails"],
     "cancel": ["cancel", "my emails", "some-id"],
+    "signal": ["signal", "my emails", "some-id", "approved"],
     "pause": ["pause", "my emails"],
     "resume": ["resume", "my emails"],
     "limit": ["limit", "my emails", "--rate", "5/s"],

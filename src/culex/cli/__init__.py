@@ -1,6 +1,6 @@
 """The ``culex`` command: run a runner, manage the embedded server, look at queues,
 periodic jobs, dead tasks (and retry them) and workflow runs (and cancel or retry them),
-cancel tasks, pause, resume and limit queues, serve the dashboard, demo."""
+cancel tasks, signal durable tasks, pause, resume and limit queues, serve the dashboard, demo."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from .. import config, logs
 from ..errors import CulexError
 from . import (
     dead_tasks,
+    durable_commands,
     looking,
     periodic_jobs,
     queue_control_commands,
@@ -193,6 +194,19 @@ def _parser() -> argparse.ArgumentParser:
     cancel.add_argument("ids", nargs="+", metavar="ID")
     cancel.add_argument("--reason", default="", help='stored as last_error "cancelled: TEXT"')
     cancel.set_defaults(command=dead_tasks.cancel_command)
+
+    signal = command(
+        "signal",
+        help="send a signal to a durable task, for its receive(NAME): delivered, kept, "
+        "ended or unknown",
+    )
+    signal.add_argument("queue", metavar="QUEUE")
+    signal.add_argument("id", metavar="ID")
+    signal.add_argument("name", metavar="NAME")
+    signal.add_argument(
+        "value", nargs="?", default="null", metavar="JSON", help="its value (default: null)"
+    )
+    signal.set_defaults(command=durable_commands.signal_command)
 
     workflow = command(
         "workflow",

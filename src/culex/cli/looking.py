@@ -12,6 +12,7 @@ from .._redis.calls import shown
 from ..errors import CulexError
 from ..jobs.codecs import moment
 from ..jobs.failures import AttemptError, attempt_errors
+from .durable_commands import print_durable
 from .queue_control_commands import marks
 from .tables import one_line, print_table
 
@@ -92,7 +93,7 @@ def _span(seconds: float) -> str:
 
 # The fields of a task hash that hold a time (ms since the epoch), and those that hold JSON.
 _TIMES = ("enqueue_time", "due_at", "started_at", "failed_at", "finished_at", "retried_at", "slot",
-          "retry_later_at", "progress_at", "stalled_at")  # fmt: skip
+          "retry_later_at", "progress_at", "stalled_at", "suspended_at")  # fmt: skip
 
 
 _JSON = ("params", "result")
@@ -115,8 +116,10 @@ def task_command(args: argparse.Namespace) -> int:
     if not record:
         print(f"{task_name(queue, task_id)}: no such task (never enqueued, or expired)")
         return 1
-    width = max(len(name) for name in record)
-    for name, value in record.items():
+    # (a durable task's records and signals: shown readable after the fields)
+    fields = {k: v for k, v in record.items() if not _durable_field(k)}
+    width = max(len(name) for name in fields)
+    for name, value in fields.items():
         said = value
         if name in _TIMES and value.isdigit() and (when := moment(int(value))) is not None:
             said = f"{when.isoformat(timespec='milliseconds')} ({value})"
@@ -132,7 +135,12 @@ def task_command(args: argparse.Namespace) -> int:
                 said = json.dumps(json.loads(value), indent=2, ensure_ascii=False)
             said = said.replace("\n", "\n" + " " * (width + 2))
         print(shown(f"{name:<{width}}  {said}"))
+    print_durable(record)
     return 0
+
+
+def _durable_field(name: str) -> bool:
+    return name.startswith(("step:", "signal:")) or name in ("awaiting", "awaiting_until")
 
 
 def _which_task(

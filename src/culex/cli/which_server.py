@@ -1,8 +1,8 @@
 """Which server a command uses, said on stderr before it reads or steers anything there.
 
 A command that reads (queues, stats, task, tasks, runners, dead, periodic, the dashboard,
-metrics, workflow) or changes control state (pause, resume, limit, cancel, dead retry and
-purge, workflow cancel and retry) uses a server that runs already: with no ``--redis-url``
+metrics, workflow) or changes control state (pause, resume, limit, cancel, signal, dead retry
+and purge, workflow cancel and retry) uses a server that runs already: with no ``--redis-url``
 nor ``CULEX_REDIS_URL``, the embedded server of this folder (``.culex/``, or
 ``CULEX_DATA_DIR``) if it runs, else it refuses in one line. Starting a new, empty server
 only to read it (or to pause a queue on it) would show nothing and hide that the user's

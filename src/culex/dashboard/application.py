@@ -11,7 +11,16 @@ from starlette.staticfiles import StaticFiles
 
 from .. import config
 from ..errors import ServerError, ServerUnavailable
-from . import actions, outage, pages, security, templating, throughput, workflow_pages
+from . import (
+    actions,
+    durable_pages,
+    outage,
+    pages,
+    security,
+    templating,
+    throughput,
+    workflow_pages,
+)
 
 HERE = Path(__file__).resolve().parent
 
@@ -69,6 +78,7 @@ def _routes() -> list[BaseRoute]:
         Route("/queue/{action}", actions.steer, methods=["POST"], name="steer"),
         Route("/task", pages.task, name="task"),
         Route("/task/text", pages.task_text, name="task_text"),
+        Route("/task/signal", durable_pages.send_signal, methods=["POST"], name="signal"),
         Route("/task/{action}", actions.task_action, methods=["POST"], name="task_action"),
         # A workflow run, by its id (?id=): there is no list of runs to browse.
         Route("/workflow", workflow_pages.run, name="workflow"),

@@ -13,7 +13,7 @@ from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from .._redis.keys import check_queue_name
 from ..jobs.failures import attempt_errors
 from ..jobs.task import Task, check_id
-from ..operations import inspection, queue_control, stats
+from ..operations import durable_view, inspection, queue_control, stats
 from ..operations.bulk import Action
 from . import formatting, listing, workflow_pages
 from .templating import path_for, render
@@ -174,12 +174,31 @@ async def task(request: Request) -> Response:
     context: dict[str, Any] = {"queue": name, "task_id": task_id, "record": record}
     context["times"] = times
     context["workflow"] = workflow_pages.node_links(record)  # (None: no workflow node)
+    context["durable"] = _durable(record)  # (None: no durable records)
+    context["signalled"] = record.get("state") in SIGNALLED
     errors = attempt_errors(record.get("errors"))[::-1]  # (newest first)
     return render(
         request,
         "task.html",
         {**context, "progress": _progress(record), "errors": errors, "page": "queues"},
     )
+
+
+# The states in which a signal can still reach a task (an ended one answers "ended"): its
+# page offers the "Send signal" form (durable_pages.send_signal).
+SIGNALLED = ("waiting", "scheduled", "pending")
+
+
+def _durable(record: dict[str, str]) -> dict[str, Any] | None:
+    """What the page shows of a durable task (None: it has none of it): its records, what
+    it waits for, and the signals kept for it."""
+    if not durable_view.is_durable(record):
+        return None
+    return {
+        "records": durable_view.records(record),
+        "waiting": durable_view.waiting_for(record),
+        "kept": durable_view.kept_signals(record),
+    }
 
 
 def _progress(record: dict[str, str]) -> dict[str, Any] | None:
