@@ -18,6 +18,7 @@ from ..server.procedures import Procedure
 
 CALLS_A_TRIP = 500
 SCAN_COUNT = 1000
+RELEASE_BATCH = 500  # nodes of one queue a release call
 CANCELLED = "cancelled: its workflow run was cancelled"
 
 
@@ -73,11 +74,15 @@ def sent(calls: Sequence[Call[Any]]) -> Procedure[list[Any]]:
 def start_roots(
     prefix: str, roots: Iterable[tuple[str, str]], dead_ttl_ms: int
 ) -> Procedure[list[Any]]:
-    """Release the nodes without upstreams (queue, task id): the run's start."""
+    """Release the nodes without upstreams (queue, task id): the run's start; those of one
+    queue by calls of RELEASE_BATCH."""
+    by_queue: dict[str, list[str]] = {}
+    for queue, task_id in roots:
+        by_queue.setdefault(queue, []).append(task_id)
     calls = [
         workflows.resolve(
             queue_keys(prefix, queue),
-            task_id,
+            ids[i : i + RELEASE_BATCH],
             upstream="",
             name="",
             state="succeeded",
@@ -86,7 +91,8 @@ def start_roots(
             error="",
             dead_ttl_ms=dead_ttl_ms,
         )
-        for queue, task_id in roots
+        for queue, ids in by_queue.items()
+        for i in range(0, len(ids), RELEASE_BATCH)
     ]
     return (yield from sent(calls))
 
