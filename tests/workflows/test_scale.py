@@ -7,6 +7,8 @@ timings here (bench/workflows.py prints them)."""
 from __future__ import annotations
 
 import asyncio
+import collections
+import functools
 from collections.abc import Iterator
 from typing import ClassVar
 
@@ -16,7 +18,7 @@ import redis
 import culex
 from culex._redis.keys import queue_keys, run_keys
 
-from ..conftest import running, wait_until
+from ..conftest import await_until, running, wait_until
 
 QUEUE = "wf-scale"
 CHORD = 10_000
@@ -77,12 +79,10 @@ def runner() -> culex.Runner:
     return culex.Runner(run_from=[QUEUE], concurrency=50)
 
 
-def ended_states(r: redis.Redis, run: culex.WorkflowRun) -> dict[bytes, int]:
+def ended_states(r: redis.Redis, run: culex.WorkflowRun) -> dict[str, int]:
     """How many of the run's nodes ended in each state (its record's `ended` hash)."""
-    counts: dict[bytes, int] = {}
-    for state in r.hvals(run_keys("culex", run.id).ended):
-        counts[state] = counts.get(state, 0) + 1
-    return counts
+    states = r.hvals(run_keys("culex", run.id).ended)
+    return dict(collections.Counter(v.decode() if isinstance(v, bytes) else v for v in states))
 
 
 def workflow_leftovers(r: redis.Redis) -> list[str]:
@@ -102,7 +102,7 @@ async def test_a_chord_of_ten_thousand_upstreams_into_one_node(r: redis.Redis) -
     async with running(runner()):
         assert await run.await_(timeout=300) == "succeeded"
     assert Tally.done == CHORD and Tally.body_saw == CHORD
-    assert ended_states(r, run) == {b"succeeded": CHORD + 1}
+    assert ended_states(r, run) == {"succeeded": CHORD + 1}
     assert r.hlen(queue_keys("culex", QUEUE).upstream(body.id)) == CHORD  # every end copied
     assert workflow_leftovers(r) == []
 
@@ -117,7 +117,7 @@ async def test_a_fan_out_of_a_hundred_thousand_downstreams(r: redis.Redis) -> No
     async with running(runner()):
         assert await run.await_(timeout=600) == "succeeded"
     assert Tally.done == FAN_OUT and Tally.early == 0
-    assert ended_states(r, run) == {b"succeeded": FAN_OUT + 1}
+    assert ended_states(r, run) == {"succeeded": FAN_OUT + 1}
     assert workflow_leftovers(r) == []
 
 
@@ -159,14 +159,21 @@ async def some_runs(count: int) -> list[culex.WorkflowRun]:
             endless = wf.add(Endless())
             wf.add(Member(), after=[endless])
             cancelled = await wf.aenqueue()
-            while await endless.astate() != culex.TaskState.PENDING:
-                await asyncio.sleep(0.01)
+            await await_until(functools.partial(running_now, endless), what="the endless to run")
             assert await cancelled.acancel() is True
             assert await failed.await_(timeout=30) == "failed"
             assert await cancelled.await_(timeout=30) == "cancelled"
             assert await succeeded.await_(timeout=30) == "succeeded"
             runs += [failed, succeeded, cancelled]
     return runs
+
+
+async def running_now(task: culex.Task) -> bool:
+    return await task.astate() == culex.TaskState.PENDING
+
+
+def expired(r: redis.Redis, run: culex.WorkflowRun) -> bool:
+    return not r.exists(run_keys("culex", run.id).record)
 
 
 def lasting_keys(r: redis.Redis) -> set[str]:
@@ -184,7 +191,7 @@ async def test_a_run_leaves_no_key_once_its_ttl_has_passed(r: redis.Redis) -> No
     lasting = lasting_keys(r)
     later = await some_runs(3)
     for run in first + later:  # (ttl=1: a bound on a wait, not a timing)
-        wait_until(lambda run=run: not r.exists(run_keys("culex", run.id).record), what="expiry")
+        wait_until(functools.partial(expired, r, run), what=f"the expiry of run {run.id}")
     for run in first + later:
         assert not list(r.scan_iter(match=f"*{{run:{run.id}}}*"))
     assert lasting_keys(r) == lasting  # nothing more lasts after more runs
