@@ -19,6 +19,7 @@ from ..server.procedures import Procedure
 CALLS_A_TRIP = 500
 SCAN_COUNT = 1000
 RELEASE_BATCH = 500  # nodes of one queue a release call
+BATCHES_A_TRIP = 8  # calls a round trip, for calls that carry RELEASE_BATCH nodes each
 CANCELLED = "cancelled: its workflow run was cancelled"
 
 
@@ -63,11 +64,13 @@ def depths(nodes: dict[str, NodeInfo]) -> dict[str, int]:
     return found
 
 
-def sent(calls: Sequence[Call[Any]]) -> Procedure[list[Any]]:
-    """``calls`` in round trips of CALLS_A_TRIP; the replies (a refused call's: its error)."""
+def sent(calls: Sequence[Call[Any]], per_trip: int = CALLS_A_TRIP) -> Procedure[list[Any]]:
+    """``calls`` in round trips of ``per_trip``; the replies (a refused call's: its error).
+    Calls that each carry a batch go BATCHES_A_TRIP a trip: a trip of 500 batches of 500
+    nodes kept the server busy for seconds, past a client's socket timeout."""
     replies: list[Any] = []
-    for start in range(0, len(calls), CALLS_A_TRIP):
-        replies += yield list(calls[start : start + CALLS_A_TRIP])
+    for start in range(0, len(calls), per_trip):
+        replies += yield list(calls[start : start + per_trip])
     return replies
 
 
@@ -94,7 +97,7 @@ def start_roots(
         for queue, ids in by_queue.items()
         for i in range(0, len(ids), RELEASE_BATCH)
     ]
-    return (yield from sent(calls))
+    return (yield from sent(calls, BATCHES_A_TRIP))
 
 
 def cancel_nodes(prefix: str, nodes: dict[str, NodeInfo]) -> Procedure[list[Any]]:
@@ -143,11 +146,11 @@ def discard_nodes(prefix: str, run_id: str, nodes: dict[str, NodeInfo]) -> Proce
     for node in nodes.values():
         by_queue.setdefault(node.queue, []).append(node.task_id)
     calls = [
-        workflows.discard_nodes(queue_keys(prefix, queue), run_id, ids[i : i + CALLS_A_TRIP])
+        workflows.discard_nodes(queue_keys(prefix, queue), run_id, ids[i : i + RELEASE_BATCH])
         for queue, ids in by_queue.items()
-        for i in range(0, len(ids), CALLS_A_TRIP)
+        for i in range(0, len(ids), RELEASE_BATCH)
     ]
-    return (yield from sent(calls))
+    return (yield from sent(calls, BATCHES_A_TRIP))
 
 
 def finish(prefix: str, run_id: str) -> Procedure[str]:

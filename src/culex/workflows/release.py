@@ -26,7 +26,7 @@ from .._redis.calls import Call
 from .._redis.keys import queue_keys, run_keys
 from .._redis.workflows import Entry
 from ..server.procedures import Procedure
-from .finishing import finish, sent
+from .finishing import BATCHES_A_TRIP, finish, sent
 
 TAKE = 100  # entries a queue a call
 LEASE_MS = 30_000  # an entry taken and not struck off by then is taken again
@@ -88,7 +88,7 @@ def _apply(prefix: str, entries: list[Entry], dead_ttl_ms: int) -> Procedure[tup
                     )
                 )
                 owners.append((i, queue))
-    replies = yield from sent(calls)
+    replies = yield from sent(calls, BATCHES_A_TRIP)
     failed = {owners[k][0] for k, reply in enumerate(replies) if isinstance(reply, Exception)}
     ended_on = {
         owners[k][1]
@@ -126,7 +126,7 @@ def _note_ends(prefix: str, entries: list[Entry]) -> Procedure[list[Entry]]:
         )
         for chunk in chunks
     ]
-    noted = yield from sent(calls)
+    noted = yield from sent(calls, BATCHES_A_TRIP)
     return [
         entry
         for chunk, reply in zip(chunks, noted, strict=True)
