@@ -10,8 +10,8 @@ upstream ended, and what the workflow machinery costs tasks outside any workflow
   workflow (``enqueue_many``, drained by the same runner) beside them. For each: the
   server's INFO commandstats usec over the enqueue and over the run, divided by N (the
   edges; the tasks for the plain ones), and the CPU it used (INFO cpu). A second fan-out
-  with the slowlog logging every call gives each script's share of the scripts' time (the
-  slowlog's own cost inflates the sum; the shares stand).
+  of at most 10,000 with the slowlog logging every call gives each script's share of the
+  scripts' time (the slowlog's own cost inflates the sum; the shares stand).
 - ``latency``: ``--latency-runs`` runs of two upstreams into one downstream, on three
   queues, one run at a time, ``--gap`` s apart; each node stamps its perform's start and
   end (perf_counter, in the runner's own process): latency = the downstream's start minus
@@ -47,6 +47,7 @@ HERE = Path(__file__).resolve().parent
 SRC = HERE.parent / "src"
 BASE_COMMIT = "ac6d054"
 PARTS = ("cost", "latency", "drain")
+SHARES_EDGES = 10_000
 
 CHILD = """
 import asyncio, json, sys, time
@@ -189,7 +190,10 @@ def part_cost(binary: str, edges: int) -> None:
                 flush=True,
             )
         client.flushall()
-        print("\nEach script's share of the scripts' time (a fan-out, the slowlog on):\n")
+        edges = min(edges, SHARES_EDGES)  # (the slowlog holds every call: a bounded run)
+        print(f"\nEach script's share of the scripts' time (a fan-out of {edges:,}, the slowlog")
+        print("on: it logs the commands the scripts call too, and its own cost inflates the")
+        print("usec; the shares stand):\n")
         client.config_set("slowlog-log-slower-than", 0)
         client.config_set("slowlog-max-len", 40 * edges + 1000)
         client.slowlog_reset()
