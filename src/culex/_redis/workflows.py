@@ -65,9 +65,12 @@ def discard(run: RunKeys, *, now: bool = False) -> Call[str]:
     return _record(run, "discard", "now" if now else "")
 
 
-def ended(run: RunKeys, task_id: str, state: str) -> Call[str]:
-    """Node ``task_id`` ended as ``state``; the reply: the run's state after it."""
-    return _record(run, "ended", task_id, state)
+def ended(run: RunKeys, ends: Sequence[tuple[str, str]]) -> Call[str]:
+    """Nodes ended: (task id, "succeeded" or "dead") each; the reply: the run's state after."""
+    args: list[Arg] = ["ended"]
+    for task_id, state in ends:
+        args += (task_id, state)
+    return _record(run, *args)
 
 
 def mark_cancelled(run: RunKeys) -> Call[str]:
@@ -115,7 +118,7 @@ def wait_ended(run: RunKeys, timeout: float) -> Call[Any]:
 
 def resolve(
     keys: QueueKeys,
-    task_id: str,
+    task_ids: Sequence[str],
     *,
     upstream: str,
     name: str,
@@ -124,14 +127,20 @@ def resolve(
     result: str,
     error: str,
     dead_ttl_ms: int,
-) -> Call[str]:
-    """Apply an upstream's end (``upstream`` "" for the run's start) to a blocked node."""
+) -> Call[list[str]]:
+    """Apply an upstream's end (``upstream`` "" for the run's start) to blocked nodes of
+    one queue (one at least); the reply: what became of each, in order."""
+    first, *more = task_ids
     return Call(
         (keys.task_prefix, keys.waiting, keys.signal, keys.dead),
-        (task_id, upstream, name, state, job_type, result, error, dead_ttl_ms),
-        text,
+        (first, upstream, name, state, job_type, result, error, dead_ttl_ms, *more),
+        _states,
         scripts.WORKFLOW_RESOLVE,
     )
+
+
+def _states(reply: Any) -> list[str]:
+    return [text(x) for x in reply] if isinstance(reply, list) else [text(reply)]
 
 
 class Entry(NamedTuple):

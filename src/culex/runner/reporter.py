@@ -116,6 +116,7 @@ class Reporter:
                     batch.append(outcome)
             if not batch:
                 continue
+            again = False  # some of the batch go again: pause first (not for new ones)
             calls, owners = self._calls(batch)
             results = await self.send(calls, "reporting outcomes")
             if any(r is UNSENT or isinstance(r, ServerUnavailable) for r in results):
@@ -130,6 +131,7 @@ class Reporter:
                     outcomes = self._refused(outcomes, result)
                 if isinstance(result, ServerError) or result is UNSENT:
                     self.outbox.extend(outcomes)  # sent again after the pause
+                    again = again or bool(outcomes)
                     continue
                 # (id, attempt): a batch may hold two attempts of one task
                 refused = set(result) if isinstance(result, list) else set()
@@ -146,7 +148,7 @@ class Reporter:
                     self.keeper.drop(outcome.claimed)
                     if outcome.claimed.run:
                         self.nodes_ended()
-            if self.outbox.outcomes:
+            if again:  # (outcomes that came while the batch was sent go at once)
                 await asyncio.sleep(self.backoff.failed())
 
     async def hand_back(self, held: list[Claimed], delay_ms: int = 0) -> list[Any]:

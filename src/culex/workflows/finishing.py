@@ -18,6 +18,8 @@ from ..server.procedures import Procedure
 
 CALLS_A_TRIP = 500
 SCAN_COUNT = 1000
+RELEASE_BATCH = 500  # nodes of one queue a release call
+BATCHES_A_TRIP = 8  # calls a round trip, for calls that carry RELEASE_BATCH nodes each
 CANCELLED = "its workflow run was cancelled"  # (cancel.lua writes "cancelled: " before it)
 
 
@@ -62,22 +64,28 @@ def depths(nodes: dict[str, NodeInfo]) -> dict[str, int]:
     return found
 
 
-def sent(calls: Sequence[Call[Any]]) -> Procedure[list[Any]]:
-    """``calls`` in round trips of CALLS_A_TRIP; the replies (a refused call's: its error)."""
+def sent(calls: Sequence[Call[Any]], per_trip: int = CALLS_A_TRIP) -> Procedure[list[Any]]:
+    """``calls`` in round trips of ``per_trip``; the replies (a refused call's: its error).
+    Calls that each carry a batch go BATCHES_A_TRIP a trip: a trip of 500 batches of 500
+    nodes kept the server busy for seconds, past a client's socket timeout."""
     replies: list[Any] = []
-    for start in range(0, len(calls), CALLS_A_TRIP):
-        replies += yield list(calls[start : start + CALLS_A_TRIP])
+    for start in range(0, len(calls), per_trip):
+        replies += yield list(calls[start : start + per_trip])
     return replies
 
 
 def start_roots(
     prefix: str, roots: Iterable[tuple[str, str]], dead_ttl_ms: int
 ) -> Procedure[list[Any]]:
-    """Release the nodes without upstreams (queue, task id): the run's start."""
+    """Release the nodes without upstreams (queue, task id): the run's start; those of one
+    queue by calls of RELEASE_BATCH."""
+    by_queue: dict[str, list[str]] = {}
+    for queue, task_id in roots:
+        by_queue.setdefault(queue, []).append(task_id)
     calls = [
         workflows.resolve(
             queue_keys(prefix, queue),
-            task_id,
+            ids[i : i + RELEASE_BATCH],
             upstream="",
             name="",
             state="succeeded",
@@ -86,9 +94,10 @@ def start_roots(
             error="",
             dead_ttl_ms=dead_ttl_ms,
         )
-        for queue, task_id in roots
+        for queue, ids in by_queue.items()
+        for i in range(0, len(ids), RELEASE_BATCH)
     ]
-    return (yield from sent(calls))
+    return (yield from sent(calls, BATCHES_A_TRIP))
 
 
 def cancel_nodes(prefix: str, nodes: dict[str, NodeInfo]) -> Procedure[list[Any]]:
@@ -137,11 +146,11 @@ def discard_nodes(prefix: str, run_id: str, nodes: dict[str, NodeInfo]) -> Proce
     for node in nodes.values():
         by_queue.setdefault(node.queue, []).append(node.task_id)
     calls = [
-        workflows.discard_nodes(queue_keys(prefix, queue), run_id, ids[i : i + CALLS_A_TRIP])
+        workflows.discard_nodes(queue_keys(prefix, queue), run_id, ids[i : i + RELEASE_BATCH])
         for queue, ids in by_queue.items()
-        for i in range(0, len(ids), CALLS_A_TRIP)
+        for i in range(0, len(ids), RELEASE_BATCH)
     ]
-    return (yield from sent(calls))
+    return (yield from sent(calls, BATCHES_A_TRIP))
 
 
 def finish(prefix: str, run_id: str) -> Procedure[str]:

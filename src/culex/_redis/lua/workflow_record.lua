@@ -9,8 +9,10 @@
 --   commit   every node is stored: state "running". From here the run always ends.
 --   discard  state "staging" past its deadline (or ARGV[2] "now": its own producer gives
 --            up) -> "discarded"; its keys expire a day later.
---   ended    node ARGV[2] ended as ARGV[3] ("succeeded" or "dead"): a hash field, so the
---            same end applied twice counts once. When every node has ended, the run ends:
+--   ended    node ARGV[2] ended as ARGV[3] ("succeeded" or "dead"), and so on in pairs
+--            (the ends of many nodes in one call): a hash field each, so the same end
+--            applied twice counts once; a node the run does not have is skipped. When
+--            every node has ended, the run ends:
 --            "cancelled" if it was cancelled, else "failed" if a node is dead, else
 --            "succeeded"; its keys expire ttl_ms later, and those waiting are woken.
 --   cancel   marks the run cancelled (its nodes are cancelled one by one by the caller).
@@ -30,7 +32,7 @@
 --         add            pairs: node id, JSON
 --         commit, cancel none
 --         discard        "now", or "" (only past the deadline)
---         ended          node id, state
+--         ended          pairs: node id, state
 --         retry          the ids of the nodes retried
 --         op             the operation's name, or ""
 -- Returns: the run's state after the change ("staging", "running", "succeeded", "failed",
@@ -135,15 +137,22 @@ elseif change == 'discard' then
   redis.call('PEXPIRE', KEYS[2], DAY)
   return 'discarded'
 elseif change == 'ended' then
-  local end_state = ARGV[3]
-  if end_state ~= 'succeeded' and end_state ~= 'dead' then
-    return refuse('a node ends "succeeded" or "dead"')
+  if #ARGV < 3 or #ARGV % 2 ~= 1 then return refuse('takes pairs: node id, state') end
+  for i = 3, #ARGV, 2 do
+    if ARGV[i] ~= 'succeeded' and ARGV[i] ~= 'dead' then
+      return refuse('a node ends "succeeded" or "dead"')
+    end
   end
   local total = whole(f[2], 1, MOST)
   if not total then return refuse('the record has no whole number of nodes') end
-  if redis.call('HEXISTS', KEYS[2], ARGV[2]) == 0 then return state end
-  redis.call('HSET', KEYS[3], ARGV[2], end_state)
-  if state ~= 'running' or redis.call('HLEN', KEYS[3]) < total then
+  local noted = false
+  for i = 2, #ARGV, 2 do
+    if redis.call('HEXISTS', KEYS[2], ARGV[i]) == 1 then
+      redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1])
+      noted = true
+    end
+  end
+  if not noted or state ~= 'running' or redis.call('HLEN', KEYS[3]) < total then
     return state
   end
   local final = 'succeeded'

@@ -26,8 +26,11 @@
 -- ARGV[6] result         the upstream's result (JSON text), "" when it died
 -- ARGV[7] error          why the upstream died, "" when it succeeded
 -- ARGV[8] dead_ttl_ms    how long the node's hash is kept when it ends dead here
+-- ARGV[9..] more node ids (optional), of the same queue, to which the same end is applied
+--                        as to ARGV[1] (the downstreams of one upstream, in one call)
 -- Returns: "waiting" (released), "dead" (ended by its policy), "blocked" (waits for more),
---          "ignored" (not blocked) or "gone" (no such hash).
+--          "ignored" (not blocked) or "gone" (no such hash); with ARGV[9..], a list of
+--          those, one a node, in the order ARGV[1], ARGV[9], ARGV[10], ...
 -- An error, and nothing written, for a bad state or dead_ttl_ms.
 
 -- >>> include/priority.lua
@@ -160,42 +163,58 @@ local function wake(task_key, done_key, ttl)
 end
 -- <<< include/wake.lua
 
-local id, up, state = ARGV[1], ARGV[2], ARGV[4]
+local up, state = ARGV[2], ARGV[4]
 if state ~= 'succeeded' and state ~= 'dead' then
   return redis.error_reply('ERR workflow_resolve: ARGV[4] state is "succeeded" or "dead"')
 end
 local ttl = argv_whole('workflow_resolve', 8, 'dead_ttl_ms', 1, MOST)
-local key = KEYS[1] .. id
-local f = redis.pcall('HMGET', key, 'state', 'policy', 'priority')
-if f['err'] then return 'ignored' end
-if not f[1] then return 'gone' end
-if f[1] ~= 'blocked' then return 'ignored' end
 local base = string.sub(KEYS[1], 1, #KEYS[1] - 5)
-local waits = base .. 'waits:' .. id
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local copy = nil
 if up ~= '' then
-  redis.call('SREM', waits, up)
-  local copy = {name = ARGV[3], state = state, type = ARGV[5]}
-  if state == 'succeeded' then copy.result = ARGV[6] else copy.error = ARGV[7] end
-  redis.call('HSET', base .. 'upstream:' .. id, up, cjson.encode(copy))
-  if state == 'dead' and f[2] ~= 'run' then
-    local reason = 'upstream ' .. ARGV[3] .. ' (' .. up .. ') ended dead'
-    if ARGV[7] ~= '' then reason = reason .. ': ' .. string.sub(ARGV[7], 1, 500) end
-    redis.call('HSET', key, 'state', 'dead', 'last_error', reason, 'failed_at', now,
-      'finished_at', now)
-    redis.call('ZADD', KEYS[4], now, id)
-    redis.call('PEXPIRE', key, ttl)
-    redis.call('DEL', waits)
-    wake(key, base .. 'done:' .. id, ttl)
-    node_ended(KEYS[1], id, 'dead', nil, reason, now)
-    return 'dead'
+  local fields = {name = ARGV[3], state = state, type = ARGV[5]}
+  if state == 'succeeded' then fields.result = ARGV[6] else fields.error = ARGV[7] end
+  copy = cjson.encode(fields)
+end
+local signalled = false
+
+local function resolve(id)
+  local key = KEYS[1] .. id
+  local f = redis.pcall('HMGET', key, 'state', 'policy', 'priority')
+  if f['err'] then return 'ignored' end
+  if not f[1] then return 'gone' end
+  if f[1] ~= 'blocked' then return 'ignored' end
+  local waits = base .. 'waits:' .. id
+  if up ~= '' then
+    redis.call('SREM', waits, up)
+    redis.call('HSET', base .. 'upstream:' .. id, up, copy)
+    if state == 'dead' and f[2] ~= 'run' then
+      local reason = 'upstream ' .. ARGV[3] .. ' (' .. up .. ') ended dead'
+      if ARGV[7] ~= '' then reason = reason .. ': ' .. string.sub(ARGV[7], 1, 500) end
+      redis.call('HSET', key, 'state', 'dead', 'last_error', reason, 'failed_at', now,
+        'finished_at', now)
+      redis.call('ZADD', KEYS[4], now, id)
+      redis.call('PEXPIRE', key, ttl)
+      redis.call('DEL', waits)
+      wake(key, base .. 'done:' .. id, ttl)
+      node_ended(KEYS[1], id, 'dead', nil, reason, now)
+      return 'dead'
+    end
   end
+  if redis.call('SCARD', waits) > 0 then return 'blocked' end
+  redis.call('HSET', key, 'state', 'waiting', 'due_at', now)
+  redis.call('ZADD', KEYS[2], waiting_score(now, f[3]), id)
+  if not signalled and redis.call('LLEN', KEYS[3]) == 0 then
+    redis.call('RPUSH', KEYS[3], '1')
+  end
+  signalled = true
+  return 'waiting'
 end
-if redis.call('SCARD', waits) > 0 then return 'blocked' end
-redis.call('HSET', key, 'state', 'waiting', 'due_at', now)
-redis.call('ZADD', KEYS[2], waiting_score(now, f[3]), id)
-if redis.call('LLEN', KEYS[3]) == 0 then
-  redis.call('RPUSH', KEYS[3], '1')
+
+if #ARGV <= 8 then return resolve(ARGV[1]) end
+local out = {resolve(ARGV[1])}
+for i = 9, #ARGV do
+  out[#out + 1] = resolve(ARGV[i])
 end
-return 'waiting'
+return out
