@@ -92,8 +92,8 @@ def died_blocked(d: SyncDriverProtocol) -> None:
     d.run(resolve_dead())
 
 
-def resolve_dead() -> Call[str]:
-    return workflows.resolve(K, TASK, upstream="u1", name="u", state="dead", job_type="J",
+def resolve_dead() -> Call[list[str]]:
+    return workflows.resolve(K, [TASK], upstream="u1", name="u", state="dead", job_type="J",
                              result="", error="boom", dead_ttl_ms=DAY_MS)  # fmt: skip
 
 
@@ -256,7 +256,7 @@ CASES: dict[str, Case] = {
         blocked,
         workflows.resolve(
             K,
-            TASK,
+            [TASK],
             upstream="u1",
             name="u",
             state="succeeded",
