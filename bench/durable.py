@@ -21,6 +21,7 @@ the drain of tasks that use no steps, this checkout against one before durable t
   child), this checkout and ``--before`` in turns on one private server, the order
   flipping every run: the medians and the median of the per-run ratios (after / before),
   which must not fall below 1 by more than the machine's noise (about ±5 %: README.md).
+  On a loaded machine, count instead: ``python bench/instructions.py --before ...``.
 
 Each measurement runs in a child process with that checkout's ``src`` first on its path.
 Prints the figures; asserts nothing.
