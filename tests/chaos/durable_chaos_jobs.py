@@ -1,11 +1,14 @@
 """The durable jobs of the chaos suite (``culex run /abs/path/durable_chaos_jobs.py``).
 
 A task runs STEPS steps in a row, each handed the value of the step before (a replay must
-give back the recorded value). The attempt's start and end go to the ledger's files as
-every chaos job's do (chaos_jobs.record); each execution of a step function writes a
-"begin" line before its work and an "end" line after it, fsynced, to steps-<pid>.jsonl in
-the same folder (the ledger reads only exec-*.jsonl). A step's value names the execution
-that made it, ``<k>/<pid>/<attempt>``, so the check knows which execution was recorded.
+give back the recorded value), and sleeps NAP seconds after its first SLEEP_AFTER steps
+(its attempt ends there: the task waits in scheduled, and a later attempt resumes it). The
+attempt's start and end go to the ledger's files as every chaos job's do
+(chaos_jobs.record; an attempt that ends in the sleep logs "suspended"); each execution of
+a step function writes a "begin" line before its work and an "end" line after it, fsynced,
+to steps-<pid>.jsonl in the same folder (the ledger reads only exec-*.jsonl). A step's
+value names the execution that made it, ``<k>/<pid>/<attempt>``, so the check knows which
+execution was recorded.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import time
 from typing import Any
 
 import culex
+from culex.errors import AttemptOver
 
 try:
     from . import chaos_jobs
@@ -26,6 +30,8 @@ except ImportError:  # (loaded by path in a runner: its folder is on sys.path)
 
 QUEUE = "durable_chaos"
 STEPS = 5
+SLEEP_AFTER = 2  # the sleep comes after this many steps (its record is step:2)
+NAP = 0.2  # seconds
 
 _files: dict[int, int] = {}  # pid -> file descriptor
 
@@ -55,7 +61,7 @@ async def awork(task_id: str, k: int, attempt: int, prev: str, ms: int) -> str:
 
 
 class DurableChaosJob(culex.QueuedJob):
-    """STEPS steps of ``ms`` milliseconds each (async)."""
+    """STEPS steps of ``ms`` milliseconds each, and a sleep (async)."""
 
     queue = QUEUE
     max_retries = 20
@@ -65,6 +71,12 @@ class DurableChaosJob(culex.QueuedJob):
         chaos_jobs.record("start", self)
         value = ""
         for k in range(STEPS):
+            if k == SLEEP_AFTER:
+                try:
+                    await self.asleep(NAP)
+                except AttemptOver as over:  # ("suspended"; "stale": not its attempt's)
+                    chaos_jobs.record(over.why, self)
+                    raise
             value = await self.astep(f"s{k}", awork, self.task_id, k, self.attempt, value, self.ms)
         chaos_jobs.record("ok", self)
         return {"pid": os.getpid(), "attempt": self.attempt, "last": value}
@@ -81,6 +93,12 @@ class SyncDurableChaosJob(culex.QueuedJob):
         chaos_jobs.record("start", self)
         value = ""
         for k in range(STEPS):
+            if k == SLEEP_AFTER:
+                try:
+                    self.sleep(NAP)
+                except AttemptOver as over:  # ("suspended"; "stale": not its attempt's)
+                    chaos_jobs.record(over.why, self)
+                    raise
             value = self.step(f"s{k}", work, self.task_id, k, self.attempt, value, self.ms)
         chaos_jobs.record("ok", self)
         return {"pid": os.getpid(), "attempt": self.attempt, "last": value}

@@ -1,5 +1,5 @@
-"""Durable tasks under a SIGKILL storm: tasks of 5 steps each, three ``culex run``
-processes, a random one SIGKILLed and replaced every 1-2 s. Every task succeeds; a step
+"""Durable tasks under a SIGKILL storm: tasks of 5 steps and a sleep each, three ``culex
+run`` processes, a random one SIGKILLed and replaced every 1-2 s. Every task succeeds; a step
 once recorded never runs again; a step runs again only when the process that ran it
 before was killed (inside the step, or between its end and its record: a step is
 at-least-once at that edge). The figures are published as the other chaos runs' are.
@@ -12,7 +12,7 @@ import random
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
@@ -28,6 +28,7 @@ from .workload import Producer, drain, publish
 
 LEASE = 2.0
 RUNNERS = 3
+SUSPENDED = "suspended"  # an attempt that ended in its sleep (durable_chaos_jobs.py)
 
 # The test process only enqueues these jobs: the runners are other processes.
 for _job in jobs.JOBS:
@@ -78,6 +79,7 @@ def step_runs(directory: Path) -> dict[tuple[str, int], list[StepRun]]:
 @dataclass
 class StepVerdict:
     step_executions: int
+    recorded: Counter[str] = field(default_factory=Counter)  # steps recorded, by task id
     reexecutions: Counter[str] = field(default_factory=Counter)  # by cause
     problems: list[str] = field(default_factory=list)
 
@@ -91,12 +93,18 @@ def check_steps(
     deaths = {f.pid: f.t for f in faults if f.kind in DEATHS}
     verdict = StepVerdict(sum(map(len, runs.values())))
     for task_id, fields in sorted(hashes.items()):
-        if fields.get("steps") != str(jobs.STEPS):
-            verdict.problems.append(f"{task_id}: {fields.get('steps')} steps recorded")
+        if fields.get("steps") != str(jobs.STEPS + 1):  # (and the sleep)
+            verdict.problems.append(f"{task_id}: {fields.get('steps')} records")
+            continue
+        records = [json.loads(fields[f"step:{i}"]) for i in range(jobs.STEPS + 1)]
+        values = {x["name"]: json.loads(x["value"]) for x in records if x["kind"] == "step"}
+        verdict.recorded[task_id] = len(values)
+        if records[jobs.SLEEP_AFTER]["kind"] != "sleep" or len(values) != jobs.STEPS:
+            verdict.problems.append(f"{task_id}: records {records}")
             continue
         prev = ""
         for k in range(jobs.STEPS):
-            recorded = json.loads(json.loads(fields[f"step:{k}"])["value"])
+            recorded = values[f"s{k}"]
             executions = runs.get((task_id, k), [])
             made = [x for x in executions if x.value == recorded]
             if len(made) != 1:
@@ -158,7 +166,10 @@ def storm(
         drain_s = drain(r, ledger, timeout=180, tick=fleet.replace_dead)
     finally:
         producer.stop()
-    verdict = ledger.check(r)
+    checked = ledger.check(r)
+    # An attempt that ended in its sleep is followed by the one that resumes it: no rerun.
+    resumed = [x for x in checked.reruns if x.before.outcome == SUSPENDED]
+    verdict = replace(checked, reruns=[x for x in checked.reruns if x.before.outcome != SUSPENDED])
     hashes = read_tasks(r, "culex", {task_id: jobs.QUEUE for task_id, _ in work})
     steps = check_steps(hashes, step_runs(ledger.exec_dir), verdict.faults)
     publish(
@@ -171,9 +182,9 @@ def storm(
             "storm_s": round(storm_s, 1),
             "drain_s": round(drain_s, 1),
             **verdict.figures(),
+            "attempts_resumed_after_their_sleep": len(resumed),
             "step_executions": steps.step_executions,
-            "steps_recorded": jobs.STEPS
-            * sum(f.get("steps") == str(jobs.STEPS) for f in hashes.values()),
+            "steps_recorded": sum(steps.recorded.values()),
             "step_reexecutions": sum(steps.reexecutions.values()),
             "step_reexecutions_by_cause": dict(steps.reexecutions),
             "recorded_steps_run_again": sum("after its record" in p for p in steps.problems),
@@ -189,6 +200,7 @@ def storm(
     assert not died, f"runners died on their own: {died}\n{fleet.logs()[-3000:]}"
     killed = [x for x in verdict.reruns if x.cause == KILLED]
     assert kills >= 3 and killed and steps.reexecutions, "no step was in flight at a kill"
+    assert len(resumed) >= tasks, "every task sleeps once: an attempt ends in it"
 
 
 @pytest.mark.timeout(300)
