@@ -127,7 +127,8 @@ class Durable:
             max_step_bytes=MAX_STEP_BYTES,
             max_task_bytes=MAX_TASK_BYTES,
         )
-        _judge(reply, place, "step", name)
+        if _own(reply, "step", name) is None:
+            _judge(reply, place, "step", name)
         assert self._records_ is not None
         self._records_.append(Record(name, "step", result, False))
 
@@ -144,11 +145,15 @@ class Durable:
             delay_ms,
             max_steps=MAX_STEPS,
         )
-        _judge(reply, place, kind, name)
-        if reply[0] == "suspended":
+        record = _own(reply, kind, name)
+        if record is None:
+            _judge(reply, place, kind, name)
+            if reply[0] == "suspended":
+                raise AttemptOver("suspended")
+            value = reply[1] if reply[0] == "signal" else None
+            record = Record(name, kind, value, reply[0] == "timeout")
+        elif kind == "sleep":  # (its task went to scheduled with the record: never pending)
             raise AttemptOver("suspended")
-        value = reply[1] if reply[0] == "signal" else None
-        record = Record(name, kind, value, reply[0] == "timeout")
         assert self._records_ is not None
         self._records_.append(record)
         return record
@@ -256,6 +261,18 @@ def _received(record: Record, name: str) -> Any:
     if record.timeout:
         raise SignalTimeout(f"no signal {name!r} came in time")
     return json.loads(record.value) if record.value is not None else None
+
+
+def _own(reply: tuple[str, ...], kind: str, name: str) -> Record | None:
+    """The record a "conflict" reply holds when it is this attempt's own: the reply to its
+    call was lost and the driver sent the call again (it does, once, on a connection that
+    broke). The attempt read every earlier attempt's records at its first place, and only
+    the attempt that holds the task writes, so a record past those at this place, of this
+    kind and name, is the one this call made. None for any other reply."""
+    if reply[0] != "conflict":
+        return None
+    found = _record(reply[1])
+    return found if (found.kind, found.name) == (kind, name) else None
 
 
 def _judge(reply: tuple[str, ...], place: Place, kind: str, name: str) -> None:
