@@ -45,6 +45,7 @@ from .workflow_plan import (
     ordering_problems,
     plan,
     release_figures,
+    run_end_figures,
     run_states,
 )
 from .workload import publish
@@ -56,7 +57,12 @@ for _job in workflow_jobs.JOBS:
 JOBS_FILE = Path(workflow_jobs.__file__).resolve()
 RUNNERS = 3
 BIG_NODES = 5_000
-ENV = {"CULEX_LEASE": "3", "CULEX_MAX_STALLS": "20"}  # as the SIGKILL storm (tasks' lease)
+ENV = {
+    "CULEX_LEASE": "3",  # as the SIGKILL storm (the tasks' lease; the outbox's is 30 s)
+    "CULEX_MAX_STALLS": "20",
+    workflow_jobs.DRAIN_KILL_ENV: "0.005",
+    workflow_jobs.FINISH_KILL_ENV: "0.5",
+}
 SETTLE_TIMEOUT = 300.0  # the staging deadline (60 s) and outbox leases (30 s) pass in it
 
 
@@ -144,6 +150,21 @@ class BigProducer:
         return PlannedRun("big", "big", specs, tasks, run_id)
 
 
+def killers(ledger: Ledger) -> dict[int, str]:
+    """The runners that killed themselves: pid -> how (a node's first success, a drain of
+    the outbox, the finishing of an unfinished operation, and the step)."""
+    pids = {}
+    for path in ledger.exec_dir.glob("exec-*.jsonl"):
+        for line in path.read_bytes().splitlines():
+            if b'"kill"' in line:
+                pids[json.loads(line)["pid"]] = "node"
+    for path in ledger.exec_dir.glob("kills-*.jsonl"):
+        for line in path.read_bytes().splitlines():
+            event = json.loads(line)
+            pids[event["pid"]] = f"{event['what']} step {event['step']}"
+    return pids
+
+
 def scenario(
     r: redis.Redis,
     url: str,
@@ -190,11 +211,13 @@ def scenario(
 
     # Wait, with the defaults, until every run ended and the releasers have nothing left.
     ids = [p.run_id for p in planned if p.run_id]
+    big_ids = [i for i in (big.run_id(r) for big in bigs) if i]  # (their producers are dead)
     settle_began = time.monotonic()
     while time.monotonic() - settle_began < SETTLE_TIMEOUT:
         fleet.replace_dead()
         ended = all(s in ("succeeded", "failed") for s in run_states(r, ids))
-        if ended and not any(leftovers(r).values()):
+        big_ended = all(s != "running" and s != "staging" for s in run_states(r, big_ids))
+        if ended and big_ended and not any(leftovers(r).values()):
             break
         time.sleep(0.5)
     settle_s = time.monotonic() - settle_began
@@ -230,6 +253,8 @@ def scenario(
     ran_wrongly = node_problems(checked, executions)
     left = leftovers(r)
     killed = [x for x in verdict.reruns if x.cause == KILLED]
+    self_killed = killers(ledger)
+    died = [f for f in verdict.faults if f.kind == DIED and f.pid not in self_killed]
     publish(
         name,
         {
@@ -245,6 +270,8 @@ def scenario(
             "big_runs": outcomes,
             "killed_executions_rerun": len(killed),
             **release_figures(checked, executions),
+            **run_end_figures(r, checked, executions),
+            "runners_killed_by_themselves": dict(Counter(self_killed.values())),
             **verdict.figures(),
             "leftovers": left,
         },
@@ -256,7 +283,6 @@ def scenario(
     assert not ran_wrongly, ran_wrongly[:10]
     assert not order, order[:10]
     assert not any(left.values()), left
-    died = [f for f in verdict.faults if f.kind == DIED]
     assert not died, f"runners died on their own: {died}\n{fleet.logs()[-3000:]}"
     assert kills >= 5 and killed, "the storm killed no node in flight: nothing was tested"
 

@@ -15,12 +15,16 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
+import signal
 import sys
 import threading
 import time
 from datetime import timedelta
+from typing import Any
 
 import culex
+from culex.server.procedures import Procedure
 
 LOG_DIR_ENV = "CHAOS_LOG_DIR"  # (chaos_jobs.LOG_DIR_ENV: the fleet sets it)
 QUEUES = ("wfchaos-a", "wfchaos-b")
@@ -30,7 +34,7 @@ _lock = threading.Lock()
 _log: dict[int, int] = {}  # pid -> file descriptor
 
 
-def record(event: str, job: WfChaosNode) -> None:
+def record(event: str, job: WfChaosNode, **more: object) -> None:
     """Append one event of this execution and fsync it before returning."""
     line = json.dumps(
         {
@@ -42,6 +46,7 @@ def record(event: str, job: WfChaosNode) -> None:
             "t": time.time(),
             "run": job.run_label,
             "node": job.node,
+            **more,
         }
     )
     fd = _descriptor()
@@ -61,7 +66,9 @@ def _descriptor() -> int:
 class WfChaosNode(culex.QueuedJob):
     """A node: sleeps ``ms``, then succeeds, or fails as ``failing`` says: ``always`` (dead at
     once, no retry) or ``once`` (its first attempt that is not a stall raises; the retry
-    succeeds)."""
+    succeeds). ``kill_ms`` >= 0: when its first attempt succeeds, it SIGKILLs its own
+    runner that many ms after returning: between its report and the release of its
+    downstreams, or during either (the line "ok" then says ``"kill": kill_ms``)."""
 
     queue = QUEUES[0]
     max_retries = 1
@@ -69,6 +76,7 @@ class WfChaosNode(culex.QueuedJob):
     node: str
     ms: int = 0
     failing: str = NEVER
+    kill_ms: int = -1
 
     def reschedule_interval(self, retry_count: int) -> timedelta:
         return timedelta(milliseconds=50)
@@ -83,7 +91,12 @@ class WfChaosNode(culex.QueuedJob):
         if self.failing == ONCE and self.retry_count == 0:
             record("raise", self)
             raise RuntimeError(f"{self.node}: the first attempt fails")
-        record("ok", self)
+        if self.kill_ms >= 0 and self.attempt == 1:
+            record("ok", self, kill=self.kill_ms)
+            pid = os.getpid()
+            threading.Timer(self.kill_ms / 1000, os.kill, (pid, signal.SIGKILL)).start()
+        else:
+            record("ok", self)
         # Who finished it: the ledger checks the result is its last attempt's (fencing).
         return {"pid": os.getpid(), "attempt": self.attempt}
 
@@ -95,6 +108,68 @@ class WfChaosNodeB(WfChaosNode):
 
 
 JOBS: tuple[type[culex.QueuedJob], ...] = (WfChaosNode, WfChaosNodeB)
+
+# The share of the releaser's drains (of the passes that finish unfinished operations)
+# that, having taken something, SIGKILL their own runner after step 1, 2 or 3 of theirs:
+# with the entries (runs) taken and leased, partly applied. A kill from outside lands in
+# those few milliseconds too rarely. Each is noted first in kills-<pid>.jsonl.
+DRAIN_KILL_ENV = "CHAOS_WF_DRAIN_KILL"
+FINISH_KILL_ENV = "CHAOS_WF_FINISH_KILL"
+
+
+def _killing(steps: Procedure[Any], share: float, what: str) -> Procedure[Any]:
+    """``steps`` as they are, but when armed (``share``) and its first reply took
+    something, the process dies after its ``n``-th reply."""
+    armed, kill_after, took, n = random.random() < share, random.randint(1, 3), False, 0
+    try:
+        step = next(steps)
+        while True:
+            reply = yield step
+            n += 1
+            if n == 1:
+                took = any(reply) if isinstance(reply, list) else bool(reply)
+            if armed and took and n == kill_after:
+                _die(what, n)
+            step = steps.send(reply)
+    except StopIteration as stop:
+        return stop.value
+
+
+def _die(what: str, step: int) -> None:
+    line = json.dumps(
+        {"ev": "kill", "what": what, "step": step, "pid": os.getpid(), "t": time.time()}
+    )
+    fd = os.open(
+        os.path.join(os.environ[LOG_DIR_ENV], f"kills-{os.getpid()}.jsonl"),
+        os.O_WRONLY | os.O_APPEND | os.O_CREAT,
+        0o644,
+    )
+    os.write(fd, line.encode() + b"\n")
+    os.fsync(fd)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _arm_releaser() -> None:
+    drain_share = float(os.environ.get(DRAIN_KILL_ENV) or 0)
+    finish_share = float(os.environ.get(FINISH_KILL_ENV) or 0)
+    if not (drain_share or finish_share):
+        return
+    from culex.runner import releaser  # (it calls the two by the names it imported)
+    from culex.workflows import release
+
+    drain, finish = release.drain, release.finish_unfinished
+
+    def killing_drain(*args: Any, **kwargs: Any) -> Procedure[int]:
+        return _killing(drain(*args, **kwargs), drain_share, "drain")
+
+    def killing_finish(*args: Any, **kwargs: Any) -> Procedure[int]:
+        return _killing(finish(*args, **kwargs), finish_share, "finish")
+
+    releaser.drain = killing_drain  # type: ignore[attr-defined]
+    releaser.finish_unfinished = killing_finish  # type: ignore[attr-defined]
+
+
+_arm_releaser()
 FAN_IN = 50  # upstreams of each merge of the large workflow
 
 

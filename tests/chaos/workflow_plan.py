@@ -28,6 +28,7 @@ FAN_IN = 50
 ALWAYS_SHARE = 0.05  # nodes that always fail (dead at once, no retry)
 ONCE_SHARE = 0.10  # nodes whose first attempt fails
 RUN_POLICY_SHARE = 0.3  # nodes with upstreams that run whatever their upstreams' ends
+KILL_SHARE = 0.01  # nodes whose first success kills their runner as it reports or releases
 
 
 @dataclass
@@ -38,6 +39,7 @@ class NodeSpec:
     failing: str
     other_queue: bool
     ms: int
+    kill_ms: int = -1  # >= 0: its first success kills its runner that many ms later
 
 
 @dataclass
@@ -65,7 +67,11 @@ class PlannedRun:
         wf = culex.Workflow(f"chaos-{self.shape}-{self.label}")
         for spec in self.nodes.values():
             job = (WfChaosNodeB if spec.other_queue else WfChaosNode)(
-                run_label=self.label, node=spec.name, ms=spec.ms, failing=spec.failing
+                run_label=self.label,
+                node=spec.name,
+                ms=spec.ms,
+                failing=spec.failing,
+                kill_ms=spec.kill_ms,
             )
             after = [self.tasks[u] for u in spec.after]
             self.tasks[spec.name] = wf.add(
@@ -93,6 +99,8 @@ def plan(rng: random.Random, label: str) -> PlannedRun:
         )
         policy: Policy = "run" if after and rng.random() < RUN_POLICY_SHARE else "dead"
         nodes[name] = NodeSpec(name, after, policy, failing, rng.random() < 0.5, rng.randint(0, 60))
+        if failing == NEVER and rng.random() < KILL_SHARE:
+            nodes[name].kill_ms = rng.randint(0, 40)
     return PlannedRun(label, shape, nodes)
 
 
@@ -139,6 +147,30 @@ def release_figures(runs: Iterable[PlannedRun], executions: list[Execution]) -> 
         "release_delay_median_s": round(statistics.median(delays), 3) if delays else None,
         "release_delay_max_s": round(delays[-1], 3) if delays else None,
         "releases_over_outbox_lease": sum(d > LEASE_MS / 1000 for d in delays),
+    }
+
+
+def run_end_figures(
+    r: Client, runs: list[PlannedRun], executions: list[Execution]
+) -> dict[str, Any]:
+    """From the last end of a run's nodes (that ran) to the run's end (seconds)."""
+    last: dict[str, float] = {}
+    for e in executions:
+        if e.end is not None:
+            last[e.id] = max(last.get(e.id, 0.0), e.end)
+    pipe = r.pipeline(transaction=False)
+    for run in runs:
+        pipe.hget(f"culex:{{run:{run.run_id}}}:record", "ended_at")
+    delays = []
+    for run, ended_at in zip(runs, pipe.execute(), strict=True):
+        ends = [last[t.id] for t in run.tasks.values() if t.id in last]
+        if ended_at is not None and ends:
+            delays.append(int(ended_at) / 1000 - max(ends))
+    delays.sort()
+    return {
+        "run_end_delay_median_s": round(statistics.median(delays), 3) if delays else None,
+        "run_end_delay_max_s": round(delays[-1], 3) if delays else None,
+        "run_ends_over_outbox_lease": sum(d > LEASE_MS / 1000 for d in delays),
     }
 
 
