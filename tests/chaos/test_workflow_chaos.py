@@ -98,6 +98,7 @@ class BigProducer:
     ids_file: Path
     proc: subprocess.Popen[bytes] | None = None
     stored_at_kill: int = 0
+    released_at_kill: int = 0  # (the producer's own start of the first nodes)
     exited_by_itself: bool = False
     nodes: list[list[Any]] = field(default_factory=list)  # [queue, id, name, [after]]
 
@@ -108,8 +109,10 @@ class BigProducer:
         with open(log, "wb") as out:
             self.proc = subprocess.Popen(command, env=env, stdout=out, stderr=out)
 
-    def kill_while_storing(self, r: redis.Redis, delay: float) -> None:
-        """Kill it ``delay`` s after its first node is stored (adds precede the stores)."""
+    def kill_while_storing(self, r: redis.Redis, point: str) -> None:
+        """Kill it as soon as its first node is stored ("stored": adds precede the stores,
+        so it dies storing), or its record says "running" ("committed": it dies starting
+        the first nodes, or after)."""
         assert self.proc is not None
         deadline = time.monotonic() + 60
         while not self.nodes and time.monotonic() < deadline:
@@ -120,14 +123,19 @@ class BigProducer:
         first = self.key(self.nodes[0])
         while not r.exists(first) and self.proc.poll() is None:
             assert time.monotonic() < deadline, "the big producer stored nothing in 60 s"
-        time.sleep(delay)
+        if point == "committed":
+            record = run_keys("culex", text(r.hget(first, "run") or b"")).record
+            while r.hget(record, "state") != b"running" and self.proc.poll() is None:
+                assert time.monotonic() < deadline, "the big run was not committed in 60 s"
         self.exited_by_itself = self.proc.poll() is not None
         self.proc.kill()
         self.proc.wait()
         pipe = r.pipeline(transaction=False)
         for node in self.nodes:
-            pipe.exists(self.key(node))
-        self.stored_at_kill = sum(pipe.execute())
+            pipe.hget(self.key(node), "state")
+        states = pipe.execute()
+        self.stored_at_kill = sum(s is not None for s in states)
+        self.released_at_kill = sum(s not in (None, b"blocked") for s in states)
 
     def run_id(self, r: redis.Redis) -> str:
         """Its run's id: the record whose nodes include its first node ("" for none)."""
@@ -176,7 +184,7 @@ def scenario(
     *,
     runs: int,
     rate: float,
-    big_delays: list[float],
+    big_kills: list[str],
     name: str,
 ) -> None:
     monkeypatch.setattr(fleet_module, "JOBS_FILE", JOBS_FILE)  # runners serve our jobs
@@ -185,7 +193,7 @@ def scenario(
         fleet.start()
     planned = [plan(rng, f"r{n:05d}") for n in range(runs)]
     producer = RunProducer(ledger, planned, rate)
-    bigs = [BigProducer(tmp_path / f"big-{n}.json") for n in range(len(big_delays))]
+    bigs = [BigProducer(tmp_path / f"big-{n}.json") for n in range(len(big_kills))]
     big_at = sorted(rng.uniform(0.2, 0.8) * runs / rate for _ in bigs)
     began = time.monotonic()
     producer.start()
@@ -199,7 +207,7 @@ def scenario(
         started = sum(b.proc is not None for b in bigs)
         if started < len(bigs) and now - began >= big_at[started]:
             bigs[started].start(url)
-            bigs[started].kill_while_storing(r, big_delays[started])
+            bigs[started].kill_while_storing(r, big_kills[started])
         if now >= next_kill:
             fleet.kill(rng.choice(fleet.alive))
             fleet.start()
@@ -224,10 +232,17 @@ def scenario(
 
     # The big runs: discarded whole, or run whole.
     outcomes, checked = [], list(planned)
-    for big in bigs:
+    for big, kill in zip(bigs, big_kills, strict=True):
         run_id = big.run_id(r)
         state = run_states(r, [run_id])[0] if run_id else "no record"
-        outcomes.append({"state": state, "stored_at_kill": big.stored_at_kill})
+        outcomes.append(
+            {
+                "kill": kill,
+                "state": state,
+                "stored_at_kill": big.stored_at_kill,
+                "released_at_kill": big.released_at_kill,
+            }
+        )
         if state == "succeeded":
             for node in big.nodes:
                 ledger.sending(node[1], node[0], SUCCEEDED)
@@ -299,7 +314,7 @@ def test_workflow_chaos(
 ) -> None:
     scenario(
         r, url, ledger, fleets, rng, tmp_path, monkeypatch,
-        runs=100, rate=5.0, big_delays=[0.0], name="workflow-chaos",
+        runs=100, rate=5.0, big_kills=["stored"], name="workflow-chaos",
     )  # fmt: skip
 
 
@@ -316,5 +331,6 @@ def test_workflow_chaos_long(
 ) -> None:
     scenario(
         r, url, ledger, fleets, rng, tmp_path, monkeypatch,
-        runs=1_000, rate=5.0, big_delays=[0.0, 0.05, 0.3], name="workflow-chaos-long",
+        runs=1_000, rate=5.0, big_kills=["stored", "committed", "stored"],
+        name="workflow-chaos-long",
     )  # fmt: skip
