@@ -77,11 +77,13 @@ class RunProducer(threading.Thread):
         super().__init__(name="chaos-workflow-producer", daemon=True)
         self.ledger, self.runs, self.rate = ledger, runs, rate
         self.errors: list[str] = []
+        self._halt = threading.Event()
 
     def run(self) -> None:
         began = time.monotonic()
         for n, planned in enumerate(self.runs):
-            time.sleep(max(0.0, began + n / self.rate - time.monotonic()))
+            if self._halt.wait(max(0.0, began + n / self.rate - time.monotonic())):
+                return
             wf = planned.build()
             ends = planned.expected()
             for name, task in planned.tasks.items():
@@ -93,6 +95,10 @@ class RunProducer(threading.Thread):
                 continue
             for task in planned.tasks.values():
                 self.ledger.acknowledged(task.id)
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(timeout=30)
 
 
 @dataclass
@@ -177,6 +183,42 @@ def killers(ledger: Ledger) -> dict[int, str]:
     return pids
 
 
+def _storm(
+    r: redis.Redis,
+    url: str,
+    fleet: Fleet,
+    producer: RunProducer,
+    bigs: list[BigProducer],
+    big_kills: list[str],
+    rng: random.Random,
+    duration: float,
+) -> tuple[float, int]:
+    """Kill a random runner every 1-2 s (and start another) while the runs are enqueued,
+    and the big producers at random times; the value: the seconds it took, the kills."""
+    began = time.monotonic()
+    big_at = sorted(rng.uniform(0.2, 0.8) * duration for _ in bigs)
+    kills = 0
+    next_kill = began + rng.uniform(1, 2)
+    storm_end = None
+    while storm_end is None or time.monotonic() < storm_end:
+        time.sleep(0.02)
+        fleet.replace_dead()
+        now = time.monotonic()
+        started = sum(b.proc is not None for b in bigs)
+        if started < len(bigs) and now - began >= big_at[started]:
+            bigs[started].start(url)
+            bigs[started].kill_while_storing(r, big_kills[started])
+            fleet.replace_dead()  # (runners kill themselves meanwhile)
+        if now >= next_kill and fleet.alive:
+            fleet.kill(rng.choice(fleet.alive))
+            fleet.start()
+            kills += 1
+            next_kill = now + rng.uniform(1, 2)
+        if storm_end is None and not producer.is_alive() and all(b.proc for b in bigs):
+            storm_end = now + 5  # (the last runs are hit too)
+    return time.monotonic() - began, kills
+
+
 def scenario(
     r: redis.Redis,
     url: str,
@@ -198,29 +240,11 @@ def scenario(
     planned = [plan(rng, f"r{n:05d}") for n in range(runs)]
     producer = RunProducer(ledger, planned, rate)
     bigs = [BigProducer(tmp_path / f"big-{n}.json") for n in range(len(big_kills))]
-    big_at = sorted(rng.uniform(0.2, 0.8) * runs / rate for _ in bigs)
-    began = time.monotonic()
     producer.start()
-    kills = 0
-    next_kill = began + rng.uniform(1, 2)
-    storm_end = None
-    while storm_end is None or time.monotonic() < storm_end:
-        time.sleep(0.02)
-        fleet.replace_dead()
-        now = time.monotonic()
-        started = sum(b.proc is not None for b in bigs)
-        if started < len(bigs) and now - began >= big_at[started]:
-            bigs[started].start(url)
-            bigs[started].kill_while_storing(r, big_kills[started])
-        if now >= next_kill:
-            fleet.kill(rng.choice(fleet.alive))
-            fleet.start()
-            kills += 1
-            next_kill = now + rng.uniform(1, 2)
-        if storm_end is None and not producer.is_alive() and all(b.proc for b in bigs):
-            storm_end = now + 5  # (the last runs are hit too)
-    storm_s = time.monotonic() - began
-
+    try:
+        storm_s, kills = _storm(r, url, fleet, producer, bigs, big_kills, rng, runs / rate)
+    finally:
+        producer.stop()  # (its ledger is closed after the test)
     # Wait, with the defaults, until every run ended and the releasers have nothing left.
     ids = [p.run_id for p in planned if p.run_id]
     big_ids = [i for i in (big.run_id(r) for big in bigs) if i]  # (their producers are dead)
