@@ -1,7 +1,9 @@
 """A workflow run stored whole, or not at all, then started.
 
-The run's record is made first ("staging", with a deadline), in its own slot; then its
-nodes, each blocked on its queue, and their list in the record, in chunks; then the
+The run's record is made first ("staging", with a deadline that each of the producer's
+round trips pushes back), in its own slot; then its nodes, each blocked on its queue, and
+their list in the record, in chunks (the list first: a node is listed before it exists,
+so a discard finds every node that does); then the
 commit ("running"), from which the run always ends; then the nodes without upstreams are
 released. The run is noted as unfinished before the first step and struck off after the
 last: a producer that stops half-way leaves it to a runner (culex.workflows.release),
@@ -58,7 +60,12 @@ def enqueue_run(name: str, ttl_ms: int, nodes: Sequence[Node]) -> Procedure[Work
     ]
     try:
         for start in range(0, len(calls), CALLS_A_TRIP):
-            for reply in (yield calls[start : start + CALLS_A_TRIP]):
+            # Every trip also pushes the deadline back (an add of no node): the record's
+            # adds all come before the stores, and a large run's stores alone can take
+            # longer than STAGE_MS, when a runner would discard it under a live producer.
+            # (Refused once the run was discarded: the producer stops there.)
+            trip = [*calls[start : start + CALLS_A_TRIP], workflows.add(run, ())]
+            for reply in (yield trip):
                 if isinstance(reply, Exception):
                     raise reply
         yield workflows.commit(run)
