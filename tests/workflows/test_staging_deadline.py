@@ -15,7 +15,7 @@ from culex.server import configured
 from culex.server.procedures import run_sync
 from culex.workflows import enqueueing, release
 
-from .jobs import PriceJob
+from .jobs import WfPriceJob as PriceJob
 
 STAGE_MS = 1_000
 PAUSE = 0.35  # after each round trip that stores nodes: the stores take 2 s in all

@@ -108,14 +108,7 @@ class Reporter:
     async def _flush(self) -> None:
         landed = self.outbox.landed
         while self.outbox.outcomes:
-            batch = []
-            for outcome in self.outbox.take():
-                if outcome.over:  # (nothing to report: suspended already, or not its attempt's)
-                    self.keeper.drop(outcome.claimed)
-                else:
-                    batch.append(outcome)
-            if not batch:
-                continue
+            batch = self.outbox.take()
             again = False  # some of the batch go again: pause first (not for new ones)
             calls, owners = self._calls(batch)
             results = await self.send(calls, "reporting outcomes")

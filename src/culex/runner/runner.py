@@ -274,4 +274,7 @@ class Runner:
                 keeper.drop(claimed)
         assert outcome is not None  # (a cancel that was not asked for goes on as raised)
         keeper.finish(claimed)
-        self._outbox.put(outcome)
+        if outcome.over:  # (nothing to report: suspended already, or not its attempt's)
+            keeper.drop(claimed)
+        else:
+            self._outbox.put(outcome)

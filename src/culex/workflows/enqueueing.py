@@ -60,12 +60,9 @@ def enqueue_run(name: str, ttl_ms: int, nodes: Sequence[Node]) -> Procedure[Work
     ]
     try:
         for start in range(0, len(calls), CALLS_A_TRIP):
-            # Every trip also pushes the deadline back (an add of no node): the record's
-            # adds all come before the stores, and a large run's stores alone can take
-            # longer than STAGE_MS, when a runner would discard it under a live producer.
-            # (Refused once the run was discarded: the producer stops there.)
-            trip = [*calls[start : start + CALLS_A_TRIP], workflows.add(run, ())]
-            for reply in (yield trip):
+            # (every trip holds an add, which pushes the deadline back: _storing; refused
+            # once a runner discarded the run, when the producer stops there)
+            for reply in (yield calls[start : start + CALLS_A_TRIP]):
                 if isinstance(reply, Exception):
                     raise reply
         yield workflows.commit(run)
