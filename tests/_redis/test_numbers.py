@@ -143,9 +143,16 @@ CASES: dict[str, Case] = {
     "enqueue": Case(
         nothing,
         enqueuing.enqueue(
-            K, "n1", "J", "{}", due_ms=None, delay_ms=0, max_retries=4, priority=1,
+            K,
+            "n1",
+            "J",
+            "{}",
+            due_ms=None,
+            delay_ms=0,
+            max_retries=4,
+            priority=1,
             expires_ms=60_000,
-        ),  # fmt: skip
+        ),
         numbers=(5, 6, 7, 9, 12),
     ),
     "claim": Case(
