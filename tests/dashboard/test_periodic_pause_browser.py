@@ -77,7 +77,7 @@ def test_pause_and_resume_a_periodic_job_from_its_page(
 def test_the_pause_button_needs_its_csrf_token_and_read_only_mode_hides_it(
     r: redis.Redis, recorded: str, page: Page
 ) -> None:
-    form = {"job": "DashboardPausableJob", "queue": "dash_pausable"}
+    form: dict[str, str | float | bool] = {"job": "DashboardPausableJob", "queue": "dash_pausable"}
     with serve(app(config.settings())) as url:
         page.goto(f"{url}/periodic")
         refused = page.request.post(f"{url}/periodic/pause", form=form)
