@@ -487,8 +487,8 @@ def test_a_plain_runner_runs_every_state_change_through_the_shipped_files(r: red
     assert q.schedule("TickJob", slot + 30_000) == "done"  # passed over, not caught up
 
     # a task that expires (ARGV[12], ms from now) and is not started by then: dead, not run
-    keys = [q.task("expired"), q.waiting, q.scheduled, q.signal]
-    q.send("enqueue", keys, ["expired", "AddJob", q.queue, "{}", "", 0, 4, "", "", "", "", 0])
+    expiring = [q.task("expired"), q.waiting, q.scheduled, q.signal]
+    q.send("enqueue", expiring, ["expired", "AddJob", q.queue, "{}", "", 0, 4, "", "", "", "", 0])
     assert q.claim() == []
     assert r.hmget(q.task("expired"), "state", "last_error") == [b"dead", b"expired"]
     assert q.delete(["expired"]) == (["expired"], [])  # (the dead counted below are others)

@@ -296,13 +296,15 @@ def _failed(
 ) -> Outcome:
     reason = reason or "failed"
     delay_ms: int | None = None
-    # retry_on: the child of a process job decided it (it had the exception); self.fail()'s
+    # retry_on: the child of a process job decided it (it had the exception); a child that
+    # died raised nothing (a crash, as a stall, is not the policy's); self.fail()'s
     # JobFailure is the job's own decision (retry_policy.retries)
-    unlisted = retry and (
-        not raised.retries
-        if isinstance(raised, ChildRaised)
-        else not retry_policy.retries(job, raised)
-    )
+    if not retry or isinstance(raised, ChildDied):
+        unlisted = False
+    elif isinstance(raised, ChildRaised):
+        unlisted = not raised.retries
+    else:
+        unlisted = not retry_policy.retries(job, raised)
     if retry and not unlisted:
         try:
             delay_ms = job.retry_delay_ms(claimed.retry_count + 1, claimed.max_retries)
