@@ -335,4 +335,6 @@ def test_the_user_guide_runs(culex_wheel: Path, tmp_path: Path) -> None:
         assert "sent\n7\n" in out
         assert "Decimal('2.10')\n" in out
         assert "nothing to charge\nConnectionError: the bank is down\n" in out
+        assert "code sent to +15550100\nexpired\n" in out
+        assert "ValueError: no such symbol: 4x after 1 attempt\n" in out
         assert "cancelled: the customer unsubscribed\n" in out

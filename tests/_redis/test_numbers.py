@@ -77,6 +77,12 @@ def recorded(d: SyncDriverProtocol) -> None:
                              run_new=True, max_retries=0))  # fmt: skip
 
 
+def paused_record(d: SyncDriverProtocol) -> None:
+    """A periodic job's record after an earlier slot, paused (resume reads decided_slot)."""
+    recorded(d)
+    d.run(enqueuing.periodic_pause(K, "P", True, record=None))
+
+
 def node(task_id: str = TASK, up: str = '[["q", "u1", "u"]]') -> workflows.NodeSpec:
     return workflows.NodeSpec(task_id, "J", "{}", 4, 0, "", "n", "dead", up, "[]")
 
@@ -136,8 +142,18 @@ def limits(name: str, partner: str = "", value: str = "") -> tuple[str, str, dic
 CASES: dict[str, Case] = {
     "enqueue": Case(
         nothing,
-        enqueuing.enqueue(K, "n1", "J", "{}", due_ms=None, delay_ms=0, max_retries=4, priority=1),
-        numbers=(5, 6, 7, 9),
+        enqueuing.enqueue(
+            K,
+            "n1",
+            "J",
+            "{}",
+            due_ms=None,
+            delay_ms=0,
+            max_retries=4,
+            priority=1,
+            expires_ms=60_000,
+        ),
+        numbers=(5, 6, 7, 9, 12),
     ),
     "claim": Case(
         waiting,
@@ -146,6 +162,7 @@ CASES: dict[str, Case] = {
         fields=(
             on("attempt"),
             on("priority"),
+            on("expires_at"),
             limits("rate", "rate_ms", "1000"),
             limits("rate_ms", "rate", "5"),
             limits("concurrency"),
@@ -194,6 +211,11 @@ CASES: dict[str, Case] = {
             max_retries=0,
         ),
         numbers=(4, 5, 8),
+        fields=(on("decided_slot", K.periodic("P")),),
+    ),
+    "periodic_pause": Case(
+        paused_record,
+        enqueuing.periodic_pause(K, "P", False, record=None),
         fields=(on("decided_slot", K.periodic("P")),),
     ),
     "retry_dead": Case(

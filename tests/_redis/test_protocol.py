@@ -479,6 +479,20 @@ def test_a_plain_runner_runs_every_state_change_through_the_shipped_files(r: red
         tick.id.encode(), b"succeeded",
     )  # fmt: skip
 
+    # a periodic job paused: its slot enqueues nothing; resumed, the slots it missed pass
+    record_key = q.periodic_prefix + "TickJob"
+    assert text(q.send("periodic_pause", [record_key], ["pause", "0"])) == "paused"
+    assert q.schedule("TickJob", slot + 30_000) == "paused"
+    assert text(q.send("periodic_pause", [record_key], ["resume", "0"])) == "resumed"
+    assert q.schedule("TickJob", slot + 30_000) == "done"  # passed over, not caught up
+
+    # a task that expires (ARGV[12], ms from now) and is not started by then: dead, not run
+    expiring = [q.task("expired"), q.waiting, q.scheduled, q.signal]
+    q.send("enqueue", expiring, ["expired", "AddJob", q.queue, "{}", "", 0, 4, "", "", "", "", 0])
+    assert q.claim() == []
+    assert r.hmget(q.task("expired"), "state", "last_error") == [b"dead", b"expired"]
+    assert q.delete(["expired"]) == (["expired"], [])  # (the dead counted below are others)
+
     # browse a state's tasks page by page; delete tasks that are not running
     dead = {"doomed", "unwanted", "someday", "stopped", "orphan-for-good"}
     total, cursor, rows = q.browse("dead", limit=3)

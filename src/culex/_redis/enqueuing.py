@@ -46,15 +46,17 @@ def enqueue(
     dedupe_key: str = "",
     group: str = "",
     drawn: bool = False,
+    expires_ms: int | None = None,
 ) -> Call[Enqueued]:
     """``trace``: the producer's trace context (tracing.py), "" for none; ``priority``: higher
     runs first (checked by the caller); ``dedupe_key``, ``group``: "" for none;
-    ``drawn``: culex drew ``task_id`` (task.new_id), so no task ever had it.
+    ``drawn``: culex drew ``task_id`` (task.new_id), so no task ever had it;
+    ``expires_ms``: the task expires this many ms after the server stores it (None: never).
 
     The optional KEYS and ARGV are sent only when needed, so the common enqueue sends
     seven words fewer and its script does one command less: ARGV 8 to 11 when one of them
-    is used; KEYS 5 to 7 with a dedupe key or a group; KEYS[8] (dead) unless the id is
-    drawn (an id no task had cannot be left in dead)."""
+    is used (and ARGV[12] with an expiry); KEYS 5 to 7 with a dedupe key or a group;
+    KEYS[8] (dead) unless the id is drawn (an id no task had cannot be left in dead)."""
     args: tuple[Arg, ...] = (
         task_id,
         job_type,
@@ -64,8 +66,10 @@ def enqueue(
         delay_ms,
         max_retries,
     )
-    if trace or priority or dedupe_key or group:
+    if trace or priority or dedupe_key or group or expires_ms is not None:
         args += (trace, priority, dedupe_key, group)
+        if expires_ms is not None:
+            args += (expires_ms,)
     named: tuple[str, ...] = (keys.task(task_id), keys.waiting, keys.scheduled, keys.signal)
     if dedupe_key or group or not drawn:
         named += (keys.dedupe, keys.task_prefix, keys.groups_prefix)
@@ -79,7 +83,8 @@ def enqueue(
 
 @dataclass(frozen=True, slots=True)
 class Scheduled:
-    """What schedule did: "enqueued", "done", "new", "overlap" or "early" (see schedule.lua)."""
+    """What schedule did: "enqueued", "done", "new", "overlap", "early", "unknown" or
+    "paused" (see schedule.lua)."""
 
     outcome: str
     task_id: str
@@ -118,4 +123,21 @@ def schedule(
         ),
         lambda reply: Scheduled(text(reply[0]), text(reply[1])),
         scripts.SCHEDULE,
+    )
+
+
+def periodic_pause(
+    keys: QueueKeys, job_type: str, pause: bool, *, record: Sequence[tuple[str, str]] | None
+) -> Call[str]:
+    """Pause (``pause``) or resume a periodic job; the reply is "paused", "resumed" or
+    "unknown" (periodic_pause.lua). ``record``: the job's fields when the caller has its
+    class (a job no scheduler has seen yet gets a record); None: by name, known jobs only."""
+    described: list[Arg] = []
+    for name, value in record or ():
+        described += (name, value)
+    return Call(
+        (keys.periodic(job_type),),
+        ("pause" if pause else "resume", int(record is not None), *described),
+        text,
+        scripts.PERIODIC_PAUSE,
     )

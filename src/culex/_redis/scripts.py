@@ -72,6 +72,7 @@ WORKFLOW_REARM = Script.load("workflow_rearm")
 STEP = Script.load("step")
 SUSPEND = Script.load("suspend")
 SIGNAL = Script.load("signal")
+PERIODIC_PAUSE = Script.load("periodic_pause")
 
 ALL = (
     ENQUEUE,
@@ -106,4 +107,5 @@ ALL = (
     STEP,
     SUSPEND,
     SIGNAL,
+    PERIODIC_PAUSE,
 )

@@ -145,11 +145,16 @@ def _parser() -> argparse.ArgumentParser:
 
     periodic = command(
         "periodic",
-        help="periodic jobs: next run, last run, last outcome; trigger runs one now",
-        usage="culex periodic [MODULE], or culex periodic trigger NAME [MODULE] [--queue Q]",
+        help=(
+            "periodic jobs: next run, last run, last outcome; trigger runs one now; pause and "
+            "resume stop and restart its runs"
+        ),
+        usage=periodic_jobs.USAGE,
     )
-    periodic.add_argument("words", nargs="*", metavar="[trigger NAME] [MODULE]")
-    periodic.add_argument("--queue", help="trigger: the job's queue (default: where it runs)")
+    periodic.add_argument("words", nargs="*", metavar="[trigger|pause|resume NAME] [MODULE]")
+    periodic.add_argument(
+        "--queue", help="trigger, pause, resume: the job's queue (default: where it runs)"
+    )
     periodic.set_defaults(command=periodic_jobs.periodic_command)
 
     tasks = command("tasks", help="a page of a queue's tasks in one state, and the next cursor")

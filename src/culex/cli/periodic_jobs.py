@@ -1,4 +1,5 @@
-"""culex periodic: the periodic jobs, their runs, and a run triggered now."""
+"""culex periodic: the periodic jobs, their runs, a run triggered now, and a job paused
+or resumed."""
 
 from __future__ import annotations
 
@@ -16,23 +17,22 @@ if TYPE_CHECKING:
 from .running import load_module
 from .tables import print_table
 
+VERBS = ("trigger", "pause", "resume")
+USAGE = "culex periodic [MODULE], or culex periodic trigger|pause|resume NAME [MODULE] [--queue Q]"
+
 
 def periodic_command(args: argparse.Namespace) -> int:
     """Without MODULE, the jobs come from Redis alone (the records runners' schedulers
     write); with it, from the module's classes, also those no runner has scheduled yet."""
     settings = config.settings_for(args.redis_url)
     words = list(args.words)
-    triggering = bool(words) and words[0] == "trigger"
-    if triggering:
-        words.pop(0)
-    if (triggering and len(words) not in (1, 2)) or (not triggering and len(words) > 1):
-        raise CulexError(
-            "usage: culex periodic [MODULE], or culex periodic trigger NAME [MODULE] [--queue Q]"
-        )
-    name = words.pop(0) if triggering else None
+    verb = words.pop(0) if words and words[0] in VERBS else None
+    if (verb and len(words) not in (1, 2)) or (not verb and len(words) > 1):
+        raise CulexError(f"usage: {USAGE}")
+    name = words.pop(0) if verb else None
     module = words[0] if words else None
-    if triggering and name is not None:
-        return _trigger_periodic(name, module, args.queue, settings)
+    if verb and name is not None:
+        return _act(verb, name, module, args.queue, settings)
     if module is not None:
         return _periodic_of_module(module, settings)
     _show_periodic(settings)
@@ -55,10 +55,12 @@ def _module_periodic_jobs(module: str) -> list[type[PeriodicJob]]:
     return [job for job in registry if issubclass(job, PeriodicJob)]
 
 
-def _trigger_periodic(
-    name: str, module: str | None, queue: str | None, settings: config.Settings
+def _act(
+    verb: str, name: str, module: str | None, queue: str | None, settings: config.Settings
 ) -> int:
-    from ..jobs.periodic import trigger
+    """``culex periodic trigger|pause|resume NAME``: the job by its class in MODULE, or by
+    its name on its queue (``--queue``, else the one queue whose scheduler runs it)."""
+    from ..jobs import periodic
     from ..jobs.task import task_name
 
     target: str | type[PeriodicJob] = name
@@ -72,10 +74,17 @@ def _trigger_periodic(
     elif queue is None:
         queue = _queue_of(name, settings)
     try:
-        task = trigger(target, queue, settings)
+        if verb == "trigger":
+            task = periodic.trigger(target, queue, settings)
+            print(f"enqueued {name} as task {task_name(task.queue, task.id)}")
+        elif verb == "pause":
+            periodic.pause(target, queue, settings)
+            print(f"paused {name}: it enqueues nothing until culex periodic resume {name}")
+        else:
+            periodic.resume(target, queue, settings)
+            print(f"resumed {name}: it runs at its next slot")
     except (TypeError, ValueError) as exc:
         raise CulexError(str(exc)) from None
-    print(f"enqueued {name} as task {task_name(task.queue, task.id)}")
     return 0
 
 
@@ -103,7 +112,7 @@ def _show_periodic(settings: config.Settings) -> None:
             "job": row.job,
             "queue": row.queue,
             "schedule": row.schedule,
-            "next run": _periodic_time(row.next_run, row.timezone),
+            "next run": "paused" if row.paused else _periodic_time(row.next_run, row.timezone),
             "last run": _periodic_time(row.last_run, row.timezone),
             "last outcome": row.last_outcome or "-",
             "last task": row.last_task or "-",

@@ -120,9 +120,31 @@ async def trigger(request: Request) -> Response:
         task = await periodic.atrigger(job, name, settings=request.app.state.settings)
     except (TypeError, ValueError, periodic.UnknownPeriodicJob) as exc:
         raise HTTPException(404, str(exc)) from None
+    except periodic.PeriodicJobPaused as exc:
+        raise HTTPException(409, str(exc)) from None
     url = path_for(request, "periodic").include_query_params(
         done="trigger", queue=task.queue, id=task.id
     )
+    return RedirectResponse(str(url), status_code=303)
+
+
+async def periodic_pause(request: Request) -> Response:
+    """Pause or resume a periodic job (a paused one enqueues nothing until resumed)."""
+    form = await request.form()
+    refused = security.refusal(request, form.get(security.CSRF_FIELD))
+    if refused is not None:
+        return refused
+    name, job, action = _form_queue(form), form.get("job"), request.path_params["action"]
+    if not isinstance(job, str):
+        raise HTTPException(400, "which job? (a job field)")
+    if action not in ("pause", "resume"):
+        raise HTTPException(404, f"no such action: {action}")
+    act = periodic.apause if action == "pause" else periodic.aresume
+    try:
+        await act(job, name, settings=request.app.state.settings)
+    except (TypeError, ValueError, periodic.UnknownPeriodicJob) as exc:
+        raise HTTPException(404, str(exc)) from None
+    url = path_for(request, "periodic").include_query_params(done=f"periodic_{action}", job=job)
     return RedirectResponse(str(url), status_code=303)
 
 

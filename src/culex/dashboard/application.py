@@ -72,6 +72,12 @@ def _routes() -> list[BaseRoute]:
         Route("/dead", pages.dead, name="dead"),
         Route("/periodic", pages.periodic, name="periodic"),
         Route("/periodic/trigger", actions.trigger, methods=["POST"], name="trigger"),
+        Route(
+            "/periodic/{action}",
+            actions.periodic_pause,
+            methods=["POST"],
+            name="periodic_pause",
+        ),
         # Queue names and task ids go in the query: either may hold "/", "?" or "#".
         Route("/queue", pages.queue, name="queue"),
         Route("/queue/bulk", actions.bulk, methods=["POST"], name="bulk"),

@@ -106,6 +106,15 @@ class JobDeclaration:
     result_ttl: ClassVar[float | timedelta | None] = None
     # "thread" (default) or "process": where a sync perform runs (see culex.runner.isolation)
     isolation: ClassVar[str] = "thread"
+    # A task not started this long after its enqueue ends dead, last_error "expired"
+    # (seconds or a timedelta; None: never). QueuedJob.enqueue(expires=) overrides it.
+    expires: ClassVar[float | timedelta | None] = None
+    # The retry policy (docs/guide.md#the-retry-policy): the exceptions that retry (None:
+    # every exception; () none); each delay drawn at random from half of it to all of it;
+    # the most a delay may be (seconds or a timedelta; None: no cap).
+    retry_on: ClassVar[tuple[type[BaseException], ...] | None] = None
+    retry_jitter: ClassVar[bool] = False
+    max_retry_delay: ClassVar[float | timedelta | None] = None
     # Higher runs first within the queue (a whole number in -100 .. 100); FIFO by ready time
     # within one priority. QueuedJob.enqueue(priority=) overrides it for one task.
     priority: ClassVar[int] = 0
@@ -241,12 +250,33 @@ def _check_policy(cls: type[JobDeclaration]) -> None:
         raise TypeError(f"{name}.max_stalls must be an int or None, got {short(stalls)}")
     if stalls is not None and not 0 <= stalls <= MOST:  # (what reclaim.lua takes)
         raise ValueError(f"{name}.max_stalls must be from 0 to {MOST}, got {stalls}")
+    _check_retry_policy(cls)
+    if cls.expires is not None:
+        config.seconds(cls.expires, f"{name}.expires", minimum=0.001)
     for attr in ("lease", "timeout"):
         value = getattr(cls, attr)
         if value is not None:
             config.seconds(value, f"{name}.{attr}", minimum=0.001)
     if cls.result_ttl is not None:
         config.seconds(cls.result_ttl, f"{name}.result_ttl")
+
+
+def _check_retry_policy(cls: type[JobDeclaration]) -> None:
+    """Reject a retry_on, retry_jitter or max_retry_delay a runner could not use."""
+    name = cls.__name__
+    retry_on = cls.retry_on
+    if retry_on is not None and (
+        not isinstance(retry_on, tuple)
+        or not all(isinstance(k, type) and issubclass(k, BaseException) for k in retry_on)
+    ):
+        raise TypeError(
+            f"{name}.retry_on must be a tuple of exception classes (e.g. (ConnectionError,)) "
+            f"or None, got {short(retry_on)}"
+        )
+    if not isinstance(cls.retry_jitter, bool):
+        raise TypeError(f"{name}.retry_jitter must be True or False, got {short(cls.retry_jitter)}")
+    if cls.max_retry_delay is not None:
+        config.seconds(cls.max_retry_delay, f"{name}.max_retry_delay")
 
 
 def _limits(cls: type[JobDeclaration]) -> QueueLimits:

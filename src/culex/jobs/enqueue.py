@@ -54,6 +54,9 @@ class Enqueueable(ResultTyped, Protocol):
     @property
     def priority(self) -> int: ...
 
+    @property
+    def expires(self) -> float | timedelta | None: ...
+
     def params_json(self) -> str: ...
 
 
@@ -144,11 +147,13 @@ class Batch:
 
 class FlowControl(NamedTuple):
     """What one enqueue asks beyond the job: a priority for every task (None: each job's
-    class's), a dedupe key (only for one task; "" for none), a group ("" for none)."""
+    class's), a dedupe key (only for one task; "" for none), a group ("" for none), an
+    expiry in ms for every task (None: each job's class's)."""
 
     priority: int | None = None
     dedupe_key: str = ""
     group: str = ""
+    expires_ms: int | None = None
 
 
 NO_CONTROL = FlowControl()
@@ -164,17 +169,20 @@ def enqueue_procedure(
     dedupe_key: str | None = None,
     group: str | None = None,
     batch: Batch | None = None,
+    expires: timedelta | float | None = None,
 ) -> Procedure[list[Task]]:
     """Enqueue ``jobs``; the procedure's value is their tasks, in order. ``priority`` overrides
     each job's class's; ``dedupe_key`` takes one job; ``group``: every task's group;
-    ``batch``: the jobs' ids, and where the stored ones are noted as their replies come."""
-    if priority is None and dedupe_key is None and group is None:
+    ``batch``: the jobs' ids, and where the stored ones are noted as their replies come;
+    ``expires``: every task's expiry from now, instead of its class's."""
+    if priority is None and dedupe_key is None and group is None and expires is None:
         control = NO_CONTROL  # (the common case: no object made)
     else:
         control = FlowControl(
             None if priority is None else check_priority(priority),
             "" if dedupe_key is None else check_dedupe_key(dedupe_key),
             "" if group is None else check_group(group),
+            None if expires is None else expires_ms(expires, "expires="),
         )
     if control.dedupe_key and len(jobs) != 1:
         raise TypeError("dedupe_key= names one task: enqueue one job with it")
@@ -358,7 +366,18 @@ def _call(
         dedupe_key=control.dedupe_key,
         group=control.group,
         drawn=drawn,
+        expires_ms=(
+            control.expires_ms
+            if control.expires_ms is not None or job.expires is None
+            else expires_ms(job.expires, f"{type(job).__name__}.expires")
+        ),
     )
+
+
+def expires_ms(expires: timedelta | float, where: str) -> int:
+    """An expiry (seconds or a timedelta from now, more than 0) in whole ms, at least 1."""
+    ms = max(1, round(config.seconds(expires, where, minimum=0.001) * 1000))
+    return check_delay_ms(ms, where)
 
 
 def when(delay: timedelta | float | None, at: datetime | None) -> tuple[int | None, int]:

@@ -224,6 +224,7 @@ class QueuedJob(Job):
         priority: int | None = None,
         dedupe_key: str | None = None,
         group: str | None = None,
+        expires: timedelta | float | None = None,
     ) -> Task:
         """Store a task of this job in its queue; returns a handle on it.
 
@@ -232,9 +233,18 @@ class QueuedJob(Job):
         scheduled or running, nothing is stored and the handle is that task, with
         ``deduped`` True; once it has ended, the key is free again.
         ``group``: the task's group (e.g. ``"customer:42"``): the queue's groups take turns,
-        each within the queue's group limits (``group_concurrency``, ``group_rate_limit``)."""
+        each within the queue's group limits (``group_concurrency``, ``group_rate_limit``).
+        ``expires``: seconds or a timedelta from now, instead of the class's ``expires``: a
+        task not started by then ends dead with last_error "expired"."""
         procedure = enqueue_procedure(
-            [self], delay, at, id, priority=priority, dedupe_key=dedupe_key, group=group
+            [self],
+            delay,
+            at,
+            id,
+            priority=priority,
+            dedupe_key=dedupe_key,
+            group=group,
+            expires=expires,
         )
         return run_sync(procedure)[0]
 
@@ -247,10 +257,18 @@ class QueuedJob(Job):
         priority: int | None = None,
         dedupe_key: str | None = None,
         group: str | None = None,
+        expires: timedelta | float | None = None,
     ) -> Task:
         """The async twin of :meth:`enqueue`."""
         procedure = enqueue_procedure(
-            [self], delay, at, id, priority=priority, dedupe_key=dedupe_key, group=group
+            [self],
+            delay,
+            at,
+            id,
+            priority=priority,
+            dedupe_key=dedupe_key,
+            group=group,
+            expires=expires,
         )
         return (await run_async(procedure))[0]
 
@@ -263,11 +281,13 @@ def enqueue_many(
     at: datetime | None = None,
     priority: int | None = None,
     group: str | None = None,
+    expires: timedelta | float | None = None,
 ) -> list[Task]:
     """Enqueue many job objects in few round trips (1,000 per pipeline); returns their tasks.
     ``ids``: the tasks' own ids, one per job (as ``enqueue(id=...)``: an id already stored
     changes nothing, so a batch sent again stores each task once). ``priority``: every
-    task's, instead of its class's; ``group``: every task's group. (No ``dedupe_key``: one
+    task's, instead of its class's; ``group``: every task's group; ``expires``: every
+    task's expiry from now, instead of its class's. (No ``dedupe_key``: one
     key names one task; enqueue each job that has one by itself.)
 
     A batch the server stored only part of (out of memory, a lost connection) raises
@@ -275,7 +295,9 @@ def enqueue_many(
     pairs, whose ids (drawn by culex when ``ids`` is None) let you send them again."""
     listed = _checked(jobs)
     batch = Batch.of(listed, ids)
-    procedure = enqueue_procedure(listed, delay, at, priority=priority, group=group, batch=batch)
+    procedure = enqueue_procedure(
+        listed, delay, at, priority=priority, group=group, batch=batch, expires=expires
+    )
     try:
         return run_sync(procedure)
     except ServerError as exc:
@@ -290,11 +312,14 @@ async def aenqueue_many(
     at: datetime | None = None,
     priority: int | None = None,
     group: str | None = None,
+    expires: timedelta | float | None = None,
 ) -> list[Task]:
     """The async twin of :func:`enqueue_many`."""
     listed = _checked(jobs)
     batch = Batch.of(listed, ids)
-    procedure = enqueue_procedure(listed, delay, at, priority=priority, group=group, batch=batch)
+    procedure = enqueue_procedure(
+        listed, delay, at, priority=priority, group=group, batch=batch, expires=expires
+    )
     try:
         return await run_async(procedure)
     except ServerError as exc:

@@ -76,6 +76,11 @@ def _check(cls: type[PeriodicJob]) -> None:
             f"{name}: a periodic job's tasks run at priority 0 (schedule.lua stores none), "
             f"got priority = {cls.priority}"
         )
+    if cls.expires is not None:
+        raise TypeError(
+            f"{name}: a periodic job's tasks do not expire (schedule.lua stores no expiry); "
+            "a missed slot is passed over by the next one"
+        )
     for flag in ("run_on_start", "overlap"):
         if not isinstance(getattr(cls, flag), bool):
             raise TypeError(f"{name}.{flag} must be True or False, got {short(getattr(cls, flag))}")
@@ -182,6 +187,10 @@ class UnknownPeriodicJob(CulexError, LookupError):
     expired, a week after its last slot)."""
 
 
+class PeriodicJobPaused(CulexError):
+    """The periodic job is paused (:func:`pause`): a trigger enqueues nothing until resumed."""
+
+
 def _trigger(
     job: str | type[PeriodicJob], queue: str | None, settings: config.Settings
 ) -> Procedure[Task]:
@@ -201,6 +210,11 @@ def _trigger(
     if job_class is not None:
         yield commands.register_queue(queues_key(settings.prefix), queue)
     done: Scheduled = yield call
+    if done.outcome == "paused":
+        raise PeriodicJobPaused(
+            f"periodic job {short(job_type)} on queue {short(queue)} is paused: it enqueues "
+            "nothing, a trigger neither, until resumed (culex periodic resume)"
+        )
     if done.outcome == "unknown":
         raise UnknownPeriodicJob(
             f"no periodic job {short(job_type)} on queue {short(queue)}: no runner schedules it "
@@ -210,9 +224,10 @@ def _trigger(
 
 
 def _target(
-    job: str | type[PeriodicJob], queue: str | None
+    job: str | type[PeriodicJob], queue: str | None, verb: str = "trigger"
 ) -> tuple[str, str, type[PeriodicJob] | None]:
-    """(job type, queue, class or None) of a trigger's arguments, checked before any I/O."""
+    """(job type, queue, class or None) of the arguments of a trigger (or a ``verb``: pause,
+    resume), checked before any I/O."""
     if queue is not None and not isinstance(queue, str):
         raise TypeError(f"a queue name must be a str, got {short(queue)} (settings go by keyword)")
     if isinstance(job, type) and issubclass(job, PeriodicJob):
@@ -220,9 +235,73 @@ def _target(
             raise ValueError(f"{job.__name__} runs on queue {short(job.queue)}, not {short(queue)}")
         return job.type_, job.queue, job
     if not isinstance(job, str):
-        raise TypeError(f"trigger takes a PeriodicJob class or a job name, got {short(job)}")
+        raise TypeError(f"{verb} takes a PeriodicJob class or a job name, got {short(job)}")
     if not job or not job.isprintable() or any(c.isspace() for c in job):
         raise ValueError(f"a job name is printable text without spaces, got {short(job)}")
     if queue is None:
-        raise TypeError(f"trigger({short(job)}) needs the job's queue: trigger(name, queue)")
+        raise TypeError(f"{verb}({short(job)}) needs the job's queue: {verb}(name, queue)")
     return job, check_queue_name(queue), None
+
+
+# -- pause and resume: at run time, across runners ----------------------------------------
+
+
+def pause(
+    job: str | type[PeriodicJob],
+    queue: str | None = None,
+    settings: config.Settings | None = None,
+) -> None:
+    """Pause a periodic job (``culex periodic pause``): it enqueues nothing, neither its
+    slots nor a trigger, until :func:`resume`, on every runner. The flag is in the job's
+    record, so it outlasts runner restarts and deploys.
+
+    ``job`` is its class (a job no scheduler has seen yet gets a record), or its name with its
+    ``queue`` (the job must have a record; else :class:`UnknownPeriodicJob`)."""
+    settings = settings or config.settings()
+    run_sync(_paused(job, queue, settings, True), settings.redis_url)
+
+
+async def apause(
+    job: str | type[PeriodicJob],
+    queue: str | None = None,
+    settings: config.Settings | None = None,
+) -> None:
+    """The async twin of :func:`pause`."""
+    settings = settings or config.settings()
+    await run_async(_paused(job, queue, settings, True), settings.redis_url)
+
+
+def resume(
+    job: str | type[PeriodicJob],
+    queue: str | None = None,
+    settings: config.Settings | None = None,
+) -> None:
+    """Resume a paused periodic job (``culex periodic resume``): its next slot runs; the
+    slots that fell while it was paused are passed over, not caught up. A job that is not
+    paused is left as it is. ``job`` and ``queue`` as for :func:`pause`."""
+    settings = settings or config.settings()
+    run_sync(_paused(job, queue, settings, False), settings.redis_url)
+
+
+async def aresume(
+    job: str | type[PeriodicJob],
+    queue: str | None = None,
+    settings: config.Settings | None = None,
+) -> None:
+    """The async twin of :func:`resume`."""
+    settings = settings or config.settings()
+    await run_async(_paused(job, queue, settings, False), settings.redis_url)
+
+
+def _paused(
+    job: str | type[PeriodicJob], queue: str | None, settings: config.Settings, pausing: bool
+) -> Procedure[None]:
+    job_type, queue, job_class = _target(job, queue, "pause" if pausing else "resume")
+    keys = queue_keys(settings.prefix, queue)
+    record = None if job_class is None else described(job_class)
+    outcome: str = yield enqueuing.periodic_pause(keys, job_type, pausing, record=record)
+    if outcome == "unknown":
+        raise UnknownPeriodicJob(
+            f"no periodic job {short(job_type)} on queue {short(queue)}: no runner schedules it "
+            "(see culex periodic for the jobs there are)"
+        )

@@ -29,7 +29,8 @@ def periodic_records(
 
     Fields (ms since the epoch): ``next_slot``, ``last_slot``, ``last_task``,
     ``last_enqueued_at``, ``last_finished_at``, ``last_outcome`` (succeeded or dead),
-    ``decided_slot``, ``skipped_slot`` and ``skip_reason`` (docs/periodic.md).
+    ``decided_slot``, ``skipped_slot``, ``skip_reason``, and ``paused`` ("1") with
+    ``paused_at`` while the job is paused (docs/periodic.md).
     """
     settings = settings or config.settings()
     return run_sync(_records(list(jobs), settings), settings.redis_url)
@@ -47,7 +48,8 @@ def periodic_status(
     jobs: Iterable[type[PeriodicJob]], settings: config.Settings | None = None
 ) -> list[dict[str, str]]:
     """One row per periodic job, as ``culex periodic`` shows it: job, queue, schedule,
-    next run, last run and last outcome (the state of the last task while it is unfinished)."""
+    next run ("paused" while it is), last run and last outcome (the state of the last task
+    while it is unfinished)."""
     settings = settings or config.settings()
     return run_sync(_statuses(list(jobs), settings), settings.redis_url)
 
@@ -97,7 +99,7 @@ def _status(
         "job": job.type_,
         "queue": job.queue,
         "schedule": str(job.schedule_),
-        "next run": _slot(job, following),
+        "next run": "paused" if record.get("paused") == "1" else _slot(job, following),
         "last run": _slot(job, enqueued),
         "last outcome": last_task["state"] if unfinished else record.get("last_outcome", "-"),
     }
@@ -129,6 +131,7 @@ class PeriodicRow:
     last_outcome: str  # succeeded, dead, the last task's state while unfinished; "": never ran
     last_task: str  # its id, or ""
     timezone: str = ""
+    paused: bool = False  # culex.periodic.pause: it enqueues nothing until resumed
 
 
 def periodic_jobs(settings: config.Settings | None = None) -> list[PeriodicRow]:
@@ -185,4 +188,5 @@ def _periodic_row(queue: str, job: str, read: PeriodicRead) -> PeriodicRow:
         last_outcome=state if unfinished else record.get("last_outcome", ""),
         last_task=record.get("last_task", ""),
         timezone=record.get("timezone", ""),
+        paused=record.get("paused") == "1",
     )

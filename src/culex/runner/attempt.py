@@ -21,6 +21,7 @@ from .._redis.claims import Claimed
 from .._redis.scripts import MOST
 from ..config import seconds
 from ..errors import AttemptOver, JobFailure, RetryLater, short
+from ..jobs import retry_policy
 from ..jobs.failures import traceback_of
 from ..jobs.job import Job
 from ..jobs.progress import Reporting
@@ -295,9 +296,20 @@ def _failed(
 ) -> Outcome:
     reason = reason or "failed"
     delay_ms: int | None = None
-    if retry:
+    # retry_on: the child of a process job decided it (it had the exception); a child that
+    # died raised nothing (a crash, as a stall, is not the policy's); self.fail()'s
+    # JobFailure is the job's own decision (retry_policy.retries)
+    if not retry or isinstance(raised, ChildDied):
+        unlisted = False
+    elif isinstance(raised, ChildRaised):
+        unlisted = not raised.retries
+    else:
+        unlisted = not retry_policy.retries(job, raised)
+    if retry and not unlisted:
         try:
             delay_ms = job.retry_delay_ms(claimed.retry_count + 1, claimed.max_retries)
+            if delay_ms is not None:
+                delay_ms = retry_policy.shaped_delay_ms(job, delay_ms)
         except Exception as exc:
             reason = f"{reason}; and the retry policy raised {type(exc).__name__}: {exc}"
     took = _took(started)
@@ -305,9 +317,10 @@ def _failed(
     stack = raised.traceback if isinstance(raised, ChildRaised) else traceback_of(raised)
     if delay_ms is None:
         logger.warning(
-            "Failure: task %s failed, taking %s and cannot be rescheduled (%s)%s",
+            "Failure: task %s failed, taking %s and cannot be rescheduled%s (%s)%s",
             task_name(claimed),
             took,
+            ": retry_on does not list it" if unlisted else "",
             reason,
             _below(stack),
         )

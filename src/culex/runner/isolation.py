@@ -14,6 +14,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from ..errors import AttemptOver, JobFailure, RetryLater
+from ..jobs import retry_policy
 from ..jobs.failures import traceback_of
 
 if TYPE_CHECKING:
@@ -34,11 +35,13 @@ class ChildDied(Exception):
 
 class ChildRaised(Exception):
     """perform raised in the child; the message is ``Type: text``, ``traceback`` the
-    child's (culex.jobs.failures.traceback_of)."""
+    child's (culex.jobs.failures.traceback_of), ``retries`` whether the job's ``retry_on``
+    lets it retry (decided in the child, which has the exception: culex.jobs.retry_policy)."""
 
-    def __init__(self, message: str, traceback: str = "") -> None:
+    def __init__(self, message: str, traceback: str = "", retries: bool = True) -> None:
         super().__init__(message)
         self.traceback = traceback
+        self.retries = retries
 
 
 def run_in_process(job: Job, run: Callable[[Job], Any], timeout: float | None) -> str:
@@ -101,7 +104,8 @@ def _child(job: Job, run: Callable[[Job], Any], send: Connection) -> None:
         except AttemptOver as exc:
             send.send(("over", exc.why))
         except BaseException as exc:
-            send.send(("error", (f"{type(exc).__name__}: {exc}", traceback_of(exc))))
+            told = f"{type(exc).__name__}: {exc}"
+            send.send(("error", (told, traceback_of(exc), retry_policy.retries(job, exc))))
         send.close()
     finally:
         # Leave at once: the parent's atexit handlers, threads and event loop are not ours.

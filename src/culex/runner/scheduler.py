@@ -141,5 +141,7 @@ def _log(job: type[PeriodicJob], slot: int, result: Scheduled) -> None:
         )
     elif result.outcome == "new":
         logger.info("periodic job %s is new: it first runs at its next slot", name)
+    elif result.outcome == "paused":
+        logger.debug("periodic job %s: slot %s not enqueued, the job is paused", name, when)
     else:  # "done" (another runner was first) or "early"
         logger.debug("periodic job %s: slot %s %s", name, when, result.outcome)

@@ -61,6 +61,9 @@
 --          claim again: the next scheduled task's due time or, when the rate limit holds
 --          ready tasks back, when the next start is allowed (of the queue, or of a group
 --          held back by its rate), whichever is sooner; with ARGV[11], then the hold.
+-- A task whose hash has `expires_at` (ms, enqueue.lua's ARGV[12]) at or before now is not
+-- handed out: it goes to dead with last_error "expired", as a cancelled one does (KEYS[12]),
+-- and counts as dead (<type>|d). An expires_at that is not a whole number is no expiry.
 -- An empty claim writes nothing but its bookkeeping (the promotion of due tasks, the
 -- blocked mark, the window's trim). now_us is the server time in microseconds: a runner
 -- times its wait for the next due task from it (ms would make it up to 1 ms late).
@@ -490,7 +493,8 @@ local function bury(key, id, job, reason)
   node_ended(KEYS[5], id, 'dead', nil, 'broken task: ' .. reason, now)
 end
 
--- A task whose cancel was requested ends as cancel.lua ends a waiting one (see KEYS[12]).
+-- A task whose cancel was requested ends as cancel.lua ends a waiting one (see KEYS[12]);
+-- so does one whose expires_at has passed, with reason "expired".
 local function cancelled(key, id, job, reason)
   local e = redis.call('HMGET', key, 'dedupe_key', 'periodic')
   free_dedupe(KEYS[10], e[1] or nil, id)
@@ -500,7 +504,7 @@ local function cancelled(key, id, job, reason)
   redis.call('PEXPIRE', key, dead_ttl)
   redis.call('ZADD', KEYS[4], now, id)
   wake(key, KEYS[6] .. id, dead_ttl)
-  redis.pcall('ZREM', KEYS[12], id)
+  if KEYS[12] then redis.pcall('ZREM', KEYS[12], id) end
   if e[2] == '1' and job and KEYS[13] then
     redis.pcall('HSET', KEYS[13] .. job, 'last_finished_at', now, 'last_outcome', 'dead')
   end
@@ -623,7 +627,7 @@ if limit > 0 then
     local key = KEYS[5] .. id
     if group then buried_in[group] = true end  -- (undone below when the task starts)
     local f = redis.pcall('HMGET', key, 'type', 'params', 'retry_count', 'max_retries',
-      'enqueue_time', 'attempt', 'trace', 'cancel_requested', 'run')
+      'enqueue_time', 'attempt', 'trace', 'cancel_requested', 'run', 'expires_at')
     if f['err'] then
       -- The key holds another type. Not ours to delete: the value is kept beside the
       -- record, in the same slot.
@@ -636,6 +640,9 @@ if limit > 0 then
       bury(key, id, f[1], 'attempt is not a whole number')
     elseif f[8] and KEYS[12] then
       cancelled(key, id, f[1], f[8])
+    elseif f[10] and (whole(f[10], 0, MOST) or now + 1) <= now then
+      count(tally, f[1] or '', 'd')
+      cancelled(key, id, f[1], 'expired')
     else
       local attempt = tonumber(f[6] or '0') + 1
       if group then

@@ -40,6 +40,10 @@
 -- ARGV[11] group        optional: 1 to 500 bytes, "" or absent for none. A task of a group
 --                        waits in its group's ready set; claim takes the groups in turns,
 --                        within the queue's group limits (docs/flow-control.md)
+-- ARGV[12] expires_ms   optional: the task expires this many ms from now (the server's
+--                        clock), a whole number in 0 .. 2^42 - 1 - now; "" or absent: never.
+--                        Stored as the field `expires_at` (ms since the epoch): claim buries
+--                        a task it takes after that time dead with last_error "expired"
 -- Returns: {state, id} where state is "waiting" or "scheduled";
 --          {"exists", id} when a task with this id already exists (nothing changes:
 --          client-made ids make enqueue idempotent);
@@ -171,6 +175,7 @@ else
   due = now + argv_whole('enqueue', 6, 'delay_ms', 0, MOST - now, 0)
 end
 argv_whole('enqueue', 7, 'max_retries', 0, MOST)
+local expires = argv_whole('enqueue', 12, 'expires_ms', 0, MOST - now, false)
 local dedupe = ARGV[10] or ''
 if dedupe ~= '' and (#dedupe > 500 or not KEYS[6]) then
   return redis.error_reply('ERR enqueue: a dedupe key (ARGV[10]) takes 1 to 500 bytes and '
@@ -210,6 +215,9 @@ if priority ~= 0 then
 end
 if group ~= '' then
   redis.call('HSET', KEYS[1], 'group', group)
+end
+if expires then
+  redis.call('HSET', KEYS[1], 'expires_at', now + expires)
 end
 if dedupe ~= '' then
   redis.call('HSET', KEYS[1], 'dedupe_key', dedupe, 'on_end', '1')

@@ -33,6 +33,8 @@
 --   "overlap"   the previous run is still waiting, scheduled or pending: the slot is skipped;
 --   "early"     the slot is later than the server's clock: nothing changes;
 --   "unknown"   a trigger of a job with no record while run_new is not "1": nothing changes.
+--   "paused"    the record says paused = "1" (periodic_pause.lua): nothing changes, for a
+--               slot and a trigger alike.
 -- Record fields: decided_slot, last_slot, last_task, last_enqueued_at, next_slot,
 -- skipped_slot, skip_reason and the pairs (here); last_finished_at, last_outcome (complete,
 -- fail). A slot's call renews the record: it expires KEEP_MS (7 days) after its next slot
@@ -90,6 +92,10 @@ end
 
 if (#ARGV - 8) % 2 ~= 0 then
   return redis.error_reply('ERR the record fields after ARGV[8] come in pairs')
+end
+-- A paused job enqueues nothing, and its record is left as it is (its pause keeps it).
+if redis.call('HGET', KEYS[1], 'paused') == '1' then
+  return {'paused', id}
 end
 if trigger then
   if redis.call('EXISTS', KEYS[1]) == 0 and ARGV[7] ~= '1' then
