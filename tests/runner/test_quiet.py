@@ -5,6 +5,7 @@ SIGTERM as ever; run as a user runs ``culex run``, alone and under a supervisor.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import textwrap
@@ -176,5 +177,33 @@ def test_sigtstp_to_the_supervisor_quiets_every_runner_and_sigterm_stops_them(
             assert f"[runner {pid}] - quiet: taking no new task" in log
             assert f"runner {pid} stopped" in log
         assert waiting.state() == culex.TaskState.WAITING
+    finally:
+        one.stop()
+
+
+def test_a_runner_a_quiet_supervisor_starts_in_a_dead_one_s_place_starts_quiet(
+    r: redis.Redis, folder: Path
+) -> None:
+    args = ("--processes", "2", "--concurrency", "1", "--lease", "1")
+    one = Supervised(folder, *args, module="quiet_jobs")
+    try:
+        dead, other = one.wait_for_runners(2)
+        one.proc.send_signal(signal.SIGTSTP)
+        wait_until(lambda: states() == ["quiet", "quiet"], what="both runners to say quiet")
+        os.kill(dead, signal.SIGKILL)
+        (new,) = one.wait_for_runners(2, besides={dead}) - {other}
+        one.log.wait_for(f"[runner {new}] - quiet: taking no new task; the 0 running go on")
+        task = enqueue(r, "after")
+        r.set("test:go:after", 1)
+        beats(2)
+        assert {runner["pid"]: runner["state"] for runner in inspection.runners()} == {
+            new: "quiet",
+            other: "quiet",
+        }
+        assert task.state() == culex.TaskState.WAITING
+        one.proc.send_signal(signal.SIGUSR2)  # (passed on to both)
+        assert task.result(timeout=30) in (new, other)
+        one.proc.send_signal(signal.SIGTERM)
+        assert one.proc.wait(timeout=60) == 0
     finally:
         one.stop()

@@ -123,6 +123,7 @@ def _parser() -> argparse.ArgumentParser:
     # one the runner tells it things on (culex.runner.supervised).
     run.add_argument("--supervisor-pipe", type=int, help=argparse.SUPPRESS)
     run.add_argument("--supervisor-report", type=int, help=argparse.SUPPRESS)
+    run.add_argument("--start-quiet", action="store_true", help=argparse.SUPPRESS)
     _setting_flags(run)
     _url_file_flag(run)
     run.set_defaults(command=running.run_command, starts_server=True)

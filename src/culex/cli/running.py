@@ -112,6 +112,8 @@ def run_command(args: argparse.Namespace) -> int:
         from ..runner.supervised import Supervised
 
         runner.supervised = Supervised(args.supervisor_report, max_tasks, max_memory)
+    if args.start_quiet:  # (started by a quiet supervisor)
+        runner.quiet()
     # What is loaded by now (modules, classes, functions) lives as long as the process:
     # freeze it, so that the full collections of a busy runner skip it and stall far less
     # (docs/fast.md; bench/collector.py measures it).

@@ -30,7 +30,7 @@ thread the child is handed to as the process dies: two signals are a stop at onc
 
 **Quiet.** SIGTSTP (quiet: no new task) and SIGUSR2 (take tasks again) are passed on to
 every runner whose handlers are set (it says ``ready`` on its pipe: SIGTSTP's default
-action would suspend it); one started while the supervisor is quiet is quieted as well.
+action would suspend it); one started while the supervisor is quiet starts quiet.
 
 **Recycling.** With ``--max-tasks-per-process M`` or ``--max-memory-per-process MB``, a
 runner that has run M tasks, or whose RSS has passed MB, asks on its pipe to be replaced
@@ -167,6 +167,7 @@ class Supervisor:
                 *self.command,
                 f"--supervisor-pipe={self._lifeline}",
                 f"--supervisor-report={report}",
+                *(["--start-quiet"] if self._quiet else []),
                 stdin=subprocess.DEVNULL,
                 process_group=0,
                 pass_fds=(self._lifeline, report),
