@@ -100,7 +100,10 @@ def test_a_quiet_runner_finishes_its_task_takes_no_new_one_and_stops_on_sigterm(
     r: redis.Redis, folder: Path, started: list[Stderr],
     capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
-    log = run(folder, started, "--concurrency", "3", "--lease", "1", "--grace-period", "30")
+    # (A blocking wait of 30 s with a claim behind it is in flight when the runner goes
+    # quiet: what that claim takes once the second task comes is handed back, unrun.)
+    args = ("--concurrency", "3", "--lease", "1", "--grace-period", "30", "--idle-wait", "30")
+    log = run(folder, started, *args)
     proc = log.proc
     first = enqueue(r, "first")
     wait_until(lambda: r.lrange("test:ran", 0, -1) == [b"first"], what="the first task to run")
@@ -114,6 +117,7 @@ def test_a_quiet_runner_finishes_its_task_takes_no_new_one_and_stops_on_sigterm(
     (line,) = [line for line in capsys.readouterr().out.splitlines() if " pid " in line]
     assert f"pid {proc.pid}  quiet  queues {QUEUE}" in line
     second = enqueue(r, "second")
+    log.wait_for(f"task {QUEUE}<second> handed back: this runner is quiet")
     beats(3)  # (the lease is 1 s: it would have run out without renewals)
     renewed = r.zscore(KEYS.pending, "first")
     assert renewed is not None and renewed > lease_end  # renewed while quiet

@@ -15,6 +15,7 @@ import pytest
 import redis
 
 import culex
+from culex.cli import main
 
 from ..cli.test_cli import _enqueue_as
 from .test_supervisor import Supervised, alive
@@ -114,3 +115,15 @@ def test_a_runner_whose_memory_passed_the_limit_is_replaced(r: redis.Redis, fold
         log = one.stop()
     assert [name for name, _ in runs(r)] == ["small0", "small1", "small2", "hog", "after"], log
     assert not alive(first) and not alive(second)
+
+
+@pytest.mark.parametrize("flag", ["--max-tasks-per-process", "--max-memory-per-process"])
+@pytest.mark.parametrize("value", ["0", "-1", "many", "1.5"])
+def test_the_limits_must_be_whole_numbers_from_1(
+    flag: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit:
+        main(["run", "some.module", flag, value])
+    assert exit.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {flag}: must be a whole number, 1 or more (not {value!r})" in err
