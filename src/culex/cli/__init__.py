@@ -105,8 +105,25 @@ def _parser() -> argparse.ArgumentParser:
         help="run N runner processes under a supervisor that restarts one that dies and "
         "passes SIGTERM/SIGINT on to all (default 1: this process is the runner)",
     )
-    # Given by the supervisor to each runner it starts: a pipe that ends when it does.
+    run.add_argument(
+        "--max-tasks-per-process",
+        type=_processes,
+        metavar="M",
+        help="replace a runner process once it has run M tasks (under a supervisor, as "
+        "--processes starts; one at a time, gracefully)",
+    )
+    run.add_argument(
+        "--max-memory-per-process",
+        type=_processes,
+        metavar="MB",
+        help="replace a runner process once its resident memory (RSS) has passed MB "
+        "megabytes after a task (under a supervisor; one at a time, gracefully)",
+    )
+    # Given by the supervisor to each runner it starts: a pipe that ends when it does, and
+    # one the runner tells it things on (culex.runner.supervised).
     run.add_argument("--supervisor-pipe", type=int, help=argparse.SUPPRESS)
+    run.add_argument("--supervisor-report", type=int, help=argparse.SUPPRESS)
+    run.add_argument("--start-quiet", action="store_true", help=argparse.SUPPRESS)
     _setting_flags(run)
     _url_file_flag(run)
     run.set_defaults(command=running.run_command, starts_server=True)
@@ -322,7 +339,7 @@ def _file_text(path: str) -> str:
 
 
 def _processes(text: str) -> int:
-    """--processes: a whole number, 1 or more."""
+    """--processes (and the --max-...-per-process limits): a whole number, 1 or more."""
     try:
         count = int(text)
     except ValueError:
@@ -336,6 +353,7 @@ def _log_label(args: argparse.Namespace) -> str:
     """What tells one process's log lines from another's when a supervisor runs several."""
     if getattr(args, "supervisor_pipe", None) is not None:
         return f"runner {os.getpid()}"
-    if getattr(args, "processes", 1) > 1:
+    recycled = ("max_tasks_per_process", "max_memory_per_process")
+    if getattr(args, "processes", 1) > 1 or any(getattr(args, n, None) for n in recycled):
         return f"supervisor {os.getpid()}"
     return ""

@@ -188,9 +188,11 @@ def runners_command(args: argparse.Namespace) -> int:
     print(f"{len(found)} runner(s)")
     for runner in found:
         busy = len(runner["tasks"])
+        quiet = "  quiet" if runner["state"] == "quiet" else ""  # (takes no new task)
         print(shown(
-            f"{runner['id']}  pid {runner['pid']}  queues {','.join(runner['queues'])}  "
-            f"busy {busy}/{runner['concurrency']}  up {_since(now_ms, runner['started'], '.0f')}"
+            f"{runner['id']}  pid {runner['pid']}{quiet}  "
+            f"queues {','.join(runner['queues'])}  busy {busy}/{runner['concurrency']}  "
+            f"up {_since(now_ms, runner['started'], '.0f')}"
             f"  last beat {_since(now_ms, runner['beat'], '.1f')} ago  culex {runner['version']}"
         ))  # fmt: skip
         for task in runner["tasks"]:

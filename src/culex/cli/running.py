@@ -98,10 +98,22 @@ def run_command(args: argparse.Namespace) -> int:
         follow(args.supervisor_pipe)
     load_module(args.module)
     runner = Runner()  # (a supervisor too: a check that fails, fails here, once)
-    if args.processes > 1:
+    max_tasks, max_memory = args.max_tasks_per_process, args.max_memory_per_process
+    recycled = max_tasks is not None or max_memory is not None
+    if args.supervisor_pipe is None and (args.processes > 1 or recycled):
         from ..runner.supervisor import supervise
 
-        return supervise(args.module, flags, args.log_level, args.processes)
+        # (recycling needs a supervisor, even of one runner process)
+        return supervise(
+            args.module, flags, args.log_level, args.processes,
+            max_tasks=max_tasks, max_memory_mb=max_memory,
+        )  # fmt: skip
+    if args.supervisor_report is not None:
+        from ..runner.supervised import Supervised
+
+        runner.supervised = Supervised(args.supervisor_report, max_tasks, max_memory)
+    if args.start_quiet:  # (started by a quiet supervisor)
+        runner.quiet()
     # What is loaded by now (modules, classes, functions) lives as long as the process:
     # freeze it, so that the full collections of a busy runner skip it and stall far less
     # (docs/fast.md; bench/collector.py measures it).

@@ -48,9 +48,11 @@ def runners(settings: config.Settings | None = None) -> list[dict[str, Any]]:
     """The runners that beat within their lease, oldest first: ``id``, ``host``, ``pid``,
     ``queues`` (a list), ``concurrency``, ``version``, ``started`` and ``beat`` (ms since the
     epoch), and ``tasks``: what each runs now, as of its last beat (``queue``, ``id``,
-    ``job``, ``attempt``, ``started``). Every one of these is there whatever the record holds
-    (a foreign runner's may lack some): "" or 0 for a text or a number it lacks, or holds
-    as something else; ``started`` of a task: None."""
+    ``job``, ``attempt``, ``started``), and ``state``: "quiet" when it takes no new task
+    (SIGTSTP), else "running" (also for a record that says nothing of it). Every one of
+    these is there whatever the record holds (a foreign runner's may lack some): "" or 0
+    for a text or a number it lacks, or holds as something else; ``started`` of a task:
+    None."""
     settings = settings or config.settings()
     return run_sync(_runners(settings), settings.redis_url)
 
@@ -92,6 +94,7 @@ def _runner(runner_id: str, record: dict[str, str]) -> dict[str, Any]:
         "started": number(record.get("started")),
         "beat": number(record.get("beat")),
         "tasks": [_running(task) for task in tasks] if isinstance(tasks, list) else [],
+        "state": "quiet" if record.get("state") == "quiet" else "running",
     }
 
 

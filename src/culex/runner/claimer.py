@@ -49,7 +49,8 @@ class Claimer:
     The queues are asked in turns (culex.runner.queue_order): in rotation, in their
     order (``strict_queues``), or by their ``weights``. It is given the runner's
     ``slots`` (it counts the free ones, and waits for one to free), and ``start``, which
-    starts one claimed task in a slot.
+    starts one claimed task in a slot. While ``claiming`` is clear (a quiet runner) it
+    claims nothing, and a blocking wait carries no claim behind it.
     """
 
     def __init__(
@@ -64,6 +65,7 @@ class Claimer:
         slots: Slots,
         stopping: asyncio.Event,
         reports_landed: asyncio.Event | None = None,
+        claiming: asyncio.Event | None = None,
     ) -> None:
         self.settings = settings
         self.driver = driver
@@ -81,6 +83,8 @@ class Claimer:
         # Clear while the reporter holds outcomes the server could not take (out of memory,
         # out of reach): no task is claimed then, so none piles up behind them.
         self.reports_landed = reports_landed
+        # Clear while the runner is quiet (SIGTSTP): it claims nothing until it is set again.
+        self.claiming = claiming
         self.backoff = Backoff(*SERVER_ERROR)
         self.reserved = 0  # slots held for a claim pipelined behind the blocking wait
         # The blocking waits for a signal in flight, by the signal keys each waits on.
@@ -101,6 +105,9 @@ class Claimer:
         )
         plan = self.order.plan
         while not self.stopping.is_set():
+            if self.claiming is not None and not self.claiming.is_set():
+                await self._until(self.claiming.wait())
+                continue
             if self.reports_landed is not None and not self.reports_landed.is_set():
                 await self._until(self.reports_landed.wait())
                 continue
@@ -280,6 +287,8 @@ class Claimer:
         calls: list[Call[Any]] = [commands.wait_signal(signals, self.settings.idle_wait)]
         held = self._held.get(first.name, 0.0) > time.monotonic()
         if self.reports_landed is not None and not self.reports_landed.is_set():
+            held = True
+        if self.claiming is not None and not self.claiming.is_set():
             held = True
         if self.free() < 2 or first.name in self._unhealthy or held or first.signal not in signals:
             return asyncio.ensure_future(self.driver.run_many(calls))

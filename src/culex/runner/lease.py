@@ -79,6 +79,13 @@ class LeaseKeeper:
         if lease_ms != self._default_lease_ms:
             self._wake.set()
 
+    def say(self, **fields: str) -> None:
+        """Change fields of the runner's record (its ``state``); the next beat, at once,
+        writes them."""
+        if self.identity is not None:
+            self.identity = {**self.identity, **fields}  # (a new dict: the thread reads it)
+        self._wake.set()
+
     def finish(self, claimed: Claimed) -> None:
         """The attempt ended; keep renewing until its report lands, but expect refusals."""
         held = self._held.get((claimed.queue, claimed.id))

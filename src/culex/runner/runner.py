@@ -14,6 +14,14 @@ A stop hands back what is still running when the grace period ends (culex.runner
 :meth:`Runner.run` (which owns the process) ends the process at once when a sync perform
 still runs in a thread; :meth:`Runner.arun` on a loop of the application's own waits for
 it instead (docs/reliability.md, "Graceful stop").
+
+A quiet runner (SIGTSTP, or :meth:`Runner.quiet`) claims no new task: it finishes those it
+runs, renews their leases, and says ``quiet`` in its record; SIGUSR2 (:meth:`Runner.resume`)
+makes it take tasks again, and SIGTERM stops it as ever. SIGCONT does not resume it: the
+kernel and job control send SIGCONT to any process they stopped and continue (a SIGSTOP
+and SIGCONT pair, ``cpulimit``), which must not undo a quiet asked on purpose. A runner a
+supervisor started (culex.runner.supervised) takes SIGUSR1 as "retire": quiet, then it
+stops once nothing runs (recycling).
 """
 
 from __future__ import annotations
@@ -47,6 +55,7 @@ from .reporter import Reporter
 from .scheduler import Scheduler
 from .slots import Slots
 from .stopping import exit_now, finish, stop_helpers
+from .supervised import Supervised
 
 logger = logging.getLogger("culex")
 
@@ -99,6 +108,14 @@ class Runner:
         self._owns_process = False  # run(), not arun() on an application's loop
         self._signals = 0
         self._url: str | None = None  # the server's, once arun resolved it
+        self._claiming = asyncio.Event()  # clear while quiet
+        self._claiming.set()
+        self._retiring = False  # quiet for good: it stops once nothing runs
+        self._retirement: asyncio.Task[None] | None = None  # (until then)
+        self._reporter: Reporter | None = None
+        self._handing: set[asyncio.Task[None]] = set()  # tasks claimed once quiet, going back
+        # Set by culex run in a runner a supervisor started: its pipe to the supervisor.
+        self.supervised: Supervised | None = None
 
     # -- starting and stopping ------------------------------------------------------
 
@@ -128,6 +145,44 @@ class Runner:
         """Ask the runner to stop: no more claims; running tasks finish or go back."""
         self._stopping.set()
 
+    @property
+    def is_quiet(self) -> bool:
+        """Whether the runner takes no new task (quiet)."""
+        return not self._claiming.is_set()
+
+    def quiet(self) -> None:
+        """Take no new task: those running finish (their leases renewed), and the record
+        says ``quiet``, until :meth:`resume`. Call it on the runner's loop."""
+        if self._claiming.is_set():
+            self._claiming.clear()
+            logger.info("quiet: taking no new task; the %d running go on", len(self._slots.running))
+            if self._keeper is not None:
+                self._keeper.say(state=startup.QUIET)
+
+    def resume(self) -> None:
+        """Take tasks again after :meth:`quiet` (not once retiring). Call it on the
+        runner's loop."""
+        if self._retiring or self._claiming.is_set():
+            return
+        self._claiming.set()
+        logger.info("taking tasks again")
+        if self._keeper is not None:
+            self._keeper.say(state=startup.RUNNING)
+
+    def _retire(self) -> None:
+        """Quiet for good, and stop once nothing runs (the supervisor replaces it)."""
+        if self._retiring:
+            return
+        self._retiring = True
+        self.quiet()
+        logger.info("retiring: stopping once the %d running task(s) end", len(self._slots.running))
+        self._retirement = asyncio.create_task(self._stop_when_idle(), name="culex-retire")
+
+    async def _stop_when_idle(self) -> None:
+        while self._slots.running:
+            await asyncio.wait(list(self._slots.running))
+        self.stop()
+
     async def arun(self, *, handle_signals: bool = False) -> None:
         """Run on the current event loop until :meth:`stop` is called.
 
@@ -137,10 +192,17 @@ class Runner:
         if handle_signals:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(sig, self._on_signal, sig)
+            loop.add_signal_handler(signal.SIGTSTP, self.quiet)
+            loop.add_signal_handler(signal.SIGUSR2, self.resume)
+            if self.supervised is not None:
+                loop.add_signal_handler(signal.SIGUSR1, self._retire)
+                self.supervised.ready()
         url = self._url = configured.resolve_url(self.settings.redis_url)
         driver = await self._connect(url)
         settings = self.settings
         said = startup.identity(self.id, self.queues, settings.concurrency, self.jobs)
+        if self.is_quiet:  # (quiet before it started)
+            said["state"] = startup.QUIET
         self._keeper = keeper = LeaseKeeper(settings, url, said)
         self._preparation.reporting = {
             q: Reporting(url, queue_keys(settings.prefix, q)) for q in self.queues
@@ -157,19 +219,24 @@ class Runner:
         try:
             await claimer.run()
             await claimer.settle()
+            await asyncio.gather(*self._handing)
             grace = settings.grace_period
             await finish(self._slots, reporter, keeper, grace, owns_process=self._owns_process)
         finally:
             await claimer.close()
             self._stopping.set()
+            if self._retirement is not None:
+                self._retirement.cancel()
             reporter.close()
             await stop_helpers(helpers)
             keeper.stop()
             await driver.close()
             self._pool.shutdown(wait=False, cancel_futures=True)
             if handle_signals:
-                for sig in (signal.SIGINT, signal.SIGTERM):
+                for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGTSTP, signal.SIGUSR2):
                     loop.remove_signal_handler(sig)
+                if self.supervised is not None:
+                    loop.remove_signal_handler(signal.SIGUSR1)
             logger.info("culex stopped")
 
     async def _connect(self, url: str) -> AsyncDriverProtocol:
@@ -195,9 +262,11 @@ class Runner:
             slots=self._slots,
             stopping=self._stopping,
             reports_landed=self._outbox.landed,
+            claiming=self._claiming,
         )
         releaser = Releaser(self.settings, driver, self.queues)
         reporter = Reporter(self.settings, driver, keeper, self._outbox, releaser.wake)
+        self._reporter = reporter
         own_stalls = {q: self.jobs.own_stalls(q) for q in self.queues}
         reclaimer = Reclaimer(self.settings, driver, self.queues, own_stalls)
         watcher = CancelWatcher(self.settings, driver, self._slots)
@@ -230,6 +299,11 @@ class Runner:
     # -- running ----------------------------------------------------------------------
 
     def _start(self, claimed: Claimed) -> None:
+        if not self._claiming.is_set():  # (taken by a claim sent before the runner went quiet)
+            task = asyncio.create_task(self._hand_back(claimed))
+            self._handing.add(task)
+            task.add_done_callback(self._handing.discard)
+            return
         if logger.isEnabledFor(logging.INFO):
             job = claimed.type or "no job type"
             logs.task_line(logger, "Running task %s (%s)", task_name(claimed), job)
@@ -278,3 +352,14 @@ class Runner:
             keeper.drop(claimed)
         else:
             self._outbox.put(outcome)
+        if self.supervised is not None:
+            self.supervised.ended()
+
+    async def _hand_back(self, claimed: Claimed) -> None:
+        """Put a task claimed once the runner was quiet back in waiting, unrun."""
+        assert self._reporter is not None
+        (result,) = await self._reporter.hand_back([claimed])
+        if result is True:
+            logger.info("task %s handed back: this runner is quiet", task_name(claimed))
+        else:  # (it comes back when its lease ends)
+            logger.warning("task %s could not be handed back", task_name(claimed))

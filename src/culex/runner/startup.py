@@ -25,6 +25,11 @@ from ..server.compatibility import PROTOCOL
 
 logger = logging.getLogger("culex")
 
+# A runner's state in its record: it takes tasks, or (quiet) it takes none and finishes
+# those it runs.
+RUNNING = "running"
+QUIET = "quiet"
+
 
 def runner_id() -> str:
     """A runner's name in the runner registry: host, pid and a random part (a pid is
@@ -43,6 +48,7 @@ def identity(runner: str, queues: list[str], concurrency: int, jobs: JobRegistry
         "version": culex_version(),
         "protocol": str(PROTOCOL),  # (what it honours: a record without it is older)
         "started": str(round(time.time() * 1000)),
+        "state": RUNNING,  # (QUIET once it takes no new task: SIGTSTP)
         # (what its job classes declare, per queue: culex limit shows it with its source)
         "limits": json.dumps({q: found for q in queues if (found := jobs.declared_limits(q))}),
     }

@@ -28,6 +28,17 @@ itself one SIGTERM, so no runner is left behind. (Not the kernel's ``PR_SET_PDEA
 Linux only, and it fires when the *thread* that started the child ends, once for each
 thread the child is handed to as the process dies: two signals are a stop at once.)
 
+**Quiet.** SIGTSTP (quiet: no new task) and SIGUSR2 (take tasks again) are passed on to
+every runner whose handlers are set (it says ``ready`` on its pipe: SIGTSTP's default
+action would suspend it); one started while the supervisor is quiet starts quiet.
+
+**Recycling.** With ``--max-tasks-per-process M`` or ``--max-memory-per-process MB``, a
+runner that has run M tasks, or whose RSS has passed MB, asks on its pipe to be replaced
+(culex.runner.supervised). One runner at a time is replaced: the supervisor sends it
+SIGUSR1 (it goes quiet, finishes what it runs, and exits) and at once starts a new runner
+in its slot; the next that asked waits until the first has exited. So never fewer than
+N-1 runners claim, and for a moment N+1 processes run.
+
 **Restarts.** A runner that exits when no stop was asked for is started again: at once
 if it ran ``STEADY`` seconds or more, else after a pause that doubles with each such early
 exit in a row (``RESTART_DELAY``), so that a runner that dies at start (say, a server it
@@ -47,10 +58,12 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
+from typing import Any
 
 from .. import config
 from ..server import configured
+from . import supervised
 from .backoff import Backoff
 
 logger = logging.getLogger("culex.supervisor")
@@ -76,6 +89,12 @@ class Supervisor:
         self._kill_timer: asyncio.TimerHandle | None = None
         self._lifeline = -1  # the read end of the pipe each runner holds
         self._refused = False  # a runner refused its configuration: exit code 2
+        self._quiet = False  # SIGTSTP: every runner is told to take no new task
+        self._ready: set[int] = set()  # the runners whose signal handlers are set
+        self._asked: list[int] = []  # the runners that asked to be replaced, in turn
+        self._retired: dict[int, asyncio.Event] = {}  # set once a runner is told to retire
+        self._retiring: int | None = None  # the runner being replaced now
+        self._background: set[asyncio.Task[None]] = set()  # pipe readers, retired runners
 
     def run(self) -> int:
         """Run until stopped; the exit code: 0 if every runner stopped cleanly, else 1;
@@ -86,16 +105,20 @@ class Supervisor:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._on_signal, sig)
+        loop.add_signal_handler(signal.SIGTSTP, self._on_quiet, True)
+        loop.add_signal_handler(signal.SIGUSR2, self._on_quiet, False)
         logger.info("starting %d runner processes", self.processes)
         self._lifeline, writer = os.pipe()  # (the writer is not inherited: close-on-exec)
         try:
             await asyncio.gather(*(self._keep(slot) for slot in range(1, self.processes + 1)))
+            while self._background:  # (retired runners still stopping, the pipes' readers)
+                await asyncio.wait(self._background)
         finally:
             os.close(self._lifeline)
             os.close(writer)
             if self._kill_timer is not None:
                 self._kill_timer.cancel()
-            for sig in (signal.SIGINT, signal.SIGTERM):
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGTSTP, signal.SIGUSR2):
                 loop.remove_signal_handler(sig)
         if self._refused:
             return 2
@@ -113,8 +136,11 @@ class Supervisor:
             started = loop.time()
             child = await self._start(slot)
             if child is not None:
-                code = await child.wait()
-                del self.children[child.pid]
+                ended = await self._wait(child)
+                if ended is None:  # retiring: it ends on its own; a new runner takes the slot
+                    continue
+                code = ended
+                self._forget(child.pid)
                 if self._stopping.is_set():
                     self._stopped(child.pid, code)
                     return
@@ -135,22 +161,110 @@ class Supervisor:
 
     async def _start(self, slot: int) -> asyncio.subprocess.Process | None:
         """A new runner in ``slot`` (None if the system refused a process: it is logged)."""
+        reports, report = os.pipe()  # (the runner writes, the supervisor reads)
         try:
             child = await asyncio.create_subprocess_exec(
                 *self.command,
                 f"--supervisor-pipe={self._lifeline}",
+                f"--supervisor-report={report}",
+                *(["--start-quiet"] if self._quiet else []),
                 stdin=subprocess.DEVNULL,
                 process_group=0,
-                pass_fds=(self._lifeline,),
+                pass_fds=(self._lifeline, report),
             )
         except OSError as exc:  # e.g. EAGAIN: too many processes
+            os.close(reports)
             logger.error("cannot start runner %d of %d: %s", slot, self.processes, exc)
             return None
+        finally:
+            os.close(report)
         self.children[child.pid] = child
+        self._retired[child.pid] = asyncio.Event()
+        self._in_background(self._read_reports(child.pid, reports))
         if self._stopping.is_set():  # (the stop came while it was being started)
             _send(child, signal.SIGTERM)
         logger.info("runner %d started (%d of %d)", child.pid, slot, self.processes)
         return child
+
+    async def _wait(self, child: asyncio.subprocess.Process) -> int | None:
+        """The runner's exit code once it has exited; None once it is told to retire."""
+        exited = asyncio.ensure_future(child.wait())
+        retired = asyncio.ensure_future(self._retired[child.pid].wait())
+        await asyncio.wait((exited, retired), return_when=asyncio.FIRST_COMPLETED)
+        retired.cancel()
+        if not self._retired[child.pid].is_set():
+            return exited.result()
+        exited.cancel()
+        self._in_background(self._leave(child))
+        return None
+
+    async def _leave(self, child: asyncio.subprocess.Process) -> None:
+        """Wait for a retiring runner to end, then let the next that asked retire."""
+        code = await child.wait()
+        if self._stopping.is_set():
+            self._stopped(child.pid, code)
+        elif code == 0:
+            logger.info("runner %d retired", child.pid)
+        else:
+            logger.warning("runner %d %s while retiring", child.pid, _ending(code))
+        self._forget(child.pid)  # (and the next that asked retires)
+
+    def _forget(self, pid: int) -> None:
+        del self.children[pid]
+        self._ready.discard(pid)
+        self._retired.pop(pid, None)
+        if pid in self._asked:
+            self._asked.remove(pid)
+        if self._retiring == pid:
+            self._retiring = None
+            self._next_retire()
+
+    async def _read_reports(self, pid: int, fd: int) -> None:
+        """Read what runner ``pid`` says on its pipe (culex.runner.supervised) until it
+        ends: ``ready``, and ``recycle REASON``."""
+        async for word, reason in supervised.reports(fd):
+            if word == "ready" and pid in self.children:
+                self._ready.add(pid)
+                if self._quiet:
+                    _send(self.children[pid], signal.SIGTSTP)
+            elif word == "recycle" and pid in self.children and pid not in self._asked:
+                logger.info("runner %d asks to be replaced: %s", pid, reason)
+                self._asked.append(pid)
+                self._next_retire()
+
+    def _next_retire(self) -> None:
+        """Tell the first runner that asked to be replaced to retire, when none is retiring
+        now (and the supervisor is neither quiet nor stopping); its slot starts another."""
+        if self._retiring is not None or self._quiet or self._stopping.is_set():
+            return
+        while self._asked:
+            pid = self._asked.pop(0)
+            if pid in self.children:
+                logger.info("recycling runner %d: it finishes its tasks and exits", pid)
+                self._retiring = pid
+                _send(self.children[pid], signal.SIGUSR1)
+                self._retired[pid].set()
+                return
+
+    def _on_quiet(self, quiet: bool) -> None:
+        """SIGTSTP (quiet) or SIGUSR2 (take tasks again), passed to every ready runner (a
+        retiring one stays quiet)."""
+        self._quiet = quiet
+        logger.info(
+            "%s: passing it to the runners (%s)",
+            "SIGTSTP: quiet, no new task" if quiet else "SIGUSR2: taking tasks again",
+            ", ".join(map(str, self.children)) or "none running",
+        )
+        for pid, child in list(self.children.items()):
+            if pid in self._ready and pid != self._retiring:
+                _send(child, signal.SIGTSTP if quiet else signal.SIGUSR2)
+        if not quiet:
+            self._next_retire()
+
+    def _in_background(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     def _stopped(self, pid: int, code: int) -> None:
         # A runner killed by the SIGTERM before it set its handlers had taken no task.
@@ -245,9 +359,18 @@ def runner_command(module: str, flags: Mapping[str, object], log_level: str) -> 
     return command
 
 
-def supervise(module: str, flags: Mapping[str, object], log_level: str, processes: int) -> int:
+def supervise(
+    module: str,
+    flags: Mapping[str, object],
+    log_level: str,
+    processes: int,
+    *,
+    max_tasks: int | None = None,
+    max_memory_mb: int | None = None,
+) -> int:
     """Run ``processes`` runners of ``module`` (already imported here, so known to load)
-    with the settings ``flags``; the exit code."""
+    with the settings ``flags``, each replaced once it has run ``max_tasks`` tasks or its
+    RSS has passed ``max_memory_mb``; the exit code."""
     settings = config.settings()
     flags = dict(flags)
     if not settings.redis_url:
@@ -255,6 +378,10 @@ def supervise(module: str, flags: Mapping[str, object], log_level: str, processe
         # once; its URL (a unix socket, no password) is given to each.
         flags["redis_url"] = configured.resolve_url(None)
     command = runner_command(module, flags, log_level)
+    if max_tasks is not None:
+        command.append(f"--max-tasks-per-process={max_tasks}")
+    if max_memory_mb is not None:
+        command.append(f"--max-memory-per-process={max_memory_mb}")
     return Supervisor(command, processes, settings.grace_period).run()
 
 
