@@ -300,7 +300,7 @@ class Runner:
 
     def _start(self, claimed: Claimed) -> None:
         if not self._claiming.is_set():  # (taken by a claim sent before the runner went quiet)
-            task = asyncio.create_task(self._hand_back(claimed))
+            task = asyncio.create_task(hand_back_unrun(self._reporter, claimed))
             self._handing.add(task)
             task.add_done_callback(self._handing.discard)
             return
@@ -355,11 +355,12 @@ class Runner:
         if self.supervised is not None:
             self.supervised.ended()
 
-    async def _hand_back(self, claimed: Claimed) -> None:
-        """Put a task claimed once the runner was quiet back in waiting, unrun."""
-        assert self._reporter is not None
-        (result,) = await self._reporter.hand_back([claimed])
-        if result is True:
-            logger.info("task %s handed back: this runner is quiet", task_name(claimed))
-        else:  # (it comes back when its lease ends)
-            logger.warning("task %s could not be handed back", task_name(claimed))
+
+async def hand_back_unrun(reporter: Reporter | None, claimed: Claimed) -> None:
+    """Put a task claimed once the runner was quiet back in waiting, unrun."""
+    assert reporter is not None
+    (result,) = await reporter.hand_back([claimed])
+    if result is True:
+        logger.info("task %s handed back: this runner is quiet", task_name(claimed))
+    else:  # (it comes back when its lease ends)
+        logger.warning("task %s could not be handed back", task_name(claimed))
