@@ -92,8 +92,9 @@ def test_runners_are_replaced_one_at_a_time_after_m_tasks_and_no_task_is_lost(
     assert turns, log
     for told, ended in zip(turns[::2], turns[1::2], strict=False):
         assert told[0] == "recycling runner" and ended == ("runner", told[1]), turns
-    for _, pid in turns:
-        assert f"[runner {pid}] - retiring: stopping once the" in log
+        # (each that retired said so; the last told may instead stop with the SIGTERM
+        # above, when its turn came as the test ended)
+        assert f"[runner {told[1]}] - retiring: stopping once the" in log
     assert Counter(pid for _, pid in done).most_common(1)[0][1] >= 3
 
 
