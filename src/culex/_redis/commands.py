@@ -18,7 +18,7 @@ from .priority import ready_ms
 DEAD_FIELDS = ("type", "last_error", "retry_count", "attempt", "finished_at")
 
 
-def _parse_hash(reply: list[bytes]) -> dict[str, str]:
+def parse_hash(reply: list[bytes]) -> dict[str, str]:
     """A hash's fields (their names as stored: two never become one) and values as read
     (:func:`~culex._redis.calls.shown`: bytes that are not UTF-8 as U+FFFD)."""
     return {text(reply[i]): shown(reply[i + 1]) for i in range(0, len(reply), 2)}
@@ -26,7 +26,7 @@ def _parse_hash(reply: list[bytes]) -> dict[str, str]:
 
 def read_task(keys: QueueKeys, task_id: str) -> Call[dict[str, str]]:
     """All fields of a task's hash ({} when it has expired or never existed)."""
-    return Call((), ("HGETALL", keys.task(task_id)), _parse_hash)
+    return Call((), ("HGETALL", keys.task(task_id)), parse_hash)
 
 
 COUNTED = ("waiting", "pending", "scheduled", "dead")
@@ -52,7 +52,7 @@ def sizes(replies: Sequence[int]) -> dict[str, int]:
 
 def read_control(keys: QueueKeys) -> Call[dict[str, str]]:
     """A queue's control hash: paused, the limits set at run time, blocked (claim.lua)."""
-    return Call((), ("HGETALL", keys.control), _parse_hash)
+    return Call((), ("HGETALL", keys.control), parse_hash)
 
 
 def oldest_waiting(keys: QueueKeys) -> list[Call[int | None]]:
@@ -159,7 +159,7 @@ def wait_replica(timeout_ms: int) -> Call[bool]:
 
 def read_periodic(keys: QueueKeys, job_type: str) -> Call[dict[str, str]]:
     """A periodic job's record ({} when no runner has scheduled it yet)."""
-    return Call((), ("HGETALL", keys.periodic(job_type)), _parse_hash)
+    return Call((), ("HGETALL", keys.periodic(job_type)), parse_hash)
 
 
 def register_periodic(registry_key: str, entries: Sequence[tuple[str, int]]) -> Call[int]:
@@ -228,7 +228,13 @@ def dead_count(keys: QueueKeys) -> Call[int]:
 def block_until_done(keys: QueueKeys, task_id: str, timeout: float) -> Call[Any]:
     """Block until the script that ends the task pushes to its done list, or ``timeout``
     (s) passes. The element goes back onto the list, so every waiter wakes."""
-    done = keys.done(task_id)
+    return block_on(keys.done(task_id), timeout)
+
+
+def block_on(done: str, timeout: float) -> Call[Any]:
+    """Block until the list ``done`` holds an element, or ``timeout`` (s) passes; the
+    element goes back onto the list (BLMOVE from the list to itself), so every waiter
+    wakes: a task's end, a workflow run's end."""
     # Whole ms, rounded up: a wait that ended early would cost one more; 0 would be forever.
     seconds = max(1, math.ceil(timeout * 1000)) / 1000
     return Call((), ("BLMOVE", done, done, "LEFT", "RIGHT", seconds), _same, blocks=seconds)
@@ -268,7 +274,7 @@ def count_runners(prefix: str, now_ms: int) -> Call[int]:
 
 def read_runner(prefix: str, runner_id: str) -> Call[dict[str, str]]:
     """One runner's record ({} when it stopped beating and its record expired)."""
-    return Call((), ("HGETALL", runner_key(prefix, runner_id)), _parse_hash)
+    return Call((), ("HGETALL", runner_key(prefix, runner_id)), parse_hash)
 
 
 def runner_fields(prefix: str, runner_id: str, fields: tuple[str, ...]) -> Call[dict[str, str]]:
@@ -329,12 +335,12 @@ def read_counters(keys: QueueKeys, step: str, start: int) -> Call[dict[str, str]
     """A queue's counters of one minute or hour bucket (``step``), that starts at ``start``
     (epoch seconds): ``{"<job>|<field>": value}``, {} when nothing ended then (or expired)."""
     key = keys.stats_minute(start) if step == "minute" else keys.stats_hour(start)
-    return Call((), ("HGETALL", key), _parse_hash)
+    return Call((), ("HGETALL", key), parse_hash)
 
 
 def read_counter_totals(keys: QueueKeys) -> Call[dict[str, str]]:
     """A queue's counters since counting began (they never expire)."""
-    return Call((), ("HGETALL", keys.stats_total), _parse_hash)
+    return Call((), ("HGETALL", keys.stats_total), parse_hash)
 
 
 def unfolded_minute(keys: QueueKeys) -> Call[int | None]:

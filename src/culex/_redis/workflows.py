@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 
 from . import scripts
 from .calls import Arg, Call, text
+from .commands import block_on, parse_hash
 from .keys import QueueKeys, RunKeys, unfinished_key
 
 
@@ -96,7 +97,7 @@ def set_op(run: RunKeys, op: str) -> Call[str]:
 
 def read_record(run: RunKeys) -> Call[dict[str, str]]:
     """The run's record ({} when there is none)."""
-    return Call((), ("HGETALL", run.record), _hash)
+    return Call((), ("HGETALL", run.record), parse_hash)
 
 
 def read_nodes(run: RunKeys, cursor: int, count: int) -> Call[tuple[int, dict[str, str]]]:
@@ -106,14 +107,12 @@ def read_nodes(run: RunKeys, cursor: int, count: int) -> Call[tuple[int, dict[st
 
 def read_ended(run: RunKeys) -> Call[dict[str, str]]:
     """The nodes that ended, task id -> state."""
-    return Call((), ("HGETALL", run.ended), _hash)
+    return Call((), ("HGETALL", run.ended), parse_hash)
 
 
 def wait_ended(run: RunKeys, timeout: float) -> Call[Any]:
     """Block until the run ends (its done list gets its element), or ``timeout`` (s)."""
-    seconds = max(1, int(timeout * 1000 + 0.999)) / 1000
-    done = run.done
-    return Call((), ("BLMOVE", done, done, "LEFT", "RIGHT", seconds), _same, blocks=seconds)
+    return block_on(run.done, timeout)
 
 
 def resolve(
@@ -211,16 +210,8 @@ def rearm(
 
 def read_upstream(keys: QueueKeys, task_id: str) -> Call[dict[str, str]]:
     """A node's copies of its upstreams' ends: upstream id -> JSON."""
-    return Call((), ("HGETALL", keys.upstream(task_id)), _hash)
-
-
-def _hash(reply: list[bytes]) -> dict[str, str]:
-    return {text(reply[i]): text(reply[i + 1]) for i in range(0, len(reply), 2)}
+    return Call((), ("HGETALL", keys.upstream(task_id)), parse_hash)
 
 
 def _scan_page(reply: list[Any]) -> tuple[int, dict[str, str]]:
-    return int(reply[0]), _hash(reply[1])
-
-
-def _same(reply: Any) -> Any:
-    return reply
+    return int(reply[0]), parse_hash(reply[1])

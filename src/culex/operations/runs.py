@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from .. import config
+from ..workflows.finishing import depths
 from ..workflows.run import NodeView, WorkflowRun
 
 # A node's task hash that has expired (a succeeded node's, after result_ttl) says no state.
@@ -135,28 +136,6 @@ def overview(run_id: str, record: dict[str, str], views: Sequence[NodeView]) -> 
         retries=_ms(record.get("retries")) or 0,
         nodes=rows,
     )
-
-
-def depths(after: dict[str, tuple[str, ...]]) -> dict[str, int]:
-    """Each node's depth (by name): 0 without upstreams, else one more than its deepest
-    upstream's. An upstream the run does not list (no such record) counts as depth 0."""
-    found: dict[str, int] = {}
-    for name in after:
-        if name in found:
-            continue
-        stack, open_ = [name], {name}  # (open_: on the stack; a cycle is cut there)
-        while stack:
-            current = stack[-1]
-            ups = [u for u in after[current] if u in after and u not in open_]
-            missing = [u for u in dict.fromkeys(ups) if u not in found]
-            if missing:
-                stack += missing
-                open_.update(missing)
-                continue
-            stack.pop()
-            open_.discard(current)
-            found[current] = 1 + max(found[u] for u in ups) if ups else 0
-    return found
 
 
 def _row(view: NodeView, depth: int, below: tuple[str, ...]) -> NodeRow:

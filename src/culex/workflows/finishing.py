@@ -7,7 +7,7 @@ by two callers at once, it changes what it changes once.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from .. import config
@@ -47,21 +47,31 @@ def read_nodes(prefix: str, run_id: str) -> Procedure[dict[str, NodeInfo]]:
             return nodes
 
 
-def depths(nodes: dict[str, NodeInfo]) -> dict[str, int]:
-    """Each node's depth: 0 without upstreams, else one more than its deepest upstream."""
+def depths(after: Mapping[str, Sequence[str]]) -> dict[str, int]:
+    """Each node's depth (nodes keyed as ``after`` keys them: by task id, or by name): 0
+    without upstreams, else one more than its deepest upstream's. An upstream ``after``
+    does not list counts as depth 0; a cycle (a record written by hand) is cut."""
     found: dict[str, int] = {}
-    for task_id in nodes:
-        stack = [task_id]
+    for key in after:
+        if key in found:
+            continue
+        stack, open_ = [key], {key}  # (open_: on the stack; a cycle is cut there)
         while stack:
             current = stack[-1]
-            missing = [u for u in nodes[current].after if u not in found and u in nodes]
+            ups = [u for u in after[current] if u in after and u not in open_]
+            missing = [u for u in dict.fromkeys(ups) if u not in found]
             if missing:
                 stack += missing
+                open_.update(missing)
                 continue
             stack.pop()
-            ups = [found[u] for u in nodes[current].after if u in found]
-            found[current] = 1 + max(ups) if ups else 0
+            open_.discard(current)
+            found[current] = 1 + max(found[u] for u in ups) if ups else 0
     return found
+
+
+def _levels(nodes: dict[str, NodeInfo]) -> dict[str, int]:
+    return depths({task_id: node.after for task_id, node in nodes.items()})
 
 
 def sent(calls: Sequence[Call[Any]], per_trip: int = CALLS_A_TRIP) -> Procedure[list[Any]]:
@@ -105,7 +115,7 @@ def cancel_nodes(prefix: str, nodes: dict[str, NodeInfo]) -> Procedure[list[Any]
     not cancelled yet): blocked, waiting and scheduled ones end dead, running ones are
     asked to stop."""
     settings = config.settings()
-    level = depths(nodes)
+    level = _levels(nodes)
     calls = [
         interventions.cancel(
             queue_keys(prefix, node.queue),
@@ -125,7 +135,7 @@ def rearm_nodes(
     """Rearm the nodes that do not count as ended (the retried ones), the deepest first:
     each waits for its upstreams that have not succeeded, which are rearmed after it, so
     none of their new ends comes before it waits for them."""
-    level = depths(nodes)
+    level = _levels(nodes)
     retried = [node for node in nodes.values() if node.task_id not in ended]
     calls = [
         workflows.rearm(
