@@ -53,8 +53,12 @@ def get_tracer() -> trace.Tracer:
 
 def in_span() -> bool:
     """Whether an enqueue made now is traced (a :class:`Producing` of its own): OpenTelemetry
-    is there and a valid span is current. The one check an enqueue pays otherwise."""
-    return AVAILABLE and trace.get_current_span().get_span_context().is_valid
+    is there and a valid span is current. The one check an enqueue pays otherwise: an
+    empty context (nothing set in it, the common case) answers without the span's look-up."""
+    if not AVAILABLE:
+        return False
+    current = otel_context.get_current()
+    return bool(current) and trace.get_current_span(current).get_span_context().is_valid
 
 
 class Producing:

@@ -63,7 +63,7 @@ def enqueue(
         keys.name,
         params_json,
         "" if due_ms is None else due_ms,
-        delay_ms,
+        delay_ms or "",  # ("" is 0, and the script reads it without a check)
         max_retries,
     )
     if trace or priority or dedupe_key or group or expires_ms is not None:

@@ -44,6 +44,8 @@
 --                        clock), a whole number in 0 .. 2^42 - 1 - now; "" or absent: never.
 --                        Stored as the field `expires_at` (ms since the epoch): claim buries
 --                        a task it takes after that time dead with last_error "expired"
+-- ARGV 8 to 12 may all be left out (seven ARGV): the common enqueue sends none of them, and
+-- the script then skips their checks
 -- Returns: {state, id} where state is "waiting" or "scheduled";
 --          {"exists", id} when a task with this id already exists (nothing changes:
 --          client-made ids make enqueue idempotent);
@@ -58,8 +60,12 @@
 -- 0, every task's without a `priority` field, scores its ready time as before priorities.
 -- A priority that is not a whole number in -100 .. 100 counts as 0: a script must not stop
 -- half-way on a field a foreign producer wrote. '%.0f': Lua's own number to text conversion
--- may round a number of 15 or more digits.
+-- may round a number of 15 or more digits; a ready time alone (13 digits, below 2^42) it
+-- writes exactly, so the common case, no priority, skips the formatting.
 local function waiting_score(ready_ms, priority)
+  if (priority == nil or priority == 0) and type(ready_ms) == 'number' then
+    return ready_ms
+  end
   local p = tonumber(priority)
   if not p or p ~= math.floor(p) or p < -100 or p > 100 then p = 0 end
   return string.format('%.0f', ready_ms - p * 4398046511104)
@@ -167,7 +173,6 @@ end
 
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
-local priority = argv_whole('enqueue', 9, 'priority', -100, 100, 0)
 local due
 if ARGV[5] ~= '' then
   due = argv_whole('enqueue', 5, 'due_ms', 0, MOST)
@@ -175,15 +180,21 @@ else
   due = now + argv_whole('enqueue', 6, 'delay_ms', 0, MOST - now, 0)
 end
 argv_whole('enqueue', 7, 'max_retries', 0, MOST)
-local expires = argv_whole('enqueue', 12, 'expires_ms', 0, MOST - now, false)
-local dedupe = ARGV[10] or ''
-if dedupe ~= '' and (#dedupe > 500 or not KEYS[6]) then
-  return redis.error_reply('ERR enqueue: a dedupe key (ARGV[10]) takes 1 to 500 bytes and '
-    .. 'KEYS[5] and KEYS[6]')
-end
-local group = ARGV[11] or ''
-if group ~= '' and (#group > 500 or not KEYS[7]) then
-  return redis.error_reply('ERR enqueue: a group (ARGV[11]) takes 1 to 500 bytes and KEYS[7]')
+-- ARGV 8 to 12 come only when one of them is used: the common enqueue skips their checks
+local trace, priority, dedupe, group, expires = '', 0, '', '', false
+if #ARGV > 7 then
+  trace = ARGV[8] or ''
+  priority = argv_whole('enqueue', 9, 'priority', -100, 100, 0)
+  expires = argv_whole('enqueue', 12, 'expires_ms', 0, MOST - now, false)
+  dedupe = ARGV[10] or ''
+  if dedupe ~= '' and (#dedupe > 500 or not KEYS[6]) then
+    return redis.error_reply('ERR enqueue: a dedupe key (ARGV[10]) takes 1 to 500 bytes and '
+      .. 'KEYS[5] and KEYS[6]')
+  end
+  group = ARGV[11] or ''
+  if group ~= '' and (#group > 500 or not KEYS[7]) then
+    return redis.error_reply('ERR enqueue: a group (ARGV[11]) takes 1 to 500 bytes and KEYS[7]')
+  end
 end
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return {'exists', ARGV[1]}
@@ -207,8 +218,8 @@ end
 redis.call('HSET', KEYS[1], 'id', ARGV[1], 'type', ARGV[2], 'queue', ARGV[3],
   'params', ARGV[4], 'enqueue_time', now, 'retry_count', 0, 'attempt', 0,
   'max_retries', ARGV[7], 'state', state, 'due_at', due)
-if ARGV[8] and ARGV[8] ~= '' then
-  redis.call('HSET', KEYS[1], 'trace', ARGV[8])
+if trace ~= '' then
+  redis.call('HSET', KEYS[1], 'trace', trace)
 end
 if priority ~= 0 then
   redis.call('HSET', KEYS[1], 'priority', priority)
@@ -224,8 +235,9 @@ if dedupe ~= '' then
   redis.call('HSET', KEYS[5], dedupe, ARGV[1])
 end
 if state == 'waiting' then
+  -- (the group's turn, in µs, is needed only with a group)
   make_ready(KEYS[2], KEYS[7], ARGV[1], waiting_score(now, priority), group,
-    t[1] * 1000000 + t[2])
+    group ~= '' and t[1] * 1000000 + t[2] or 0)
   -- one token is enough to wake a runner; more would only make idle runners spin
   if redis.call('LLEN', KEYS[4]) == 0 then
     redis.call('RPUSH', KEYS[4], '1')

@@ -40,8 +40,12 @@
 -- 0, every task's without a `priority` field, scores its ready time as before priorities.
 -- A priority that is not a whole number in -100 .. 100 counts as 0: a script must not stop
 -- half-way on a field a foreign producer wrote. '%.0f': Lua's own number to text conversion
--- may round a number of 15 or more digits.
+-- may round a number of 15 or more digits; a ready time alone (13 digits, below 2^42) it
+-- writes exactly, so the common case, no priority, skips the formatting.
 local function waiting_score(ready_ms, priority)
+  if (priority == nil or priority == 0) and type(ready_ms) == 'number' then
+    return ready_ms
+  end
   local p = tonumber(priority)
   if not p or p ~= math.floor(p) or p < -100 or p > 100 then p = 0 end
   return string.format('%.0f', ready_ms - p * 4398046511104)
