@@ -151,9 +151,11 @@ CASES: dict[str, Case] = {
             delay_ms=0,
             max_retries=4,
             priority=1,
+            dedupe_key="k",
             expires_ms=60_000,
+            dedupe_for_ms=60_000,
         ),
-        numbers=(5, 6, 7, 9, 12),
+        numbers=(5, 6, 7, 9, 12, 14),
     ),
     "claim": Case(
         waiting,

@@ -225,6 +225,7 @@ class QueuedJob(Job):
         dedupe_key: str | None = None,
         group: str | None = None,
         expires: timedelta | float | None = None,
+        dedupe_for: timedelta | float | None = None,
     ) -> Task:
         """Store a task of this job in its queue; returns a handle on it.
 
@@ -232,6 +233,9 @@ class QueuedJob(Job):
         ``dedupe_key``: while a task enqueued with this key in this queue is waiting,
         scheduled or running, nothing is stored and the handle is that task, with
         ``deduped`` True; once it has ended, the key is free again.
+        ``dedupe_for``: seconds or a timedelta (up to 366 days), instead of the class's
+        ``dedupe_for``: the key stays the task's that long after it ended (succeeded,
+        dead or cancelled), and an enqueue with it in that time is deduped too.
         ``group``: the task's group (e.g. ``"customer:42"``): the queue's groups take turns,
         each within the queue's group limits (``group_concurrency``, ``group_rate_limit``).
         ``expires``: seconds or a timedelta from now, instead of the class's ``expires``: a
@@ -245,6 +249,7 @@ class QueuedJob(Job):
             dedupe_key=dedupe_key,
             group=group,
             expires=expires,
+            dedupe_for=dedupe_for,
         )
         return run_sync(procedure)[0]
 
@@ -258,6 +263,7 @@ class QueuedJob(Job):
         dedupe_key: str | None = None,
         group: str | None = None,
         expires: timedelta | float | None = None,
+        dedupe_for: timedelta | float | None = None,
     ) -> Task:
         """The async twin of :meth:`enqueue`."""
         procedure = enqueue_procedure(
@@ -269,6 +275,7 @@ class QueuedJob(Job):
             dedupe_key=dedupe_key,
             group=group,
             expires=expires,
+            dedupe_for=dedupe_for,
         )
         return (await run_async(procedure))[0]
 
@@ -282,21 +289,32 @@ def enqueue_many(
     priority: int | None = None,
     group: str | None = None,
     expires: timedelta | float | None = None,
+    dedupe_keys: Sequence[str | None] | None = None,
+    dedupe_for: timedelta | float | None = None,
 ) -> list[Task]:
     """Enqueue many job objects in few round trips (1,000 per pipeline); returns their tasks.
     ``ids``: the tasks' own ids, one per job (as ``enqueue(id=...)``: an id already stored
     changes nothing, so a batch sent again stores each task once). ``priority``: every
     task's, instead of its class's; ``group``: every task's group; ``expires``: every
-    task's expiry from now, instead of its class's. (No ``dedupe_key``: one
-    key names one task; enqueue each job that has one by itself.)
+    task's expiry from now, instead of its class's. ``dedupe_keys``: one per job (None for
+    none), each as ``enqueue(dedupe_key=...)``: a deduped job's task is the task that holds
+    its key (``deduped`` True), also when an earlier job of the batch took it;
+    ``dedupe_for``: the window of every job with a key, instead of its class's.
 
     A batch the server stored only part of (out of memory, a lost connection) raises
     :class:`culex.EnqueueManyError`: its ``stored`` tasks and the ``failed`` ``(id, job)``
     pairs, whose ids (drawn by culex when ``ids`` is None) let you send them again."""
     listed = _checked(jobs)
-    batch = Batch.of(listed, ids)
+    batch = Batch.of(listed, ids, dedupe_keys)
     procedure = enqueue_procedure(
-        listed, delay, at, priority=priority, group=group, batch=batch, expires=expires
+        listed,
+        delay,
+        at,
+        priority=priority,
+        group=group,
+        batch=batch,
+        expires=expires,
+        dedupe_for=dedupe_for,
     )
     try:
         return run_sync(procedure)
@@ -313,12 +331,21 @@ async def aenqueue_many(
     priority: int | None = None,
     group: str | None = None,
     expires: timedelta | float | None = None,
+    dedupe_keys: Sequence[str | None] | None = None,
+    dedupe_for: timedelta | float | None = None,
 ) -> list[Task]:
     """The async twin of :func:`enqueue_many`."""
     listed = _checked(jobs)
-    batch = Batch.of(listed, ids)
+    batch = Batch.of(listed, ids, dedupe_keys)
     procedure = enqueue_procedure(
-        listed, delay, at, priority=priority, group=group, batch=batch, expires=expires
+        listed,
+        delay,
+        at,
+        priority=priority,
+        group=group,
+        batch=batch,
+        expires=expires,
+        dedupe_for=dedupe_for,
     )
     try:
         return await run_async(procedure)
