@@ -56,6 +56,7 @@ class QueueKeys:
         "starts",
         "stats_prefix",
         "stats_total",
+        "succeeded",
         "task_prefix",
         "waiting",
     )
@@ -85,6 +86,9 @@ class QueueKeys:
         self.cancels = f"{base}:cancels"
         # A hash: dedupe key -> the id of the task that holds it (enqueue.lua); the scripts
         # that end a task remove its entry, or keep it for the task's window.
+        # The recent successes: task id -> when it succeeded (ms); complete.lua keeps the
+        # newest 1,000 and drops the oldest whose hash has expired (browse.lua reads it).
+        self.succeeded = f"{base}:succeeded"
         self.dedupe = f"{base}:dedupe"
         # A sorted set: the dedupe keys kept after their task ended (enqueue(dedupe_for=)),
         # scored by the window's end in ms. The scripts name it from the dedupe hash (this

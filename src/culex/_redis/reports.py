@@ -41,6 +41,7 @@ def complete(
             keys.dedupe,
             keys.groups_prefix,
             keys.cancels,
+            keys.succeeded,
         ),
         tuple(args),
         _parse_refused,

@@ -214,7 +214,8 @@ def _since(now_ms: float, ms: float | None, style: str) -> str:
 
 
 # What a task's time in each state's set means, as the column of ``culex tasks`` says it.
-_AT = {"waiting": "ready since", "scheduled": "due", "pending": "lease ends", "dead": "died"}
+_AT = {"waiting": "ready since", "scheduled": "due", "pending": "lease ends", "dead": "died",
+       "succeeded": "succeeded"}  # fmt: skip
 
 
 def tasks_command(args: argparse.Namespace) -> int:

@@ -28,6 +28,12 @@
 -- KEYS[10] cancels zset <prefix>:{<queue>}:cancels   optional: a task whose cancel was
 --         requested leaves it. Its success stands: it ended before its runner learned of
 --         the request, and the work is done; see cancel.lua
+-- KEYS[11] succeeded zset <prefix>:{<queue>}:succeeded   optional: the recent successes,
+--         scored by their end (ms): each task that lands is added; the set keeps the
+--         newest 1,000 (SUCCEEDED_KEPT), and those among its oldest (as many as the call
+--         adds, and 4 more, at most 64) whose hash has expired (or says another state: an
+--         id used again) leave it. The set expires with the hash that is kept longest: its
+--         TTL is raised to a task's ttl_ms when that is longer
 -- ARGV[1..] quadruples: id, attempt, result, ttl_ms
 --         attempt  the one the runner was handed: it fences stale runners
 --         result   JSON text of perform's return value
@@ -398,6 +404,11 @@ local function argv_whole(script, i, name, lo, hi, absent)
 end
 -- <<< include/numbers.lua
 
+-- The succeeded zset, when the caller sends it (an older runner does not), and how many ids
+-- it keeps: the newest, so the history of a busy queue is its last 1,000 successes.
+local succeeded = KEYS[11]
+local SUCCEEDED_KEPT = 1000
+
 if not KEYS[5] then  -- (before any write, as every check)
   return redis.error_reply('ERR complete takes 5 keys: the counters prefix is KEYS[5]')
 end
@@ -412,6 +423,7 @@ local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local refused = {}
 local done = {}
 local tally = {}
+local longest = 0  -- (the longest ttl_ms of the tasks that landed: the history's TTL)
 for i = 1, #ARGV, 4 do
   local id = ARGV[i]
   local key = KEYS[2] .. id
@@ -429,6 +441,7 @@ for i = 1, #ARGV, 4 do
         'run')
     end
     local ttl = tonumber(ARGV[i + 3])
+    longest = math.max(longest, ttl)
     done[#done + 1] = id
     count(tally, f[4] or '', 's', run_time(now, f[6]))
     redis.call('HSET', key, 'state', 'succeeded', 'result', ARGV[i + 2], 'finished_at', now)
@@ -459,6 +472,32 @@ for i = 1, #ARGV, 4 do
 end
 for i = 1, #done, 1000 do  -- unpack in slices: Lua's C stack is bounded
   redis.call('ZREM', KEYS[1], unpack(done, i, math.min(i + 999, #done)))
+end
+if succeeded and #done > 0 then
+  -- (pcall: a key of another type must not undo the reports; the history is a convenience)
+  local scored = {}
+  for _, id in ipairs(done) do
+    scored[#scored + 1] = now
+    scored[#scored + 1] = id
+  end
+  for i = 1, #scored, 1000 do
+    redis.pcall('ZADD', succeeded, unpack(scored, i, math.min(i + 999, #scored)))
+  end
+  redis.pcall('ZREMRANGEBYRANK', succeeded, 0, -SUCCEEDED_KEPT - 1)
+  local left = redis.pcall('PTTL', succeeded)
+  if type(left) == 'number' and left < longest then
+    redis.pcall('PEXPIRE', succeeded, longest)
+  end
+  -- (as many of the oldest as were added, and 4 more, at most 64: while the hashes expire
+  -- in the order they were written, the stale ids leave as fast as new ones come)
+  local oldest = redis.pcall('ZRANGE', succeeded, 0, math.min(#done, 60) + 3)
+  if type(oldest) == 'table' then
+    for _, id in ipairs(oldest) do
+      if redis.pcall('HGET', KEYS[2] .. id, 'state') ~= 'succeeded' then
+        redis.call('ZREM', succeeded, id)
+      end
+    end
+  end
 end
 write_counts(KEYS[5], now, tally)
 if #done > 0 then
