@@ -264,6 +264,10 @@ CASES: dict[str, Case] = {
         fields=(on("retry_later_count"), on("retry_count"), on("started_at")),
     ),
     "progress": Case(pending, reports.progress(K, TASK, 1, 0.5, ""), numbers=(1, 2)),
+    "log": Case(
+        pending,
+        reports.log(K, TASK, 1, ['{"attempt": 1, "n": 1, "at": 5, "line": "x"}']),
+    ),
     "run_now": Case(scheduled, interventions.run_now(K, TASK), fields=(on("priority"),)),
     "read_queues": Case(waiting, reads.read_queues([queue_base("culex", "q")])),
     "workflow_enqueue": Case(

@@ -50,3 +50,25 @@ def test_the_succeeded_tab_lists_the_recent_successes(
     expect(page.get_by_role("link", name=waiting.id)).to_have_count(0)
     page.get_by_role("link", name=done[0].id).click()
     expect(page.locator("#task-state")).to_have_text("succeeded")
+
+
+class DashboardLoggedJob(culex.QueuedJob):
+    queue = "dash_history"
+    max_retries = 1
+
+    def perform(self) -> None:
+        self.log(f"try {self.attempt}: <b>not bold</b>")
+        if self.attempt == 1:
+            raise RuntimeError("first try fails")
+
+
+def test_the_task_page_shows_its_log_lines(r: redis.Redis, dashboard: str, page: Page) -> None:
+    task = DashboardLoggedJob().enqueue()
+    drained("dash_history")
+    page.goto(f"{dashboard}/task?queue=dash_history&id={task.id}")
+    rows = page.locator("#logs tbody tr")
+    expect(rows).to_have_count(2)
+    expect(rows.nth(0)).to_have_attribute("data-attempt", "1")
+    expect(rows.nth(0).locator(".log-line")).to_have_text("try 1: <b>not bold</b>")  # escaped
+    expect(rows.nth(1)).to_have_attribute("data-attempt", "2")
+    expect(rows.nth(1).locator(".log-line")).to_have_text("try 2: <b>not bold</b>")

@@ -143,6 +143,12 @@ def retry_later(
     )
 
 
+def log(keys: QueueKeys, task_id: str, attempt: int, lines: Sequence[str]) -> Call[int]:
+    """Keep an attempt's log lines (each a JSON object, culex.jobs.task_logs) with its task;
+    the reply is how many the task keeps now, 0 when refused (another attempt holds it)."""
+    return Call((keys.task(task_id),), (attempt, *lines), int, scripts.LOG)
+
+
 def progress(
     keys: QueueKeys, task_id: str, attempt: int, fraction: float, message: str
 ) -> Call[bool]:

@@ -24,6 +24,7 @@ from .registry import registry
 from .serialization import encode_result, params_text
 from .steps import Durable
 from .task import Task
+from .task_logs import LogBuffer, send_now
 from .upstream import Upstream, upstream_procedure
 
 logger = logging.getLogger("culex")
@@ -39,6 +40,10 @@ class Job(Durable, JobDeclaration):
     attempt: int
     retry_count: int
     reporting_: Reporting  # where progress() stores (unset outside a runner: perform_now)
+    # The attempt's log lines not sent yet (None outside a runner: lines are only logged),
+    # and whether log() sends them itself (in a process child: culex.jobs.task_logs).
+    log_buffer_: LogBuffer | None = None
+    log_direct_: bool = False
     # Set by request_cancel_() when the task's cancel is requested while this attempt runs.
     _cancel_requested: bool = False
 
@@ -100,8 +105,15 @@ class Job(Durable, JobDeclaration):
         return True
 
     def log(self, message: str) -> None:
-        """Log ``message`` as ``[JobName] message`` on the ``culex`` logger."""
+        """Log ``message`` as ``[JobName] message`` on the ``culex`` logger and, in a
+        runner, keep it with the task (``task.logs()``: the newest 100 lines, 1,000
+        characters each, sent with the runner's heartbeat and the attempt's report)."""
         logger.info("[%s] %s", self.type_, message)
+        buffer = self.log_buffer_
+        if buffer is not None:
+            buffer.add(str(message))
+            if self.log_direct_:  # (a process child: no runner's heartbeat sees its lines)
+                send_now(buffer, self.reporting_, self.task_id, due=True)
 
     def fail(self, reason: str = "", retry: bool = True) -> NoReturn:
         """End this attempt as failed; ``retry=False`` sends the task to dead at once."""
