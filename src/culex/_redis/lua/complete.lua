@@ -31,9 +31,9 @@
 -- KEYS[11] succeeded zset <prefix>:{<queue>}:succeeded   optional: the recent successes,
 --         scored by their end (ms): each task that lands is added; the set keeps the
 --         newest 1,000 (SUCCEEDED_KEPT), and those among its oldest (as many as the call
---         adds, and 4 more, at most 64) whose hash has expired (or says another state: an
---         id used again) leave it. The set expires with the hash that is kept longest: its
---         TTL is raised to a task's ttl_ms when that is longer
+--         adds, at most 64) whose hash has expired (or says another state: an id used
+--         again) leave it. The set expires after the hashes it names: when less than the
+--         longest ttl_ms of the call is left of its TTL, the TTL becomes twice that
 -- ARGV[1..] quadruples: id, attempt, result, ttl_ms
 --         attempt  the one the runner was handed: it fences stale runners
 --         result   JSON text of perform's return value
@@ -484,13 +484,15 @@ if succeeded and #done > 0 then
     redis.pcall('ZADD', succeeded, unpack(scored, i, math.min(i + 999, #scored)))
   end
   redis.pcall('ZREMRANGEBYRANK', succeeded, 0, -SUCCEEDED_KEPT - 1)
+  -- (raised to twice the longest once less than the longest is left: not a write every
+  -- call, and the set outlives each hash it names by at most one such ttl)
   local left = redis.pcall('PTTL', succeeded)
   if type(left) == 'number' and left < longest then
-    redis.pcall('PEXPIRE', succeeded, longest)
+    redis.pcall('PEXPIRE', succeeded, 2 * longest)
   end
-  -- (as many of the oldest as were added, and 4 more, at most 64: while the hashes expire
-  -- in the order they were written, the stale ids leave as fast as new ones come)
-  local oldest = redis.pcall('ZRANGE', succeeded, 0, math.min(#done, 60) + 3)
+  -- (as many of the oldest as were added, at most 64: while the hashes expire in the order
+  -- they were written, the stale ids leave as fast as new ones come)
+  local oldest = redis.pcall('ZRANGE', succeeded, 0, math.min(#done, 64) - 1)
   if type(oldest) == 'table' then
     for _, id in ipairs(oldest) do
       if redis.pcall('HGET', KEYS[2] .. id, 'state') ~= 'succeeded' then
