@@ -50,6 +50,15 @@ class LoggedChildJob(culex.QueuedJob):
             self.log(f"child {i}")
 
 
+class LoggedSleepingJob(culex.QueuedJob):
+    queue = QUEUE
+
+    def perform(self) -> None:
+        self.log(f"attempt {self.attempt} before the sleep")
+        self.sleep(0.01)  # (the first attempt ends here, suspended, with nothing to report)
+        self.log(f"attempt {self.attempt} after the sleep")
+
+
 class LoggedWaitingJob(culex.QueuedJob):
     queue = QUEUE
     go: ClassVar[threading.Event] = threading.Event()
@@ -83,6 +92,17 @@ def test_the_lines_of_a_failed_attempt_are_kept_with_its_number(r: redis.Redis) 
     drain(QUEUE, fail_fast=False)
     assert task.state() is culex.TaskState.SUCCEEDED
     assert [(line.attempt, line.line) for line in task.logs()] == [(1, "try 1"), (2, "try 2")]
+
+
+def test_the_lines_of_an_attempt_that_suspends_are_kept(r: redis.Redis) -> None:
+    task = LoggedSleepingJob().enqueue()
+    drain(QUEUE)
+    assert task.state() is culex.TaskState.SUCCEEDED
+    assert [(line.attempt, line.line) for line in task.logs()] == [
+        (1, "attempt 1 before the sleep"),
+        (2, "attempt 2 before the sleep"),
+        (2, "attempt 2 after the sleep"),
+    ]
 
 
 def test_a_process_child_sends_its_own_lines(r: redis.Redis) -> None:

@@ -175,6 +175,8 @@ class Reporter:
         owners: list[list[Outcome]] = []
         for outcome in batch:
             claimed = outcome.claimed
+            if outcome.over:  # (an attempt with nothing to report: only its log lines go)
+                continue
             if outcome.later_ms is not None:
                 keys = queue_keys(self.settings.prefix, claimed.queue)
                 calls.append(

@@ -353,7 +353,7 @@ class Runner:
         keeper.finish(claimed)
         if outcome.over:  # (nothing to report: suspended already, or not its attempt's)
             keeper.drop(claimed)
-        else:
+        if not outcome.over or outcome.lines:  # (an ended attempt's lines go out all the same)
             self._outbox.put(outcome)
         if self.supervised is not None:
             self.supervised.ended()
