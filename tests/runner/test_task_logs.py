@@ -5,6 +5,7 @@ report, from a process child too; read by task.logs(), shown by `culex task`."""
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from typing import ClassVar
 
@@ -162,3 +163,15 @@ def test_the_loop_is_not_blocked_by_a_line() -> None:
         buffer.add("x")
     assert len(buffer.take()) == task_logs.MAX_LINES and buffer.count == 1000
     assert asyncio.iscoroutinefunction(culex.Task.alogs)
+
+
+def test_lines_a_send_failed_for_go_first_with_the_next() -> None:
+    buffer = task_logs.LogBuffer(2)
+    for text in ("a", "b", "c"):
+        buffer.add(text)
+    failed = buffer.take()
+    buffer.add("d")
+    buffer.put_back(failed)
+    sent = [json.loads(line) for line in buffer.take()]
+    assert [(e["attempt"], e["n"], e["line"]) for e in sent] == [
+        (2, 1, "a"), (2, 2, "b"), (2, 3, "c"), (2, 4, "d")]  # fmt: skip

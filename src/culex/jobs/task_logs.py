@@ -19,6 +19,7 @@ import json
 import logging
 import threading
 import time
+from collections import deque
 from datetime import UTC, datetime
 from typing import NamedTuple
 
@@ -45,8 +46,9 @@ class LogLine(NamedTuple):
 
 
 class LogBuffer:
-    """The lines of one attempt not sent yet, each as log.lua takes it. Thread-safe: the
-    job's thread adds, the heartbeat thread and the reporter take."""
+    """The lines of one attempt not sent yet (the newest MAX_LINES), made JSON as log.lua
+    takes them only when taken: a hot loop pays a tuple a line. Thread-safe: the job's
+    thread adds, the heartbeat thread and the reporter take."""
 
     __slots__ = ("_lines", "_lock", "attempt", "count", "oldest")
 
@@ -54,34 +56,37 @@ class LogBuffer:
         self.attempt = attempt
         self.count = 0  # lines logged by the attempt so far (each line's n)
         self.oldest = 0.0  # monotonic time of the oldest line not sent
-        self._lines: list[str] = []
+        self._lines: deque[tuple[int, int, str]] = deque(maxlen=MAX_LINES)  # (n, at, line)
         self._lock = threading.Lock()
 
     def add(self, message: str) -> int:
         """Buffer ``message`` (cut to MAX_LINE characters); how many lines wait now."""
-        at = round(time.time() * 1000)
+        at = int(time.time() * 1000)
         with self._lock:
             self.count += 1
-            line = {"attempt": self.attempt, "n": self.count, "at": at, "line": message[:MAX_LINE]}
             if not self._lines:
                 self.oldest = time.monotonic()
-            self._lines.append(json.dumps(line))
-            if len(self._lines) > MAX_LINES:  # (only the newest can be kept)
-                del self._lines[0]
+            self._lines.append((self.count, at, message[:MAX_LINE]))  # (the oldest drop out)
             return len(self._lines)
 
     def take(self) -> list[str]:
         """The lines not sent yet; they are the caller's to send from now on."""
         with self._lock:
-            lines, self._lines = self._lines, []
-            return lines
+            lines = list(self._lines)
+            self._lines.clear()
+        attempt = self.attempt
+        return [json.dumps({"attempt": attempt, "n": n, "at": at, "line": line})
+                for n, at, line in lines]  # fmt: skip
 
     def put_back(self, lines: list[str]) -> None:
-        """Lines a send failed for, to go with the next (log.lua keeps a line sent twice
-        once)."""
+        """Lines (as :meth:`take` made them) a send failed for, to go with the next (log.lua
+        keeps a line sent twice once); the newest MAX_LINES are kept."""
         with self._lock:
-            self._lines[:0] = lines
-            del self._lines[: max(0, len(self._lines) - MAX_LINES)]
+            for told in reversed(lines[-MAX_LINES:]):
+                if len(self._lines) == MAX_LINES:
+                    break
+                entry = json.loads(told)
+                self._lines.appendleft((entry["n"], entry["at"], entry["line"]))
 
     def fresh(self) -> LogBuffer:
         """A buffer of the same attempt that goes on counting, with no lock held (for a
