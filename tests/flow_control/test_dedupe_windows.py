@@ -88,6 +88,14 @@ def test_the_window_holds_after_dead_and_cancelled_not_after_delete(r: redis.Red
     assert WindowReportJob().enqueue(dedupe_key="deleted") != deleted
 
 
+def test_the_window_holds_after_a_claim_buries_an_expired_task(r: redis.Redis) -> None:
+    late = WindowReportJob().enqueue(dedupe_key="late", dedupe_for=60, expires=3600)
+    r.hset(K.task(late.id), "expires_at", 1)  # (its expiry passed: no waiting for it)
+    drain("windows")
+    assert (late.state(), late.info()["last_error"]) == ("dead", "expired")
+    assert WindowReportJob().enqueue(dedupe_key="late") == late
+
+
 def test_the_class_window_and_enqueue_s_override(r: redis.Redis) -> None:
     by_class = WindowDefaultJob().enqueue(dedupe_key="a")
     by_call = WindowDefaultJob().enqueue(dedupe_key="b", dedupe_for=5)
