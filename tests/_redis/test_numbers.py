@@ -151,9 +151,11 @@ CASES: dict[str, Case] = {
             delay_ms=0,
             max_retries=4,
             priority=1,
+            dedupe_key="k",
             expires_ms=60_000,
+            dedupe_for_ms=60_000,
         ),
-        numbers=(5, 6, 7, 9, 12),
+        numbers=(5, 6, 7, 9, 12, 14),
     ),
     "claim": Case(
         waiting,
@@ -262,6 +264,10 @@ CASES: dict[str, Case] = {
         fields=(on("retry_later_count"), on("retry_count"), on("started_at")),
     ),
     "progress": Case(pending, reports.progress(K, TASK, 1, 0.5, ""), numbers=(1, 2)),
+    "log": Case(
+        pending,
+        reports.log(K, TASK, 1, ['{"attempt": 1, "n": 1, "at": 5, "line": "x"}']),
+    ),
     "run_now": Case(scheduled, interventions.run_now(K, TASK), fields=(on("priority"),)),
     "read_queues": Case(waiting, reads.read_queues([queue_base("culex", "q")])),
     "workflow_enqueue": Case(

@@ -220,6 +220,13 @@ class PlainRunner:
             self.send("progress", [self.task(held.id)], [held.attempt, fraction, message]) == 1
         )
 
+    def log(self, held: Held, *lines: str) -> int:
+        """Keep log lines of a held task's attempt: each {attempt, n, at, line} as JSON."""
+        at = int(self.client.time()[0]) * 1000
+        told = [json.dumps({"attempt": held.attempt, "n": n, "at": at, "line": line})
+                for n, line in enumerate(lines, start=1)]  # fmt: skip
+        return int(self.send("log", [self.task(held.id)], [held.attempt, *told]))
+
     def release(self, held: Held) -> bool:
         keys = [self.task(held.id), self.pending, self.waiting, self.signal]
         return bool(self.send("release", keys, [held.id, held.attempt]) == 1)
@@ -445,12 +452,17 @@ def test_a_plain_runner_runs_every_state_change_through_the_shipped_files(r: red
     q.enqueue("pushed-back", "AddJob")
     [held] = q.claim()
     assert q.progress(held, "0.5", "half way")
+    assert q.log(held, "fetched", "half way") == 2
     assert q.retry_later(held, 0)
+    assert q.log(held, "fetched", "half way", "pushed back") == 3  # (kept once each)
     assert not q.progress(held, "0.6")  # no longer pending: refused
     assert not q.retry_later(held, 0)
     [again] = q.claim()  # due at once: claim promotes it
     assert (again.id, again.attempt, again.retry_count) == ("pushed-back", 2, 0)
     assert r.hmget(q.task("pushed-back"), "progress", "progress_message") == [b"0.5", b"half way"]
+    assert q.log(held, "stale") == 0  # (attempt 2 holds it now: refused)
+    logged = json.loads(r.hget(q.task("pushed-back"), "logs") or b"[]")
+    assert [line["line"] for line in logged] == ["fetched", "half way", "pushed back"]
     assert q.complete([(again, "null")]) == []
 
     # a runner dies: its expired leases are reclaimed as stalls, apart from the retries

@@ -47,16 +47,19 @@ def enqueue(
     group: str = "",
     drawn: bool = False,
     expires_ms: int | None = None,
+    dedupe_for_ms: int | None = None,
 ) -> Call[Enqueued]:
     """``trace``: the producer's trace context (tracing.py), "" for none; ``priority``: higher
     runs first (checked by the caller); ``dedupe_key``, ``group``: "" for none;
     ``drawn``: culex drew ``task_id`` (task.new_id), so no task ever had it;
-    ``expires_ms``: the task expires this many ms after the server stores it (None: never).
+    ``expires_ms``: the task expires this many ms after the server stores it (None: never);
+    ``dedupe_for_ms``: with a dedupe key, how long the key stays the task's after it ended.
 
     The optional KEYS and ARGV are sent only when needed, so the common enqueue sends
     seven words fewer and its script does one command less: ARGV 8 to 11 when one of them
-    is used (and ARGV[12] with an expiry); KEYS 5 to 7 with a dedupe key or a group;
-    KEYS[8] (dead) unless the id is drawn (an id no task had cannot be left in dead)."""
+    is used (and ARGV[12] with an expiry, 12 to 14 with a window); KEYS 5 to 7 with a
+    dedupe key or a group; KEYS[8] (dead) unless the id is drawn (an id no task had cannot
+    be left in dead)."""
     args: tuple[Arg, ...] = (
         task_id,
         job_type,
@@ -68,7 +71,9 @@ def enqueue(
     )
     if trace or priority or dedupe_key or group or expires_ms is not None:
         args += (trace, priority, dedupe_key, group)
-        if expires_ms is not None:
+        if dedupe_for_ms is not None:  # (ARGV[13], another option's place, left "")
+            args += ("" if expires_ms is None else expires_ms, "", dedupe_for_ms)
+        elif expires_ms is not None:
             args += (expires_ms,)
     named: tuple[str, ...] = (keys.task(task_id), keys.waiting, keys.scheduled, keys.signal)
     if dedupe_key or group or not drawn:

@@ -43,6 +43,7 @@ class QueueKeys:
         "control",
         "dead",
         "dedupe",
+        "dedupe_windows",
         "done_prefix",
         "grouped_ready",
         "groups_prefix",
@@ -55,6 +56,7 @@ class QueueKeys:
         "starts",
         "stats_prefix",
         "stats_total",
+        "succeeded",
         "task_prefix",
         "waiting",
     )
@@ -82,9 +84,16 @@ class QueueKeys:
         # the request's time in ms: their runners read it about once a second. An id
         # leaves it when its task leaves pending (fail, complete, reclaim).
         self.cancels = f"{base}:cancels"
-        # A hash: dedupe key -> the id of the live task that holds it (enqueue.lua); the
-        # scripts that end a task remove its entry (include/dedupe.lua).
+        # A hash: dedupe key -> the id of the task that holds it (enqueue.lua); the scripts
+        # that end a task remove its entry, or keep it for the task's window.
+        # The recent successes: task id -> when it succeeded (ms); complete.lua keeps the
+        # newest 1,000 and drops the oldest whose hash has expired (browse.lua reads it).
+        self.succeeded = f"{base}:succeeded"
         self.dedupe = f"{base}:dedupe"
+        # A sorted set: the dedupe keys kept after their task ended (enqueue(dedupe_for=)),
+        # scored by the window's end in ms. The scripts name it from the dedupe hash (this
+        # name + ":windows", include/dedupe.lua): ending a task takes no KEY more.
+        self.dedupe_windows = f"{self.dedupe}:windows"
         # Groups (enqueue(group=)): <prefix>g:<group> (a group's ready tasks), ready (every
         # grouped ready task), ring (the groups' turns), running, delayed, s:<group> (a
         # group's rate window): include/groups.lua and claim.lua.

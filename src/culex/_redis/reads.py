@@ -56,14 +56,17 @@ def browse(
     cut: int,
     search: str = "",
     kind: str = "",
+    state: str = "",
 ) -> Call[BrowseReply]:
     """A page of ``state_set`` (one of ``keys``' four sets) from the cursor ``after``; with
     ``job``, only its tasks, with ``search`` only those whose id begins with it or whose
     type, params or last_error holds it, with ``kind`` ("retrying" or "delayed") only
-    those that failed or stalled before (or not), looking at ``examine`` ids at most.
-    Writes nothing."""
+    those that failed or stalled before (or not), with ``state`` only those whose hash
+    says it, looking at ``examine`` ids at most. Writes nothing."""
     score, last = after if after is not None else ("", "")
-    tail = (search, kind) if search or kind else ()  # (optional: a call as before them)
+    tail: tuple[str, ...] = ()  # (optional: a call as before them)
+    if search or kind or state:
+        tail = (search, kind, state) if state else (search, kind)
     return Call(
         (state_set, keys.task_prefix),
         ("asc" if ascending else "desc", score, last, limit, examine, job, cut, *tail),

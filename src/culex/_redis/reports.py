@@ -41,6 +41,7 @@ def complete(
             keys.dedupe,
             keys.groups_prefix,
             keys.cancels,
+            keys.succeeded,
         ),
         tuple(args),
         _parse_refused,
@@ -140,6 +141,12 @@ def retry_later(
         lambda reply: reply in (b"scheduled", "scheduled", b"dead", "dead"),
         scripts.RETRY_LATER,
     )
+
+
+def log(keys: QueueKeys, task_id: str, attempt: int, lines: Sequence[str]) -> Call[int]:
+    """Keep an attempt's log lines (each a JSON object, culex.jobs.task_logs) with its task;
+    the reply is how many the task keeps now, 0 when refused (another attempt holds it)."""
+    return Call((keys.task(task_id),), (attempt, *lines), int, scripts.LOG)
 
 
 def progress(

@@ -59,6 +59,7 @@ HASTEN = Script.load("hasten")
 QUEUE_CONTROL = Script.load("queue_control")
 RETRY_LATER = Script.load("retry_later")
 PROGRESS = Script.load("progress")
+LOG = Script.load("log")
 RUN_NOW = Script.load("run_now")
 READ_QUEUES = Script.load("read_queues")
 WORKFLOW_ENQUEUE = Script.load("workflow_enqueue")
@@ -94,6 +95,7 @@ ALL = (
     QUEUE_CONTROL,
     RETRY_LATER,
     PROGRESS,
+    LOG,
     RUN_NOW,
     READ_QUEUES,
     WORKFLOW_ENQUEUE,

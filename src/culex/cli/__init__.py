@@ -62,7 +62,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR"]
 
 
-_STATES = ["waiting", "scheduled", "pending", "dead"]
+# (succeeded: the queue's recent successes, a history, not one of the four sets)
+_STATES = ["waiting", "scheduled", "pending", "dead", "succeeded"]
 
 
 # Flags of settings that the guide has shown by another name too.

@@ -117,7 +117,7 @@ def task_command(args: argparse.Namespace) -> int:
         print(f"{task_name(queue, task_id)}: no such task (never enqueued, or expired)")
         return 1
     # (a durable task's records and signals: shown readable after the fields)
-    fields = {k: v for k, v in record.items() if not _durable_field(k)}
+    fields = {k: v for k, v in record.items() if not _durable_field(k) and k != "logs"}
     width = max(len(name) for name in fields)
     for name, value in fields.items():
         said = value
@@ -136,7 +136,20 @@ def task_command(args: argparse.Namespace) -> int:
             said = said.replace("\n", "\n" + " " * (width + 2))
         print(shown(f"{name:<{width}}  {said}"))
     print_durable(record)
+    _print_logs(record.get("logs"))
     return 0
+
+
+def _print_logs(stored: str | None) -> None:
+    """The task's log lines (culex.jobs.task_logs), oldest first: attempt, time, line."""
+    from ..jobs.task_logs import parse
+
+    lines = parse(stored)
+    if lines:
+        print(f"logs ({len(lines)} kept, oldest first: attempt, time UTC, line)")
+    for entry in lines:
+        at = entry.at.isoformat(timespec="milliseconds").removesuffix("+00:00")
+        print(shown(f"  {entry.attempt:>3}  {at}  " + entry.line.replace("\n", "\\n")))
 
 
 def _durable_field(name: str) -> bool:
@@ -214,7 +227,8 @@ def _since(now_ms: float, ms: float | None, style: str) -> str:
 
 
 # What a task's time in each state's set means, as the column of ``culex tasks`` says it.
-_AT = {"waiting": "ready since", "scheduled": "due", "pending": "lease ends", "dead": "died"}
+_AT = {"waiting": "ready since", "scheduled": "due", "pending": "lease ends", "dead": "died",
+       "succeeded": "succeeded"}  # fmt: skip
 
 
 def tasks_command(args: argparse.Namespace) -> int:

@@ -12,7 +12,7 @@ from starlette.exceptions import HTTPException
 
 from .. import config
 from ..operations import inspection
-from ..operations.inspection import STATES, TaskPage
+from ..operations.inspection import LISTED, TaskPage
 
 LIMITS = (25, 50, 100)
 MAX_LIMIT = max(LIMITS)
@@ -49,8 +49,8 @@ class Query:
     @classmethod
     def parse(cls, params: Mapping[str, str]) -> Query:
         state = params.get("state", "waiting")
-        if state not in STATES:
-            raise HTTPException(400, f"state must be one of {', '.join(STATES)}")
+        if state not in LISTED:
+            raise HTTPException(400, f"state must be one of {', '.join(LISTED)}")
         order = params.get("order") or ("oldest" if state in RUN_ORDER else "newest")
         if order not in ("newest", "oldest"):
             raise HTTPException(400, "order must be newest or oldest")

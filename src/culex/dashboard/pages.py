@@ -11,6 +11,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 
 from .._redis.keys import check_queue_name
+from ..jobs import task_logs
 from ..jobs.failures import attempt_errors
 from ..jobs.task import Task, check_id
 from ..operations import durable_view, inspection, queue_control, stats
@@ -180,7 +181,13 @@ async def task(request: Request) -> Response:
     return render(
         request,
         "task.html",
-        {**context, "progress": _progress(record), "errors": errors, "page": "queues"},
+        {
+            **context,
+            "progress": _progress(record),
+            "errors": errors,
+            "logs": task_logs.parse(record.get("logs")),
+            "page": "queues",
+        },
     )
 
 

@@ -21,7 +21,7 @@ from .._redis.keys import check_queue_name
 from .._redis.scripts import MOST
 from ..errors import short
 from .codecs import Codec, Deserializer, Serializer
-from .enqueue import check_priority
+from .enqueue_options import check_priority, dedupe_for_ms
 from .limits import QueueLimits, Rate, concurrency, rate
 from .serialization import codec_for, result_codec
 
@@ -109,6 +109,9 @@ class JobDeclaration:
     # A task not started this long after its enqueue ends dead, last_error "expired"
     # (seconds or a timedelta; None: never). QueuedJob.enqueue(expires=) overrides it.
     expires: ClassVar[float | timedelta | None] = None
+    # An enqueue with a dedupe key keeps the key this long after its task ended (seconds or
+    # a timedelta, up to 366 days; None: freed at the end). enqueue(dedupe_for=) overrides it.
+    dedupe_for: ClassVar[float | timedelta | None] = None
     # The retry policy (docs/guide.md#the-retry-policy): the exceptions that retry (None:
     # every exception; () none); each delay drawn at random from half of it to all of it;
     # the most a delay may be (seconds or a timedelta; None: no cap).
@@ -253,6 +256,8 @@ def _check_policy(cls: type[JobDeclaration]) -> None:
     _check_retry_policy(cls)
     if cls.expires is not None:
         config.seconds(cls.expires, f"{name}.expires", minimum=0.001)
+    if cls.dedupe_for is not None:
+        dedupe_for_ms(cls.dedupe_for, f"{name}.dedupe_for")
     for attr in ("lease", "timeout"):
         value = getattr(cls, attr)
         if value is not None:

@@ -10,29 +10,34 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
 from .. import config, tracing
 from .._redis import commands, enqueuing
 from .._redis.calls import Call
 from .._redis.enqueuing import Enqueued
 from .._redis.keys import queue_keys, queues_key
-from .._redis.priority import check_delay_ms, check_ready_ms
 from ..errors import ServerError, short
 from ..server.compatibility import warn_of_older
 from ..server.procedures import Procedure
 from .durability import Confirm, confirmation
+from .enqueue_options import (
+    NO_CONTROL,
+    FlowControl,
+    check_dedupe_key,
+    check_group,
+    check_priority,
+    checked_keys,
+    dedupe_for_ms,
+    expires_ms,
+    when,
+)
 from .task import ResultTyped, Task, check_id, new_id
 
 # Bulk enqueue sends this many scripts per round trip.
 CHUNK = 1000
 # How long a durable enqueue waits for the server to confirm the fsync.
 DURABLE_TIMEOUT_MS = 5000
-# A priority is a whole number in this range (enqueue.lua checks it too): waiting's score
-# is ready_ms - priority * 2^42, exact in a double while |priority| stays far below 2^11.
-MIN_PRIORITY, MAX_PRIORITY = -100, 100
-MAX_DEDUPE_KEY = 500  # characters of a dedupe key
-MAX_GROUP_BYTES = 500  # a group's name, UTF-8 (enqueue.lua checks it too)
 
 # Queues this process has already added to the queue registry set (saves a command).
 _registered: set[tuple[str | None, str, str]] = set()
@@ -57,34 +62,10 @@ class Enqueueable(ResultTyped, Protocol):
     @property
     def expires(self) -> float | timedelta | None: ...
 
+    @property
+    def dedupe_for(self) -> float | timedelta | None: ...
+
     def params_json(self) -> str: ...
-
-
-def check_priority(priority: object, where: str = "priority=") -> int:
-    """Return ``priority`` if it is one (an int in -100 .. 100), else raise a clear error."""
-    if isinstance(priority, bool) or not isinstance(priority, int):
-        raise TypeError(f"{where} must be an int, got {type(priority).__name__}")
-    if not MIN_PRIORITY <= priority <= MAX_PRIORITY:
-        raise ValueError(f"{where} must be in {MIN_PRIORITY} .. {MAX_PRIORITY}, got {priority}")
-    return priority
-
-
-def check_dedupe_key(key: object) -> str:
-    """Return ``key`` if it can be a dedupe key (a str of 1 to 500 characters), else raise."""
-    if not isinstance(key, str):
-        raise TypeError(f"dedupe_key= must be a str, got {type(key).__name__}")
-    if not key or len(key) > MAX_DEDUPE_KEY:
-        raise ValueError(f"dedupe_key= must have 1 to {MAX_DEDUPE_KEY} characters: {key!r:.80}")
-    return key
-
-
-def check_group(group: object) -> str:
-    """Return ``group`` if it can name a group (a str of 1 to 500 bytes), else raise."""
-    if not isinstance(group, str):
-        raise TypeError(f"group= must be a str, got {type(group).__name__}")
-    if not group or len(group.encode()) > MAX_GROUP_BYTES:
-        raise ValueError(f"group= must have 1 to {MAX_GROUP_BYTES} bytes: {group!r:.80}")
-    return group
 
 
 class EnqueueManyError(ServerError):
@@ -117,17 +98,25 @@ class EnqueueManyError(ServerError):
 
 @dataclass
 class Batch:
-    """The ids of an ``enqueue_many`` batch, drawn or given, and which of them are stored
-    so far (filled as the replies come in; read when a round trip fails)."""
+    """The ids of an ``enqueue_many`` batch, drawn or given, its dedupe keys (one per job,
+    "" for none; empty: none at all), and which of them are stored so far (filled as the
+    replies come in; read when a round trip fails)."""
 
     ids: list[str]
     given: bool
     stored: dict[int, Task] = field(default_factory=dict)  # by the job's place
+    dedupe_keys: list[str] = field(default_factory=list)
 
     @classmethod
-    def of(cls, jobs: Sequence[Enqueueable], ids: Sequence[str] | None) -> Batch:
+    def of(
+        cls,
+        jobs: Sequence[Enqueueable],
+        ids: Sequence[str] | None,
+        dedupe_keys: Sequence[str | None] | None = None,
+    ) -> Batch:
+        keyed = [] if dedupe_keys is None else checked_keys(dedupe_keys, len(jobs))
         if ids is None:
-            return cls([new_id() for _ in jobs], False)
+            return cls([new_id() for _ in jobs], False, dedupe_keys=keyed)
         if isinstance(ids, str) or not isinstance(ids, Sequence):
             raise TypeError(f"ids= must be a list of str, one per job, got {short(ids)}")
         if len(ids) != len(jobs):
@@ -136,27 +125,19 @@ class Batch:
         if len(set(checked)) != len(checked):
             twice = next(i for i in checked if checked.count(i) > 1)
             raise ValueError(f"ids= names {short(twice)} twice: one task per id")
-        return cls(checked, True)
+        return cls(checked, True, dedupe_keys=keyed)
+
+    def controls(self, control: FlowControl) -> list[FlowControl]:
+        """What the enqueue of each job asks: ``control``, with the job's own dedupe key."""
+        if not self.dedupe_keys:
+            return [control] * len(self.ids)
+        return [control._replace(dedupe_key=key) if key else control for key in self.dedupe_keys]
 
     def error(self, jobs: Sequence[Enqueueable], cause: ServerError) -> EnqueueManyError:
         """What was stored and what was not, when ``cause`` ended the batch."""
         stored = [self.stored[i] for i in sorted(self.stored)]
         failed = [(self.ids[i], job) for i, job in enumerate(jobs) if i not in self.stored]
         return EnqueueManyError(cause, stored, failed)
-
-
-class FlowControl(NamedTuple):
-    """What one enqueue asks beyond the job: a priority for every task (None: each job's
-    class's), a dedupe key (only for one task; "" for none), a group ("" for none), an
-    expiry in ms for every task (None: each job's class's)."""
-
-    priority: int | None = None
-    dedupe_key: str = ""
-    group: str = ""
-    expires_ms: int | None = None
-
-
-NO_CONTROL = FlowControl()
 
 
 def enqueue_procedure(
@@ -170,12 +151,20 @@ def enqueue_procedure(
     group: str | None = None,
     batch: Batch | None = None,
     expires: timedelta | float | None = None,
+    dedupe_for: timedelta | float | None = None,
 ) -> Procedure[list[Task]]:
     """Enqueue ``jobs``; the procedure's value is their tasks, in order. ``priority`` overrides
     each job's class's; ``dedupe_key`` takes one job; ``group``: every task's group;
-    ``batch``: the jobs' ids, and where the stored ones are noted as their replies come;
-    ``expires``: every task's expiry from now, instead of its class's."""
-    if priority is None and dedupe_key is None and group is None and expires is None:
+    ``batch``: the jobs' ids (and dedupe keys), and where the stored ones are noted as their
+    replies come; ``expires``: every task's expiry from now, instead of its class's;
+    ``dedupe_for``: the window of every task with a dedupe key, instead of its class's."""
+    if (
+        priority is None
+        and dedupe_key is None
+        and group is None
+        and expires is None
+        and dedupe_for is None
+    ):
         control = NO_CONTROL  # (the common case: no object made)
     else:
         control = FlowControl(
@@ -183,9 +172,12 @@ def enqueue_procedure(
             "" if dedupe_key is None else check_dedupe_key(dedupe_key),
             "" if group is None else check_group(group),
             None if expires is None else expires_ms(expires, "expires="),
+            None if dedupe_for is None else dedupe_for_ms(dedupe_for),
         )
     if control.dedupe_key and len(jobs) != 1:
         raise TypeError("dedupe_key= names one task: enqueue one job with it")
+    if dedupe_for is not None and not (control.dedupe_key or (batch and batch.dedupe_keys)):
+        raise TypeError("dedupe_for= is the window of a dedupe key: give dedupe_key= too")
     if tracing.in_span():  # made inside a span: a span of its own (tracing.py)
         with _producing(jobs) as producing:
             tasks = yield from _enqueue(jobs, delay, at, task_id, producing.field, control, batch)
@@ -238,9 +230,10 @@ def _enqueue(
     # (no Batch for an enqueue that gave none: a lone enqueue makes no object of it)
     ids = batch.ids if batch is not None else [given or new_id() for _ in jobs]
     ids_given = batch.given if batch is not None else given is not None
+    controls = [control] * len(jobs) if batch is None else batch.controls(control)
     calls = [
-        _call(job, settings, due_ms, delay_ms, task_id, trace, control, not ids_given)
-        for job, task_id in zip(jobs, ids, strict=True)
+        _call(job, settings, due_ms, delay_ms, task_id, trace, asked, not ids_given)
+        for job, task_id, asked in zip(jobs, ids, controls, strict=True)
     ]
     new_queues = [
         q
@@ -264,7 +257,7 @@ def _enqueue(
                 continue
             if outcome.existed and not ids_given:
                 outcome = yield from _redraw(
-                    job, settings, due_ms, delay_ms, confirm, trace, control
+                    job, settings, due_ms, delay_ms, confirm, trace, controls[i]
                 )
             tasks.append(_task(outcome, job))
             if batch is not None:
@@ -371,25 +364,11 @@ def _call(
             if control.expires_ms is not None or job.expires is None
             else expires_ms(job.expires, f"{type(job).__name__}.expires")
         ),
+        dedupe_for_ms=(
+            None
+            if not control.dedupe_key
+            else control.dedupe_for_ms
+            if control.dedupe_for_ms is not None or job.dedupe_for is None
+            else dedupe_for_ms(job.dedupe_for, f"{type(job).__name__}.dedupe_for")
+        ),
     )
-
-
-def expires_ms(expires: timedelta | float, where: str) -> int:
-    """An expiry (seconds or a timedelta from now, more than 0) in whole ms, at least 1."""
-    ms = max(1, round(config.seconds(expires, where, minimum=0.001) * 1000))
-    return check_delay_ms(ms, where)
-
-
-def when(delay: timedelta | float | None, at: datetime | None) -> tuple[int | None, int]:
-    """(absolute due ms or None, delay ms) from enqueue's ``delay`` / ``at``."""
-    if delay is not None and at is not None:
-        raise TypeError("enqueue() takes delay= or at=, not both")
-    if at is not None:
-        if not isinstance(at, datetime):
-            raise TypeError(f"at= must be a datetime, got {type(at).__name__}")
-        if at.tzinfo is None or at.utcoffset() is None:
-            raise TypeError("at= must be a timezone-aware datetime (e.g. tzinfo=timezone.utc)")
-        return check_ready_ms(round(at.timestamp() * 1000), "at="), 0
-    if delay is None:
-        return None, 0
-    return None, check_delay_ms(round(config.seconds(delay, "delay=") * 1000), "delay=")

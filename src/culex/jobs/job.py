@@ -24,6 +24,7 @@ from .registry import registry
 from .serialization import encode_result, params_text
 from .steps import Durable
 from .task import Task
+from .task_logs import LogBuffer, send_now
 from .upstream import Upstream, upstream_procedure
 
 logger = logging.getLogger("culex")
@@ -39,6 +40,10 @@ class Job(Durable, JobDeclaration):
     attempt: int
     retry_count: int
     reporting_: Reporting  # where progress() stores (unset outside a runner: perform_now)
+    # The attempt's log lines not sent yet (None outside a runner: lines are only logged),
+    # and whether log() sends them itself (in a process child: culex.jobs.task_logs).
+    log_buffer_: LogBuffer | None = None
+    log_direct_: bool = False
     # Set by request_cancel_() when the task's cancel is requested while this attempt runs.
     _cancel_requested: bool = False
 
@@ -100,8 +105,15 @@ class Job(Durable, JobDeclaration):
         return True
 
     def log(self, message: str) -> None:
-        """Log ``message`` as ``[JobName] message`` on the ``culex`` logger."""
+        """Log ``message`` as ``[JobName] message`` on the ``culex`` logger and, in a
+        runner, keep it with the task (``task.logs()``: the newest 100 lines, 1,000
+        characters each, sent with the runner's heartbeat and the attempt's report)."""
         logger.info("[%s] %s", self.type_, message)
+        buffer = self.log_buffer_
+        if buffer is not None:
+            buffer.add(str(message))
+            if self.log_direct_:  # (a process child: no runner's heartbeat sees its lines)
+                send_now(buffer, self.reporting_, self.task_id, due=True)
 
     def fail(self, reason: str = "", retry: bool = True) -> NoReturn:
         """End this attempt as failed; ``retry=False`` sends the task to dead at once."""
@@ -225,6 +237,7 @@ class QueuedJob(Job):
         dedupe_key: str | None = None,
         group: str | None = None,
         expires: timedelta | float | None = None,
+        dedupe_for: timedelta | float | None = None,
     ) -> Task:
         """Store a task of this job in its queue; returns a handle on it.
 
@@ -232,6 +245,9 @@ class QueuedJob(Job):
         ``dedupe_key``: while a task enqueued with this key in this queue is waiting,
         scheduled or running, nothing is stored and the handle is that task, with
         ``deduped`` True; once it has ended, the key is free again.
+        ``dedupe_for``: seconds or a timedelta (up to 366 days), instead of the class's
+        ``dedupe_for``: the key stays the task's that long after it ended (succeeded,
+        dead or cancelled), and an enqueue with it in that time is deduped too.
         ``group``: the task's group (e.g. ``"customer:42"``): the queue's groups take turns,
         each within the queue's group limits (``group_concurrency``, ``group_rate_limit``).
         ``expires``: seconds or a timedelta from now, instead of the class's ``expires``: a
@@ -245,6 +261,7 @@ class QueuedJob(Job):
             dedupe_key=dedupe_key,
             group=group,
             expires=expires,
+            dedupe_for=dedupe_for,
         )
         return run_sync(procedure)[0]
 
@@ -258,6 +275,7 @@ class QueuedJob(Job):
         dedupe_key: str | None = None,
         group: str | None = None,
         expires: timedelta | float | None = None,
+        dedupe_for: timedelta | float | None = None,
     ) -> Task:
         """The async twin of :meth:`enqueue`."""
         procedure = enqueue_procedure(
@@ -269,6 +287,7 @@ class QueuedJob(Job):
             dedupe_key=dedupe_key,
             group=group,
             expires=expires,
+            dedupe_for=dedupe_for,
         )
         return (await run_async(procedure))[0]
 
@@ -282,21 +301,32 @@ def enqueue_many(
     priority: int | None = None,
     group: str | None = None,
     expires: timedelta | float | None = None,
+    dedupe_keys: Sequence[str | None] | None = None,
+    dedupe_for: timedelta | float | None = None,
 ) -> list[Task]:
     """Enqueue many job objects in few round trips (1,000 per pipeline); returns their tasks.
     ``ids``: the tasks' own ids, one per job (as ``enqueue(id=...)``: an id already stored
     changes nothing, so a batch sent again stores each task once). ``priority``: every
     task's, instead of its class's; ``group``: every task's group; ``expires``: every
-    task's expiry from now, instead of its class's. (No ``dedupe_key``: one
-    key names one task; enqueue each job that has one by itself.)
+    task's expiry from now, instead of its class's. ``dedupe_keys``: one per job (None for
+    none), each as ``enqueue(dedupe_key=...)``: a deduped job's task is the task that holds
+    its key (``deduped`` True), also when an earlier job of the batch took it;
+    ``dedupe_for``: the window of every job with a key, instead of its class's.
 
     A batch the server stored only part of (out of memory, a lost connection) raises
     :class:`culex.EnqueueManyError`: its ``stored`` tasks and the ``failed`` ``(id, job)``
     pairs, whose ids (drawn by culex when ``ids`` is None) let you send them again."""
     listed = _checked(jobs)
-    batch = Batch.of(listed, ids)
+    batch = Batch.of(listed, ids, dedupe_keys)
     procedure = enqueue_procedure(
-        listed, delay, at, priority=priority, group=group, batch=batch, expires=expires
+        listed,
+        delay,
+        at,
+        priority=priority,
+        group=group,
+        batch=batch,
+        expires=expires,
+        dedupe_for=dedupe_for,
     )
     try:
         return run_sync(procedure)
@@ -313,12 +343,21 @@ async def aenqueue_many(
     priority: int | None = None,
     group: str | None = None,
     expires: timedelta | float | None = None,
+    dedupe_keys: Sequence[str | None] | None = None,
+    dedupe_for: timedelta | float | None = None,
 ) -> list[Task]:
     """The async twin of :func:`enqueue_many`."""
     listed = _checked(jobs)
-    batch = Batch.of(listed, ids)
+    batch = Batch.of(listed, ids, dedupe_keys)
     procedure = enqueue_procedure(
-        listed, delay, at, priority=priority, group=group, batch=batch, expires=expires
+        listed,
+        delay,
+        at,
+        priority=priority,
+        group=group,
+        batch=batch,
+        expires=expires,
+        dedupe_for=dedupe_for,
     )
     try:
         return await run_async(procedure)

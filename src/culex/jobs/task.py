@@ -16,10 +16,12 @@ from .._redis import steps as durable
 from .._redis.keys import QueueKeys, check_queue_name, queue_keys, queues_key
 from ..errors import CulexError, TaskFailed, short
 from ..server.procedures import Procedure, one_call, run_async, run_sync
+from . import task_logs
 from .codecs import Codec
 from .progress import Progress, read_procedure
 from .registry import registry
 from .serialization import decode_result
+from .task_logs import LogLine
 
 
 class ResultTyped(Protocol):
@@ -259,6 +261,15 @@ class Task:
 
     async def aprogress(self) -> Progress | None:
         return await run_async(read_procedure(self._keys(), self.id), self.url)
+
+    def logs(self) -> list[LogLine]:
+        """The lines its job wrote with ``self.log(...)``, oldest first, each with its
+        attempt and time: the newest 100 of every attempt, kept while its record is
+        (culex.jobs.task_logs says which lines a killed runner loses)."""
+        return run_sync(task_logs.read_procedure(self._keys(), self.id), self.url)
+
+    async def alogs(self) -> list[LogLine]:
+        return await run_async(task_logs.read_procedure(self._keys(), self.id), self.url)
 
     def result(self, timeout: float | None = None) -> Any:
         """Wait for perform's return value. Raises TaskFailed (dead) or TimeoutError."""

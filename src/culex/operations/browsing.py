@@ -24,6 +24,9 @@ from ..jobs.task import MAX_ID_LENGTH, check_id
 from ..server.procedures import Procedure, raised, run_async, run_sync
 
 STATES = ("waiting", "pending", "scheduled", "dead")
+# What a listing of tasks takes: the four sets, and the recent successes (not one of the
+# sets a task is in: a history complete.lua keeps, the newest 1,000 of the queue).
+LISTED = (*STATES, "succeeded")
 MAX_PAGE = 500  # rows a page holds at most
 EXAMINE = 2000  # ids a page with a job filter looks at, at most
 CUT = 500  # characters shown of last_error and of params
@@ -75,11 +78,12 @@ def tasks(
     search: str | None = None,
     kind: str | None = None,
 ) -> TaskPage:
-    """A page of the tasks of ``queue`` in ``state`` (waiting, scheduled, pending or dead),
-    newest first by their score (``newest_first=False``: oldest first), ``limit`` (1..500)
-    rows from ``cursor`` on (a page's ``next_cursor``; None: the start). A page is read in one
-    round trip, and stays stable while tasks come and go: the cursor is a position in the
-    set, not an offset.
+    """A page of the tasks of ``queue`` in ``state`` (waiting, scheduled, pending or dead,
+    or succeeded: the queue's last 1,000 successes while their records last), newest first
+    by their score (``newest_first=False``: oldest first), ``limit`` (1..500) rows from
+    ``cursor`` on (a page's ``next_cursor``; None: the start). A page is read in one round
+    trip, and stays stable while tasks come and go: the cursor is a position in the set,
+    not an offset.
 
     In waiting, the order is the one the tasks run in, highest priority first and then
     earliest ready (``newest_first=False``), or its reverse (the default: the task that
@@ -175,9 +179,10 @@ def check_limit(limit: object, most: int) -> int:
 
 
 def state_set(keys: QueueKeys, state: str) -> str:
-    """The sorted set of ``state`` among ``keys`` (for waiting: the tasks without a group)."""
+    """The sorted set of ``state`` among ``keys`` (for waiting: the tasks without a group;
+    for succeeded: the recent successes)."""
     return {"waiting": keys.waiting, "pending": keys.pending, "scheduled": keys.scheduled,
-            "dead": keys.dead}[state]  # fmt: skip
+            "dead": keys.dead, "succeeded": keys.succeeded}[state]  # fmt: skip
 
 
 def state_sets(keys: QueueKeys, state: str) -> list[str]:
@@ -240,7 +245,7 @@ def browse_call(
     return reads.browse(
         keys, in_set or state_set(keys, state), ascending=ascending, after=after, limit=limit,
         examine=max(limit, examine), job=job or "", cut=CUT * 4,  # (bytes: 4 per character)
-        search=search, kind=kind,
+        search=search, kind=kind, state="succeeded" if state == "succeeded" else "",
     )  # fmt: skip
 
 
@@ -257,7 +262,7 @@ def _page_procedure(
 ) -> Procedure[TaskPage]:
     """The arguments of :func:`tasks`, checked before any I/O, and the procedure of the page."""
     keys = queue_keys(settings.prefix, check_queue_name(queue))
-    check_state(state)
+    check_state(state, LISTED)
     if not isinstance(newest_first, bool):
         raise TypeError(f"newest_first must be a bool, got {type(newest_first).__name__}")
     check_limit(limit, MAX_PAGE)

@@ -17,6 +17,7 @@ from .. import config
 from .._redis import commands
 from .._redis.calls import number, shown
 from ..server.procedures import Procedure, run_async, run_sync
+from .browsing import LISTED as LISTED
 from .browsing import STATES as STATES
 from .browsing import TaskPage as TaskPage  # (the names a dashboard reads from here too)
 from .browsing import TaskRow as TaskRow

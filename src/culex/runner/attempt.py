@@ -27,6 +27,7 @@ from ..jobs.job import Job
 from ..jobs.progress import Reporting
 from ..jobs.registry import JobRegistry
 from ..jobs.task import task_name as named
+from ..jobs.task_logs import LogBuffer
 from .attempt_span import performing
 from .isolation import ChildDied, ChildRaised, run_in_process
 
@@ -39,13 +40,15 @@ class Outcome:
     with its ``traceback`` (culex.jobs.failures; "" for none); or, with ``later_ms``, neither:
     the job asked to run again after that many ms (culex.RetryLater), which counts no
     failed attempt; or, with ``over``, nothing to report: a durable task suspended (a
-    sleep, a wait for a signal) or found another attempt holds it (culex.jobs.steps)."""
+    sleep, a wait for a signal) or found another attempt holds it (culex.jobs.steps).
+    ``lines``: the attempt's log lines not sent yet, sent before its report."""
 
     __slots__ = (
         "claimed",
         "error",
         "exception",
         "later_ms",
+        "lines",
         "over",
         "result_json",
         "result_ttl",
@@ -74,6 +77,7 @@ class Outcome:
         self.retry_delay_ms = retry_delay_ms
         self.result_ttl = result_ttl
         self.later_ms = later_ms
+        self.lines: list[str] = []
 
 
 def task_name(claimed: Claimed) -> str:
@@ -86,9 +90,10 @@ class Preparation:
     """How a claimed task becomes the job object its attempt runs, the same for a runner
     and for culex.testing's drain: decoded with the job class ``jobs`` knows for its type,
     its own lease checked (and given to ``hold`` when it is not ``default_lease_ms``), and
-    told where its queue's progress goes (``reporting``, one per queue)."""
+    told where its queue's progress goes (``reporting``, one per queue); its log lines'
+    buffer is given to ``lines`` (the runner's heartbeat sends them)."""
 
-    __slots__ = ("default_lease_ms", "hold", "jobs", "max_payload_bytes", "reporting")
+    __slots__ = ("default_lease_ms", "hold", "jobs", "lines", "max_payload_bytes", "reporting")
 
     def __init__(
         self,
@@ -98,8 +103,10 @@ class Preparation:
         *,
         default_lease_ms: int = 0,
         hold: Callable[[Claimed, int], object] | None = None,
+        lines: Callable[[Claimed, LogBuffer], object] | None = None,
     ) -> None:
         self.jobs = jobs
+        self.lines = lines
         self.max_payload_bytes = max_payload_bytes
         self.reporting = reporting
         self.default_lease_ms = default_lease_ms
@@ -119,6 +126,9 @@ class Preparation:
                 if lease_ms != self.default_lease_ms and self.hold is not None:
                     self.hold(claimed, lease_ms)
             job.reporting_ = self.reporting[claimed.queue]
+            job.log_buffer_ = LogBuffer(claimed.attempt)
+            if self.lines is not None:
+                self.lines(claimed, job.log_buffer_)
         except Exception as exc:  # (decode's own are caught there: this is the rest)
             return broken(claimed, f"{type(exc).__name__}: {exc}", exc)
         return job
@@ -177,7 +187,15 @@ def broken(claimed: Claimed, reason: str, raised: BaseException | None = None) -
 def attempt(job: Job, claimed: Claimed, pool: Executor) -> Awaitable[Outcome]:
     """One attempt, judged, in its span when tracing is on. Its await never raises but
     for cancellation."""
-    return performing(job, claimed, _judged(job, claimed, pool))
+    return performing(job, claimed, _with_lines(job, _judged(job, claimed, pool)))
+
+
+async def _with_lines(job: Job, judged: Awaitable[Outcome]) -> Outcome:
+    """The outcome, with the attempt's log lines not sent yet (they go before its report)."""
+    outcome = await judged
+    if job.log_buffer_ is not None:
+        outcome.lines = job.log_buffer_.take()
+    return outcome
 
 
 async def _judged(job: Job, claimed: Claimed, pool: Executor) -> Outcome:

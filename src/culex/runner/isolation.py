@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import AttemptOver, JobFailure, RetryLater
 from ..jobs import retry_policy
 from ..jobs.failures import traceback_of
+from ..jobs.task_logs import send_now
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
@@ -95,18 +96,29 @@ def kill(task_ids: Iterable[str] | None = None) -> None:
 
 def _child(job: Job, run: Callable[[Job], Any], send: Connection) -> None:
     try:
+        if job.log_buffer_ is not None:  # (the child sends its own lines: task_logs.py)
+            job.log_buffer_, job.log_direct_ = job.log_buffer_.fresh(), True
+        message: tuple[str, Any]
         try:
-            send.send(("ok", job.result_text(run(job))))
+            message = ("ok", job.result_text(run(job)))
         except JobFailure as exc:
-            send.send(("failure", (exc.reason, exc.retry)))
+            message = ("failure", (exc.reason, exc.retry))
         except RetryLater as exc:
-            send.send(("later", getattr(exc, "delay_ms", None)))
+            message = ("later", getattr(exc, "delay_ms", None))
         except AttemptOver as exc:
-            send.send(("over", exc.why))
+            message = ("over", exc.why)
         except BaseException as exc:
             told = f"{type(exc).__name__}: {exc}"
-            send.send(("error", (told, traceback_of(exc), retry_policy.retries(job, exc))))
+            message = ("error", (told, traceback_of(exc), retry_policy.retries(job, exc)))
+        _lines_sent(job)
+        send.send(message)
         send.close()
     finally:
         # Leave at once: the parent's atexit handlers, threads and event loop are not ours.
         os._exit(0)
+
+
+def _lines_sent(job: Job) -> None:
+    """The child's last log lines, sent before its outcome is."""
+    if job.log_buffer_ is not None:
+        send_now(job.log_buffer_, job.reporting_, job.task_id)

@@ -17,12 +17,13 @@ import threading
 import time
 
 from .. import config
-from .._redis import claims, commands
+from .._redis import claims, commands, reports
 from .._redis.calls import Call
 from .._redis.claims import Claimed
 from .._redis.drivers import SyncDriverProtocol
 from .._redis.keys import queue_keys, queues_key
 from ..errors import ServerError
+from ..jobs.task_logs import LogBuffer
 from ..server import configured
 
 logger = logging.getLogger("culex")
@@ -34,7 +35,7 @@ LOST_AFTER = 0.8
 class Held:
     """A task this runner holds: its lease and when that lease was last renewed."""
 
-    __slots__ = ("claimed", "finished", "lease_ms", "lost", "renewed", "started")
+    __slots__ = ("claimed", "finished", "lease_ms", "lines", "lost", "renewed", "started")
 
     def __init__(self, claimed: Claimed, lease_ms: int) -> None:
         self.claimed = claimed
@@ -45,6 +46,7 @@ class Held:
         # The attempt has ended and its report may be on its way: a refused renewal then
         # means the report landed first, not a lost lease.
         self.finished = False
+        self.lines: LogBuffer | None = None  # its job's log lines, sent with each beat
 
 
 class LeaseKeeper:
@@ -78,6 +80,13 @@ class LeaseKeeper:
             self._held[(claimed.queue, claimed.id)] = Held(claimed, lease_ms)
         if lease_ms != self._default_lease_ms:
             self._wake.set()
+
+    def keep_lines(self, claimed: Claimed, buffer: LogBuffer) -> None:
+        """Send the log lines of ``claimed``'s attempt in ``buffer`` with each beat."""
+        with self._lock:
+            held = self._held.get((claimed.queue, claimed.id))
+            if held is not None and held.claimed is claimed:
+                held.lines = buffer
 
     def say(self, **fields: str) -> None:
         """Change fields of the runner's record (its ``state``); the next beat, at once,
@@ -139,6 +148,17 @@ class LeaseKeeper:
         names = [q for q in self.identity["queues"].split(",") if q]
         return [commands.register_queue(queues_key(self.settings.prefix), *names)] if names else []
 
+    def _logged(self, held: list[Held]) -> list[tuple[LogBuffer, list[str], Call[int]]]:
+        """The log lines the held attempts buffered since the last beat, and their calls."""
+        logged = []
+        for h in held:
+            lines = h.lines.take() if h.lines is not None else []
+            if lines and h.lines is not None:
+                keys = queue_keys(self.settings.prefix, h.claimed.queue)
+                call = reports.log(keys, h.claimed.id, h.claimed.attempt, lines)
+                logged.append((h.lines, lines, call))
+        return logged
+
     def _renew(self, driver: SyncDriverProtocol, held: list[Held]) -> None:
         groups: dict[tuple[str, int], list[Held]] = {}
         for h in held:
@@ -156,13 +176,18 @@ class LeaseKeeper:
             if self.identity is None
             else [*self._listed(), self._record(self.settings.lease_ms, held)]
         )
+        logged = self._logged(held)
         try:
-            replies = driver.run_many([*calls, *beats])
+            replies = driver.run_many([*calls, *beats, *(call for _, _, call in logged)])
         except ServerError as exc:  # (the next beat tries again)
             logger.warning("could not renew the leases of %d tasks: %s", len(held), exc)
-            replies = [exc] * (len(calls) + len(beats))
-        if beats and isinstance(replies[-1], ServerError):
-            logger.warning("could not beat in the runner registry: %s", replies[-1])
+            replies = [exc] * (len(calls) + len(beats) + len(logged))
+        told = len(calls) + len(beats)  # (the log calls' replies come after)
+        if beats and isinstance(replies[told - 1], ServerError):
+            logger.warning("could not beat in the runner registry: %s", replies[told - 1])
+        for (buffer, lines, _), reply in zip(logged, replies[told:], strict=True):
+            if isinstance(reply, ServerError):  # (with the next beat, or the report)
+                buffer.put_back(lines)
         now = time.monotonic()
         for group, reply in zip(groups.values(), replies[: len(calls)], strict=True):
             lost = set(reply) if isinstance(reply, list) else set()

@@ -111,7 +111,10 @@ class Reporter:
             batch = self.outbox.take()
             again = False  # some of the batch go again: pause first (not for new ones)
             calls, owners = self._calls(batch)
-            results = await self.send(calls, "reporting outcomes")
+            lines = self._lines(batch)  # (before the reports: log.lua fences by attempt)
+            results = await self.send([*lines, *calls], "reporting outcomes")
+            _lines_kept(batch, results[: len(lines)])
+            results = results[len(lines) :]
             if any(r is UNSENT or isinstance(r, ServerUnavailable) for r in results):
                 if landed.is_set():
                     logger.warning("no more tasks are claimed until the outcomes are reported")
@@ -172,6 +175,8 @@ class Reporter:
         owners: list[list[Outcome]] = []
         for outcome in batch:
             claimed = outcome.claimed
+            if outcome.over:  # (an attempt with nothing to report: only its log lines go)
+                continue
             if outcome.later_ms is not None:
                 keys = queue_keys(self.settings.prefix, claimed.queue)
                 calls.append(
@@ -211,6 +216,17 @@ class Reporter:
             owners.append(outcomes)
         return calls, owners
 
+    def _lines(self, batch: list[Outcome]) -> list[Call[Any]]:
+        """A log call for each outcome whose attempt left log lines not sent yet."""
+        return [
+            reports.log(
+                queue_keys(self.settings.prefix, o.claimed.queue), o.claimed.id,
+                o.claimed.attempt, o.lines,
+            )
+            for o in batch
+            if o.lines
+        ]  # fmt: skip
+
     def _kept_ms(self, outcome: Outcome) -> int:
         """How long a succeeded task's hash is kept: result_ttl (the job's, else the
         setting) when perform returned a value; successful_job_ttl for None, or when
@@ -224,3 +240,14 @@ class Reporter:
         if outcome.result_json == "null" or seconds == 0:
             return self.settings.successful_job_ttl_ms
         return min(MOST, max(1, round(seconds * 1000)))  # (the longest complete.lua takes)
+
+
+def _lines_kept(batch: list[Outcome], results: list[Any]) -> None:
+    """The log lines that landed are sent no more; those that did not go again with their
+    outcome's report (log.lua keeps a line sent twice once)."""
+    replies = iter(results)
+    for outcome in batch:
+        if outcome.lines:
+            reply = next(replies)
+            if reply is not UNSENT and not isinstance(reply, Exception):
+                outcome.lines = []

@@ -208,6 +208,7 @@ class Runner:
             q: Reporting(url, queue_keys(settings.prefix, q)) for q in self.queues
         }
         self._preparation.hold = keeper.hold
+        self._preparation.lines = keeper.keep_lines
         keeper.start()
         logger.info("culex is buzzing...")
         queues = startup.queues_said(self.queues, self.weights, settings.strict_queues)
@@ -342,7 +343,9 @@ class Runner:
                     # Whatever perform did once told (returned early, raised, was killed):
                     # the task ends as cancelled; fail.lua stores the request's reason.
                     logger.warning("task %s was cancelled while running", task_name(claimed))
+                    lines = outcome.lines if outcome is not None else []
                     outcome = Outcome(claimed, error="cancelled", retry_delay_ms=None)
+                    outcome.lines = lines
         finally:
             if outcome is None:
                 keeper.drop(claimed)
@@ -350,7 +353,7 @@ class Runner:
         keeper.finish(claimed)
         if outcome.over:  # (nothing to report: suspended already, or not its attempt's)
             keeper.drop(claimed)
-        else:
+        if not outcome.over or outcome.lines:  # (an ended attempt's lines go out all the same)
             self._outbox.put(outcome)
         if self.supervised is not None:
             self.supervised.ended()

@@ -153,7 +153,7 @@ class _Drainer:
             self.running = claimed
             done = await asyncio.gather(*(self._attempt(c) for c in claimed))
             self.running = []
-            self.outbox.extend([outcome for outcome, _ in done if not outcome.over])
+            self.outbox.extend([o for o, _ in done if not o.over or o.lines])  # (lines only)
             await self.reporter.flush()
             if any(c.run for c in claimed):
                 await self._released()

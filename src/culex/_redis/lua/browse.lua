@@ -8,7 +8,8 @@
 -- may then hold fewer rows than `limit` (none at all), with a cursor to go on from. A
 -- search (ARGV[8]) and a kind (ARGV[9]) look at ids the same way, within the same bound.
 --
--- KEYS[1] the state's zset  <prefix>:{<queue>}:waiting, :scheduled, :pending or :dead
+-- KEYS[1] the state's zset  <prefix>:{<queue>}:waiting, :scheduled, :pending or :dead, or
+--                           :succeeded (the recent successes, kept by complete.lua)
 -- KEYS[2] task key prefix   <prefix>:{<queue>}:task:
 -- ARGV[1] order             "asc" (lowest score first: oldest) or "desc" (newest first)
 -- ARGV[2] after_score       the cursor's score (a finite number, or inf or -inf, which an
@@ -25,6 +26,9 @@
 -- ARGV[9] kind              optional: "retrying" (only tasks with retry_count or stalls
 --                           above 0: in scheduled, those waiting out a retry's back-off),
 --                           "delayed" (only the others), "" or none: every task
+-- ARGV[10] state            optional: only tasks whose hash says this state (the succeeded
+--                           zset may name an id whose hash expired and was used again);
+--                           "" or none: any
 -- Returns: {total, looked, next_score, next_id, row, row, ...}: total = ZCARD of the zset;
 --          looked = how many ids the page looked at; next_score and next_id: the cursor of the next page (the last id looked at),
 --          both "" when the set holds no more ids in this order; each row
@@ -82,7 +86,7 @@ if (ARGV[1] ~= 'asc' and ARGV[1] ~= 'desc') or (ARGV[2] ~= '' and not infinite
     .. '"", a finite number, inf or -inf')
 end
 local set, job = KEYS[1], ARGV[6]
-local search, kind = ARGV[8] or '', ARGV[9] or ''
+local search, kind, state = ARGV[8] or '', ARGV[9] or '', ARGV[10] or ''
 if kind ~= '' and kind ~= 'retrying' and kind ~= 'delayed' then
   return redis.error_reply('ERR browse: ARGV[9] kind must be retrying, delayed or ""')
 end
@@ -130,8 +134,8 @@ local function row(id, score)
     if t ~= job then return nil end
   end
   local f = redis.pcall('HMGET', key, 'type', 'enqueue_time', 'retry_count', 'last_error',
-    'params', 'priority', 'group', 'stalls')
-  if f['err'] or not f[1] then return nil end
+    'params', 'priority', 'group', 'stalls', 'state')
+  if f['err'] or not f[1] or (state ~= '' and f[9] ~= state) then return nil end
   if search ~= '' and string.sub(id, 1, #search) ~= search
       and not string.find(f[1], search, 1, true)
       and not string.find(f[5] or '', search, 1, true)

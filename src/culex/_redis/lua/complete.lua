@@ -28,6 +28,12 @@
 -- KEYS[10] cancels zset <prefix>:{<queue>}:cancels   optional: a task whose cancel was
 --         requested leaves it. Its success stands: it ended before its runner learned of
 --         the request, and the work is done; see cancel.lua
+-- KEYS[11] succeeded zset <prefix>:{<queue>}:succeeded   optional: the recent successes,
+--         scored by their end (ms): each task that lands is added; the set keeps the
+--         newest 1,000 (SUCCEEDED_KEPT), and those among its oldest (as many as the call
+--         adds, at most 64) whose hash has expired (or says another state: an id used
+--         again) leave it. The set expires after the hashes it names: when less than the
+--         longest ttl_ms of the call is left of its TTL, the TTL becomes twice that
 -- ARGV[1..] quadruples: id, attempt, result, ttl_ms
 --         attempt  the one the runner was handed: it fences stale runners
 --         result   JSON text of perform's return value
@@ -53,15 +59,47 @@ end
 -- <<< include/wake.lua
 
 -- >>> include/dedupe.lua
--- The dedupe hash maps a key to the live task enqueued with it (enqueue.lua). A task that
--- ends frees its key, only while the key still names it: a later task may have taken it.
+-- The dedupe hash maps a key to the task enqueued with it (enqueue.lua). A task that ends
+-- frees its key, only while the key still names it: a later task may have taken it.
 -- dedupe_hash nil (a caller that sends fewer keys, e.g. a runner of an older version) or a
 -- task without a key costs nothing; enqueue.lua treats a key whose task has ended as free,
 -- so a key left behind heals itself. pcall: a dedupe key of another type must not stop
 -- the task's own change.
-local function free_dedupe(dedupe_hash, key, id)
-  if dedupe_hash and key and redis.pcall('HGET', dedupe_hash, key) == id then
-    redis.pcall('HDEL', dedupe_hash, key)
+--
+-- A task enqueued with a window (its hash's `dedupe_for`, ms) keeps its key for that long
+-- after it ends: the entry stays, and the key goes into the windows zset <dedupe>:windows
+-- scored by the window's end (ms). task_key nil (delete.lua: a deleted task) frees the key
+-- at once. The zset is the same slot's key named from the dedupe hash, so that the six
+-- scripts that end a task take no KEY more (keys.py names it too).
+local function free_dedupe(dedupe_hash, key, id, task_key)
+  if not (dedupe_hash and key and redis.pcall('HGET', dedupe_hash, key) == id) then
+    return
+  end
+  -- (digits only, at most 13: a foreign 'inf' or '1e400' must not make a window forever)
+  local w = task_key and redis.pcall('HGET', task_key, 'dedupe_for')
+  local window = type(w) == 'string' and #w <= 13 and string.match(w, '^%d+$') and tonumber(w)
+  if window and window > 0 then
+    local t = redis.call('TIME')
+    redis.pcall('ZADD', dedupe_hash .. ':windows', t[1] * 1000 + math.floor(t[2] / 1000)
+      + window, key)
+    return
+  end
+  redis.pcall('HDEL', dedupe_hash, key)
+end
+
+-- Drop up to 4 windows that ended before `now`, and their keys' entries while the entry's
+-- task is not live (a producer of an older version, that knows no windows, may have given
+-- the key to a new task). Every enqueue with a dedupe key calls it, so windows that have
+-- ended never pile up beyond those added since the last such enqueue.
+local function prune_windows(dedupe_hash, task_prefix, now)
+  local windows = dedupe_hash .. ':windows'
+  for _, key in ipairs(redis.call('ZRANGEBYSCORE', windows, '-inf', now, 'LIMIT', 0, 4)) do
+    redis.call('ZREM', windows, key)
+    local holder = redis.call('HGET', dedupe_hash, key)
+    local state = holder and redis.pcall('HGET', task_prefix .. holder, 'state')
+    if holder and state ~= 'waiting' and state ~= 'scheduled' and state ~= 'pending' then
+      redis.call('HDEL', dedupe_hash, key)
+    end
   end
 end
 -- <<< include/dedupe.lua
@@ -366,6 +404,11 @@ local function argv_whole(script, i, name, lo, hi, absent)
 end
 -- <<< include/numbers.lua
 
+-- The succeeded zset, when the caller sends it (an older runner does not), and how many ids
+-- it keeps: the newest, so the history of a busy queue is its last 1,000 successes.
+local succeeded = KEYS[11]
+local SUCCEEDED_KEPT = 1000
+
 if not KEYS[5] then  -- (before any write, as every check)
   return redis.error_reply('ERR complete takes 5 keys: the counters prefix is KEYS[5]')
 end
@@ -380,6 +423,7 @@ local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local refused = {}
 local done = {}
 local tally = {}
+local longest = 0  -- (the longest ttl_ms of the tasks that landed: the history's TTL)
 for i = 1, #ARGV, 4 do
   local id = ARGV[i]
   local key = KEYS[2] .. id
@@ -397,6 +441,7 @@ for i = 1, #ARGV, 4 do
         'run')
     end
     local ttl = tonumber(ARGV[i + 3])
+    longest = math.max(longest, ttl)
     done[#done + 1] = id
     count(tally, f[4] or '', 's', run_time(now, f[6]))
     redis.call('HSET', key, 'state', 'succeeded', 'result', ARGV[i + 2], 'finished_at', now)
@@ -405,7 +450,7 @@ for i = 1, #ARGV, 4 do
       wake(key, KEYS[4] .. id, ttl)
     end
     if e[1] then
-      free_dedupe(KEYS[8], e[1], id)
+      free_dedupe(KEYS[8], e[1], id, key)
     end
     if e[3] == '1' then
       group_ended(KEYS[9], key, e[2], KEYS[7], t[1] * 1000000 + t[2])
@@ -427,6 +472,34 @@ for i = 1, #ARGV, 4 do
 end
 for i = 1, #done, 1000 do  -- unpack in slices: Lua's C stack is bounded
   redis.call('ZREM', KEYS[1], unpack(done, i, math.min(i + 999, #done)))
+end
+if succeeded and #done > 0 then
+  -- (pcall: a key of another type must not undo the reports; the history is a convenience)
+  local scored = {}
+  for _, id in ipairs(done) do
+    scored[#scored + 1] = now
+    scored[#scored + 1] = id
+  end
+  for i = 1, #scored, 1000 do
+    redis.pcall('ZADD', succeeded, unpack(scored, i, math.min(i + 999, #scored)))
+  end
+  redis.pcall('ZREMRANGEBYRANK', succeeded, 0, -SUCCEEDED_KEPT - 1)
+  -- (raised to twice the longest once less than the longest is left: not a write every
+  -- call, and the set outlives each hash it names by at most one such ttl)
+  local left = redis.pcall('PTTL', succeeded)
+  if type(left) == 'number' and left < longest then
+    redis.pcall('PEXPIRE', succeeded, 2 * longest)
+  end
+  -- (as many of the oldest as were added, at most 64: while the hashes expire in the order
+  -- they were written, the stale ids leave as fast as new ones come)
+  local oldest = redis.pcall('ZRANGE', succeeded, 0, math.min(#done, 64) - 1)
+  if type(oldest) == 'table' then
+    for _, id in ipairs(oldest) do
+      if redis.pcall('HGET', KEYS[2] .. id, 'state') ~= 'succeeded' then
+        redis.call('ZREM', succeeded, id)
+      end
+    end
+  end
 end
 write_counts(KEYS[5], now, tally)
 if #done > 0 then

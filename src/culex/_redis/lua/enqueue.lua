@@ -36,7 +36,8 @@
 --                        that holds this key (KEYS[5]) is waiting, scheduled or pending,
 --                        nothing is stored and the reply names that task; otherwise the
 --                        new task takes the key (field `dedupe_key`). A key whose task has
---                        ended or is gone counts as free.
+--                        ended or is gone counts as free, unless its window (ARGV[14]) is
+--                        still open: then too the reply names that task.
 -- ARGV[11] group        optional: 1 to 500 bytes, "" or absent for none. A task of a group
 --                        waits in its group's ready set; claim takes the groups in turns,
 --                        within the queue's group limits (docs/flow-control.md)
@@ -44,14 +45,67 @@
 --                        clock), a whole number in 0 .. 2^42 - 1 - now; "" or absent: never.
 --                        Stored as the field `expires_at` (ms since the epoch): claim buries
 --                        a task it takes after that time dead with last_error "expired"
--- ARGV 8 to 12 may all be left out (seven ARGV): the common enqueue sends none of them, and
+-- ARGV[13] headers       optional: another option's place ("" here: left empty)
+-- ARGV[14] dedupe_for_ms optional: with a dedupe key, the key stays the task's this many ms
+--                        after it ended (succeeded, dead or cancelled; a deleted task frees it
+--                        at once): a whole number in 1 .. 2^42 - 1, "" or absent: none.
+--                        Stored as the field `dedupe_for`; the task that ends notes the
+--                        window's end in <dedupe>:windows (include/dedupe.lua)
+-- ARGV 8 to 14 may all be left out (seven ARGV): the common enqueue sends none of them, and
 -- the script then skips their checks
 -- Returns: {state, id} where state is "waiting" or "scheduled";
 --          {"exists", id} when a task with this id already exists (nothing changes:
 --          client-made ids make enqueue idempotent);
---          {"deduped", id of the live task that holds the dedupe key} (nothing changes).
+--          {"deduped", id of the task that holds the dedupe key} (nothing changes but
+--          the windows that have ended: include/dedupe.lua's prune_windows).
 -- An error, and nothing written, for a bad number (include/numbers.lua), a bad priority, a
--- bad dedupe key, or a dedupe key without KEYS[5] and KEYS[6].
+-- bad dedupe key, a dedupe key without KEYS[5] and KEYS[6], or a window without a key.
+
+-- >>> include/dedupe.lua
+-- The dedupe hash maps a key to the task enqueued with it (enqueue.lua). A task that ends
+-- frees its key, only while the key still names it: a later task may have taken it.
+-- dedupe_hash nil (a caller that sends fewer keys, e.g. a runner of an older version) or a
+-- task without a key costs nothing; enqueue.lua treats a key whose task has ended as free,
+-- so a key left behind heals itself. pcall: a dedupe key of another type must not stop
+-- the task's own change.
+--
+-- A task enqueued with a window (its hash's `dedupe_for`, ms) keeps its key for that long
+-- after it ends: the entry stays, and the key goes into the windows zset <dedupe>:windows
+-- scored by the window's end (ms). task_key nil (delete.lua: a deleted task) frees the key
+-- at once. The zset is the same slot's key named from the dedupe hash, so that the six
+-- scripts that end a task take no KEY more (keys.py names it too).
+local function free_dedupe(dedupe_hash, key, id, task_key)
+  if not (dedupe_hash and key and redis.pcall('HGET', dedupe_hash, key) == id) then
+    return
+  end
+  -- (digits only, at most 13: a foreign 'inf' or '1e400' must not make a window forever)
+  local w = task_key and redis.pcall('HGET', task_key, 'dedupe_for')
+  local window = type(w) == 'string' and #w <= 13 and string.match(w, '^%d+$') and tonumber(w)
+  if window and window > 0 then
+    local t = redis.call('TIME')
+    redis.pcall('ZADD', dedupe_hash .. ':windows', t[1] * 1000 + math.floor(t[2] / 1000)
+      + window, key)
+    return
+  end
+  redis.pcall('HDEL', dedupe_hash, key)
+end
+
+-- Drop up to 4 windows that ended before `now`, and their keys' entries while the entry's
+-- task is not live (a producer of an older version, that knows no windows, may have given
+-- the key to a new task). Every enqueue with a dedupe key calls it, so windows that have
+-- ended never pile up beyond those added since the last such enqueue.
+local function prune_windows(dedupe_hash, task_prefix, now)
+  local windows = dedupe_hash .. ':windows'
+  for _, key in ipairs(redis.call('ZRANGEBYSCORE', windows, '-inf', now, 'LIMIT', 0, 4)) do
+    redis.call('ZREM', windows, key)
+    local holder = redis.call('HGET', dedupe_hash, key)
+    local state = holder and redis.pcall('HGET', task_prefix .. holder, 'state')
+    if holder and state ~= 'waiting' and state ~= 'scheduled' and state ~= 'pending' then
+      redis.call('HDEL', dedupe_hash, key)
+    end
+  end
+end
+-- <<< include/dedupe.lua
 
 -- >>> include/priority.lua
 -- waiting is one sorted set: a task's score is ready_ms - priority * 2^42, so ZPOPMIN takes
@@ -180,8 +234,8 @@ else
   due = now + argv_whole('enqueue', 6, 'delay_ms', 0, MOST - now, 0)
 end
 argv_whole('enqueue', 7, 'max_retries', 0, MOST)
--- ARGV 8 to 12 come only when one of them is used: the common enqueue skips their checks
-local trace, priority, dedupe, group, expires = '', 0, '', '', false
+-- ARGV 8 to 14 come only when one of them is used: the common enqueue skips their checks
+local trace, priority, dedupe, group, expires, window = '', 0, '', '', false, false
 if #ARGV > 7 then
   trace = ARGV[8] or ''
   priority = argv_whole('enqueue', 9, 'priority', -100, 100, 0)
@@ -190,6 +244,10 @@ if #ARGV > 7 then
   if dedupe ~= '' and (#dedupe > 500 or not KEYS[6]) then
     return redis.error_reply('ERR enqueue: a dedupe key (ARGV[10]) takes 1 to 500 bytes and '
       .. 'KEYS[5] and KEYS[6]')
+  end
+  window = argv_whole('enqueue', 14, 'dedupe_for_ms', 1, MOST, false)
+  if window and dedupe == '' then
+    return redis.error_reply('ERR enqueue: a dedupe window (ARGV[14]) takes a dedupe key')
   end
   group = ARGV[11] or ''
   if group ~= '' and (#group > 500 or not KEYS[7]) then
@@ -206,7 +264,14 @@ if dedupe ~= '' then
     if state == 'waiting' or state == 'scheduled' or state == 'pending' then
       return {'deduped', holder}
     end
+    -- (ended: its window, if it has one, is still open, even when its hash has expired)
+    local open = redis.call('ZSCORE', KEYS[5] .. ':windows', dedupe)
+    if open and tonumber(open) > now then
+      return {'deduped', holder}
+    end
   end
+  redis.call('ZREM', KEYS[5] .. ':windows', dedupe)  -- (the new task takes the key)
+  prune_windows(KEYS[5], KEYS[6], now)
 end
 if KEYS[8] then  -- (an id left in dead by a task whose hash expired: see KEYS[8])
   redis.call('ZREM', KEYS[8], ARGV[1])
@@ -232,6 +297,9 @@ if expires then
 end
 if dedupe ~= '' then
   redis.call('HSET', KEYS[1], 'dedupe_key', dedupe, 'on_end', '1')
+  if window then
+    redis.call('HSET', KEYS[1], 'dedupe_for', window)
+  end
   redis.call('HSET', KEYS[5], dedupe, ARGV[1])
 end
 if state == 'waiting' then
