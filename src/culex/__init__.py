@@ -21,6 +21,7 @@ from .errors import (
     TaskFailed,
 )
 from .jobs.enqueue import EnqueueManyError
+from .jobs.events import Event, EventsTrimmed, aevents, events
 from .jobs.job import Job, QueuedJob, aenqueue_many, enqueue_many
 from .jobs.limits import Rate
 from .jobs.periodic import PeriodicJob
@@ -86,6 +87,8 @@ __all__ = [
     "CulexError",
     "DeadTask",
     "EnqueueManyError",
+    "Event",
+    "EventsTrimmed",
     "Group",
     "Job",
     "JobFailure",
@@ -114,6 +117,7 @@ __all__ = [
     "WorkflowRun",
     "adead_tasks",
     "aenqueue_many",
+    "aevents",
     "alimit",
     "apause",
     "aresume",
@@ -122,6 +126,7 @@ __all__ = [
     "configure",
     "dead_tasks",
     "enqueue_many",
+    "events",
     "group",
     "limit",
     "months",

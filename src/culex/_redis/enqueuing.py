@@ -47,11 +47,14 @@ def enqueue(
     group: str = "",
     drawn: bool = False,
     expires_ms: int | None = None,
+    events: bool = False,
 ) -> Call[Enqueued]:
     """``trace``: the producer's trace context (tracing.py), "" for none; ``priority``: higher
     runs first (checked by the caller); ``dedupe_key``, ``group``: "" for none;
     ``drawn``: culex drew ``task_id`` (task.new_id), so no task ever had it;
-    ``expires_ms``: the task expires this many ms after the server stores it (None: never).
+    ``expires_ms``: the task expires this many ms after the server stores it (None: never);
+    ``events``: the task's ``enqueued`` event goes to the queue's stream (KEYS[9], after all
+    the optional keys before it).
 
     The optional KEYS and ARGV are sent only when needed, so the common enqueue sends
     seven words fewer and its script does one command less: ARGV 8 to 11 when one of them
@@ -71,10 +74,12 @@ def enqueue(
         if expires_ms is not None:
             args += (expires_ms,)
     named: tuple[str, ...] = (keys.task(task_id), keys.waiting, keys.scheduled, keys.signal)
-    if dedupe_key or group or not drawn:
+    if dedupe_key or group or not drawn or events:
         named += (keys.dedupe, keys.task_prefix, keys.groups_prefix)
-        if not drawn:
+        if not drawn or events:
             named += (keys.dead,)
+        if events:
+            named += (keys.events,)
     return Call(named, args, _parse_enqueue, scripts.ENQUEUE)
 
 

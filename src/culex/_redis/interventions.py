@@ -48,12 +48,18 @@ def cancel(
     dead_ttl_ms: int,
     dead_max: int,
     running: bool = True,
+    events: bool = False,
 ) -> Call[str]:
     """Move a waiting or scheduled task to dead ("cancelled"); with ``running``, request the
     cancel of a running (pending) one ("cancelling": its runner ends it). Else nothing
     changes and the reply is the state it is in ("pending", "succeeded", "dead"), or ""
-    when it has no hash."""
-    running_keys = (keys.pending, keys.cancels, keys.task_prefix) if running else ()
+    when it has no hash. ``events``: a cancelled task's dead event goes to the queue's
+    stream (its key comes after the running task's keys, which are then sent too)."""
+    running_keys: tuple[str, ...] = ()
+    if running or events:
+        running_keys = (keys.pending, keys.cancels, keys.task_prefix)
+    if events:
+        running_keys += (keys.events,)
     return Call(
         (
             keys.task(task_id),

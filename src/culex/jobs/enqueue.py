@@ -371,6 +371,7 @@ def _call(
             if control.expires_ms is not None or job.expires is None
             else expires_ms(job.expires, f"{type(job).__name__}.expires")
         ),
+        events=settings.events,
     )
 
 

@@ -176,6 +176,7 @@ class _Drainer:
                     lease_ms=self.lease_ms,
                     promote_limit=PROMOTE_LIMIT,
                     dead_ttl_ms=self.settings.failed_job_ttl_ms,
+                    events=self.settings.events,
                 )
             )
         claimed: list[Claimed] = []

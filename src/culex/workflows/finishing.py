@@ -123,6 +123,7 @@ def cancel_nodes(prefix: str, nodes: dict[str, NodeInfo]) -> Procedure[list[Any]
             CANCELLED,
             dead_ttl_ms=settings.failed_job_ttl_ms,
             dead_max=settings.dead_max,
+            events=settings.events,
         )
         for node in sorted(nodes.values(), key=lambda n: -level[n.task_id])
     ]

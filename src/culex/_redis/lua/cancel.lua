@@ -35,6 +35,10 @@
 --         those scripts no cancels key) leave it on each new request, so the set ends.
 -- KEYS[11] task key prefix <prefix>:{<queue>}:task:   optional: to read those oldest ids'
 --         tasks
+-- KEYS[12] events stream <prefix>:{<queue>}:events   optional (with KEYS[9] to KEYS[11]):
+--         a task cancelled gets its `dead` event, with its last attempt (0: it never
+--         ran); a requested cancel gets none: the script that ends the task writes it
+--         (include/events.lua)
 -- ARGV[1] id
 -- ARGV[2] reason          free text, or "": last_error becomes "cancelled: <reason>" or
 --                         "cancelled"
@@ -272,6 +276,29 @@ local function argv_whole(script, i, name, lo, hi, absent)
 end
 -- <<< include/numbers.lua
 
+-- >>> include/events.lua
+-- Each queue has one stream, <prefix>:{<queue>}:events, an OPTIONAL key of the scripts
+-- that change a task's state: a caller that sends it (culex with the setting `events` on)
+-- gets one entry per change, written in the same call; one that does not, none. An entry
+-- holds no params, result or error: task (the id), job (its type), kind (enqueued,
+-- started, succeeded, failed, dead) and attempt; its id (XADD *) is the server's time in
+-- ms. The stream keeps about EVENTS_MAX entries (MAXLEN ~: whole nodes go, so trimming
+-- costs next to nothing), and, about once in 100 entries (by the server's clock), drops
+-- those older than EVENTS_AGE_MS (MINID ~). pcall: a key of another type written by
+-- something else must not stop a state change half-way; it gets no entry.
+local EVENTS_MAX = 10000
+local EVENTS_AGE_MS = 86400000
+local function emit(stream, id, job, kind, attempt, now)
+  if not stream then return end
+  redis.pcall('XADD', stream, 'MAXLEN', '~', EVENTS_MAX, '*', 'task', id, 'job', job or '',
+    'kind', kind, 'attempt', attempt or 0)
+  if now % 100 == 0 then
+    redis.pcall('XTRIM', stream, 'MINID', '~', now - EVENTS_AGE_MS)
+  end
+end
+-- <<< include/events.lua
+
+local events_key = KEYS[12]
 -- (checked before any write: include/numbers.lua)
 local ttl = argv_whole('cancel', 3, 'dead_ttl_ms', 1, MOST)
 local dead_max = argv_whole('cancel', 4, 'dead_max', 1, MOST)
@@ -335,4 +362,7 @@ if blocked then
   node_forget(prefix, ARGV[1])
 end
 node_ended(prefix, ARGV[1], 'dead', nil, reason, now)
+if events_key then
+  emit(events_key, ARGV[1], f[3], 'dead', redis.call('HGET', KEYS[1], 'attempt'), now)
+end
 return 'cancelled'
