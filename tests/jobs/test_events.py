@@ -36,8 +36,8 @@ class EventsFlakyJob(culex.QueuedJob):
     queue = "evq"
     max_retries = 1
 
-    def reschedule_interval(self, retry_count: int) -> float:
-        return 0.0
+    def reschedule_interval(self, retry_count: int) -> timedelta:
+        return timedelta(0)
 
     def perform(self) -> None:
         if self.attempt < 2:
@@ -89,7 +89,8 @@ async def test_each_kind_comes_from_its_script_with_its_attempt(on: redis.Redis)
     assert first.at.tzinfo is UTC and abs(first.at - datetime.now(UTC)) < timedelta(hours=1)
     assert [e.id for e in found] == sorted(e.id for e in found)
     # payload-free: neither the params nor the result is in any entry
-    for _, fields in on.xrange(STREAM):
+    entries: list[tuple[bytes, dict[bytes, bytes]]] = on.xrange(STREAM)  # type: ignore[assignment]
+    for _, fields in entries:
         assert set(fields) == {b"task", b"job", b"kind", b"attempt"}
         assert not any(b"s3cr3t" in value for value in fields.values())
 
@@ -165,7 +166,7 @@ async def test_watch_of_a_task_that_stays_waiting_ends_on_its_timeout(on: redis.
 
 def test_bad_arguments_are_refused_before_any_io(on: redis.Redis) -> None:
     with pytest.raises(TypeError):
-        culex.events("evq")  # type: ignore[arg-type]
+        culex.events("evq")
     with pytest.raises(ValueError):
         culex.events([])
     with pytest.raises(ValueError):

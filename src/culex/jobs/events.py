@@ -283,7 +283,7 @@ def _catch_up(
     for key in keys:
         calls += (streams.kept(key), streams.after(key, positions[key], BATCH))
     replies = yield calls
-    found = []
+    found: list[Event] = []
     for i, key in enumerate(keys):
         kept, entries = replies[2 * i], raised([replies[2 * i + 1]])[0]
         if isinstance(kept, Exception):
