@@ -1,6 +1,6 @@
 """The reads of the queues' event streams (include/events.lua writes them), each a
 :class:`~culex._redis.calls.Call`: the entries after a position, the oldest and newest
-entry, a blocking read, the server's clock. No I/O here; culex.operations.events drives
+entry, a blocking read. No I/O here; culex.operations.events drives
 them. Every read is bounded (COUNT), and a blocking read names its wait.
 """
 
@@ -78,8 +78,3 @@ def block(positions: Mapping[str, str], count: int, timeout: float) -> Call[dict
         parse,
         blocks=ms / 1000,
     )
-
-
-def server_ms() -> Call[int]:
-    """The server's clock, ms since the epoch (TIME)."""
-    return Call((), ("TIME",), lambda reply: int(reply[0]) * 1000 + int(reply[1]) // 1000)

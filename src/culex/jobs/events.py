@@ -229,7 +229,7 @@ def _steps(
         positions = {key: found or "0-0" for key, found in zip(keys, newest, strict=True)}
     else:
         if isinstance(since, timedelta):
-            now_ms = raised((yield [streams.server_ms()]))[0]
+            now_ms = raised((yield [commands.server_time()]))[0]
             since = f"{max(0, now_ms - int(since.total_seconds() * 1000))}-0"
         positions = dict.fromkeys(keys, since)
     deadline = None if timeout is None else time.monotonic() + timeout
