@@ -87,10 +87,12 @@ def test_reclaim_writes_failed_for_a_stall_and_dead_past_max_stalls(r: redis.Red
     put(d, "stalls")
     claim(d, lease_ms=0)
     call = claims.reclaim(K, limit=10, dead_ttl_ms=DAY_MS, dead_max=10, events=True)
-    assert dict(d.run(call)) == {"stalls": "waiting"}
+    moved: list[tuple[str, str]] = d.run(call)
+    assert moved == [("stalls", "waiting")]
     claim(d, lease_ms=0)
     call = claims.reclaim(K, limit=10, dead_ttl_ms=DAY_MS, dead_max=10, max_stalls=1, events=True)
-    assert dict(d.run(call)) == {"stalls": "dead"}
+    moved = d.run(call)
+    assert moved == [("stalls", "dead")]
     kinds = [(kind, attempt) for _, _, kind, attempt in entries(r)]
     assert kinds == [
         ("enqueued", "0"), ("started", "1"), ("failed", "1"), ("started", "2"), ("dead", "2"),
