@@ -87,7 +87,7 @@ def test_reclaim_writes_failed_for_a_stall_and_dead_past_max_stalls(r: redis.Red
     put(d, "stalls")
     claim(d, lease_ms=0)
     call = claims.reclaim(K, limit=10, dead_ttl_ms=DAY_MS, dead_max=10, events=True)
-    moved: list[tuple[str, str]] = d.run(call)
+    moved: claims.Reclaimed = d.run(call)
     assert moved == [("stalls", "waiting")]
     claim(d, lease_ms=0)
     call = claims.reclaim(K, limit=10, dead_ttl_ms=DAY_MS, dead_max=10, max_stalls=1, events=True)
