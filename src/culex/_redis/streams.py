@@ -59,6 +59,11 @@ def newest(stream: str) -> Call[str | None]:
     return Call((), ("XREVRANGE", stream, "+", "-", "COUNT", 1), _first_id)
 
 
+def latest(stream: str, count: int) -> Call[list[Entry]]:
+    """The newest ``count`` entries, newest first."""
+    return Call((), ("XREVRANGE", stream, "+", "-", "COUNT", count), _entries)
+
+
 def _first_id(reply: list[Any]) -> str | None:
     return text(reply[0][0]) if reply else None
 

@@ -21,7 +21,7 @@ from .._redis.calls import Call
 from .._redis.keys import check_queue_name, queue_keys
 from ..errors import CulexError, short
 from ..server import configured
-from ..server.procedures import raised
+from ..server.procedures import Procedure, one_call, raised, run_async, run_sync
 
 KINDS = ("enqueued", "started", "succeeded", "failed", "dead")
 """The kinds of event, in the order a task's events come."""
@@ -153,6 +153,30 @@ async def _async(steps: Callable[[bool], Steps], url: str | None) -> AsyncIterat
             yield step
         else:
             reply = await driver.run_many(step)
+
+
+def recent_events(
+    queue: str, limit: int = 100, *, settings: config.Settings | None = None
+) -> list[Event]:
+    """The newest ``limit`` events of ``queue`` (1 .. 10,000), newest first: one read."""
+    settings = settings or config.settings()
+    return run_sync(_recent(queue, limit, settings.prefix), settings.redis_url)
+
+
+async def arecent_events(
+    queue: str, limit: int = 100, *, settings: config.Settings | None = None
+) -> list[Event]:
+    """The async twin of :func:`recent_events` (the dashboard's activity page)."""
+    settings = settings or config.settings()
+    return await run_async(_recent(queue, limit, settings.prefix), settings.redis_url)
+
+
+def _recent(queue: str, limit: int, prefix: str) -> Procedure[list[Event]]:
+    check_queue_name(queue)
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
+        raise ValueError(f"limit must be a whole number from 1 to 10000, got {short(limit)}")
+    call = streams.latest(queue_keys(prefix, queue).events, limit)
+    return one_call(call, lambda entries: [_event(queue, entry) for entry in entries])
 
 
 Steps = Generator[list[Call[Any]] | Event, Any, None]
