@@ -1,7 +1,8 @@
 """What task events cost: bytes per event at rest, and the no-op drain with events on and
 off, measured in turns.
 
-    python bench/events.py [--tasks 5000] [--rounds 7] [--valgrind] [--server auto|redis|valkey|PATH]
+    python bench/events.py [--tasks 5000] [--rounds 7] [--valgrind]
+        [--server auto|redis|valkey|PATH]
 
 Bytes: N tasks enqueued and drained with events on write 3 N events (enqueued, started,
 succeeded); MEMORY USAGE of the queue's stream (SAMPLES 0: every node) over its length.
