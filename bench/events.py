@@ -11,11 +11,12 @@ Cost: each round drains N no-op tasks (async def perform, one runner, concurrenc
 child process, once with events off and once on, in turns (the order swapped every round,
 so that a drift of the shared machine falls on both alike); each drain's tasks were
 enqueued by another child with the same setting. Per mode, the medians of the drain's
-wall time, the server's CPU (INFO cpu, around the drain) and the runner's CPU; then the
-ratios on / off. With ``--valgrind``, also the runner process's instructions per task
-(bench/instructions.py's way: drains of N and 5 N, the difference over the tasks), which
-is load-independent but leaves out the server, where the events are written. Prints the
-figures; asserts nothing.
+wall time, the server's CPU (INFO cpu, around the drain), its time inside commands (INFO
+commandstats: what the scripts themselves cost, less moved by the load of the machine than
+the rest) and the runner's CPU; then the medians of each round's ratio on / off. With
+``--valgrind``, also the runner process's instructions per task (bench/instructions.py's
+way: drains of N / 5 and N, the difference over the tasks), which is load-independent but
+leaves out the server, where the events are written. Prints the figures; asserts nothing.
 """
 
 from __future__ import annotations
@@ -27,44 +28,11 @@ import sys
 from pathlib import Path
 
 import redis
-from instructions import instructions
+from instructions import CHILD, instructions
 from server import arguments, private_server, server_cpu
 
 HERE = Path(__file__).resolve().parent
 SRC = HERE.parent / "src"
-
-CHILD = """
-import asyncio, sys, time
-import culex
-
-url, tasks, what = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-culex.configure(redis_url=url)
-done = 0
-all_done = asyncio.Event()
-
-class Noop(culex.QueuedJob):
-    queue = "bench"
-
-    async def perform(self) -> None:
-        global done
-        done += 1
-        if done == tasks:
-            all_done.set()
-
-async def drain():
-    runner = culex.Runner(run_from=["bench"], concurrency=10)
-    wall, cpu = time.perf_counter(), time.process_time()
-    running = asyncio.create_task(runner.arun())
-    await all_done.wait()
-    print(time.perf_counter() - wall, time.process_time() - cpu)
-    runner.stop()
-    await running
-
-if what == "enqueue":
-    culex.enqueue_many([Noop() for _ in range(tasks)])
-else:
-    asyncio.run(drain())
-"""
 
 STREAM = "culex:{bench}:events"
 
@@ -75,13 +43,17 @@ def child(url: str, tasks: int, what: str, events: bool) -> str:
     return subprocess.run(run, env=env, check=True, capture_output=True, text=True).stdout
 
 
-def drain(client: redis.Redis, url: str, tasks: int, events: bool) -> tuple[float, float, float]:
-    """(wall s, server CPU s, runner CPU s) of one drain of ``tasks`` freshly enqueued."""
+def drain(client: redis.Redis, url: str, tasks: int, events: bool) -> tuple[float, ...]:
+    """(wall s, server CPU s, runner CPU s, server s inside commands) of one drain of
+    ``tasks`` freshly enqueued."""
     client.flushall()
     child(url, tasks, "enqueue", events)
+    client.config_resetstat()
     before = server_cpu(client)
     wall, runner = (float(x) for x in child(url, tasks, "drain", events).split())
-    return wall, server_cpu(client) - before, runner
+    cpu = server_cpu(client) - before
+    inside = sum(s["usec"] for s in client.info("commandstats").values()) / 1e6
+    return wall, cpu, runner, inside
 
 
 def bytes_per_event(client: redis.Redis, url: str, tasks: int) -> None:
@@ -103,24 +75,28 @@ def main() -> None:
         client = redis.Redis.from_url(server.url)
         print(f"server: {server.version()}; {args.tasks:,} no-op tasks a drain")
         bytes_per_event(client, server.url, min(args.tasks, 3000))  # (10,000 kept at most)
-        runs: dict[bool, list[tuple[float, float, float]]] = {False: [], True: []}
+        runs: dict[bool, list[tuple[float, ...]]] = {False: [], True: []}
         for i in range(args.rounds):
             for events in (False, True) if i % 2 == 0 else (True, False):
                 runs[events].append(drain(client, server.url, args.tasks, events))
         medians = {
-            mode: [statistics.median(run[k] for run in found) for k in range(3)]
+            mode: [statistics.median(run[k] for run in found) for k in range(4)]
             for mode, found in runs.items()
         }
-        for mode, (wall, cpu, runner) in medians.items():
+        for mode, (wall, cpu, runner, inside) in medians.items():
             print(
                 f"events {'on ' if mode else 'off'}: {args.tasks / wall:>8,.0f} tasks/s, server "
-                f"{cpu / args.tasks * 1e6:.1f} us a task, runner {runner / args.tasks * 1e6:.1f}"
-                f" us a task (medians of {args.rounds})"
+                f"{cpu / args.tasks * 1e6:.1f} us a task ({inside / args.tasks * 1e6:.1f} inside "
+                f"commands), runner {runner / args.tasks * 1e6:.1f} us a task (medians of "
+                f"{args.rounds})"
             )
-        on, off = medians[True], medians[False]
+        ratios = [
+            statistics.median(a[k] / b[k] for a, b in zip(runs[True], runs[False], strict=True))
+            for k in range(4)
+        ]
         print(
-            f"on / off: drain time {on[0] / off[0]:.3f}, server CPU {on[1] / off[1]:.3f}, "
-            f"runner CPU {on[2] / off[2]:.3f}"
+            f"on / off, medians of the rounds' ratios: drain time {ratios[0]:.3f}, server CPU "
+            f"{ratios[1]:.3f}, inside commands {ratios[3]:.3f}, runner CPU {ratios[2]:.3f}"
         )
         if args.valgrind:
             for events in (False, True):

@@ -3,16 +3,15 @@ written by the scripts there; culex.events over queues on two shards, followed t
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 import culex
-from culex import config
 from culex.testing import drain
 
 from ..server.test_cluster import master_of_queue
+from ..testing.test_drain_cluster import on_cluster  # noqa: F401 (a fixture)
 from ..topology import Cluster
 
 
@@ -28,20 +27,10 @@ class EventsClusterIndexJob(culex.QueuedJob):
     def perform(self) -> None: ...
 
 
-@pytest.fixture
-def on_cluster(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
-    monkeypatch.setenv("CULEX_REDIS_URL", cluster.url)
-    monkeypatch.setenv("CULEX_EVENTS", "1")
-    config.reset()
-    try:
-        yield cluster
-    finally:
-        monkeypatch.undo()
-        config.reset()
-
-
-def test_events_of_queues_on_two_shards(on_cluster: Cluster) -> None:
-    assert master_of_queue(on_cluster, "emails") != master_of_queue(on_cluster, "search")
+@pytest.mark.usefixtures("on_cluster")
+def test_events_of_queues_on_two_shards(cluster: Cluster) -> None:
+    assert master_of_queue(cluster, "emails") != master_of_queue(cluster, "search")
+    culex.configure(events=True)  # (on_cluster resets the settings after the test)
     mail = EventsClusterMailJob().enqueue()
     index = EventsClusterIndexJob().enqueue()
     drain(["emails", "search"])
