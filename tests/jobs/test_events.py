@@ -158,6 +158,16 @@ async def test_task_watch_ends_after_succeeded_or_dead(on: redis.Redis) -> None:
     assert seen == ["enqueued", "started", "dead"]
 
 
+async def test_watch_of_a_task_retried_from_dead_follows_its_new_run(on: redis.Redis) -> None:
+    doomed = EventsDoomedJob().enqueue()
+    assert doomed.cancel()
+    assert [e.kind for e in doomed.watch(timeout=5)] == ["enqueued", "dead"]
+    assert doomed.retry()
+    async with running(culex.Runner(run_from=["evq"])):
+        seen = [(e.kind, e.attempt) async for e in doomed.awatch(timeout=20)]
+    assert seen == [("started", 1), ("dead", 1)]
+
+
 async def test_watch_of_a_task_that_stays_waiting_ends_on_its_timeout(on: redis.Redis) -> None:
     task = EventsOkJob().enqueue(delay=3600)
     assert [e.kind for e in task.watch(timeout=0.2)] == ["enqueued"]

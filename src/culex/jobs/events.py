@@ -107,15 +107,19 @@ def task_events(
     prefix: str, queue: str, task_id: str, timeout: float | None, url: str | None
 ) -> tuple[Iterator[Event], Callable[[], AsyncIterator[Event]]]:
     """Task.watch and Task.awatch (their arguments checked): the events of one task from
-    its enqueue on (a stream that lost some since: from its oldest kept), ending after its
-    succeeded or dead event, or when none of its events came for ``timeout`` s."""
+    its enqueue (or its last retry out of dead) on (a stream that lost some since: from its
+    oldest kept), ending after its succeeded or dead event, or when none of its events came
+    for ``timeout`` s."""
     wait = None if timeout is None else config.seconds(timeout, "timeout")
     keys = queue_keys(prefix, queue)
 
     def steps(cluster: bool) -> Steps:
         fields = raised((yield [commands.read_task(keys, task_id)]))[0]
-        enqueued = fields.get("enqueue_time", "")
-        since = f"{int(enqueued) - 1}-0" if enqueued.isdigit() and int(enqueued) else "0-0"
+        # From its enqueue, or from its last retry out of dead: the dead event before that
+        # is not its end any more.
+        times = [fields.get(name, "") for name in ("enqueue_time", "retried_at")]
+        start = max((int(t) for t in times if t.isdigit()), default=0)
+        since = f"{start - 1}-0" if start else "0-0"
         yield from _steps(prefix, [queue], since, True, wait, cluster, task_id)
 
     return _sync(steps, url), lambda: _async(steps, url)
