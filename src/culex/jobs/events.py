@@ -263,41 +263,51 @@ def _steps(
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
         found = yield from _catch_up(keys, positions, task_id is None)
-        mine = [e for e in found if task_id is None or e.task_id == task_id]
-        for event in mine:
+        if not found:
+            left = BLOCK_CHUNK if deadline is None else deadline - time.monotonic()
+            if not follow or left <= 0:
+                return
+            found = yield from _wait(keys, positions, min(left, BLOCK_CHUNK), cluster)
+        handed, ended = yield from _hand_out(found, task_id)
+        if ended:
+            return
+        if handed and timeout is not None:
+            deadline = time.monotonic() + timeout
+
+
+def _hand_out(found: list[Event], task_id: str | None) -> Generator[Event, Any, tuple[bool, bool]]:
+    """Yield the events asked for (every one, or one task's); whether any was, and whether
+    the task's end was one."""
+    handed = False
+    for event in found:
+        if task_id is None or event.task_id == task_id:
+            handed = True
             yield event
             if task_id is not None and event.kind in ENDS:
-                return
-        if mine and timeout is not None:
-            deadline = time.monotonic() + timeout
-        if found:
-            continue
-        if not follow:
-            return
-        left = BLOCK_CHUNK if deadline is None else deadline - time.monotonic()
-        if left <= 0:
-            return
-        if cluster and len(keys) > 1:
-            share = min(left, CLUSTER_ROUND) / len(keys)
-            calls = [streams.block({k: positions[k]}, BATCH, share) for k in keys]
-        else:
-            calls = [streams.block(positions, BATCH, min(left, BLOCK_CHUNK))]
-        replies = raised((yield calls))
-        got = [
-            _event(keys[key], entry) for reply in replies for key, entries in reply.items()
-            for entry in entries
-        ]  # fmt: skip
-        mine = []
-        for event in sorted(got, key=lambda e: _order(e.id)):
-            positions[queue_keys(prefix, event.queue).events] = event.id
-            if task_id is None or event.task_id == task_id:
-                mine.append(event)
-        for event in mine:
-            yield event
-            if task_id is not None and event.kind in ENDS:
-                return
-        if mine and timeout is not None:
-            deadline = time.monotonic() + timeout
+                return True, True
+    return handed, False
+
+
+def _wait(
+    keys: dict[str, str], positions: dict[str, str], wait: float, cluster: bool
+) -> Generator[list[Call[Any]], Any, list[Event]]:
+    """One blocking read for entries after the positions, up to ``wait`` s (on a cluster,
+    several queues in turns, a short read each: their streams are on their own nodes); the
+    events found, oldest first, and the positions moved past them."""
+    if cluster and len(keys) > 1:
+        share = min(wait, CLUSTER_ROUND) / len(keys)
+        calls = [streams.block({k: positions[k]}, BATCH, share) for k in keys]
+    else:
+        calls = [streams.block(positions, BATCH, wait)]
+    replies = raised((yield calls))
+    found = [
+        _event(keys[key], entry) for reply in replies for key, entries in reply.items()
+        for entry in entries
+    ]  # fmt: skip
+    for key, entries in ((k, e) for reply in replies for k, e in reply.items()):
+        if entries:
+            positions[key] = entries[-1].id
+    return sorted(found, key=lambda e: _order(e.id))
 
 
 def _catch_up(
