@@ -113,6 +113,24 @@ def test_cancel_of_a_waiting_task_and_claim_burying_write_dead(r: redis.Redis) -
     ]
 
 
+def test_a_periodic_jobs_slot_and_trigger_write_enqueued(r: redis.Redis) -> None:
+    d = drive(r)
+    common: dict[str, Any] = {"next_slot_ms": None, "overlap": True, "run_new": True}
+    slot = d.run(
+        enqueuing.schedule(K, "EvPeriodic", "EvPeriodic:1000", slot_ms=1000, max_retries=0,
+                           events=True, **common)
+    )  # fmt: skip
+    trigger = d.run(
+        enqueuing.schedule(K, "EvPeriodic", "EvPeriodic:trigger:1", slot_ms=None, max_retries=0,
+                           events=True, **common)
+    )  # fmt: skip
+    assert (slot.outcome, trigger.outcome) == ("enqueued", "enqueued")
+    assert entries(r) == [
+        ("EvPeriodic:1000", "EvPeriodic", "enqueued", "0"),
+        ("EvPeriodic:trigger:1", "EvPeriodic", "enqueued", "0"),
+    ]
+
+
 def test_without_the_key_nothing_is_written(r: redis.Redis) -> None:
     d = drive(r)
     put(d, "quiet", events=False)

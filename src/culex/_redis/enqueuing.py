@@ -106,15 +106,24 @@ def schedule(
     run_new: bool,
     max_retries: int,
     record: Sequence[tuple[str, str]] = (),
+    events: bool = False,
 ) -> Call[Scheduled]:
     """Enqueue one slot of a periodic job once across runners; ``slot_ms=None``: a trigger
     (with ``run_new`` False, refused as "unknown" when the job has no record). ``record``:
-    fields written on the job's record (its schedule, for readers without the class)."""
+    fields written on the job's record (its schedule, for readers without the class).
+    ``events``: the task's ``enqueued`` event goes to the queue's stream."""
     described: list[Arg] = []
     for name, value in record:
         described += (name, value)
     return Call(
-        (keys.periodic(job_type), keys.task(task_id), keys.waiting, keys.signal, keys.task_prefix),
+        (
+            keys.periodic(job_type),
+            keys.task(task_id),
+            keys.waiting,
+            keys.signal,
+            keys.task_prefix,
+            *((keys.events,) if events else ()),
+        ),
         (
             task_id,
             job_type,
