@@ -1,5 +1,5 @@
 -- The task event stream, written once: enqueue.lua, schedule.lua, claim.lua, complete.lua,
--- fail.lua, retry_later.lua, reclaim.lua and cancel.lua each carry a copy of this file between
+-- fail.lua, retry_later.lua, reclaim.lua, cancel.lua and workflow_resolve.lua each carry a copy of this file between
 -- `-- >>> include/events.lua` and `-- <<< include/events.lua`. Edit this file, then run
 -- `python -m culex._redis.assembly` to refresh the copies. Not a script of its own. The
 -- stream's entries are in docs/wire-format.md; what they mean is in docs/events.md.
