@@ -131,6 +131,18 @@ def test_a_periodic_jobs_slot_and_trigger_write_enqueued(r: redis.Redis) -> None
     ]
 
 
+def test_a_bulk_cancel_with_events_still_refuses_a_running_task(r: redis.Redis) -> None:
+    d = drive(r)
+    put(d, "runs")
+    claim(d)
+    cancel = interventions.cancel(
+        K, "runs", "", dead_ttl_ms=DAY_MS, dead_max=10, running=False, events=True
+    )
+    assert d.run(cancel) == "pending"
+    assert r.hget(K.task("runs"), "cancel_requested") is None and not r.exists(K.cancels)
+    assert [kind for _, _, kind, _ in entries(r)] == ["enqueued", "started"]
+
+
 def test_without_the_key_nothing_is_written(r: redis.Redis) -> None:
     d = drive(r)
     put(d, "quiet", events=False)

@@ -45,6 +45,9 @@
 -- ARGV[3] dead_ttl_ms     failed_job_ttl in ms: the hash expires, and dead is trimmed by age
 -- ARGV[4] dead_max        dead keeps at most this many ids (the oldest go first), >= 1
 --                         (both whole numbers, at most 2^42 - 1: include/numbers.lua)
+-- ARGV[5] waiting_only    optional: "1": a running task is refused even with KEYS[9] to
+--                         KEYS[11] (sent with KEYS[12] by a bulk cancel, which calls off
+--                         only what has not started)
 -- Returns: "cancelled" when the hash said state "waiting" or "scheduled" and the id was in
 --          that set, or state "blocked" (a workflow node: in no set, its waits:<id> set is
 --          deleted): it left the set, its hash says state "dead" with last_error, failed_at
@@ -313,7 +316,7 @@ local reason = 'cancelled'
 if ARGV[2] ~= '' then
   reason = reason .. ': ' .. ARGV[2]
 end
-if f[1] == 'pending' and KEYS[11] then
+if f[1] == 'pending' and KEYS[11] and ARGV[5] ~= '1' then
   if f[6] then  -- (asked already: the first request and its reason stand)
     return 'cancelling'
   end
