@@ -21,7 +21,14 @@ from .errors import (
     TaskFailed,
 )
 from .jobs.enqueue import EnqueueManyError
-from .jobs.events import Event, EventsTrimmed, aevents, events
+from .jobs.events import (
+    Event,
+    EventsTrimmed,
+    aevents,
+    arecent_events,
+    events,
+    recent_events,
+)
 from .jobs.job import Job, QueuedJob, aenqueue_many, enqueue_many
 from .jobs.limits import Rate
 from .jobs.periodic import PeriodicJob
@@ -120,6 +127,7 @@ __all__ = [
     "aevents",
     "alimit",
     "apause",
+    "arecent_events",
     "aresume",
     "aretry_dead",
     "chain",
@@ -131,6 +139,7 @@ __all__ = [
     "limit",
     "months",
     "pause",
+    "recent_events",
     "register_type",
     "registry",
     "resume",

@@ -174,6 +174,17 @@ async def test_watch_of_a_task_that_stays_waiting_ends_on_its_timeout(on: redis.
     assert [e.kind async for e in task.awatch(timeout=0.2)] == ["enqueued"]
 
 
+async def test_recent_events_are_the_newest_first(on: redis.Redis) -> None:
+    tasks = [EventsOkJob().enqueue() for _ in range(3)]
+    assert [e.task_id for e in culex.recent_events("evq", 2)] == [tasks[2].id, tasks[1].id]
+    found = await culex.arecent_events("evq")
+    assert [e.task_id for e in found] == [t.id for t in reversed(tasks)]
+    assert culex.recent_events("evq-none") == []
+    for bad in (0, 10_001, True):
+        with pytest.raises(ValueError):
+            culex.recent_events("evq", bad)
+
+
 def test_bad_arguments_are_refused_before_any_io(on: redis.Redis) -> None:
     with pytest.raises(TypeError):
         culex.events("evq")

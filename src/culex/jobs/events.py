@@ -120,7 +120,10 @@ def task_events(
         times = [fields.get(name, "") for name in ("enqueue_time", "retried_at")]
         start = max((int(t) for t in times if t.isdigit()), default=0)
         since = f"{start - 1}-0" if start else "0-0"
-        yield from _steps(prefix, [queue], since, True, wait, cluster, task_id)
+        retried = fields.get("retried_at", "")
+        # (its end before the retry may share the retry's ms)
+        ended_by = int(retried) if retried.isdigit() and int(retried) == start else 0
+        yield from _steps(prefix, [queue], since, True, wait, cluster, task_id, ended_by)
 
     return _sync(steps, url), lambda: _async(steps, url)
 
@@ -247,10 +250,12 @@ def _steps(
     timeout: float | None,
     cluster: bool,
     task_id: str | None = None,
+    ended_by: int = 0,
 ) -> Steps:
     """The reads, and the events they find, one after the other (see :func:`_sync`). With
     ``task_id``: only that task's events, until its end (a position trimmed meanwhile is
-    no error: what is kept is read)."""
+    no error: what is kept is read); an end at or before ``ended_by`` (ms) is an end before
+    its retry out of dead, passed over."""
     keys = {queue_keys(prefix, q).events: q for q in names}
     if since is None:  # from now: after each stream's newest entry
         newest = raised((yield [streams.newest(key) for key in keys]))
@@ -268,6 +273,8 @@ def _steps(
             if not follow or left <= 0:
                 return
             found = yield from _wait(keys, positions, min(left, BLOCK_CHUNK), cluster)
+        if ended_by:
+            found = [e for e in found if e.kind not in ENDS or _order(e.id)[0] > ended_by]
         handed, ended = yield from _hand_out(found, task_id)
         if ended:
             return
