@@ -61,6 +61,19 @@ def test_the_flow_control_examples_run(r: redis.Redis, capsys: pytest.CaptureFix
     ]
 
 
+def test_the_events_examples_run(r: redis.Redis, capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/events.md: the page's examples, in order, in one namespace, with events on."""
+    culex.configure(events=True)
+    run_examples("events.md")
+    assert capsys.readouterr().out.splitlines() == [
+        "enqueued 0 EventsEmailJob",
+        "started 1 EventsEmailJob",
+        "succeeded 1 EventsEmailJob",
+        "['enqueued', 'started', 'succeeded']",  # task.watch
+        "['enqueued']",  # resumed after the last event read
+    ]
+
+
 def test_the_workflow_examples_run(r: redis.Redis, capsys: pytest.CaptureFixture[str]) -> None:
     """docs/workflows.md: each example enqueues a run that a real runner runs to its end."""
     run_examples("workflows.md")

@@ -21,6 +21,14 @@ from .errors import (
     TaskFailed,
 )
 from .jobs.enqueue import EnqueueManyError
+from .jobs.events import (
+    Event,
+    EventsTrimmed,
+    aevents,
+    arecent_events,
+    events,
+    recent_events,
+)
 from .jobs.job import Job, QueuedJob, aenqueue_many, enqueue_many
 from .jobs.limits import Rate
 from .jobs.periodic import PeriodicJob
@@ -86,6 +94,8 @@ __all__ = [
     "CulexError",
     "DeadTask",
     "EnqueueManyError",
+    "Event",
+    "EventsTrimmed",
     "Group",
     "Job",
     "JobFailure",
@@ -114,18 +124,22 @@ __all__ = [
     "WorkflowRun",
     "adead_tasks",
     "aenqueue_many",
+    "aevents",
     "alimit",
     "apause",
+    "arecent_events",
     "aresume",
     "aretry_dead",
     "chain",
     "configure",
     "dead_tasks",
     "enqueue_many",
+    "events",
     "group",
     "limit",
     "months",
     "pause",
+    "recent_events",
     "register_type",
     "registry",
     "resume",

@@ -47,6 +47,8 @@ class Settings:
     max_payload_bytes: int = 512 * 1024
     durable_enqueue: bool = False  # enqueue returns once the server has fsynced the task
     allow_eviction: bool = False  # run even if maxmemory-policy may evict queue keys
+    # each task's state changes go to its queue's event stream (docs/events.md)
+    events: bool = False
     busy_poll: float = 0.0002  # the longest a wait for a reply polls before it sleeps
     socket_timeout: float = SOCKET_TIMEOUT  # the longest a connection or a reply may take
     # which client speaks to a single server: culex's own ("culex") or redis-py's
@@ -257,6 +259,7 @@ _CHECKS: dict[str, Callable[[object, str], Any]] = {
     "max_payload_bytes": _positive_int,
     "durable_enqueue": _flag,
     "allow_eviction": _flag,
+    "events": _flag,
     "busy_poll": lambda v, n: _at_most(seconds(v, n), 0.01, n),
     "socket_timeout": lambda v, n: seconds(v, n, minimum=0.001),
     "driver": _driver,

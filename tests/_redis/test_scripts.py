@@ -22,7 +22,8 @@ pytestmark = pytest.mark.procedures  # also run through redis-py (README's test 
 
 K = queue_keys("culex", "q")
 DAY_MS = 86_400_000
-DEAD = {"dead_ttl_ms": DAY_MS, "dead_max": 10}  # retry_later's, for a cancelled task
+# retry_later's, for a cancelled task
+DEAD: dict[str, Any] = {"dead_ttl_ms": DAY_MS, "dead_max": 10}
 
 
 def drive(r: redis.Redis) -> SyncDriverProtocol:

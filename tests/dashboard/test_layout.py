@@ -70,6 +70,7 @@ def fits(page: Page, address: str = "") -> None:
 
 
 def test_every_page_fits_420_px(r: redis.Redis, narrow: Page) -> None:
+    culex.configure(events=True)  # (the activity page with its rows)
     tasks = [LayoutLongJob(to=f"someone{i}@example.com").enqueue() for i in range(3)]
     assert tasks[0].cancel("ValueError: " + "no_such_mailbox_" * 30)
     with serve(app(config.settings())) as url:
@@ -77,6 +78,7 @@ def test_every_page_fits_420_px(r: redis.Redis, narrow: Page) -> None:
             f"{url}/",
             f"{url}/queue?queue={LONG}",
             f"{url}/queue?queue={LONG}&state=dead",
+            f"{url}/activity?queue={LONG}",
             f"{url}/task?queue={LONG}&id={tasks[0].id}",
             f"{url}/dead",
             f"{url}/runners",

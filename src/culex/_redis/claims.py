@@ -84,13 +84,15 @@ def claim(
     concurrency: int | None = None,
     group_rate: tuple[int, int] | None = None,
     group_concurrency: int | None = None,
+    events: bool = False,
 ) -> Call[ClaimReply]:
     """Claim up to ``limit`` tasks, within the queue's pause and limits: ``rate`` (at most
     N starts in any window of M ms) and ``concurrency`` are what the queue's job classes
-    declare; limits set at run time (interventions.control) replace them."""
+    declare; limits set at run time (interventions.control) replace them. ``events``: the
+    tasks' started (and dead) events go to the queue's stream."""
     count, window_ms = rate or (0, 0)
     group_count, group_window_ms = group_rate or (0, 0)
-    claim_keys, parse = _claim_parts(keys)
+    claim_keys, parse = _claim_parts(keys, events)
     return Call(
         claim_keys,
         (
@@ -112,7 +114,9 @@ def claim(
 
 
 @functools.lru_cache(maxsize=1024)
-def _claim_parts(keys: QueueKeys) -> tuple[tuple[str, ...], Callable[[list[Any]], ClaimReply]]:
+def _claim_parts(
+    keys: QueueKeys, events: bool
+) -> tuple[tuple[str, ...], Callable[[list[Any]], ClaimReply]]:
     """A queue's claim KEYS and reply parser, made once (a runner claims many times)."""
     queue = keys.name
 
@@ -138,6 +142,7 @@ def _claim_parts(keys: QueueKeys) -> tuple[tuple[str, ...], Callable[[list[Any]]
         keys.groups_prefix,
         keys.cancels,
         keys.periodic_prefix,
+        *((keys.events,) if events else ()),
     )
     return claim_keys, parse
 
@@ -199,13 +204,15 @@ def reclaim(
     heal_ms: int | None = None,
     max_stalls: int = 3,
     own_stalls: Mapping[str, int] | None = None,
+    events: bool = False,
 ) -> Call[Reclaimed]:
     """Expired leases are stalls, counted apart from retries: (id, "waiting", "scheduled"
     or "dead"); dead past ``max_stalls`` (the setting's default, 3, is reclaim.lua's), or
     past its job type's own bound in ``own_stalls``. With ``heal_ms``, at most once per
     that many ms per queue the counts admission trusts are made true (each group's running
     count, the blocked mark): ``healed`` lists the group counts that were wrong. Dead is
-    trimmed by age on every call."""
+    trimmed by age on every call. ``events``: each stalled task's event goes to the
+    queue's stream."""
     bounds: list[Arg] = [x for pair in (own_stalls or {}).items() for x in pair]
     return Call(
         (
@@ -222,6 +229,7 @@ def reclaim(
             keys.dedupe,
             keys.groups_prefix,
             keys.cancels,
+            *((keys.events,) if events else ()),
         ),
         (limit, dead_ttl_ms, dead_max, "" if heal_ms is None else heal_ms, max_stalls, *bounds),
         _parse_reclaimed,

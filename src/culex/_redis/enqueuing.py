@@ -48,12 +48,15 @@ def enqueue(
     drawn: bool = False,
     expires_ms: int | None = None,
     dedupe_for_ms: int | None = None,
+    events: bool = False,
 ) -> Call[Enqueued]:
     """``trace``: the producer's trace context (tracing.py), "" for none; ``priority``: higher
     runs first (checked by the caller); ``dedupe_key``, ``group``: "" for none;
     ``drawn``: culex drew ``task_id`` (task.new_id), so no task ever had it;
     ``expires_ms``: the task expires this many ms after the server stores it (None: never);
     ``dedupe_for_ms``: with a dedupe key, how long the key stays the task's after it ended.
+    ``events``: the task's ``enqueued`` event goes to the queue's stream (KEYS[9], after all
+    the optional keys before it).
 
     The optional KEYS and ARGV are sent only when needed, so the common enqueue sends
     seven words fewer and its script does one command less: ARGV 8 to 11 when one of them
@@ -76,10 +79,12 @@ def enqueue(
         elif expires_ms is not None:
             args += (expires_ms,)
     named: tuple[str, ...] = (keys.task(task_id), keys.waiting, keys.scheduled, keys.signal)
-    if dedupe_key or group or not drawn:
+    if dedupe_key or group or not drawn or events:
         named += (keys.dedupe, keys.task_prefix, keys.groups_prefix)
-        if not drawn:
+        if not drawn or events:
             named += (keys.dead,)
+        if events:
+            named += (keys.events,)
     return Call(named, args, _parse_enqueue, scripts.ENQUEUE)
 
 
@@ -106,15 +111,24 @@ def schedule(
     run_new: bool,
     max_retries: int,
     record: Sequence[tuple[str, str]] = (),
+    events: bool = False,
 ) -> Call[Scheduled]:
     """Enqueue one slot of a periodic job once across runners; ``slot_ms=None``: a trigger
     (with ``run_new`` False, refused as "unknown" when the job has no record). ``record``:
-    fields written on the job's record (its schedule, for readers without the class)."""
+    fields written on the job's record (its schedule, for readers without the class).
+    ``events``: the task's ``enqueued`` event goes to the queue's stream."""
     described: list[Arg] = []
     for name, value in record:
         described += (name, value)
     return Call(
-        (keys.periodic(job_type), keys.task(task_id), keys.waiting, keys.signal, keys.task_prefix),
+        (
+            keys.periodic(job_type),
+            keys.task(task_id),
+            keys.waiting,
+            keys.signal,
+            keys.task_prefix,
+            *((keys.events,) if events else ()),
+        ),
         (
             task_id,
             job_type,

@@ -48,12 +48,21 @@ def cancel(
     dead_ttl_ms: int,
     dead_max: int,
     running: bool = True,
+    events: bool = False,
 ) -> Call[str]:
     """Move a waiting or scheduled task to dead ("cancelled"); with ``running``, request the
     cancel of a running (pending) one ("cancelling": its runner ends it). Else nothing
     changes and the reply is the state it is in ("pending", "succeeded", "dead"), or ""
-    when it has no hash."""
-    running_keys = (keys.pending, keys.cancels, keys.task_prefix) if running else ()
+    when it has no hash. ``events``: a cancelled task's dead event goes to the queue's
+    stream (its key comes after the running task's keys, which are then sent too, with
+    ARGV[5] "1" when ``running`` is False: a running task is still refused)."""
+    running_keys: tuple[str, ...] = ()
+    if running or events:
+        running_keys = (keys.pending, keys.cancels, keys.task_prefix)
+    waiting_only: tuple[str, ...] = ()
+    if events:
+        running_keys += (keys.events,)
+        waiting_only = () if running else ("1",)
     return Call(
         (
             keys.task(task_id),
@@ -66,7 +75,7 @@ def cancel(
             keys.groups_prefix,
             *running_keys,
         ),
-        (task_id, reason, dead_ttl_ms, dead_max),
+        (task_id, reason, dead_ttl_ms, dead_max, *waiting_only),
         text,
         scripts.CANCEL,
     )

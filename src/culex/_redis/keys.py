@@ -35,8 +35,8 @@ class QueueKeys:
     lists that wake producers waiting for a task's end, the records of the periodic
     jobs that run on it, its counters (minute and hour buckets, totals), its procedure
     control (the control hash, the rate limit's starts), its dedupe keys (each
-    mapped to the live task enqueued with it), its groups' ready sets and turns, and the
-    cancels requested for its running tasks."""
+    mapped to the live task enqueued with it), its groups' ready sets and turns, the
+    cancels requested for its running tasks, and its event stream."""
 
     __slots__ = (
         "cancels",
@@ -45,6 +45,7 @@ class QueueKeys:
         "dedupe",
         "dedupe_windows",
         "done_prefix",
+        "events",
         "grouped_ready",
         "groups_prefix",
         "name",
@@ -103,6 +104,9 @@ class QueueKeys:
         # downstreams and runs (a sorted set of task ids scored by when a runner may take
         # each, beside a hash per entry, <outbox>:<id>: include/workflow.lua).
         self.outbox = f"{base}:outbox"
+        # The queue's task events (a stream, bounded by count and age): the scripts that
+        # change a task's state add one entry when they are sent it (include/events.lua).
+        self.events = f"{base}:events"
 
     def task(self, task_id: str) -> str:
         """The hash of one task."""

@@ -120,6 +120,10 @@ def _key(call: Call[Any]) -> str | None:
     if _command(call) in _KEYLESS or len(call.args) < 2:
         return None
     key = call.args[1]
+    if _command(call) == "XREAD":  # (its keys follow STREAMS: streams.block)
+        key = call.args[call.args.index("STREAMS") + 1]
+    elif _command(call) == "XINFO":  # (XINFO STREAM <key>: streams.kept)
+        key = call.args[2]
     return key.decode("utf-8", "surrogateescape") if isinstance(key, bytes) else str(key)
 
 

@@ -16,16 +16,22 @@ def _accepted(reply: int) -> bool:
     return reply == 1
 
 
+def _events(keys: QueueKeys, events: bool) -> tuple[str, ...]:
+    """The optional last key of the scripts that change a task's state: the queue's event
+    stream when events are on (include/events.lua), else none."""
+    return (keys.events,) if events else ()
+
+
 def _parse_refused(reply: list[bytes]) -> list[tuple[str, int]]:
     return [(text(reply[i]), int(reply[i + 1])) for i in range(0, len(reply), 2)]
 
 
 def complete(
-    keys: QueueKeys, done: Sequence[tuple[str, int, str, int]]
+    keys: QueueKeys, done: Sequence[tuple[str, int, str, int]], *, events: bool = False
 ) -> Call[list[tuple[str, int]]]:
     """Store results of (id, attempt, result JSON, ms to keep the hash); the reply lists
     the refused reports (stale) as (id, attempt): a batch may hold two attempts of one
-    task."""
+    task. ``events``: each success's event goes to the queue's stream."""
     args: list[Arg] = []
     for quadruple in done:
         args += quadruple
@@ -42,6 +48,7 @@ def complete(
             keys.groups_prefix,
             keys.cancels,
             keys.succeeded,
+            *_events(keys, events),
         ),
         tuple(args),
         _parse_refused,
@@ -64,11 +71,13 @@ def fail(
     dead_max: int,
     traceback: str | None = None,
     errors_kept: int = 5,
+    events: bool = False,
 ) -> Call[str | None]:
     """ "scheduled" or "dead"; None when refused (stale attempt). No delay: dead; and dead
     with the request's reason when the task's cancel was requested (cancel). With a
     ``traceback`` ("" for none), the attempt joins the task's ``errors``, which keeps the
-    newest ``errors_kept`` (culex.jobs.failures)."""
+    newest ``errors_kept`` (culex.jobs.failures). ``events``: the attempt's failed (or dead)
+    event goes to the queue's stream."""
     return Call(
         (
             keys.task(task_id),
@@ -83,6 +92,7 @@ def fail(
             keys.dedupe,
             keys.groups_prefix,
             keys.cancels,
+            *_events(keys, events),
         ),
         (
             task_id,
@@ -117,6 +127,7 @@ def retry_later(
     *,
     dead_ttl_ms: int,
     dead_max: int,
+    events: bool = False,
 ) -> Call[bool]:
     """Put a pending task in scheduled, due after ``delay_ms``, without counting a failed
     attempt (culex.RetryLater); one whose cancel was requested goes to dead instead, as
@@ -136,6 +147,7 @@ def retry_later(
             keys.stats_prefix,
             keys.dedupe,
             keys.cancels,
+            *_events(keys, events),
         ),
         (task_id, attempt, delay_ms, dead_ttl_ms, dead_max),
         lambda reply: reply in (b"scheduled", "scheduled", b"dead", "dead"),

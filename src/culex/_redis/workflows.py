@@ -126,12 +126,20 @@ def resolve(
     result: str,
     error: str,
     dead_ttl_ms: int,
+    events: bool = False,
 ) -> Call[list[str]]:
     """Apply an upstream's end (``upstream`` "" for the run's start) to blocked nodes of
-    one queue (one at least); the reply: what became of each, in order."""
+    one queue (one at least); the reply: what became of each, in order. ``events``: a node
+    released (enqueued) or ended dead goes to the queue's event stream."""
     first, *more = task_ids
     return Call(
-        (keys.task_prefix, keys.waiting, keys.signal, keys.dead),
+        (
+            keys.task_prefix,
+            keys.waiting,
+            keys.signal,
+            keys.dead,
+            *((keys.events,) if events else ()),
+        ),
         (first, upstream, name, state, job_type, result, error, dead_ttl_ms, *more),
         _states,
         scripts.WORKFLOW_RESOLVE,

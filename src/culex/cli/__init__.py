@@ -19,6 +19,7 @@ from . import (
     periodic_jobs,
     queue_control_commands,
     running,
+    task_events,
     workflow_commands,
 )
 from .which_server import existing_server, may_start_server
@@ -158,6 +159,20 @@ def _parser() -> argparse.ArgumentParser:
     task.add_argument("queue", metavar="QUEUE | QUEUE<ID> | ID")
     task.add_argument("id", nargs="?", metavar="ID")
     task.set_defaults(command=looking.task_command)
+    feed = command(
+        "events",
+        help="what happened to the tasks of some queues (with the setting events on): the "
+        "recent events, and with --follow the new ones as they come",
+    )
+    feed.add_argument("queue", nargs="*", metavar="QUEUE", help="default: every known queue")
+    feed.add_argument("--follow", action="store_true", help="wait for new events (Ctrl-C ends)")
+    feed.add_argument(
+        "--since",
+        type=task_events.since,
+        metavar="ID|AGO",
+        help="from after this event id, or this long ago: 90s, 10m (default), 2h, 1d",
+    )
+    feed.set_defaults(command=task_events.events_command)
     runners = command("runners", help="the runners at work now, and what each runs")
     runners.set_defaults(command=looking.runners_command)
 

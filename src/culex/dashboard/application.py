@@ -13,6 +13,7 @@ from .. import config
 from ..errors import ServerError, ServerUnavailable
 from . import (
     actions,
+    activity,
     durable_pages,
     outage,
     pages,
@@ -80,6 +81,7 @@ def _routes() -> list[BaseRoute]:
         ),
         # Queue names and task ids go in the query: either may hold "/", "?" or "#".
         Route("/queue", pages.queue, name="queue"),
+        Route("/activity", activity.activity, name="activity"),
         Route("/queue/bulk", actions.bulk, methods=["POST"], name="bulk"),
         Route("/queue/{action}", actions.steer, methods=["POST"], name="steer"),
         Route("/task", pages.task, name="task"),

@@ -371,4 +371,5 @@ def _call(
             if control.dedupe_for_ms is not None or job.dedupe_for is None
             else dedupe_for_ms(job.dedupe_for, f"{type(job).__name__}.dedupe_for")
         ),
+        events=settings.events,
     )

@@ -206,6 +206,7 @@ def _trigger(
         run_new=job_class is not None,  # by name: only a job that has a record
         max_retries=0,
         record=() if job_class is None else described(job_class),
+        events=settings.events,
     )
     if job_class is not None:
         yield commands.register_queue(queues_key(settings.prefix), queue)

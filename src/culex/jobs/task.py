@@ -8,6 +8,7 @@ import itertools
 import json
 import random
 import time
+from collections.abc import AsyncIterator, Iterator
 from typing import Any, ClassVar, Protocol
 
 from .. import config
@@ -16,7 +17,7 @@ from .._redis import steps as durable
 from .._redis.keys import QueueKeys, check_queue_name, queue_keys, queues_key
 from ..errors import CulexError, TaskFailed, short
 from ..server.procedures import Procedure, one_call, run_async, run_sync
-from . import task_logs
+from . import events, task_logs
 from .codecs import Codec
 from .progress import Progress, read_procedure
 from .registry import registry
@@ -236,6 +237,7 @@ class Task:
             reason.strip(),
             dead_ttl_ms=settings.failed_job_ttl_ms,
             dead_max=settings.dead_max,
+            events=settings.events,
         )
         return one_call(call)
 
@@ -338,6 +340,23 @@ class Task:
         return one_call(
             durable.signal(self._keys(), self.id, name, text, max_bytes=durable.MAX_SIGNAL_BYTES)
         )
+
+    def _watching(self, timeout: float | None) -> Any:
+        prefix = self.prefix if self.prefix is not None else config.settings().prefix
+        keys = self._keys()
+        return events.task_events(prefix, keys.name, self.id, timeout, self.url)
+
+    def watch(self, timeout: float | None = 30.0) -> Iterator[events.Event]:
+        """This task's events (docs/events.md), from its enqueue on, as they come; the
+        iteration ends after its ``succeeded`` or ``dead`` event, or when none of its
+        events came for ``timeout`` seconds (None: wait for ever)."""
+        found: Iterator[events.Event] = self._watching(timeout)[0]
+        return found
+
+    def awatch(self, timeout: float | None = 30.0) -> AsyncIterator[events.Event]:
+        """The async twin of :meth:`watch`: ``async for event in task.awatch()``."""
+        found: AsyncIterator[events.Event] = self._watching(timeout)[1]()
+        return found
 
     def signal(self, name: str, value: Any = None) -> str:
         """Send signal ``name`` with ``value`` (anything JSON holds) to this durable task,

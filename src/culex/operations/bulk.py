@@ -125,12 +125,14 @@ def _act(action: str, keys: QueueKeys, settings: config.Settings, state: str | N
         # task has left, e.g. in dead after its hash expired and the id was enqueued again)
         only = None if state is None else state_set(keys, state)
         return _Act(lambda chunk: [interventions.delete(keys, chunk, only=only)], _count_deleted)
-    ttl, most = settings.failed_job_ttl_ms, settings.dead_max
+    ttl, most, events = settings.failed_job_ttl_ms, settings.dead_max, settings.events
     return _Act(
         lambda chunk: [
             # (running=False: a bulk cancel calls off what has not started; a running task
             # is cancelled one by one, by task.cancel(), culex cancel or its page)
-            interventions.cancel(keys, i, "", dead_ttl_ms=ttl, dead_max=most, running=False)
+            interventions.cancel(
+                keys, i, "", dead_ttl_ms=ttl, dead_max=most, running=False, events=events
+            )
             for i in chunk
         ],
         _count_cancelled,

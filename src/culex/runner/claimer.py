@@ -205,6 +205,7 @@ class Claimer:
             lease_ms=self.settings.lease_ms,
             promote_limit=PROMOTE_LIMIT,
             dead_ttl_ms=self.settings.failed_job_ttl_ms,
+            events=self.settings.events,
             **self.limit_args[keys.name],
         )
 

@@ -65,6 +65,7 @@ class Reclaimer:
                 heal_ms=self.settings.lease_ms,  # (counts set right within about a lease)
                 max_stalls=self.settings.max_stalls,
                 own_stalls=self.own_stalls.get(q),
+                events=self.settings.events,
             )
             for q in self.queues
         ]

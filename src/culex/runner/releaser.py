@@ -55,7 +55,10 @@ class Releaser:
         left half-done). A failure is logged: the entries wait for the next pass."""
         prefix = self.settings.prefix
         try:
-            await run_on(drain(prefix, self.queues, self.settings.failed_job_ttl_ms), self.driver)
+            draining = drain(
+                prefix, self.queues, self.settings.failed_job_ttl_ms, self.settings.events
+            )
+            await run_on(draining, self.driver)
             if unfinished:
                 await run_on(finish_unfinished(prefix), self.driver)
         except (ServerError, OSError, ValueError) as exc:

@@ -187,6 +187,7 @@ class Reporter:
                         outcome.later_ms,
                         dead_ttl_ms=self.settings.failed_job_ttl_ms,
                         dead_max=self.settings.dead_max,
+                        events=self.settings.events,
                     )
                 )
                 owners.append([outcome])
@@ -205,6 +206,7 @@ class Reporter:
                     dead_max=self.settings.dead_max,
                     traceback=outcome.traceback,
                     errors_kept=failures.KEPT,
+                    events=self.settings.events,
                 )
             )
             owners.append([outcome])
@@ -212,7 +214,8 @@ class Reporter:
             done = [
                 (o.claimed.id, o.claimed.attempt, o.result_json, self._kept_ms(o)) for o in outcomes
             ]
-            calls.append(reports.complete(queue_keys(self.settings.prefix, queue), done))
+            keys = queue_keys(self.settings.prefix, queue)
+            calls.append(reports.complete(keys, done, events=self.settings.events))
             owners.append(outcomes)
         return calls, owners
 

@@ -126,6 +126,7 @@ class Scheduler:
             run_new=job.run_on_start and job not in self._started,
             max_retries=job.max_retries,
             record=described(job),
+            events=self.settings.events,
         )
 
 

@@ -176,6 +176,7 @@ class _Drainer:
                     lease_ms=self.lease_ms,
                     promote_limit=PROMOTE_LIMIT,
                     dead_ttl_ms=self.settings.failed_job_ttl_ms,
+                    events=self.settings.events,
                 )
             )
         claimed: list[Claimed] = []
@@ -191,7 +192,8 @@ class _Drainer:
         releaser does (culex.workflows.release); True when one was applied."""
         queues = [keys.name for keys in self.keys]
         ttl = self.settings.failed_job_ttl_ms
-        return bool(await run_on(release.drain(self.settings.prefix, queues, ttl), self.driver))
+        draining = release.drain(self.settings.prefix, queues, ttl, self.settings.events)
+        return bool(await run_on(draining, self.driver))
 
     async def _attempt(self, claimed: Claimed) -> tuple[Outcome, Attempt]:
         job = self.preparation.prepare(claimed)

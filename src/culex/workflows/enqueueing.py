@@ -70,7 +70,7 @@ def enqueue_run(name: str, ttl_ms: int, nodes: Sequence[Node]) -> Procedure[Work
         yield [workflows.discard(run, now=True)]  # (its own error, if any, is not this one)
         raise
     roots = [(node.task.queue, node.task.id) for node in nodes if not node.after]
-    yield from start_roots(prefix, roots, settings.failed_job_ttl_ms)
+    yield from start_roots(prefix, roots, settings.failed_job_ttl_ms, settings.events)
     yield [workflows.set_op(run, ""), workflows.finished(prefix, run.id)]
     return WorkflowRun(run.id, prefix=prefix)
 

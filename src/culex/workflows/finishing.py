@@ -85,10 +85,10 @@ def sent(calls: Sequence[Call[Any]], per_trip: int = CALLS_A_TRIP) -> Procedure[
 
 
 def start_roots(
-    prefix: str, roots: Iterable[tuple[str, str]], dead_ttl_ms: int
+    prefix: str, roots: Iterable[tuple[str, str]], dead_ttl_ms: int, events: bool = False
 ) -> Procedure[list[Any]]:
     """Release the nodes without upstreams (queue, task id): the run's start; those of one
-    queue by calls of RELEASE_BATCH."""
+    queue by calls of RELEASE_BATCH (``events``: each one's enqueued event)."""
     by_queue: dict[str, list[str]] = {}
     for queue, task_id in roots:
         by_queue.setdefault(queue, []).append(task_id)
@@ -103,6 +103,7 @@ def start_roots(
             result="",
             error="",
             dead_ttl_ms=dead_ttl_ms,
+            events=events,
         )
         for queue, ids in by_queue.items()
         for i in range(0, len(ids), RELEASE_BATCH)
@@ -123,6 +124,7 @@ def cancel_nodes(prefix: str, nodes: dict[str, NodeInfo]) -> Procedure[list[Any]
             CANCELLED,
             dead_ttl_ms=settings.failed_job_ttl_ms,
             dead_max=settings.dead_max,
+            events=settings.events,
         )
         for node in sorted(nodes.values(), key=lambda n: -level[n.task_id])
     ]
@@ -183,7 +185,7 @@ def finish(prefix: str, run_id: str) -> Procedure[str]:
     elif op == "enqueue":
         nodes = yield from read_nodes(prefix, run_id)
         roots = [(n.queue, n.task_id) for n in nodes.values() if not n.after]
-        yield from start_roots(prefix, roots, settings.failed_job_ttl_ms)
+        yield from start_roots(prefix, roots, settings.failed_job_ttl_ms, settings.events)
         done = "started"
     elif op == "cancel":
         yield from cancel_nodes(prefix, (yield from read_nodes(prefix, run_id)))

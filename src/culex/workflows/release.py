@@ -33,9 +33,12 @@ LEASE_MS = 30_000  # an entry taken and not struck off by then is taken again
 BATCH = 500  # downstreams a release call, ends a record call
 
 
-def drain(prefix: str, queues: Iterable[str], dead_ttl_ms: int) -> Procedure[int]:
+def drain(
+    prefix: str, queues: Iterable[str], dead_ttl_ms: int, events: bool = False
+) -> Procedure[int]:
     """Apply every due outbox entry of ``queues`` (and of the queues their downstreams
-    end on, as they end); the value: how many entries were applied."""
+    end on, as they end); the value: how many entries were applied. ``events``: the
+    downstreams released or ended go to their queues' event streams."""
     applied = 0
     look = sorted(set(queues))
     while look:
@@ -52,13 +55,15 @@ def drain(prefix: str, queues: Iterable[str], dead_ttl_ms: int) -> Procedure[int
                 again.add(queue)
         if not entries:
             break
-        done, ended_on = yield from _apply(prefix, entries, dead_ttl_ms)
+        done, ended_on = yield from _apply(prefix, entries, dead_ttl_ms, events)
         applied += done
         look = sorted(again | ended_on)
     return applied
 
 
-def _apply(prefix: str, entries: list[Entry], dead_ttl_ms: int) -> Procedure[tuple[int, set[str]]]:
+def _apply(
+    prefix: str, entries: list[Entry], dead_ttl_ms: int, events: bool
+) -> Procedure[tuple[int, set[str]]]:
     """Release the entries' downstreams, note their ends in their runs, strike them off.
     The value: how many were struck off, and the queues where a downstream ended dead.
 
@@ -85,6 +90,7 @@ def _apply(prefix: str, entries: list[Entry], dead_ttl_ms: int) -> Procedure[tup
                         result=f.get("result", ""),
                         error=f.get("error", ""),
                         dead_ttl_ms=dead_ttl_ms,
+                        events=events,
                     )
                 )
                 owners.append((i, queue))

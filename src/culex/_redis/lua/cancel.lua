@@ -35,12 +35,19 @@
 --         those scripts no cancels key) leave it on each new request, so the set ends.
 -- KEYS[11] task key prefix <prefix>:{<queue>}:task:   optional: to read those oldest ids'
 --         tasks
+-- KEYS[12] events stream <prefix>:{<queue>}:events   optional (with KEYS[9] to KEYS[11]):
+--         a task cancelled gets its `dead` event, with its last attempt (0: it never
+--         ran); a requested cancel gets none: the script that ends the task writes it
+--         (include/events.lua)
 -- ARGV[1] id
 -- ARGV[2] reason          free text, or "": last_error becomes "cancelled: <reason>" or
 --                         "cancelled"
 -- ARGV[3] dead_ttl_ms     failed_job_ttl in ms: the hash expires, and dead is trimmed by age
 -- ARGV[4] dead_max        dead keeps at most this many ids (the oldest go first), >= 1
 --                         (both whole numbers, at most 2^42 - 1: include/numbers.lua)
+-- ARGV[5] waiting_only    optional: "1": a running task is refused even with KEYS[9] to
+--                         KEYS[11] (sent with KEYS[12] by a bulk cancel, which calls off
+--                         only what has not started)
 -- Returns: "cancelled" when the hash said state "waiting" or "scheduled" and the id was in
 --          that set, or state "blocked" (a workflow node: in no set, its waits:<id> set is
 --          deleted): it left the set, its hash says state "dead" with last_error, failed_at
@@ -304,6 +311,31 @@ local function argv_whole(script, i, name, lo, hi, absent)
 end
 -- <<< include/numbers.lua
 
+-- >>> include/events.lua
+-- Each queue has one stream, <prefix>:{<queue>}:events, an OPTIONAL key of the scripts
+-- that change a task's state: a caller that sends it (culex with the setting `events` on)
+-- gets one entry per change, written in the same call; one that does not, none. An entry
+-- holds no params, result or error: task (the id), job (its type), kind (enqueued,
+-- started, succeeded, failed, dead) and attempt; its id (XADD *) is the server's time in
+-- ms. The stream keeps about EVENTS_MAX entries (MAXLEN ~: whole nodes go, so trimming
+-- costs next to nothing), and, about once in 100 entries (by the server's clock), drops
+-- those older than EVENTS_AGE_MS (MINID ~); it expires EVENTS_AGE_MS after its last entry
+-- (every key ends). pcall: a key of another type written by something else must not stop
+-- a state change half-way; it gets no entry.
+local EVENTS_MAX = 10000
+local EVENTS_AGE_MS = 86400000
+local function emit(stream, id, job, kind, attempt, now)
+  if not stream then return end
+  redis.pcall('XADD', stream, 'MAXLEN', '~', EVENTS_MAX, '*', 'task', id, 'job', job or '',
+    'kind', kind, 'attempt', attempt or 0)
+  redis.pcall('PEXPIRE', stream, EVENTS_AGE_MS)
+  if now % 100 == 0 then
+    redis.pcall('XTRIM', stream, 'MINID', '~', now - EVENTS_AGE_MS)
+  end
+end
+-- <<< include/events.lua
+
+local events_key = KEYS[12]
 -- (checked before any write: include/numbers.lua)
 local ttl = argv_whole('cancel', 3, 'dead_ttl_ms', 1, MOST)
 local dead_max = argv_whole('cancel', 4, 'dead_max', 1, MOST)
@@ -316,7 +348,7 @@ local reason = 'cancelled'
 if ARGV[2] ~= '' then
   reason = reason .. ': ' .. ARGV[2]
 end
-if f[1] == 'pending' and KEYS[11] then
+if f[1] == 'pending' and KEYS[11] and ARGV[5] ~= '1' then
   if f[6] then  -- (asked already: the first request and its reason stand)
     return 'cancelling'
   end
@@ -367,4 +399,7 @@ if blocked then
   node_forget(prefix, ARGV[1])
 end
 node_ended(prefix, ARGV[1], 'dead', nil, reason, now)
+if events_key then
+  emit(events_key, ARGV[1], f[3], 'dead', redis.call('HGET', KEYS[1], 'attempt'), now)
+end
 return 'cancelled'

@@ -43,6 +43,10 @@
 --         waiting task (no counter: it did not run again), and leaves this set
 -- KEYS[13] periodic record prefix <prefix>:{<queue>}:periodic:   optional, with KEYS[12]: a
 --         periodic job's task cancelled so writes last_outcome dead there (as cancel)
+-- KEYS[14] events stream <prefix>:{<queue>}:events   optional (with KEYS[8] to KEYS[13]):
+--         each task started gets its `started` event (its new attempt), each task buried
+--         (broken: attempt 0; cancelled, expired: its last attempt) its `dead` event
+--         (include/events.lua)
 -- ARGV[8] group_concurrency  optional: the most tasks of one group pending at once (0: none)
 -- ARGV[9] group_rate         optional: the most starts of one group in any window of
 --                            group_rate_ms (0: none)
@@ -430,6 +434,31 @@ local function argv_whole(script, i, name, lo, hi, absent)
 end
 -- <<< include/numbers.lua
 
+-- >>> include/events.lua
+-- Each queue has one stream, <prefix>:{<queue>}:events, an OPTIONAL key of the scripts
+-- that change a task's state: a caller that sends it (culex with the setting `events` on)
+-- gets one entry per change, written in the same call; one that does not, none. An entry
+-- holds no params, result or error: task (the id), job (its type), kind (enqueued,
+-- started, succeeded, failed, dead) and attempt; its id (XADD *) is the server's time in
+-- ms. The stream keeps about EVENTS_MAX entries (MAXLEN ~: whole nodes go, so trimming
+-- costs next to nothing), and, about once in 100 entries (by the server's clock), drops
+-- those older than EVENTS_AGE_MS (MINID ~); it expires EVENTS_AGE_MS after its last entry
+-- (every key ends). pcall: a key of another type written by something else must not stop
+-- a state change half-way; it gets no entry.
+local EVENTS_MAX = 10000
+local EVENTS_AGE_MS = 86400000
+local function emit(stream, id, job, kind, attempt, now)
+  if not stream then return end
+  redis.pcall('XADD', stream, 'MAXLEN', '~', EVENTS_MAX, '*', 'task', id, 'job', job or '',
+    'kind', kind, 'attempt', attempt or 0)
+  redis.pcall('PEXPIRE', stream, EVENTS_AGE_MS)
+  if now % 100 == 0 then
+    redis.pcall('XTRIM', stream, 'MINID', '~', now - EVENTS_AGE_MS)
+  end
+end
+-- <<< include/events.lua
+
+local events_key = KEYS[14]
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 -- (every number checked before any write: include/numbers.lua)
@@ -527,6 +556,7 @@ local function bury(key, id, job, reason)
   redis.call('ZADD', KEYS[4], now, id)
   wake(key, KEYS[6] .. id, dead_ttl)
   node_ended(KEYS[5], id, 'dead', nil, 'broken task: ' .. reason, now)
+  emit(events_key, id, job, 'dead', 0, now)
 end
 
 -- A task whose cancel was requested ends as cancel.lua ends a waiting one (see KEYS[12]);
@@ -676,9 +706,11 @@ if limit > 0 then
       bury(key, id, f[1], 'attempt is not a whole number')
     elseif f[8] and KEYS[12] then
       cancelled(key, id, f[1], f[8])
+      emit(events_key, id, f[1], 'dead', f[6], now)
     elseif f[10] and (whole(f[10], 0, MOST) or now + 1) <= now then
       count(tally, f[1] or '', 'd')
       cancelled(key, id, f[1], 'expired')
+      emit(events_key, id, f[1], 'dead', f[6], now)
     else
       local attempt = tonumber(f[6] or '0') + 1
       if group then
@@ -697,6 +729,7 @@ if limit > 0 then
       else
         redis.call('HSET', key, 'attempt', attempt, 'state', 'pending', 'started_at', now)
       end
+      emit(events_key, id, f[1], 'started', attempt, now)
       leases[#leases + 1] = now + lease
       leases[#leases + 1] = id
       if rate > 0 then

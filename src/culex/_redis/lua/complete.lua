@@ -34,6 +34,8 @@
 --         adds, at most 64) whose hash has expired (or says another state: an id used
 --         again) leave it. The set expires after the hashes it names: when less than the
 --         longest ttl_ms of the call is left of its TTL, the TTL becomes twice that
+-- KEYS[12] events stream <prefix>:{<queue>}:events   optional (with KEYS[6] to KEYS[11]):
+--         each task that lands gets its `succeeded` event (include/events.lua)
 -- ARGV[1..] quadruples: id, attempt, result, ttl_ms
 --         attempt  the one the runner was handed: it fences stale runners
 --         result   JSON text of perform's return value
@@ -418,6 +420,31 @@ end
 for i = 4, #ARGV, 4 do
   argv_whole('complete', i, 'ttl_ms', 1, MOST)
 end
+-- >>> include/events.lua
+-- Each queue has one stream, <prefix>:{<queue>}:events, an OPTIONAL key of the scripts
+-- that change a task's state: a caller that sends it (culex with the setting `events` on)
+-- gets one entry per change, written in the same call; one that does not, none. An entry
+-- holds no params, result or error: task (the id), job (its type), kind (enqueued,
+-- started, succeeded, failed, dead) and attempt; its id (XADD *) is the server's time in
+-- ms. The stream keeps about EVENTS_MAX entries (MAXLEN ~: whole nodes go, so trimming
+-- costs next to nothing), and, about once in 100 entries (by the server's clock), drops
+-- those older than EVENTS_AGE_MS (MINID ~); it expires EVENTS_AGE_MS after its last entry
+-- (every key ends). pcall: a key of another type written by something else must not stop
+-- a state change half-way; it gets no entry.
+local EVENTS_MAX = 10000
+local EVENTS_AGE_MS = 86400000
+local function emit(stream, id, job, kind, attempt, now)
+  if not stream then return end
+  redis.pcall('XADD', stream, 'MAXLEN', '~', EVENTS_MAX, '*', 'task', id, 'job', job or '',
+    'kind', kind, 'attempt', attempt or 0)
+  redis.pcall('PEXPIRE', stream, EVENTS_AGE_MS)
+  if now % 100 == 0 then
+    redis.pcall('XTRIM', stream, 'MINID', '~', now - EVENTS_AGE_MS)
+  end
+end
+-- <<< include/events.lua
+
+local events_key = KEYS[12]
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local refused = {}
@@ -465,6 +492,7 @@ for i = 1, #ARGV, 4 do
     if e[5] then  -- (a node: its outbox entry, include/workflow.lua)
       node_ended(KEYS[2], id, 'succeeded', ARGV[i + 2], nil, now)
     end
+    emit(events_key, id, f[4], 'succeeded', f[1], now)
   else
     refused[#refused + 1] = id
     refused[#refused + 1] = ARGV[i + 1]

@@ -16,6 +16,8 @@
 --         task is in one set only. Left out (with 5 to 7 when those are not needed) for an
 --         id no task ever had: culex leaves it out for the ids it draws (the common enqueue
 --         then runs one command less)
+-- KEYS[9] events stream <prefix>:{<queue>}:events   optional (with KEYS[5] to KEYS[8]):
+--         the task's `enqueued` event, attempt 0 (include/events.lua)
 -- ARGV[1] id
 -- ARGV[2] type           the job class name, e.g. "SendEmailJob"
 -- ARGV[3] queue          the queue name (stored for producers and dashboards)
@@ -225,6 +227,31 @@ local function argv_whole(script, i, name, lo, hi, absent)
 end
 -- <<< include/numbers.lua
 
+-- >>> include/events.lua
+-- Each queue has one stream, <prefix>:{<queue>}:events, an OPTIONAL key of the scripts
+-- that change a task's state: a caller that sends it (culex with the setting `events` on)
+-- gets one entry per change, written in the same call; one that does not, none. An entry
+-- holds no params, result or error: task (the id), job (its type), kind (enqueued,
+-- started, succeeded, failed, dead) and attempt; its id (XADD *) is the server's time in
+-- ms. The stream keeps about EVENTS_MAX entries (MAXLEN ~: whole nodes go, so trimming
+-- costs next to nothing), and, about once in 100 entries (by the server's clock), drops
+-- those older than EVENTS_AGE_MS (MINID ~); it expires EVENTS_AGE_MS after its last entry
+-- (every key ends). pcall: a key of another type written by something else must not stop
+-- a state change half-way; it gets no entry.
+local EVENTS_MAX = 10000
+local EVENTS_AGE_MS = 86400000
+local function emit(stream, id, job, kind, attempt, now)
+  if not stream then return end
+  redis.pcall('XADD', stream, 'MAXLEN', '~', EVENTS_MAX, '*', 'task', id, 'job', job or '',
+    'kind', kind, 'attempt', attempt or 0)
+  redis.pcall('PEXPIRE', stream, EVENTS_AGE_MS)
+  if now % 100 == 0 then
+    redis.pcall('XTRIM', stream, 'MINID', '~', now - EVENTS_AGE_MS)
+  end
+end
+-- <<< include/events.lua
+
+local events_key = KEYS[9]
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local due
@@ -313,4 +340,5 @@ if state == 'waiting' then
 else
   redis.call('ZADD', KEYS[3], due, ARGV[1])
 end
+emit(events_key, ARGV[1], ARGV[2], 'enqueued', 0, now)
 return {state, ARGV[1]}

@@ -25,6 +25,9 @@
 -- KEYS[12] cancels zset <prefix>:{<queue>}:cancels   optional: the task leaves it. A task
 --         whose hash has cancel_requested (cancel.lua) goes to dead with that as its
 --         last_error, whatever ARGV[3] and ARGV[4] say: a cancelled task is never retried
+-- KEYS[13] events stream <prefix>:{<queue>}:events   optional (with KEYS[8] to KEYS[12]):
+--         the attempt's `failed` event when a retry is scheduled, else `dead`
+--         (include/events.lua)
 -- ARGV[1] id
 -- ARGV[2] attempt         fences stale runners, as in complete
 -- ARGV[3] error           the reason, stored as last_error
@@ -425,6 +428,31 @@ local function argv_whole(script, i, name, lo, hi, absent)
 end
 -- <<< include/numbers.lua
 
+-- >>> include/events.lua
+-- Each queue has one stream, <prefix>:{<queue>}:events, an OPTIONAL key of the scripts
+-- that change a task's state: a caller that sends it (culex with the setting `events` on)
+-- gets one entry per change, written in the same call; one that does not, none. An entry
+-- holds no params, result or error: task (the id), job (its type), kind (enqueued,
+-- started, succeeded, failed, dead) and attempt; its id (XADD *) is the server's time in
+-- ms. The stream keeps about EVENTS_MAX entries (MAXLEN ~: whole nodes go, so trimming
+-- costs next to nothing), and, about once in 100 entries (by the server's clock), drops
+-- those older than EVENTS_AGE_MS (MINID ~); it expires EVENTS_AGE_MS after its last entry
+-- (every key ends). pcall: a key of another type written by something else must not stop
+-- a state change half-way; it gets no entry.
+local EVENTS_MAX = 10000
+local EVENTS_AGE_MS = 86400000
+local function emit(stream, id, job, kind, attempt, now)
+  if not stream then return end
+  redis.pcall('XADD', stream, 'MAXLEN', '~', EVENTS_MAX, '*', 'task', id, 'job', job or '',
+    'kind', kind, 'attempt', attempt or 0)
+  redis.pcall('PEXPIRE', stream, EVENTS_AGE_MS)
+  if now % 100 == 0 then
+    redis.pcall('XTRIM', stream, 'MINID', '~', now - EVENTS_AGE_MS)
+  end
+end
+-- <<< include/events.lua
+
+local events_key = KEYS[13]
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 -- (every number checked before any write: include/numbers.lua)
@@ -480,6 +508,7 @@ if delay >= 0 then
   redis.call('HSET', KEYS[1], 'state', 'scheduled', 'retry_count', retries,
     'last_error', reason, 'failed_at', now, 'due_at', now + delay)
   redis.call('ZADD', KEYS[3], now + delay, ARGV[1])
+  emit(events_key, ARGV[1], f[4], 'failed', ARGV[2], now)
   return 'scheduled'
 end
 to_dead(KEYS[1], KEYS[4], KEYS[6], ARGV[1], reason, now, ttl, retries)
@@ -493,4 +522,5 @@ if f[3] == '1' then
   redis.pcall('HSET', KEYS[5] .. f[4], 'last_finished_at', now, 'last_outcome', 'dead')
 end
 node_ended(task_prefix_of(KEYS[1], ARGV[1]), ARGV[1], 'dead', nil, reason, now)
+emit(events_key, ARGV[1], f[4], 'dead', ARGV[2], now)
 return 'dead'

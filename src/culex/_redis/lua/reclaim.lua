@@ -34,6 +34,9 @@
 -- KEYS[13] cancels zset <prefix>:{<queue>}:cancels   optional: a task leaves it. A task
 --         whose hash has cancel_requested (cancel.lua) goes to dead with that as its
 --         last_error, never to a retry: its runner is gone before it could end it
+-- KEYS[14] events stream <prefix>:{<queue>}:events   optional (with KEYS[10] to KEYS[13]):
+--         each stalled task's `failed` event when it runs again, `dead` when not, with
+--         the attempt that stalled (include/events.lua)
 -- ARGV[1] limit          how many expired tasks to reclaim at most
 -- ARGV[2] dead_ttl_ms    dead is trimmed by age (and to dead_max) on every call, not only
 --                        when a task dies: an id whose hash expired leaves it within a pass;
@@ -464,6 +467,31 @@ local function argv_whole(script, i, name, lo, hi, absent)
 end
 -- <<< include/numbers.lua
 
+-- >>> include/events.lua
+-- Each queue has one stream, <prefix>:{<queue>}:events, an OPTIONAL key of the scripts
+-- that change a task's state: a caller that sends it (culex with the setting `events` on)
+-- gets one entry per change, written in the same call; one that does not, none. An entry
+-- holds no params, result or error: task (the id), job (its type), kind (enqueued,
+-- started, succeeded, failed, dead) and attempt; its id (XADD *) is the server's time in
+-- ms. The stream keeps about EVENTS_MAX entries (MAXLEN ~: whole nodes go, so trimming
+-- costs next to nothing), and, about once in 100 entries (by the server's clock), drops
+-- those older than EVENTS_AGE_MS (MINID ~); it expires EVENTS_AGE_MS after its last entry
+-- (every key ends). pcall: a key of another type written by something else must not stop
+-- a state change half-way; it gets no entry.
+local EVENTS_MAX = 10000
+local EVENTS_AGE_MS = 86400000
+local function emit(stream, id, job, kind, attempt, now)
+  if not stream then return end
+  redis.pcall('XADD', stream, 'MAXLEN', '~', EVENTS_MAX, '*', 'task', id, 'job', job or '',
+    'kind', kind, 'attempt', attempt or 0)
+  redis.pcall('PEXPIRE', stream, EVENTS_AGE_MS)
+  if now % 100 == 0 then
+    redis.pcall('XTRIM', stream, 'MINID', '~', now - EVENTS_AGE_MS)
+  end
+end
+-- <<< include/events.lua
+
+local events_key = KEYS[14]
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 -- (every number checked before any write: include/numbers.lua)
@@ -534,6 +562,9 @@ for i, id in ipairs(ids) do
     end
     redis.call('HSET', key, 'state', outcome)
     count(tally, f[4] or '', 'f')
+    if events_key then
+      emit(events_key, id, f[4], 'failed', redis.call('HGET', key, 'attempt'), now)
+    end
   else
     outcome = 'dead'
     count(tally, f[4] or '', 'd')
@@ -553,6 +584,9 @@ for i, id in ipairs(ids) do
       redis.pcall('HSET', KEYS[7] .. f[4], 'last_finished_at', now, 'last_outcome', 'dead')
     end
     node_ended(KEYS[4], id, 'dead', nil, why, now)
+    if events_key then  -- (a broken task's key was renamed: attempt 0)
+      emit(events_key, id, f[4], 'dead', redis.call('HGET', key, 'attempt'), now)
+    end
   end
   out[#out + 1] = id
   out[#out + 1] = outcome

@@ -26,6 +26,9 @@
 -- KEYS[11] dedupe hash <prefix>:{<queue>}:dedupe   optional, with KEYS[7]
 -- KEYS[12] cancels zset <prefix>:{<queue>}:cancels   optional, with KEYS[7]: the task
 --         leaves it
+-- KEYS[13] events stream <prefix>:{<queue>}:events   optional (with KEYS[4] to KEYS[12]):
+--         the attempt's `failed` event (another attempt comes), or `dead` when its cancel
+--         was requested (include/events.lua)
 -- ARGV[1] id
 -- ARGV[2] attempt         fences stale runners, as in fail
 -- ARGV[3] delay_ms        a whole number >= 0: the task is due that long after now
@@ -419,6 +422,31 @@ local function argv_whole(script, i, name, lo, hi, absent)
 end
 -- <<< include/numbers.lua
 
+-- >>> include/events.lua
+-- Each queue has one stream, <prefix>:{<queue>}:events, an OPTIONAL key of the scripts
+-- that change a task's state: a caller that sends it (culex with the setting `events` on)
+-- gets one entry per change, written in the same call; one that does not, none. An entry
+-- holds no params, result or error: task (the id), job (its type), kind (enqueued,
+-- started, succeeded, failed, dead) and attempt; its id (XADD *) is the server's time in
+-- ms. The stream keeps about EVENTS_MAX entries (MAXLEN ~: whole nodes go, so trimming
+-- costs next to nothing), and, about once in 100 entries (by the server's clock), drops
+-- those older than EVENTS_AGE_MS (MINID ~); it expires EVENTS_AGE_MS after its last entry
+-- (every key ends). pcall: a key of another type written by something else must not stop
+-- a state change half-way; it gets no entry.
+local EVENTS_MAX = 10000
+local EVENTS_AGE_MS = 86400000
+local function emit(stream, id, job, kind, attempt, now)
+  if not stream then return end
+  redis.pcall('XADD', stream, 'MAXLEN', '~', EVENTS_MAX, '*', 'task', id, 'job', job or '',
+    'kind', kind, 'attempt', attempt or 0)
+  redis.pcall('PEXPIRE', stream, EVENTS_AGE_MS)
+  if now % 100 == 0 then
+    redis.pcall('XTRIM', stream, 'MINID', '~', now - EVENTS_AGE_MS)
+  end
+end
+-- <<< include/events.lua
+
+local events_key = KEYS[13]
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local delay = argv_whole('retry_later', 3, 'delay_ms', 0, MOST - now)
@@ -455,9 +483,11 @@ if f[5] and KEYS[12] then  -- (cancelled meanwhile: never run again; see fail)
     redis.pcall('HSET', KEYS[9] .. f[6], 'last_finished_at', now, 'last_outcome', 'dead')
   end
   node_ended(task_prefix_of(KEYS[1], ARGV[1]), ARGV[1], 'dead', nil, f[5], now)
+  emit(events_key, ARGV[1], f[6], 'dead', ARGV[2], now)
   return 'dead'
 end
 redis.call('HSET', KEYS[1], 'state', 'scheduled', 'due_at', now + delay, 'retry_later_at', now,
   'retry_later_count', later)
 redis.call('ZADD', KEYS[3], now + delay, ARGV[1])
+emit(events_key, ARGV[1], f[6], 'failed', ARGV[2], now)
 return 'scheduled'

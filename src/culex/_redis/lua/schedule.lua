@@ -9,6 +9,8 @@
 -- KEYS[4] signal list    <prefix>:{<queue>}:signal
 -- KEYS[5] task key prefix <prefix>:{<queue>}:task:   (to read the previous run's state;
 --         its id is in the record)
+-- KEYS[6] events stream <prefix>:{<queue>}:events   optional: the task enqueued gets its
+--         `enqueued` event, attempt 0 (include/events.lua)
 -- ARGV[1] id             <type>:<slot ms> for a slot (deterministic: the same on every runner)
 -- ARGV[2] type           the job class name
 -- ARGV[3] queue
@@ -76,6 +78,31 @@ local function argv_whole(script, i, name, lo, hi, absent)
 end
 -- <<< include/numbers.lua
 
+-- >>> include/events.lua
+-- Each queue has one stream, <prefix>:{<queue>}:events, an OPTIONAL key of the scripts
+-- that change a task's state: a caller that sends it (culex with the setting `events` on)
+-- gets one entry per change, written in the same call; one that does not, none. An entry
+-- holds no params, result or error: task (the id), job (its type), kind (enqueued,
+-- started, succeeded, failed, dead) and attempt; its id (XADD *) is the server's time in
+-- ms. The stream keeps about EVENTS_MAX entries (MAXLEN ~: whole nodes go, so trimming
+-- costs next to nothing), and, about once in 100 entries (by the server's clock), drops
+-- those older than EVENTS_AGE_MS (MINID ~); it expires EVENTS_AGE_MS after its last entry
+-- (every key ends). pcall: a key of another type written by something else must not stop
+-- a state change half-way; it gets no entry.
+local EVENTS_MAX = 10000
+local EVENTS_AGE_MS = 86400000
+local function emit(stream, id, job, kind, attempt, now)
+  if not stream then return end
+  redis.pcall('XADD', stream, 'MAXLEN', '~', EVENTS_MAX, '*', 'task', id, 'job', job or '',
+    'kind', kind, 'attempt', attempt or 0)
+  redis.pcall('PEXPIRE', stream, EVENTS_AGE_MS)
+  if now % 100 == 0 then
+    redis.pcall('XTRIM', stream, 'MINID', '~', now - EVENTS_AGE_MS)
+  end
+end
+-- <<< include/events.lua
+
+local events_key = KEYS[6]
 local KEEP_MS = 7 * 24 * 3600 * 1000
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
@@ -159,6 +186,7 @@ redis.call('ZADD', KEYS[3], now, id)
 if redis.call('LLEN', KEYS[4]) == 0 then
   redis.call('RPUSH', KEYS[4], '1')
 end
+emit(events_key, id, ARGV[2], 'enqueued', 0, now)
 redis.call('HSET', KEYS[1], 'last_task', id, 'last_enqueued_at', now)
 if trigger and redis.call('PTTL', KEYS[1]) < 0 then
   redis.call('PEXPIRE', KEYS[1], KEEP_MS)

@@ -17,6 +17,9 @@
 -- KEYS[2] waiting zset   <prefix>:{<queue>}:waiting
 -- KEYS[3] signal list    <prefix>:{<queue>}:signal   (wakes an idle runner)
 -- KEYS[4] dead zset      <prefix>:{<queue>}:dead
+-- KEYS[5] events stream  <prefix>:{<queue>}:events   optional: a node released gets its
+--         `enqueued` event, one ended dead by its policy its `dead` event, attempt 0
+--         (include/events.lua)
 -- ARGV[1] id             the node's task id
 -- ARGV[2] upstream       the upstream's task id, or "" for the run's start (applied to
 --                        the nodes without upstreams once the run is committed)
@@ -167,6 +170,31 @@ local function wake(task_key, done_key, ttl)
 end
 -- <<< include/wake.lua
 
+-- >>> include/events.lua
+-- Each queue has one stream, <prefix>:{<queue>}:events, an OPTIONAL key of the scripts
+-- that change a task's state: a caller that sends it (culex with the setting `events` on)
+-- gets one entry per change, written in the same call; one that does not, none. An entry
+-- holds no params, result or error: task (the id), job (its type), kind (enqueued,
+-- started, succeeded, failed, dead) and attempt; its id (XADD *) is the server's time in
+-- ms. The stream keeps about EVENTS_MAX entries (MAXLEN ~: whole nodes go, so trimming
+-- costs next to nothing), and, about once in 100 entries (by the server's clock), drops
+-- those older than EVENTS_AGE_MS (MINID ~); it expires EVENTS_AGE_MS after its last entry
+-- (every key ends). pcall: a key of another type written by something else must not stop
+-- a state change half-way; it gets no entry.
+local EVENTS_MAX = 10000
+local EVENTS_AGE_MS = 86400000
+local function emit(stream, id, job, kind, attempt, now)
+  if not stream then return end
+  redis.pcall('XADD', stream, 'MAXLEN', '~', EVENTS_MAX, '*', 'task', id, 'job', job or '',
+    'kind', kind, 'attempt', attempt or 0)
+  redis.pcall('PEXPIRE', stream, EVENTS_AGE_MS)
+  if now % 100 == 0 then
+    redis.pcall('XTRIM', stream, 'MINID', '~', now - EVENTS_AGE_MS)
+  end
+end
+-- <<< include/events.lua
+
+local events_key = KEYS[5]
 local up, state = ARGV[2], ARGV[4]
 if state ~= 'succeeded' and state ~= 'dead' then
   return redis.error_reply('ERR workflow_resolve: ARGV[4] state is "succeeded" or "dead"')
@@ -185,7 +213,7 @@ local signalled = false
 
 local function resolve(id)
   local key = KEYS[1] .. id
-  local f = redis.pcall('HMGET', key, 'state', 'policy', 'priority')
+  local f = redis.pcall('HMGET', key, 'state', 'policy', 'priority', 'type')
   if f['err'] then return 'ignored' end
   if not f[1] then return 'gone' end
   if f[1] ~= 'blocked' then return 'ignored' end
@@ -203,6 +231,7 @@ local function resolve(id)
       redis.call('DEL', waits)
       wake(key, base .. 'done:' .. id, ttl)
       node_ended(KEYS[1], id, 'dead', nil, reason, now)
+      emit(events_key, id, f[4], 'dead', 0, now)
       return 'dead'
     end
   end
@@ -213,6 +242,7 @@ local function resolve(id)
     redis.call('RPUSH', KEYS[3], '1')
   end
   signalled = true
+  emit(events_key, id, f[4], 'enqueued', 0, now)
   return 'waiting'
 end
 

@@ -1,0 +1,61 @@
+"""``culex events``: the task events of some queues (docs/events.md), recent ones and, with
+``--follow``, new ones as they come."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import timedelta
+
+from .. import config
+from .._redis.calls import shown
+from ..jobs.events import Event, EventsTrimmed, events
+from ..operations.known_queues import queue_names
+from ..server.procedures import run_sync
+from .looking import window
+
+RECENT = timedelta(minutes=10)  # what the command shows without --since
+
+
+def since(text: str) -> str | timedelta:
+    """--since: a time ago (10m, 2h, 1d, 90s) or an event id (1733100000000-0)."""
+    if text[:-1].isdigit() and text[-1:] in "smhd":
+        return timedelta(seconds=window(text))
+    if not text.replace("-", "").isdigit():
+        raise argparse.ArgumentTypeError(
+            f"--since takes a time ago (10m, 2h, 1d) or an event id (1733100000000-0): {text!r}"
+        )
+    return text
+
+
+def events_command(args: argparse.Namespace) -> int:
+    """Print the events of the queues asked (every known queue when none is), one a line;
+    with --follow, wait for new ones until Ctrl-C. A position the stream no longer keeps is
+    said on stderr, and the command goes on from the oldest event kept."""
+    settings = config.settings_for(args.redis_url)
+    queues = run_sync(queue_names(settings.prefix, args.queue or None), settings.redis_url)
+    if not queues:
+        print("no queue yet", file=sys.stderr)
+        return 0
+    start: str | timedelta = args.since if args.since is not None else RECENT
+    timeout = None if args.follow else 0.0
+    try:
+        while True:
+            try:
+                for event in events(queues, start, args.follow, timeout, settings=settings):
+                    print(line(event), flush=args.follow)
+                return 0
+            except EventsTrimmed as trimmed:
+                print(f"culex: {trimmed}; going on from there", file=sys.stderr)
+                start = "0"
+    except KeyboardInterrupt:  # (--follow ends with Ctrl-C)
+        return 0
+
+
+def line(event: Event) -> str:
+    """One event as the command prints it: time (UTC, ms), queue, kind, attempt, job, id."""
+    at = event.at.strftime("%Y-%m-%d %H:%M:%S.") + f"{event.at.microsecond // 1000:03d}"
+    return (
+        f"{at}  {shown(event.queue)}  {event.kind:<9}  {event.attempt:>3}  "
+        f"{shown(event.job)}  {shown(event.task_id)}"
+    )
