@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 import logging
 import typing
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, NoReturn
 
@@ -40,9 +40,11 @@ class Job(Durable, JobDeclaration):
     attempt: int
     retry_count: int
     reporting_: Reporting  # where progress() stores (unset outside a runner: perform_now)
-    # The attempt's log lines not sent yet (None outside a runner: lines are only logged),
-    # and whether log() sends them itself (in a process child: culex.jobs.task_logs).
+    # The attempt's log lines not sent yet (made by its first line), where the runner
+    # wants that buffer (None outside a runner: lines are only logged), and whether log()
+    # sends them itself (in a process child: culex.jobs.task_logs).
     log_buffer_: LogBuffer | None = None
+    log_keep_: Callable[[LogBuffer], None] | None = None
     log_direct_: bool = False
     # Set by request_cancel_() when the task's cancel is requested while this attempt runs.
     _cancel_requested: bool = False
@@ -110,10 +112,14 @@ class Job(Durable, JobDeclaration):
         characters each, sent with the runner's heartbeat and the attempt's report)."""
         logger.info("[%s] %s", self.type_, message)
         buffer = self.log_buffer_
-        if buffer is not None:
-            buffer.add(str(message))
-            if self.log_direct_:  # (a process child: no runner's heartbeat sees its lines)
-                send_now(buffer, self.reporting_, self.task_id, due=True)
+        if buffer is None:
+            if self.log_keep_ is None:
+                return
+            buffer = self.log_buffer_ = LogBuffer(self.attempt)
+            self.log_keep_(buffer)
+        buffer.add(str(message))
+        if self.log_direct_:  # (a process child: no runner's heartbeat sees its lines)
+            send_now(buffer, self.reporting_, self.task_id, due=True)
 
     def fail(self, reason: str = "", retry: bool = True) -> NoReturn:
         """End this attempt as failed; ``retry=False`` sends the task to dead at once."""

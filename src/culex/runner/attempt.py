@@ -14,6 +14,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import Executor
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 from .. import logs
@@ -103,7 +104,7 @@ class Preparation:
         *,
         default_lease_ms: int = 0,
         hold: Callable[[Claimed, int], object] | None = None,
-        lines: Callable[[Claimed, LogBuffer], object] | None = None,
+        lines: Callable[[Claimed, LogBuffer], None] | None = None,
     ) -> None:
         self.jobs = jobs
         self.lines = lines
@@ -126,9 +127,8 @@ class Preparation:
                 if lease_ms != self.default_lease_ms and self.hold is not None:
                     self.hold(claimed, lease_ms)
             job.reporting_ = self.reporting[claimed.queue]
-            job.log_buffer_ = LogBuffer(claimed.attempt)
-            if self.lines is not None:
-                self.lines(claimed, job.log_buffer_)
+            # (a buffer for its log lines is made by its first line: most tasks log none)
+            job.log_keep_ = _for_report if self.lines is None else partial(self.lines, claimed)
         except Exception as exc:  # (decode's own are caught there: this is the rest)
             return broken(claimed, f"{type(exc).__name__}: {exc}", exc)
         return job
@@ -187,15 +187,19 @@ def broken(claimed: Claimed, reason: str, raised: BaseException | None = None) -
 def attempt(job: Job, claimed: Claimed, pool: Executor) -> Awaitable[Outcome]:
     """One attempt, judged, in its span when tracing is on. Its await never raises but
     for cancellation."""
-    return performing(job, claimed, _with_lines(job, _judged(job, claimed, pool)))
+    return performing(job, claimed, _judged(job, claimed, pool))
 
 
-async def _with_lines(job: Job, judged: Awaitable[Outcome]) -> Outcome:
-    """The outcome, with the attempt's log lines not sent yet (they go before its report)."""
-    outcome = await judged
+def with_lines(job: Job, outcome: Outcome) -> Outcome:
+    """``outcome``, with the attempt's log lines not sent yet (they go before its report)."""
     if job.log_buffer_ is not None:
         outcome.lines = job.log_buffer_.take()
     return outcome
+
+
+def _for_report(buffer: LogBuffer) -> None:
+    """No heartbeat sends the lines (a drain without a lease keeper): the report takes
+    them all."""
 
 
 async def _judged(job: Job, claimed: Claimed, pool: Executor) -> Outcome:

@@ -43,7 +43,7 @@ from ..jobs.progress import Reporting
 from ..jobs.registry import JobRegistry, registry
 from ..server import configured
 from . import isolation, startup
-from .attempt import Outcome, Preparation, attempt, task_name
+from .attempt import Outcome, Preparation, attempt, task_name, with_lines
 from .cancels import CancelWatcher, check_cancel_requested
 from .claimer import Claimer
 from .lease import LeaseKeeper
@@ -333,7 +333,7 @@ class Runner:
                     slots.threaded.add(claimed)
                 slots.jobs[claimed] = job
                 try:
-                    outcome = await attempt(job, claimed, self._pool)
+                    outcome = with_lines(job, await attempt(job, claimed, self._pool))
                 except asyncio.CancelledError as exc:
                     check_cancel_requested(job, exc)
                 finally:

@@ -28,7 +28,7 @@ from ..jobs.progress import Reporting
 from ..jobs.registry import JobRegistry, registry
 from ..jobs.serialization import decode_result
 from ..runner import isolation
-from ..runner.attempt import Outcome, Preparation, attempt
+from ..runner.attempt import Outcome, Preparation, attempt, with_lines
 from ..runner.claimer import PROMOTE_LIMIT
 from ..runner.lease import LeaseKeeper
 from ..runner.outbox import Outbox
@@ -201,7 +201,7 @@ class _Drainer:
             return job, _record(claimed, job, None, None)
         raised: list[BaseException] = []
         _catch(job, raised)
-        outcome = await attempt(job, claimed, self.pool)
+        outcome = with_lines(job, await attempt(job, claimed, self.pool))
         return outcome, _record(claimed, outcome, job, raised[0] if raised else None)
 
     def running_names(self) -> list[str]:
