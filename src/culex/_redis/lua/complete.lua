@@ -30,10 +30,10 @@
 --         the request, and the work is done; see cancel.lua
 -- KEYS[11] succeeded zset <prefix>:{<queue>}:succeeded   optional: the recent successes,
 --         scored by their end (ms): each task that lands is added; the set keeps the
---         newest 1,000 (SUCCEEDED_KEPT), and those among its oldest (as many as the call
---         adds, at most 64) whose hash has expired (or says another state: an id used
---         again) leave it. The set expires after the hashes it names: when less than the
---         longest ttl_ms of the call is left of its TTL, the TTL becomes twice that
+--         newest 1,000 (SUCCEEDED_KEPT); an id whose hash has expired stays until newer
+--         ones push it out (readers skip it: browse.lua's state). The set expires after
+--         the hashes it names: when less than the longest ttl_ms of the call is left of
+--         its TTL, the TTL becomes twice that
 -- KEYS[12] events stream <prefix>:{<queue>}:events   optional (with KEYS[6] to KEYS[11]):
 --         each task that lands gets its `succeeded` event (include/events.lua)
 -- ARGV[1..] quadruples: id, attempt, result, ttl_ms
@@ -518,16 +518,9 @@ if succeeded and #done > 0 then
   if type(left) == 'number' and left < longest then
     redis.pcall('PEXPIRE', succeeded, 2 * longest)
   end
-  -- (as many of the oldest as were added, at most 64: while the hashes expire in the order
-  -- they were written, the stale ids leave as fast as new ones come)
-  local oldest = redis.pcall('ZRANGE', succeeded, 0, math.min(#done, 64) - 1)
-  if type(oldest) == 'table' then
-    for _, id in ipairs(oldest) do
-      if redis.pcall('HGET', KEYS[2] .. id, 'state') ~= 'succeeded' then
-        redis.call('ZREM', succeeded, id)
-      end
-    end
-  end
+  -- (no look at whether the hashes named are still there: that cost a read and a removal
+  -- a task on the hot path. A reader skips the ids whose hash has expired, and the count
+  -- keeps the set small however many there are)
 end
 write_counts(KEYS[5], now, tally)
 if #done > 0 then
