@@ -33,6 +33,7 @@ REFUSED = {
     "resume": ["resume", "my emails"],
     "limit": ["limit", "my emails", "--rate", "5/s"],
     "workflow": ["workflow", "retry", "a run id"],
+    "events": ["events", "my emails"],
     "dashboard": ["dashboard", "--basic-auth", "no-colon"],
     "metrics": ["metrics", "--port", "70000"],
     "demo": ["demo"],  # with a CULEX_REDIS_URL that is no URL
