@@ -20,9 +20,11 @@ from .errors import (
     StepError,
     TaskFailed,
 )
+from .jobs.encryption import EncryptedParams
 from .jobs.enqueue import EnqueueManyError
 from .jobs.job import Job, QueuedJob, aenqueue_many, enqueue_many
 from .jobs.limits import Rate
+from .jobs.middleware import ContextMiddleware, Middleware, ParamsUnreadable
 from .jobs.periodic import PeriodicJob
 from .jobs.registry import JobRegistry, registry
 from .jobs.schedules import MonthSpan, months
@@ -83,15 +85,19 @@ else:
 
 __all__ = [
     "ConfigurationError",
+    "ContextMiddleware",
     "CulexError",
     "DeadTask",
+    "EncryptedParams",
     "EnqueueManyError",
     "Group",
     "Job",
     "JobFailure",
     "JobRegistry",
+    "Middleware",
     "MonthSpan",
     "NodeView",
+    "ParamsUnreadable",
     "PeriodicJob",
     "QueueControl",
     "QueuedJob",

@@ -47,15 +47,19 @@ def enqueue(
     group: str = "",
     drawn: bool = False,
     expires_ms: int | None = None,
+    headers: str = "",
 ) -> Call[Enqueued]:
     """``trace``: the producer's trace context (tracing.py), "" for none; ``priority``: higher
     runs first (checked by the caller); ``dedupe_key``, ``group``: "" for none;
     ``drawn``: culex drew ``task_id`` (task.new_id), so no task ever had it;
-    ``expires_ms``: the task expires this many ms after the server stores it (None: never).
+    ``expires_ms``: the task expires this many ms after the server stores it (None: never);
+    ``headers``: the task's headers, a JSON object of strings (culex.jobs.middleware), ""
+    for none.
 
     The optional KEYS and ARGV are sent only when needed, so the common enqueue sends
     seven words fewer and its script does one command less: ARGV 8 to 11 when one of them
-    is used (and ARGV[12] with an expiry); KEYS 5 to 7 with a dedupe key or a group;
+    is used (and ARGV[12] with an expiry, ARGV[13] with headers); KEYS 5 to 7 with a
+    dedupe key or a group;
     KEYS[8] (dead) unless the id is drawn (an id no task had cannot be left in dead)."""
     args: tuple[Arg, ...] = (
         task_id,
@@ -66,10 +70,12 @@ def enqueue(
         delay_ms,
         max_retries,
     )
-    if trace or priority or dedupe_key or group or expires_ms is not None:
+    if trace or priority or dedupe_key or group or expires_ms is not None or headers:
         args += (trace, priority, dedupe_key, group)
-        if expires_ms is not None:
-            args += (expires_ms,)
+        if expires_ms is not None or headers:
+            args += ("" if expires_ms is None else expires_ms,)
+        if headers:
+            args += (headers,)
     named: tuple[str, ...] = (keys.task(task_id), keys.waiting, keys.scheduled, keys.signal)
     if dedupe_key or group or not drawn:
         named += (keys.dedupe, keys.task_prefix, keys.groups_prefix)

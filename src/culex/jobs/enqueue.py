@@ -22,6 +22,7 @@ from ..errors import ServerError, short
 from ..server.compatibility import warn_of_older
 from ..server.procedures import Procedure
 from .durability import Confirm, confirmation
+from .middleware import enqueue_parts
 from .task import ResultTyped, Task, check_id, new_id
 
 # Bulk enqueue sends this many scripts per round trip.
@@ -353,6 +354,14 @@ def _call(
 ) -> Call[Enqueued]:
     """The call that enqueues ``job`` as ``task_id`` (``drawn``: by culex, never used)."""
     params = checked_params(job, settings)
+    headers = ""
+    if settings.middleware:  # (none: the common case costs this check)
+        params, headers = enqueue_parts(settings.middleware, job, task_id, params)
+        if len(params) > settings.max_payload_bytes:  # (sealed: ASCII, a byte a character)
+            raise ValueError(
+                f"{type(job).__name__}: params take {len(params)} bytes as stored (sealed "
+                f"by middleware), more than max_payload_bytes ({settings.max_payload_bytes})"
+            )
     return enqueuing.enqueue(
         queue_keys(settings.prefix, job.queue),
         task_id,
@@ -371,6 +380,7 @@ def _call(
             if control.expires_ms is not None or job.expires is None
             else expires_ms(job.expires, f"{type(job).__name__}.expires")
         ),
+        headers=headers,
     )
 
 

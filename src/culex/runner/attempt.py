@@ -24,11 +24,13 @@ from ..errors import AttemptOver, JobFailure, RetryLater, short
 from ..jobs import retry_policy
 from ..jobs.failures import traceback_of
 from ..jobs.job import Job
+from ..jobs.middleware import ParamsUnreadable, read_headers
 from ..jobs.progress import Reporting
 from ..jobs.registry import JobRegistry
 from ..jobs.task import task_name as named
 from .attempt_span import performing
 from .isolation import ChildDied, ChildRaised, run_in_process
+from .wrapping import around_async, around_sync, configured, opened
 
 logger = logging.getLogger("culex")
 
@@ -135,10 +137,18 @@ def decode(claimed: Claimed, registry: JobRegistry, max_payload_bytes: int) -> J
     job_class = registry.get(claimed.type)
     if job_class is None:
         return broken(claimed, f"unknown job type {short(claimed.type, 210)}")
+    stored = _opened(claimed)
+    if isinstance(stored, Outcome):
+        return stored
     try:
-        raw = _params(claimed.params)
+        raw = _params(stored)
+        if isinstance(raw, dict) and "$encrypted" in raw:  # (and no middleware opened it)
+            return broken(claimed, "params are encrypted and this runner has no "
+                          "EncryptedParams to open them (docs/middleware.md)")  # fmt: skip
+        headers = read_headers(claimed.headers) if claimed.headers else None
     except ValueError as exc:  # also bytes that are not UTF-8
-        return broken(claimed, f"params are not valid JSON: {exc}")
+        what = "params" if headers is None and not claimed.headers else "params or headers"
+        return broken(claimed, f"{what} are not valid JSON: {exc}")
     except Exception as exc:  # a RecursionError: nested deeper than the decoder goes
         return broken(claimed, f"params cannot be read: {type(exc).__name__}: {exc}", exc)
     try:
@@ -150,7 +160,24 @@ def decode(claimed: Claimed, registry: JobRegistry, max_payload_bytes: int) -> J
     job.task_id = claimed.id
     job.attempt = claimed.attempt
     job.retry_count = claimed.retry_count
+    if headers is not None:
+        job.headers_ = headers
     return job
+
+
+def _opened(claimed: Claimed) -> bytes | Outcome:
+    """The task's params as its job decodes them: opened by the middleware (e.g.
+    decrypted), or the dead Outcome when they cannot be."""
+    middleware = configured()
+    if not middleware:
+        return claimed.params
+    try:
+        return opened(middleware, claimed.id, claimed.params)
+    except ParamsUnreadable as exc:
+        return broken(claimed, str(exc))
+    except Exception as exc:
+        return broken(claimed, f"middleware did not open the params: {type(exc).__name__}: "
+                      f"{exc}", exc)  # fmt: skip
 
 
 _read_json = json.JSONDecoder().decode
@@ -183,14 +210,21 @@ def attempt(job: Job, claimed: Claimed, pool: Executor) -> Awaitable[Outcome]:
 async def _judged(job: Job, claimed: Claimed, pool: Executor) -> Outcome:
     started = time.perf_counter()
     timeout = None if job.timeout is None else seconds(job.timeout, "timeout")
+    middleware = configured()
     try:
         if job.async_perform_:
-            result_json = job.result_text(await _run_async(job, timeout))
-        elif job.isolation == "process":
-            loop = asyncio.get_running_loop()
-            result_json = await loop.run_in_executor(pool, run_in_process, job, _run_sync, timeout)
+            if middleware:  # (each one's aaround_perform, around the hooks and perform)
+                ran = await around_async(middleware, job, lambda: _run_async(job, timeout))
+            else:
+                ran = await _run_async(job, timeout)
+            result_json = job.result_text(ran)
         else:
-            result_json = job.result_text(await _run_in_thread(job, pool, timeout))
+            run = around_sync(middleware, _run_sync) if middleware else _run_sync
+            if job.isolation == "process":  # (the middleware runs in the child)
+                loop = asyncio.get_running_loop()
+                result_json = await loop.run_in_executor(pool, run_in_process, job, run, timeout)
+            else:
+                result_json = job.result_text(await _run_in_thread(job, pool, timeout, run))
     except AttemptOver as over:
         said = _OVER.get(over.why, over.why)
         logs.task_line(logger, "task %s %s, taking %s", task_name(claimed), said, _took(started))
@@ -216,10 +250,12 @@ async def _judged(job: Job, claimed: Claimed, pool: Executor) -> Outcome:
     return Outcome(claimed, result_json, result_ttl=job.result_ttl)
 
 
-async def _run_in_thread(job: Job, pool: Executor, timeout: float | None) -> Any:
+async def _run_in_thread(
+    job: Job, pool: Executor, timeout: float | None, run: Callable[[Job], Any]
+) -> Any:
     loop = asyncio.get_running_loop()
     context = contextvars.copy_context()
-    future = loop.run_in_executor(pool, context.run, _run_sync, job)
+    future = loop.run_in_executor(pool, context.run, run, job)
     if timeout is None:
         return await future
     try:

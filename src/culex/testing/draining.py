@@ -33,6 +33,7 @@ from ..runner.claimer import PROMOTE_LIMIT
 from ..runner.lease import LeaseKeeper
 from ..runner.outbox import Outbox
 from ..runner.reporter import Reporter
+from ..runner.wrapping import tell_ended
 from ..server import configured
 from ..server.procedures import run_on
 from ..workflows import release
@@ -196,10 +197,13 @@ class _Drainer:
     async def _attempt(self, claimed: Claimed) -> tuple[Outcome, Attempt]:
         job = self.preparation.prepare(claimed)
         if isinstance(job, Outcome):
+            await tell_ended(job, None)
             return job, _record(claimed, job, None, None)
         raised: list[BaseException] = []
         _catch(job, raised)
         outcome = await attempt(job, claimed, self.pool)
+        if outcome.error is not None:
+            await tell_ended(outcome, job)
         return outcome, _record(claimed, outcome, job, raised[0] if raised else None)
 
     def running_names(self) -> list[str]:

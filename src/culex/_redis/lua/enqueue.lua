@@ -44,6 +44,9 @@
 --                        clock), a whole number in 0 .. 2^42 - 1 - now; "" or absent: never.
 --                        Stored as the field `expires_at` (ms since the epoch): claim buries
 --                        a task it takes after that time dead with last_error "expired"
+-- ARGV[13] headers      optional: the task's headers, a JSON object of string values
+--                        (middleware's, docs/middleware.md), "" or absent for none. Stored
+--                        as the field `headers` when given and not ""
 -- Returns: {state, id} where state is "waiting" or "scheduled";
 --          {"exists", id} when a task with this id already exists (nothing changes:
 --          client-made ids make enqueue idempotent);
@@ -218,6 +221,9 @@ if group ~= '' then
 end
 if expires then
   redis.call('HSET', KEYS[1], 'expires_at', now + expires)
+end
+if ARGV[13] and ARGV[13] ~= '' then
+  redis.call('HSET', KEYS[1], 'headers', ARGV[13])
 end
 if dedupe ~= '' then
   redis.call('HSET', KEYS[1], 'dedupe_key', dedupe, 'on_end', '1')

@@ -1,0 +1,232 @@
+"""Middleware: code that runs at every enqueue and around every attempt (docs/middleware.md).
+
+``culex.configure(middleware=[...])`` sets the list for the process: producers apply each
+one's ``on_enqueue`` (and ``seal_params``) as they build an enqueue's call, and a runner
+runs ``around_perform`` (``aaround_perform`` for an ``async def perform``) around each
+attempt, then ``on_failure`` / ``on_dead`` as the attempt ends (culex.runner.wrapping).
+The first middleware of the list is the outermost: its ``on_enqueue`` runs first, its
+``around_perform`` encloses the others'.
+
+Headers are a task's string map, written at enqueue and stored as the task hash's
+``headers`` field (a JSON object, docs/wire-format.md); ``perform`` reads them as
+``self.headers``. With no middleware configured nothing here runs: the enqueue and the
+runner check an empty tuple and go on.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import math
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ConfigurationError, short
+
+if TYPE_CHECKING:
+    from .job import Job
+
+MAX_HEADERS = 100  # headers a task may have
+MAX_HEADER_NAME = 200  # characters of a header's name
+MAX_HEADERS_BYTES = 16 * 1024  # the headers' JSON text, UTF-8
+
+
+class Middleware:
+    """Base class of a middleware: override the hooks you need (each default does
+    nothing, or calls ``call_next``). A hook that raises is logged, never kills a runner:
+    see each hook for what else it does."""
+
+    def on_enqueue(self, job: Job, headers: dict[str, str]) -> None:
+        """Called for each task as it is enqueued, before anything is stored: write into
+        ``headers`` (str to str). An exception here is the enqueue's: nothing is stored."""
+
+    def around_perform(self, job: Job, call_next: Callable[[], Any]) -> Any:
+        """Runs a sync ``perform`` (with its before/after hooks): return ``call_next()``.
+        An exception out of it, before or after ``call_next``, is the attempt's failure.
+        With ``isolation = "process"`` it runs in the child process, around perform."""
+        return call_next()
+
+    async def aaround_perform(self, job: Job, call_next: Callable[[], Awaitable[Any]]) -> Any:
+        """The async twin of :meth:`around_perform`, for an ``async def perform``:
+        ``return await call_next()``. (The sync ``around_perform`` is not called for an
+        async perform: override both for both kinds of jobs.)"""
+        return await call_next()
+
+    def on_failure(self, job: Job, error: BaseException, will_retry: bool) -> None:
+        """An attempt failed: ``error`` is what it raised (a :class:`culex.TaskFailed` when
+        it raised nothing, e.g. cancelled); ``will_retry``: whether the task runs again.
+        Runs on the runner's event loop (or awaited, if ``async def``): keep it quick. An
+        exception here is logged; the outcome stays as it was."""
+
+    def on_dead(self, job: Job | None, error: BaseException) -> None:
+        """The task ends dead (after ``on_failure`` with ``will_retry`` False, or at once
+        for a task the runner cannot build: then ``job`` is None, and ``error`` a
+        :class:`culex.TaskFailed` with the reason, e.g. an unknown encryption key). As
+        :meth:`on_failure`, quick and never fatal."""
+
+    # -- params as stored (EncryptedParams) -----------------------------------------
+
+    def seal_params(self, task_id: str, params: str) -> str:
+        """The params text to store for task ``task_id`` (called after ``on_enqueue``,
+        in the list's order). Default: as they are."""
+        return params
+
+    def open_params(self, task_id: str, stored: str) -> str:
+        """The params text a runner decodes from the stored one (called in the reverse
+        order). Raise :class:`ParamsUnreadable` to send the task to dead with the reason."""
+        return stored
+
+
+class ParamsUnreadable(Exception):
+    """A task's stored params cannot be opened (a key that is gone, a tampered text): the
+    runner sends the task to dead with this message."""
+
+
+def checked_middleware(value: object, name: str) -> tuple[Middleware, ...]:
+    """``configure(middleware=...)``: a list (or tuple) of Middleware objects."""
+    if isinstance(value, Middleware):
+        value = [value]
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        raise ConfigurationError(f"{name} must be a list of culex.Middleware objects")
+    listed = tuple(value)
+    for item in listed:
+        if not isinstance(item, Middleware):
+            raise ConfigurationError(
+                f"{name} takes culex.Middleware objects (an instance of a subclass), got "
+                f"{short(item)}"
+            )
+    return listed
+
+
+def enqueue_parts(
+    middleware: tuple[Middleware, ...], job: Any, task_id: str, params: str
+) -> tuple[str, str]:
+    """The params and headers (JSON text, "" for none) to store for ``job`` as
+    ``task_id``: every middleware's on_enqueue, then its seal_params."""
+    headers: dict[str, str] = {}
+    for each in middleware:
+        each.on_enqueue(job, headers)
+        params = each.seal_params(task_id, params)
+    return params, headers_text(headers, type(job).__name__) if headers else ""
+
+
+def headers_text(headers: object, where: str) -> str:
+    """``headers`` as the JSON object stored, checked: str names (1 to 200 characters) to
+    str values, at most 100 of them and 16 KiB in all."""
+    if not isinstance(headers, dict):
+        raise TypeError(f"{where}: headers must be a dict of str to str, got {short(headers)}")
+    if len(headers) > MAX_HEADERS:
+        raise ValueError(f"{where}: {len(headers)} headers, more than {MAX_HEADERS}")
+    for key, value in headers.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise TypeError(
+                f"{where}: a header is str to str, got {short(key)}: {short(value)} "
+                f"({type(key).__name__} to {type(value).__name__})"
+            )
+        if not key or len(key) > MAX_HEADER_NAME:
+            raise ValueError(f"{where}: a header name has 1 to {MAX_HEADER_NAME} characters")
+    text = json.dumps(headers, ensure_ascii=False, separators=(",", ":"))
+    if len(text) * 4 > MAX_HEADERS_BYTES and len(text.encode()) > MAX_HEADERS_BYTES:
+        raise ValueError(f"{where}: the headers take more than {MAX_HEADERS_BYTES} bytes")
+    return text
+
+
+def read_headers(stored: bytes) -> dict[str, str]:
+    """A task's stored headers (ValueError when they are not a JSON object of strings)."""
+    found = json.loads(stored.decode())
+    if not isinstance(found, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in found.items()
+    ):
+        raise ValueError(f"headers must be a JSON object of strings, got {short(found)}")
+    return found
+
+
+# -- ContextMiddleware -----------------------------------------------------------------
+
+CONTEXT_PREFIX = "ctx."  # a context variable's header: ctx.<its name>
+_SCALARS = (str, int, float, bool, type(None))
+
+
+class ContextMiddleware(Middleware):
+    """Carries context variables from the producer to ``perform``: each one set at
+    enqueue is stored as the header ``ctx.<name>`` (its value as JSON) and set again
+    around perform, so that a task enqueued inside perform carries it on. A variable not
+    set at enqueue is not stored, and left as it is around perform.
+
+    Values are JSON data that comes back equal: str, int, float (finite), bool, None,
+    and lists and str-keyed dicts of them (a tuple would come back a list: refused).
+    """
+
+    def __init__(self, *variables: contextvars.ContextVar[Any]) -> None:
+        for variable in variables:
+            if not isinstance(variable, contextvars.ContextVar):
+                raise TypeError(
+                    f"ContextMiddleware takes contextvars.ContextVar objects, got {short(variable)}"
+                )
+        names = [variable.name for variable in variables]
+        twice = {name for name in names if names.count(name) > 1}
+        if twice:
+            raise ValueError(f"ContextMiddleware: two variables named {short(min(twice))}")
+        self.variables = variables
+        self._headers = tuple((CONTEXT_PREFIX + v.name, v) for v in variables)
+
+    def __repr__(self) -> str:
+        return f"ContextMiddleware({', '.join(v.name for v in self.variables)})"
+
+    def on_enqueue(self, job: Job, headers: dict[str, str]) -> None:
+        for header, variable in self._headers:
+            value = variable.get(_UNSET)
+            if value is _UNSET:
+                continue
+            if type(value) is not str:  # (str: the common case, no walk)
+                _check_value(value, variable.name)
+            headers[header] = json.dumps(value, ensure_ascii=False, allow_nan=False)
+
+    def _set(self, job: Job) -> list[tuple[contextvars.ContextVar[Any], contextvars.Token[Any]]]:
+        headers = job.headers
+        return [
+            (variable, variable.set(json.loads(headers[header])))
+            for header, variable in self._headers
+            if header in headers
+        ]
+
+    def around_perform(self, job: Job, call_next: Callable[[], Any]) -> Any:
+        tokens = self._set(job)
+        try:
+            return call_next()
+        finally:
+            for variable, token in reversed(tokens):
+                variable.reset(token)
+
+    async def aaround_perform(self, job: Job, call_next: Callable[[], Awaitable[Any]]) -> Any:
+        tokens = self._set(job)
+        try:
+            return await call_next()
+        finally:
+            for variable, token in reversed(tokens):
+                variable.reset(token)
+
+
+_UNSET = object()
+
+
+def _check_value(value: object, name: str) -> None:
+    """Refuse a value that JSON would not give back equal (TypeError, ValueError)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"ContextMiddleware: {name} is {value!r}: JSON has no such number")
+    if type(value) in _SCALARS:
+        return
+    if type(value) is list:
+        for item in value:
+            _check_value(item, name)
+        return
+    if type(value) is dict:
+        for key, item in value.items():
+            if type(key) is not str:
+                raise TypeError(f"ContextMiddleware: {name} has a dict key {short(key)}: str only")
+            _check_value(item, name)
+        return
+    raise TypeError(
+        f"ContextMiddleware: {name} holds {short(value)} ({type(value).__name__}): a "
+        "context value is str, int, float, bool, None, or a list or str-keyed dict of them"
+    )

@@ -1,0 +1,96 @@
+"""Middleware on the runner's side (culex.jobs.middleware): the stored params opened, the
+attempt run inside each ``around_perform``, and ``on_failure`` / ``on_dead`` told how it
+ended. A runner and culex.testing's drain both go through here.
+
+The middleware is the process's (``culex.configure(middleware=...)``), read per task:
+with none, each step is a check of an empty tuple.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from .. import config
+from ..errors import TaskFailed
+
+if TYPE_CHECKING:
+    from .._redis.claims import Claimed
+    from ..jobs.job import Job
+    from ..jobs.middleware import Middleware
+    from .attempt import Outcome
+
+logger = logging.getLogger("culex")
+
+
+def configured() -> tuple[Middleware, ...]:
+    """The process's middleware, in order (() for none)."""
+    return config.settings().middleware
+
+
+def opened(middleware: tuple[Middleware, ...], task_id: str, stored: bytes) -> bytes:
+    """A task's stored params as its job decodes them: each middleware's open_params, the
+    last first (raises ParamsUnreadable, or what a middleware raises)."""
+    params = stored.decode()
+    for each in reversed(middleware):
+        params = each.open_params(task_id, params)
+    return params.encode()
+
+
+def around_sync(
+    middleware: tuple[Middleware, ...], run: Callable[[Job], Any]
+) -> Callable[[Job], Any]:
+    """``run`` inside each middleware's around_perform, the first outermost."""
+
+    def step(job: Job, index: int) -> Any:
+        if index == len(middleware):
+            return run(job)
+        return middleware[index].around_perform(job, lambda: step(job, index + 1))
+
+    return lambda job: step(job, 0)
+
+
+def around_async(
+    middleware: tuple[Middleware, ...], job: Job, run: Callable[[], Awaitable[Any]]
+) -> Awaitable[Any]:
+    """``run()`` inside each middleware's aaround_perform, the first outermost."""
+
+    def step(index: int) -> Awaitable[Any]:
+        if index == len(middleware):
+            return run()
+        return middleware[index].aaround_perform(job, lambda: step(index + 1))
+
+    return step(0)
+
+
+async def tell_ended(outcome: Outcome, job: Job | None) -> None:
+    """Tell the middleware how an attempt ended: on_failure when it failed (not for a
+    task the runner could not build: ``job`` None), on_dead when the task goes to dead.
+    What a hook raises is logged, never raised."""
+    middleware = configured()
+    if not middleware or outcome.error is None or outcome.over or outcome.later_ms is not None:
+        return
+    claimed = outcome.claimed
+    error = outcome.exception or TaskFailed(claimed.id, outcome.error)
+    dead = outcome.retry_delay_ms is None
+    for each in middleware:
+        if job is not None:
+            await _told(each.on_failure, claimed, job, error, not dead)
+        if dead:
+            await _told(each.on_dead, claimed, job, error)
+
+
+async def _told(hook: Callable[..., Any], claimed: Claimed, *args: Any) -> None:
+    try:
+        said = hook(*args)
+        if inspect.isawaitable(said):
+            await said
+    except Exception:
+        logger.exception(
+            "middleware %s raised for task %s<%s> (the task's outcome stands)",
+            getattr(hook, "__qualname__", hook),
+            claimed.queue,
+            claimed.id,
+        )
