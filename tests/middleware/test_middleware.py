@@ -133,8 +133,12 @@ async def test_a_raising_middleware_fails_the_attempt_not_the_runner(
     # around_perform raising before call_next: the attempt's failure (perform never ran);
     # on_failure and on_dead raising: logged, and the runner goes on with the next task.
     culex.configure(
-        middleware=[Raising("around_perform"), Raising("on_failure"), Raising("on_dead"),
-                    Recording("audit")]  # fmt: skip
+        middleware=[
+            Raising("around_perform"),
+            Raising("on_failure"),
+            Raising("on_dead"),
+            Recording("audit"),
+        ]
     )
     first = MwFlakyJob().enqueue()
     runner = culex.Runner(run_from=["mw_flaky", "mw_headers"], concurrency=1)
@@ -170,9 +174,9 @@ def test_a_process_job_runs_around_perform_in_its_child(r: redis.Redis) -> None:
 def test_bad_middleware_and_headers_are_refused_before_anything_is_stored(
     r: redis.Redis,
 ) -> None:
-    with pytest.raises(culex.ConfigurationError, match="culex.Middleware objects"):
+    with pytest.raises(culex.ConfigurationError, match=r"culex\.Middleware objects"):
         culex.configure(middleware=[object()])
-    with pytest.raises(culex.ConfigurationError, match="a list of culex.Middleware"):
+    with pytest.raises(culex.ConfigurationError, match=r"a list of culex\.Middleware"):
         culex.configure(middleware="audit")
 
     class BadHeader(culex.Middleware):

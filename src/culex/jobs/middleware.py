@@ -180,7 +180,7 @@ class ContextMiddleware(Middleware):
                 continue
             if type(value) is not str:  # (str: the common case, no walk)
                 _check_value(value, variable.name)
-            headers[header] = json.dumps(value, ensure_ascii=False, allow_nan=False)
+            headers[header] = _dumps(value)
 
     def _set(self, job: Job) -> list[tuple[contextvars.ContextVar[Any], contextvars.Token[Any]]]:
         headers = job.headers
@@ -208,6 +208,7 @@ class ContextMiddleware(Middleware):
 
 
 _UNSET = object()
+_dumps = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
 
 
 def _check_value(value: object, name: str) -> None:

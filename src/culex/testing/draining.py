@@ -33,7 +33,8 @@ from ..runner.claimer import PROMOTE_LIMIT
 from ..runner.lease import LeaseKeeper
 from ..runner.outbox import Outbox
 from ..runner.reporter import Reporter
-from ..runner.wrapping import tell_ended
+from ..runner.wrapping import configured as configured_middleware
+from ..runner.wrapping import opened, tell_ended
 from ..server import configured
 from ..server.procedures import run_on
 from ..workflows import release
@@ -229,7 +230,7 @@ class _Drainer:
 def _record(
     claimed: Claimed, outcome: Outcome, job: Job | None, raised: BaseException | None
 ) -> Attempt:
-    params = params_of(claimed.params)
+    params = params_of(_opened(claimed))
     if outcome.later_ms is not None:  # (culex.RetryLater: no failure, and no result)
         return Attempt(claimed.queue, claimed.id, claimed.type, params, claimed.attempt,
                        "retry_later")  # fmt: skip
@@ -272,3 +273,14 @@ def _catching(method: Callable[[], Any], raised: list[BaseException]) -> Callabl
             raise
 
     return caught
+
+
+def _opened(claimed: Claimed) -> bytes:
+    """The task's params as its job read them (EncryptedParams' opened), else as stored."""
+    middleware = configured_middleware()
+    if not middleware:
+        return claimed.params
+    try:
+        return opened(middleware, claimed.id, claimed.params)
+    except Exception:  # (the task went to dead for it: its attempt says why)
+        return claimed.params
