@@ -20,17 +20,18 @@ from .errors import (
     StepError,
     TaskFailed,
 )
-from .jobs.encryption import EncryptedParams
 from .jobs.enqueue import EnqueueManyError
 from .jobs.job import Job, QueuedJob, aenqueue_many, enqueue_many
 from .jobs.limits import Rate
-from .jobs.middleware import ContextMiddleware, Middleware, ParamsUnreadable
 from .jobs.periodic import PeriodicJob
 from .jobs.registry import JobRegistry, registry
 from .jobs.schedules import MonthSpan, months
 from .jobs.serialization import register_type
 from .jobs.task import Task, TaskNotFound, TaskState
 from .jobs.upstream import Upstream
+from .middleware.context import ContextMiddleware
+from .middleware.encryption import EncryptedParams
+from .middleware.hooks import Middleware, ParamsUnreadable
 from .operations.dead import DeadTask, adead_tasks, aretry_dead, dead_tasks, retry_dead
 from .operations.queue_control import (
     QueueControl,

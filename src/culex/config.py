@@ -22,7 +22,7 @@ from ._redis.scripts import MOST
 from .errors import ConfigurationError, short
 
 if TYPE_CHECKING:
-    from .jobs.middleware import Middleware
+    from .middleware.hooks import Middleware
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +160,7 @@ def _options(value: object, name: str) -> Mapping[str, Any]:
 
 
 def _middleware(value: object, name: str) -> tuple[Middleware, ...]:
-    from .jobs.middleware import checked_middleware  # (jobs import this module)
+    from .middleware.hooks import checked_middleware  # (jobs import this module)
 
     return checked_middleware(value, name)
 

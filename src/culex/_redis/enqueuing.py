@@ -53,7 +53,7 @@ def enqueue(
     runs first (checked by the caller); ``dedupe_key``, ``group``: "" for none;
     ``drawn``: culex drew ``task_id`` (task.new_id), so no task ever had it;
     ``expires_ms``: the task expires this many ms after the server stores it (None: never);
-    ``headers``: the task's headers, a JSON object of strings (culex.jobs.middleware), ""
+    ``headers``: the task's headers, a JSON object of strings (culex.middleware), ""
     for none.
 
     The optional KEYS and ARGV are sent only when needed, so the common enqueue sends

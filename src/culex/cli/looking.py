@@ -11,8 +11,8 @@ from .. import config
 from .._redis.calls import shown
 from ..errors import CulexError
 from ..jobs.codecs import moment
-from ..jobs.encryption import is_encrypted, shown_params
 from ..jobs.failures import AttemptError, attempt_errors
+from ..middleware.encryption import is_encrypted, shown_params
 from .durable_commands import print_durable
 from .queue_control_commands import marks
 from .tables import one_line, print_table

@@ -11,9 +11,9 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 
 from .._redis.keys import check_queue_name
-from ..jobs.encryption import is_encrypted, shown_params
 from ..jobs.failures import attempt_errors
 from ..jobs.task import Task, check_id
+from ..middleware.encryption import is_encrypted, shown_params
 from ..operations import durable_view, inspection, queue_control, stats
 from ..operations.bulk import Action
 from . import formatting, listing, workflow_pages

@@ -19,10 +19,10 @@ from .._redis.enqueuing import Enqueued
 from .._redis.keys import queue_keys, queues_key
 from .._redis.priority import check_delay_ms, check_ready_ms
 from ..errors import ServerError, short
+from ..middleware.hooks import enqueue_parts
 from ..server.compatibility import warn_of_older
 from ..server.procedures import Procedure
 from .durability import Confirm, confirmation
-from .middleware import enqueue_parts
 from .task import ResultTyped, Task, check_id, new_id
 
 # Bulk enqueue sends this many scripts per round trip.
@@ -356,12 +356,7 @@ def _call(
     params = checked_params(job, settings)
     headers = ""
     if settings.middleware:  # (none: the common case costs this check)
-        params, headers = enqueue_parts(settings.middleware, job, task_id, params)
-        if len(params) > settings.max_payload_bytes:  # (sealed: ASCII, a byte a character)
-            raise ValueError(
-                f"{type(job).__name__}: params take {len(params)} bytes as stored (sealed "
-                f"by middleware), more than max_payload_bytes ({settings.max_payload_bytes})"
-            )
+        params, headers = enqueue_parts(settings, job, task_id, params)
     return enqueuing.enqueue(
         queue_keys(settings.prefix, job.queue),
         task_id,

@@ -20,8 +20,8 @@ from .._redis.calls import Call, number
 from .._redis.keys import QueueKeys, check_queue_name, queue_keys
 from .._redis.priority import ready_ms
 from ..errors import short
-from ..jobs.encryption import shown_params
 from ..jobs.task import MAX_ID_LENGTH, check_id
+from ..middleware.encryption import shown_params
 from ..server.procedures import Procedure, raised, run_async, run_sync
 
 STATES = ("waiting", "pending", "scheduled", "dead")

@@ -24,13 +24,13 @@ from ..errors import AttemptOver, JobFailure, RetryLater, short
 from ..jobs import retry_policy
 from ..jobs.failures import traceback_of
 from ..jobs.job import Job
-from ..jobs.middleware import ParamsUnreadable, read_headers
 from ..jobs.progress import Reporting
 from ..jobs.registry import JobRegistry
 from ..jobs.task import task_name as named
+from ..middleware.hooks import ParamsUnreadable, read_headers
 from .attempt_span import performing
 from .isolation import ChildDied, ChildRaised, run_in_process
-from .wrapping import around_async, around_sync, configured, opened
+from .wrapping import around_async, around_sync, configured, opened_params
 
 logger = logging.getLogger("culex")
 
@@ -137,9 +137,10 @@ def decode(claimed: Claimed, registry: JobRegistry, max_payload_bytes: int) -> J
     job_class = registry.get(claimed.type)
     if job_class is None:
         return broken(claimed, f"unknown job type {short(claimed.type, 210)}")
-    stored = _opened(claimed)
-    if isinstance(stored, Outcome):
-        return stored
+    try:  # (as stored, or opened by the middleware: decrypted)
+        stored = opened_params(claimed)
+    except ParamsUnreadable as exc:
+        return broken(claimed, str(exc), exc.__cause__)
     try:
         raw = _params(stored)
         if isinstance(raw, dict) and "$encrypted" in raw:  # (and no middleware opened it)
@@ -163,21 +164,6 @@ def decode(claimed: Claimed, registry: JobRegistry, max_payload_bytes: int) -> J
     if headers is not None:
         job.headers_ = headers
     return job
-
-
-def _opened(claimed: Claimed) -> bytes | Outcome:
-    """The task's params as its job decodes them: opened by the middleware (e.g.
-    decrypted), or the dead Outcome when they cannot be."""
-    middleware = configured()
-    if not middleware:
-        return claimed.params
-    try:
-        return opened(middleware, claimed.id, claimed.params)
-    except ParamsUnreadable as exc:
-        return broken(claimed, str(exc))
-    except Exception as exc:
-        return broken(claimed, f"middleware did not open the params: {type(exc).__name__}: "
-                      f"{exc}", exc)  # fmt: skip
 
 
 _read_json = json.JSONDecoder().decode

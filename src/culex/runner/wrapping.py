@@ -1,4 +1,4 @@
-"""Middleware on the runner's side (culex.jobs.middleware): the stored params opened, the
+"""Middleware on the runner's side (culex.middleware): the stored params opened, the
 attempt run inside each ``around_perform``, and ``on_failure`` / ``on_dead`` told how it
 ended. A runner and culex.testing's drain both go through here.
 
@@ -15,11 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 from .. import config
 from ..errors import TaskFailed
+from ..middleware.hooks import ParamsUnreadable
 
 if TYPE_CHECKING:
     from .._redis.claims import Claimed
     from ..jobs.job import Job
-    from ..jobs.middleware import Middleware
+    from ..middleware.hooks import Middleware
     from .attempt import Outcome
 
 logger = logging.getLogger("culex")
@@ -30,12 +31,23 @@ def configured() -> tuple[Middleware, ...]:
     return config.settings().middleware
 
 
-def opened(middleware: tuple[Middleware, ...], task_id: str, stored: bytes) -> bytes:
+def opened_params(claimed: Claimed) -> bytes:
     """A task's stored params as its job decodes them: each middleware's open_params, the
-    last first (raises ParamsUnreadable, or what a middleware raises)."""
-    params = stored.decode()
-    for each in reversed(middleware):
-        params = each.open_params(task_id, params)
+    last first (as stored when there is none). Raises ParamsUnreadable, with what a
+    middleware raised as its cause."""
+    middleware = configured()
+    if not middleware:
+        return claimed.params
+    try:
+        params = claimed.params.decode()
+        for each in reversed(middleware):
+            params = each.open_params(claimed.id, params)
+    except ParamsUnreadable:
+        raise
+    except Exception as exc:
+        raise ParamsUnreadable(
+            f"middleware did not open the params: {type(exc).__name__}: {exc}"
+        ) from exc
     return params.encode()
 
 

@@ -27,14 +27,14 @@ from ..jobs.job import Job
 from ..jobs.progress import Reporting
 from ..jobs.registry import JobRegistry, registry
 from ..jobs.serialization import decode_result
+from ..middleware.hooks import ParamsUnreadable
 from ..runner import isolation
 from ..runner.attempt import Outcome, Preparation, attempt
 from ..runner.claimer import PROMOTE_LIMIT
 from ..runner.lease import LeaseKeeper
 from ..runner.outbox import Outbox
 from ..runner.reporter import Reporter
-from ..runner.wrapping import configured as configured_middleware
-from ..runner.wrapping import opened, tell_ended
+from ..runner.wrapping import opened_params, tell_ended
 from ..server import configured
 from ..server.procedures import run_on
 from ..workflows import release
@@ -277,10 +277,7 @@ def _catching(method: Callable[[], Any], raised: list[BaseException]) -> Callabl
 
 def _opened(claimed: Claimed) -> bytes:
     """The task's params as its job read them (EncryptedParams' opened), else as stored."""
-    middleware = configured_middleware()
-    if not middleware:
-        return claimed.params
     try:
-        return opened(middleware, claimed.id, claimed.params)
-    except Exception:  # (the task went to dead for it: its attempt says why)
+        return opened_params(claimed)
+    except ParamsUnreadable:  # (the task went to dead for it: its attempt says why)
         return claimed.params

@@ -55,8 +55,7 @@
 -- (the control hash's group_concurrency, group_rate and group_rate_ms replace them, as its
 -- rate and concurrency replace ARGV[5..7])
 -- Returns: {now_us, next_ms or -1, task, task, ...} where each task is
---          {id, attempt, type, params, retry_count, max_retries, enqueue_time, trace, run,
---          headers}
+--          {id, attempt, type, params, retry_count, max_retries, enqueue_time, trace, run, headers}
 --          (trace: the producer's trace context, "" for none; run: the workflow run of a
 --          node, "" for a task that is not one; headers: the task's, enqueue.lua's ARGV[13],
 --          "" for none), and next_ms is when to

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import short
-from .middleware import Middleware, ParamsUnreadable
+from .hooks import Middleware, ParamsUnreadable
 
 MARK = '{"$encrypted":'  # how stored encrypted params begin (json.dumps writes them so)
 NONCE_BYTES = 12

@@ -15,16 +15,15 @@ runner check an empty tuple and go on.
 
 from __future__ import annotations
 
-import contextvars
 import json
-import math
 from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import ConfigurationError, short
 
-if TYPE_CHECKING:
-    from .job import Job
+# The job object a hook gets is a culex.Job (typed Any here: this module lies below the
+# jobs, which import the settings that list the middleware).
+Job = Any
 
 MAX_HEADERS = 100  # headers a task may have
 MAX_HEADER_NAME = 200  # characters of a header's name
@@ -98,16 +97,22 @@ def checked_middleware(value: object, name: str) -> tuple[Middleware, ...]:
     return listed
 
 
-def enqueue_parts(
-    middleware: tuple[Middleware, ...], job: Any, task_id: str, params: str
-) -> tuple[str, str]:
+def enqueue_parts(settings: Any, job: Job, task_id: str, params: str) -> tuple[str, str]:
     """The params and headers (JSON text, "" for none) to store for ``job`` as
-    ``task_id``: every middleware's on_enqueue, then its seal_params."""
+    ``task_id``: every middleware's on_enqueue, then its seal_params, in the order of
+    ``settings.middleware``; sealed params are held to ``settings.max_payload_bytes``."""
     headers: dict[str, str] = {}
-    for each in middleware:
+    sealed = params
+    for each in settings.middleware:
         each.on_enqueue(job, headers)
-        params = each.seal_params(task_id, params)
-    return params, headers_text(headers, type(job).__name__) if headers else ""
+        sealed = each.seal_params(task_id, sealed)
+    where = type(job).__name__
+    if sealed is not params and len(sealed.encode()) > settings.max_payload_bytes:
+        raise ValueError(
+            f"{where}: params take {len(sealed.encode())} bytes as stored (sealed by the "
+            f"middleware), more than max_payload_bytes ({settings.max_payload_bytes})"
+        )
+    return sealed, headers_text(headers, where) if headers else ""
 
 
 def headers_text(headers: object, where: str) -> str:
@@ -139,95 +144,3 @@ def read_headers(stored: bytes) -> dict[str, str]:
     ):
         raise ValueError(f"headers must be a JSON object of strings, got {short(found)}")
     return found
-
-
-# -- ContextMiddleware -----------------------------------------------------------------
-
-CONTEXT_PREFIX = "ctx."  # a context variable's header: ctx.<its name>
-_SCALARS = (str, int, float, bool, type(None))
-
-
-class ContextMiddleware(Middleware):
-    """Carries context variables from the producer to ``perform``: each one set at
-    enqueue is stored as the header ``ctx.<name>`` (its value as JSON) and set again
-    around perform, so that a task enqueued inside perform carries it on. A variable not
-    set at enqueue is not stored, and left as it is around perform.
-
-    Values are JSON data that comes back equal: str, int, float (finite), bool, None,
-    and lists and str-keyed dicts of them (a tuple would come back a list: refused).
-    """
-
-    def __init__(self, *variables: contextvars.ContextVar[Any]) -> None:
-        for variable in variables:
-            if not isinstance(variable, contextvars.ContextVar):
-                raise TypeError(
-                    f"ContextMiddleware takes contextvars.ContextVar objects, got {short(variable)}"
-                )
-        names = [variable.name for variable in variables]
-        twice = {name for name in names if names.count(name) > 1}
-        if twice:
-            raise ValueError(f"ContextMiddleware: two variables named {short(min(twice))}")
-        self.variables = variables
-        self._headers = tuple((CONTEXT_PREFIX + v.name, v) for v in variables)
-
-    def __repr__(self) -> str:
-        return f"ContextMiddleware({', '.join(v.name for v in self.variables)})"
-
-    def on_enqueue(self, job: Job, headers: dict[str, str]) -> None:
-        for header, variable in self._headers:
-            value = variable.get(_UNSET)
-            if value is _UNSET:
-                continue
-            if type(value) is not str:  # (str: the common case, no walk)
-                _check_value(value, variable.name)
-            headers[header] = _dumps(value)
-
-    def _set(self, job: Job) -> list[tuple[contextvars.ContextVar[Any], contextvars.Token[Any]]]:
-        headers = job.headers
-        return [
-            (variable, variable.set(json.loads(headers[header])))
-            for header, variable in self._headers
-            if header in headers
-        ]
-
-    def around_perform(self, job: Job, call_next: Callable[[], Any]) -> Any:
-        tokens = self._set(job)
-        try:
-            return call_next()
-        finally:
-            for variable, token in reversed(tokens):
-                variable.reset(token)
-
-    async def aaround_perform(self, job: Job, call_next: Callable[[], Awaitable[Any]]) -> Any:
-        tokens = self._set(job)
-        try:
-            return await call_next()
-        finally:
-            for variable, token in reversed(tokens):
-                variable.reset(token)
-
-
-_UNSET = object()
-_dumps = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
-
-
-def _check_value(value: object, name: str) -> None:
-    """Refuse a value that JSON would not give back equal (TypeError, ValueError)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError(f"ContextMiddleware: {name} is {value!r}: JSON has no such number")
-    if type(value) in _SCALARS:
-        return
-    if type(value) is list:
-        for item in value:
-            _check_value(item, name)
-        return
-    if type(value) is dict:
-        for key, item in value.items():
-            if type(key) is not str:
-                raise TypeError(f"ContextMiddleware: {name} has a dict key {short(key)}: str only")
-            _check_value(item, name)
-        return
-    raise TypeError(
-        f"ContextMiddleware: {name} holds {short(value)} ({type(value).__name__}): a "
-        "context value is str, int, float, bool, None, or a list or str-keyed dict of them"
-    )
