@@ -93,9 +93,10 @@ def test_culex_run_applies_the_job_modules_middleware(
     context.run(jobs.tenant.set, "acme")
     task = context.run(jobs.MwRunJob(secret="s3cr3t").enqueue)
     failing = context.run(jobs.MwRunJob(broken=True).enqueue)
-    stored = r.hgetall(f"culex:{{mw_run}}:task:{task.id}")
-    assert b"s3cr3t" not in stored[b"params"] and stored[b"params"].startswith(b'{"$encrypted"')
-    assert json.loads(stored[b"headers"])["ctx.tenant"] == '"acme"'
+    params, headers = r.hmget(f"culex:{{mw_run}}:task:{task.id}", ["params", "headers"])
+    assert isinstance(params, bytes) and isinstance(headers, bytes)
+    assert b"s3cr3t" not in params and params.startswith(b'{"$encrypted"')
+    assert json.loads(headers)["ctx.tenant"] == '"acme"'
     proc = subprocess.Popen(
         culex_command("run", "mw_run_jobs"), cwd=tmp_path, stderr=subprocess.PIPE, text=True
     )

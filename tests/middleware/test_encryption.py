@@ -126,3 +126,13 @@ def test_bad_keys_are_refused(keys: object, current: str, error: type, match: st
 def test_the_keys_are_never_in_its_repr() -> None:
     shown = repr(culex.EncryptedParams(keys={"k1": K1}, current="k1"))
     assert "k1" in shown and repr(K1) not in shown and K1.hex() not in shown
+
+
+def test_without_cryptography_the_error_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "cryptography.hazmat.primitives.ciphers.aead", None)
+    with pytest.raises(ImportError, match=r"pip install 'culex\[encryption\]'"):
+        culex.EncryptedParams(keys={"k1": K1}, current="k1")

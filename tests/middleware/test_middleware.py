@@ -194,3 +194,13 @@ def test_bad_middleware_and_headers_are_refused_before_anything_is_stored(
         MwHeadersJob().enqueue()
     assert r.keys("culex:{mw_headers}:*") == []
     wait_until(lambda: True)
+
+
+def test_headers_a_runner_cannot_read_send_the_task_to_dead(r: redis.Redis) -> None:
+    # (another producer wrote them: a list, not a JSON object of strings)
+    culex.configure(middleware=[Recording("audit", header="by")])
+    task = MwHeadersJob(n=4).enqueue()
+    r.hset(f"culex:{{mw_headers}}:task:{task.id}", "headers", '["by", 1]')
+    drain("mw_headers", fail_fast=False)
+    assert task.state() is culex.TaskState.DEAD
+    assert "headers are not a JSON object of strings" in task.info()["last_error"]

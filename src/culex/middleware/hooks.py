@@ -106,34 +106,38 @@ def enqueue_parts(settings: Any, job: Job, task_id: str, params: str) -> tuple[s
     for each in settings.middleware:
         each.on_enqueue(job, headers)
         sealed = each.seal_params(task_id, sealed)
-    where = type(job).__name__
-    if sealed is not params and len(sealed.encode()) > settings.max_payload_bytes:
+    most = settings.max_payload_bytes
+    # (a character takes at most 4 bytes: most sealed params are measured without encoding)
+    if sealed is not params and len(sealed) * 4 > most and len(sealed.encode()) > most:
         raise ValueError(
-            f"{where}: params take {len(sealed.encode())} bytes as stored (sealed by the "
-            f"middleware), more than max_payload_bytes ({settings.max_payload_bytes})"
+            f"{type(job).__name__}: params take {len(sealed.encode())} bytes as stored "
+            f"(sealed by the middleware), more than max_payload_bytes ({most})"
         )
-    return sealed, headers_text(headers, where) if headers else ""
+    return sealed, headers_text(headers, job) if headers else ""
 
 
-def headers_text(headers: object, where: str) -> str:
+def headers_text(headers: dict[str, str], job: Job) -> str:
     """``headers`` as the JSON object stored, checked: str names (1 to 200 characters) to
-    str values, at most 100 of them and 16 KiB in all."""
-    if not isinstance(headers, dict):
-        raise TypeError(f"{where}: headers must be a dict of str to str, got {short(headers)}")
+    str values, at most 100 of them and 16 KiB in all (TypeError, ValueError)."""
+    where = type(job).__name__
     if len(headers) > MAX_HEADERS:
         raise ValueError(f"{where}: {len(headers)} headers, more than {MAX_HEADERS}")
     for key, value in headers.items():
-        if not isinstance(key, str) or not isinstance(value, str):
+        if type(key) is not str or type(value) is not str:  # (subclasses refused too)
             raise TypeError(
                 f"{where}: a header is str to str, got {short(key)}: {short(value)} "
                 f"({type(key).__name__} to {type(value).__name__})"
             )
         if not key or len(key) > MAX_HEADER_NAME:
             raise ValueError(f"{where}: a header name has 1 to {MAX_HEADER_NAME} characters")
-    text = json.dumps(headers, ensure_ascii=False, separators=(",", ":"))
+    text = _compact(headers)
     if len(text) * 4 > MAX_HEADERS_BYTES and len(text.encode()) > MAX_HEADERS_BYTES:
         raise ValueError(f"{where}: the headers take more than {MAX_HEADERS_BYTES} bytes")
     return text
+
+
+# (made once: json.dumps with arguments builds an encoder at each call)
+_compact = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
 def read_headers(stored: bytes) -> dict[str, str]:

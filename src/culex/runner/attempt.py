@@ -146,10 +146,8 @@ def decode(claimed: Claimed, registry: JobRegistry, max_payload_bytes: int) -> J
         if isinstance(raw, dict) and "$encrypted" in raw:  # (and no middleware opened it)
             return broken(claimed, "params are encrypted and this runner has no "
                           "EncryptedParams to open them (docs/middleware.md)")  # fmt: skip
-        headers = read_headers(claimed.headers) if claimed.headers else None
     except ValueError as exc:  # also bytes that are not UTF-8
-        what = "params" if headers is None and not claimed.headers else "params or headers"
-        return broken(claimed, f"{what} are not valid JSON: {exc}")
+        return broken(claimed, f"params are not valid JSON: {exc}")
     except Exception as exc:  # a RecursionError: nested deeper than the decoder goes
         return broken(claimed, f"params cannot be read: {type(exc).__name__}: {exc}", exc)
     try:
@@ -161,8 +159,11 @@ def decode(claimed: Claimed, registry: JobRegistry, max_payload_bytes: int) -> J
     job.task_id = claimed.id
     job.attempt = claimed.attempt
     job.retry_count = claimed.retry_count
-    if headers is not None:
-        job.headers_ = headers
+    if claimed.headers:  # (the middleware's, written at enqueue)
+        try:
+            job.headers_ = read_headers(claimed.headers)
+        except Exception as exc:
+            return broken(claimed, f"headers are not a JSON object of strings: {exc}")
     return job
 
 
