@@ -21,16 +21,13 @@ import dataclasses
 import json
 import os
 import statistics
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from server import arguments, private_server
 
-import culex  # noqa: E402
-from culex.jobs import enqueue  # noqa: E402
-from server import arguments, private_server  # noqa: E402
+import culex
+from culex.jobs import enqueue
 
 tenant: contextvars.ContextVar[str] = contextvars.ContextVar("tenant")
 locale: contextvars.ContextVar[str] = contextvars.ContextVar("locale")
