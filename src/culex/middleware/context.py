@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..errors import short
-from .hooks import Job, Middleware
+from .hooks import Job, Middleware, quoted
 
 CONTEXT_PREFIX = "ctx."  # a context variable's header: ctx.<its name>
 _SCALARS = (str, int, float, bool, type(None))
@@ -47,9 +47,11 @@ class ContextMiddleware(Middleware):
             value = variable.get(_UNSET)
             if value is _UNSET:
                 continue
-            if type(value) is not str:  # (str: the common case, no walk)
+            if type(value) is str:  # (the common case: no walk, no encoder)
+                headers[header] = quoted(value)
+            else:
                 _check_value(value, variable.name)
-            headers[header] = _dumps(value)
+                headers[header] = _dumps(value)
 
     def _set(self, job: Job) -> list[tuple[contextvars.ContextVar[Any], contextvars.Token[Any]]]:
         headers = job.headers

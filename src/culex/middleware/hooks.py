@@ -122,6 +122,7 @@ def headers_text(headers: dict[str, str], job: Job) -> str:
     where = type(job).__name__
     if len(headers) > MAX_HEADERS:
         raise ValueError(f"{where}: {len(headers)} headers, more than {MAX_HEADERS}")
+    members = []  # (checked and written in one pass: a JSON encoder costs more)
     for key, value in headers.items():
         if type(key) is not str or type(value) is not str:  # (subclasses refused too)
             raise TypeError(
@@ -130,14 +131,15 @@ def headers_text(headers: dict[str, str], job: Job) -> str:
             )
         if not key or len(key) > MAX_HEADER_NAME:
             raise ValueError(f"{where}: a header name has 1 to {MAX_HEADER_NAME} characters")
-    text = _compact(headers)
+        members.append(f"{quoted(key)}:{quoted(value)}")
+    text = "{" + ",".join(members) + "}"
     if len(text) * 4 > MAX_HEADERS_BYTES and len(text.encode()) > MAX_HEADERS_BYTES:
         raise ValueError(f"{where}: the headers take more than {MAX_HEADERS_BYTES} bytes")
     return text
 
 
-# (made once: json.dumps with arguments builds an encoder at each call)
-_compact = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+# A str as a JSON string, non-ASCII text as it is (json.dumps(text, ensure_ascii=False)).
+quoted: Callable[[str], str] = json.encoder.encode_basestring
 
 
 def read_headers(stored: bytes) -> dict[str, str]:
