@@ -144,9 +144,12 @@ quoted: Callable[[str], str] = json.encoder.encode_basestring
 
 def read_headers(stored: bytes) -> dict[str, str]:
     """A task's stored headers (ValueError when they are not a JSON object of strings)."""
-    found = json.loads(stored.decode())
+    try:
+        found = json.loads(stored.decode())
+    except ValueError as exc:  # (also bytes that are not UTF-8)
+        raise ValueError(f"headers are not a JSON object of strings: {exc}") from None
     if not isinstance(found, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in found.items()
     ):
-        raise ValueError(f"headers must be a JSON object of strings, got {short(found)}")
+        raise ValueError(f"headers are not a JSON object of strings: {short(found)}")
     return found

@@ -121,6 +121,8 @@ class Preparation:
                 if lease_ms != self.default_lease_ms and self.hold is not None:
                     self.hold(claimed, lease_ms)
             job.reporting_ = self.reporting[claimed.queue]
+            if claimed.headers:  # (the middleware's, written at enqueue: ValueError if bad)
+                job.headers_ = read_headers(claimed.headers)
         except Exception as exc:  # (decode's own are caught there: this is the rest)
             return broken(claimed, f"{type(exc).__name__}: {exc}", exc)
         return job
@@ -137,15 +139,14 @@ def decode(claimed: Claimed, registry: JobRegistry, max_payload_bytes: int) -> J
     job_class = registry.get(claimed.type)
     if job_class is None:
         return broken(claimed, f"unknown job type {short(claimed.type, 210)}")
-    try:  # (as stored, or opened by the middleware: decrypted)
-        stored = opened_params(claimed)
-    except ParamsUnreadable as exc:
-        return broken(claimed, str(exc), exc.__cause__)
+    stored, middleware = claimed.params, configured()
+    if middleware:  # (opened by the middleware: decrypted)
+        try:
+            stored = opened_params(claimed, middleware)
+        except ParamsUnreadable as exc:
+            return broken(claimed, str(exc), exc.__cause__)
     try:
         raw = _params(stored)
-        if isinstance(raw, dict) and "$encrypted" in raw:  # (and no middleware opened it)
-            return broken(claimed, "params are encrypted and this runner has no "
-                          "EncryptedParams to open them (docs/middleware.md)")  # fmt: skip
     except ValueError as exc:  # also bytes that are not UTF-8
         return broken(claimed, f"params are not valid JSON: {exc}")
     except Exception as exc:  # a RecursionError: nested deeper than the decoder goes
@@ -153,17 +154,15 @@ def decode(claimed: Claimed, registry: JobRegistry, max_payload_bytes: int) -> J
     try:
         job = job_class.from_params(raw)
     except (ValueError, TypeError) as exc:  # (a hook's own error is its cause: traceback)
+        if isinstance(raw, dict) and "$encrypted" in raw:  # (no middleware opened them)
+            return broken(claimed, "params are encrypted and this runner has no "
+                          "EncryptedParams to open them (docs/middleware.md)")  # fmt: skip
         return broken(claimed, str(exc), exc)
     except Exception as exc:  # whatever a param's decoder raises
         return broken(claimed, f"{type(exc).__name__}: {exc}", exc)
     job.task_id = claimed.id
     job.attempt = claimed.attempt
     job.retry_count = claimed.retry_count
-    if claimed.headers:  # (the middleware's, written at enqueue)
-        try:
-            job.headers_ = read_headers(claimed.headers)
-        except Exception as exc:
-            return broken(claimed, f"headers are not a JSON object of strings: {exc}")
     return job
 
 

@@ -27,17 +27,22 @@ logger = logging.getLogger("culex")
 
 
 def configured() -> tuple[Middleware, ...]:
-    """The process's middleware, in order (() for none)."""
-    return config.settings().middleware
+    """The process's middleware, in order (() for none): read once, again after a change
+    of the settings (asked per task: one look at a list)."""
+    if _known:
+        return _known[0]
+    found = config.settings().middleware
+    _known.append(found)
+    return found
 
 
-def opened_params(claimed: Claimed) -> bytes:
+_known: list[tuple[Middleware, ...]] = []
+config.on_change(_known.clear)
+
+
+def opened_params(claimed: Claimed, middleware: tuple[Middleware, ...]) -> bytes:
     """A task's stored params as its job decodes them: each middleware's open_params, the
-    last first (as stored when there is none). Raises ParamsUnreadable, with what a
-    middleware raised as its cause."""
-    middleware = configured()
-    if not middleware:
-        return claimed.params
+    last first. Raises ParamsUnreadable, with what a middleware raised as its cause."""
     try:
         params = claimed.params.decode()
         for each in reversed(middleware):

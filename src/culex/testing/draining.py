@@ -34,6 +34,7 @@ from ..runner.claimer import PROMOTE_LIMIT
 from ..runner.lease import LeaseKeeper
 from ..runner.outbox import Outbox
 from ..runner.reporter import Reporter
+from ..runner.wrapping import configured as configured_middleware
 from ..runner.wrapping import opened_params, tell_ended
 from ..server import configured
 from ..server.procedures import run_on
@@ -278,6 +279,7 @@ def _catching(method: Callable[[], Any], raised: list[BaseException]) -> Callabl
 def _opened(claimed: Claimed) -> bytes:
     """The task's params as its job read them (EncryptedParams' opened), else as stored."""
     try:
-        return opened_params(claimed)
+        middleware = configured_middleware()
+        return opened_params(claimed, middleware) if middleware else claimed.params
     except ParamsUnreadable:  # (the task went to dead for it: its attempt says why)
         return claimed.params
