@@ -107,13 +107,17 @@ def schedule(
     run_new: bool,
     max_retries: int,
     record: Sequence[tuple[str, str]] = (),
+    headers: str = "",
 ) -> Call[Scheduled]:
     """Enqueue one slot of a periodic job once across runners; ``slot_ms=None``: a trigger
     (with ``run_new`` False, refused as "unknown" when the job has no record). ``record``:
-    fields written on the job's record (its schedule, for readers without the class)."""
+    fields written on the job's record (its schedule, for readers without the class);
+    ``headers``: the task's (JSON, "" for none), sent as the pair named `headers`."""
     described: list[Arg] = []
     for name, value in record:
         described += (name, value)
+    if headers:
+        described += ("headers", headers)
     return Call(
         (keys.periodic(job_type), keys.task(task_id), keys.waiting, keys.signal, keys.task_prefix),
         (
