@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import timedelta
+from typing import cast
 
 import pytest
 import redis
@@ -39,7 +40,8 @@ async def test_a_slot_and_a_trigger_carry_the_headers(
     async with running(culex.Runner(run_from=["mw_periodic"])):
 
         def slot_ids() -> list[str]:
-            return [k.decode().rsplit(":task:", 1)[1] for k in r.keys(keys.task("*"))]
+            found = cast(list[bytes], r.keys(keys.task("*")))
+            return [key.decode().rsplit(":task:", 1)[1] for key in found]
 
         (slot,) = await await_until(slot_ids, what="the slot's task (run_on_start)")
         assert await culex.Task(slot, "mw_periodic").aresult(timeout=20) == {"by": "audit"}
