@@ -11,16 +11,24 @@
    enqueued with none and with the three, in turns, ``--runs`` times each: tasks/s
    (medians) and the median of the runs' ratios.
 
+``--instructions``: instead, the instructions of building one call with none and with the
+three (valgrind's cachegrind, two loops of different lengths in child processes, their
+difference over the calls): repeatable on a machine too busy for timings.
+
 Prints the figures as text, and one JSON object on the last line. No threshold: figures.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextvars
 import dataclasses
 import json
 import os
+import re
 import statistics
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -89,14 +97,49 @@ def drained(middleware: list[culex.Middleware], tasks: int, url: str) -> float:
     return tasks / took
 
 
+def instructions(which: str, calls: int) -> int:
+    """The instructions of a child that builds ``calls`` calls with ``which`` ("none",
+    "three")."""
+    child = [sys.executable, __file__, "--loop", which, "--calls", str(calls)]
+    valgrind = [
+        "valgrind",
+        "--tool=cachegrind",
+        "--cache-sim=no",
+        "--cachegrind-out-file=/dev/null",
+    ]
+    said = subprocess.run([*valgrind, *child], check=True, capture_output=True, text=True).stderr
+    found = re.search(r"I\s+refs:\s+([\d,]+)", said)
+    if found is None:
+        raise SystemExit(f"no instruction count in valgrind's output:\n{said}")
+    return int(found.group(1).replace(",", ""))
+
+
+def counted(calls: int) -> None:
+    per = {}
+    for which in ("none", "three"):
+        few, many = instructions(which, calls // 10), instructions(which, calls)
+        per[which] = (many - few) / (calls - calls // 10)
+        print(f"build one enqueue call, {which:5}: {per[which] / 1000:.1f}k instructions")
+    print(f"added by the three: {(per['three'] - per['none']) / 1000:.1f}k instructions")
+    print(json.dumps({"call_instructions": per}))
+
+
 def main() -> None:
     parser = arguments(__doc__)
     parser.add_argument("--calls", type=int, default=20_000)
     parser.add_argument("--tasks", type=int, default=5_000)
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--instructions", action="store_true")
+    parser.add_argument("--loop", choices=("none", "three"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     tenant.set("acme")
     locale.set("fr")
+    if args.loop:  # (a child of --instructions)
+        call_cost(three() if args.loop == "three" else [], args.calls, 1)
+        return
+    if args.instructions:
+        counted(args.calls)
+        return
     made = three()
     costs = {
         "none": call_cost([], args.calls, args.runs),

@@ -96,7 +96,7 @@ class EncryptedParams(Middleware):
     def seal_params(self, task_id: str, params: str) -> str:
         nonce = os.urandom(NONCE_BYTES)
         sealed = self._sealing.encrypt(nonce, params.encode(), task_id.encode())
-        text = base64.b64encode(nonce + sealed).decode("ascii")
+        text = binascii.b2a_base64(nonce + sealed, newline=False).decode("ascii")
         return f'{MARK}"{self.current}:{text}"}}'
 
     def open_params(self, task_id: str, stored: str) -> str:

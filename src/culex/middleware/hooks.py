@@ -102,10 +102,12 @@ def enqueue_parts(settings: Any, job: Job, task_id: str, params: str) -> tuple[s
     ``task_id``: every middleware's on_enqueue, then its seal_params, in the order of
     ``settings.middleware``; sealed params are held to ``settings.max_payload_bytes``."""
     headers: dict[str, str] = {}
+    enqueuers, sealers = _plan(settings.middleware)
+    for on_enqueue in enqueuers:
+        on_enqueue(job, headers)
     sealed = params
-    for each in settings.middleware:
-        each.on_enqueue(job, headers)
-        sealed = each.seal_params(task_id, sealed)
+    for seal in sealers:
+        sealed = seal(task_id, sealed)
     most = settings.max_payload_bytes
     # (a character takes at most 4 bytes: most sealed params are measured without encoding)
     if sealed is not params and len(sealed) * 4 > most and len(sealed.encode()) > most:
@@ -114,6 +116,23 @@ def enqueue_parts(settings: Any, job: Job, task_id: str, params: str) -> tuple[s
             f"(sealed by the middleware), more than max_payload_bytes ({most})"
         )
     return sealed, headers_text(headers, job) if headers else ""
+
+
+def _plan(middleware: tuple[Middleware, ...]) -> _Plan:
+    """The on_enqueue and seal_params hooks of ``middleware`` that do something (those
+    its classes override), in order: made once per list (the last one asked is kept)."""
+    if _planned and _planned[0][0] is middleware:
+        return _planned[0][1]
+    made = (
+        [m.on_enqueue for m in middleware if type(m).on_enqueue is not Middleware.on_enqueue],
+        [m.seal_params for m in middleware if type(m).seal_params is not Middleware.seal_params],
+    )
+    _planned[:] = [(middleware, made)]
+    return made
+
+
+_Plan = tuple[list[Any], list[Any]]
+_planned: list[tuple[tuple[Middleware, ...], _Plan]] = []  # the middleware and its plan
 
 
 def headers_text(headers: dict[str, str], job: Job) -> str:
