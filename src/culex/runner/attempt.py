@@ -139,10 +139,10 @@ def decode(claimed: Claimed, registry: JobRegistry, max_payload_bytes: int) -> J
     job_class = registry.get(claimed.type)
     if job_class is None:
         return broken(claimed, f"unknown job type {short(claimed.type, 210)}")
-    stored, middleware = claimed.params, configured()
-    if middleware:  # (opened by the middleware: decrypted)
+    stored, plan = claimed.params, configured()
+    if plan is not None and plan.openers:  # (opened by the middleware: decrypted)
         try:
-            stored = opened_params(claimed, middleware)
+            stored = opened_params(claimed, plan.openers)
         except ParamsUnreadable as exc:
             return broken(claimed, str(exc), exc.__cause__)
     try:
@@ -196,16 +196,16 @@ def attempt(job: Job, claimed: Claimed, pool: Executor) -> Awaitable[Outcome]:
 async def _judged(job: Job, claimed: Claimed, pool: Executor) -> Outcome:
     started = time.perf_counter()
     timeout = None if job.timeout is None else seconds(job.timeout, "timeout")
-    middleware = configured()
+    plan = configured()
     try:
         if job.async_perform_:
-            if middleware:  # (each one's aaround_perform, around the hooks and perform)
-                ran = await around_async(middleware, job, lambda: _run_async(job, timeout))
+            if plan is not None and plan.aaround:  # (around the hooks and perform)
+                ran = await around_async(plan.aaround, job, lambda: _run_async(job, timeout))
             else:
                 ran = await _run_async(job, timeout)
             result_json = job.result_text(ran)
         else:
-            run = around_sync(middleware, _run_sync) if middleware else _run_sync
+            run = around_sync(plan.around, _run_sync) if plan and plan.around else _run_sync
             if job.isolation == "process":  # (the middleware runs in the child)
                 loop = asyncio.get_running_loop()
                 result_json = await loop.run_in_executor(pool, run_in_process, job, run, timeout)

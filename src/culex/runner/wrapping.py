@@ -3,7 +3,7 @@ attempt run inside each ``around_perform``, and ``on_failure`` / ``on_dead`` tol
 ended. A runner and culex.testing's drain both go through here.
 
 The middleware is the process's (``culex.configure(middleware=...)``), read per task:
-with none, each step is a check of an empty tuple.
+with none, each step is a look at a cached None.
 """
 
 from __future__ import annotations
@@ -26,26 +26,45 @@ if TYPE_CHECKING:
 logger = logging.getLogger("culex")
 
 
-def configured() -> tuple[Middleware, ...]:
-    """The process's middleware, in order (() for none): read once, again after a change
-    of the settings (asked per task: one look at a list)."""
+class Plan:
+    """The process's middleware, and those of it that do something at each step (their
+    class overrides the hook): asked per task, made once per change of the settings."""
+
+    __slots__ = ("aaround", "all", "around", "openers")
+
+    def __init__(self, middleware: tuple[Middleware, ...]) -> None:
+        self.all = middleware
+        self.around = _overriding(middleware, "around_perform")
+        self.aaround = _overriding(middleware, "aaround_perform")
+        self.openers = _overriding(middleware, "open_params")[::-1]  # (the last first)
+
+
+def _overriding(middleware: tuple[Middleware, ...], hook: str) -> tuple[Middleware, ...]:
+    from ..middleware.hooks import Middleware
+
+    return tuple(m for m in middleware if getattr(type(m), hook) is not getattr(Middleware, hook))
+
+
+def configured() -> Plan | None:
+    """The process's middleware (None for none: one look at a list per task)."""
     if _known:
         return _known[0]
-    found = config.settings().middleware
-    _known.append(found)
-    return found
+    middleware = config.settings().middleware
+    _known.append(Plan(middleware) if middleware else None)
+    return _known[0]
 
 
-_known: list[tuple[Middleware, ...]] = []
+_known: list[Plan | None] = []
 config.on_change(_known.clear)
 
 
-def opened_params(claimed: Claimed, middleware: tuple[Middleware, ...]) -> bytes:
+def opened_params(claimed: Claimed, openers: tuple[Middleware, ...]) -> bytes:
     """A task's stored params as its job decodes them: each middleware's open_params, the
-    last first. Raises ParamsUnreadable, with what a middleware raised as its cause."""
+    last first (``openers`` is in that order). Raises ParamsUnreadable, with what a
+    middleware raised as its cause."""
     try:
         params = claimed.params.decode()
-        for each in reversed(middleware):
+        for each in openers:
             params = each.open_params(claimed.id, params)
     except ParamsUnreadable:
         raise
@@ -86,13 +105,13 @@ async def tell_ended(outcome: Outcome, job: Job | None) -> None:
     """Tell the middleware how an attempt ended: on_failure when it failed (not for a
     task the runner could not build: ``job`` None), on_dead when the task goes to dead.
     What a hook raises is logged, never raised."""
-    middleware = configured()
-    if not middleware or outcome.error is None or outcome.over or outcome.later_ms is not None:
+    plan = configured()
+    if plan is None or outcome.error is None or outcome.over or outcome.later_ms is not None:
         return
     claimed = outcome.claimed
     error = outcome.exception or TaskFailed(claimed.id, outcome.error)
     dead = outcome.retry_delay_ms is None
-    for each in middleware:
+    for each in plan.all:
         if job is not None:
             await _told(each.on_failure, claimed, job, error, not dead)
         if dead:

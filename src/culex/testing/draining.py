@@ -279,7 +279,7 @@ def _catching(method: Callable[[], Any], raised: list[BaseException]) -> Callabl
 def _opened(claimed: Claimed) -> bytes:
     """The task's params as its job read them (EncryptedParams' opened), else as stored."""
     try:
-        middleware = configured_middleware()
-        return opened_params(claimed, middleware) if middleware else claimed.params
+        plan = configured_middleware()
+        return opened_params(claimed, plan.openers) if plan and plan.openers else claimed.params
     except ParamsUnreadable:  # (the task went to dead for it: its attempt says why)
         return claimed.params
