@@ -111,3 +111,28 @@ class Recording(culex.Middleware):
     def on_dead(self, job: culex.Job | None, error: BaseException) -> None:
         kind = None if job is None else type(job).__name__
         seen.append((self.name, "on_dead", kind, str(error)))
+
+
+class MwStuckJob(culex.QueuedJob):
+    """Waits for an event nothing sets: its time limit ends it."""
+
+    queue = "mw_stuck"
+    timeout = 0.05
+    max_retries = 0
+
+    async def perform(self) -> None:
+        import asyncio
+
+        await asyncio.Event().wait()
+
+
+class MwWaitingJob(culex.QueuedJob):
+    """Notes its start and waits until it is cancelled."""
+
+    queue = "mw_waiting"
+
+    async def perform(self) -> None:
+        import asyncio
+
+        seen.append(("perform", "started"))
+        await asyncio.Event().wait()

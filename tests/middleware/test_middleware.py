@@ -13,8 +13,17 @@ import redis
 import culex
 from culex.testing import drain
 
-from ..conftest import running, wait_until
-from .jobs import MwAsyncJob, MwFlakyJob, MwHeadersJob, MwProcessJob, Recording, seen
+from ..conftest import await_until, running, wait_until
+from .jobs import (
+    MwAsyncJob,
+    MwFlakyJob,
+    MwHeadersJob,
+    MwProcessJob,
+    MwStuckJob,
+    MwWaitingJob,
+    Recording,
+    seen,
+)
 
 
 def test_headers_are_stored_with_the_task_and_read_in_perform(r: redis.Redis) -> None:
@@ -154,8 +163,6 @@ async def test_a_raising_middleware_fails_the_attempt_not_the_runner(
 
 
 async def _dead(task: culex.Task) -> None:
-    from ..conftest import await_until
-
     await await_until(lambda: task.state() is culex.TaskState.DEAD, what="the task's death")
 
 
@@ -204,3 +211,33 @@ def test_headers_a_runner_cannot_read_send_the_task_to_dead(r: redis.Redis) -> N
     drain("mw_headers", fail_fast=False)
     assert task.state() is culex.TaskState.DEAD
     assert "headers are not a JSON object of strings" in task.info()["last_error"]
+
+
+def test_a_time_limit_is_told_to_on_failure_and_on_dead(r: redis.Redis) -> None:
+    culex.configure(middleware=[Recording("audit")])
+    task = MwStuckJob().enqueue()
+    drain("mw_stuck", fail_fast=False)
+    told = [entry for entry in seen if entry[1] in ("on_failure", "on_dead")]
+    assert told == [
+        ("audit", "on_failure", "MwStuckJob", "timed out after 0.05 s", False),
+        ("audit", "on_dead", "MwStuckJob", "timed out after 0.05 s"),
+    ]
+    assert ("audit", "abefore") in seen and ("audit", "aafter") in seen
+    assert task.state() is culex.TaskState.DEAD
+
+
+async def test_a_cancel_of_a_running_task_is_told_to_on_failure_and_on_dead(
+    r: redis.Redis,
+) -> None:
+    culex.configure(middleware=[Recording("audit")])
+    async with running(culex.Runner(run_from=["mw_waiting"])):
+        task = await MwWaitingJob().aenqueue()
+        await await_until(lambda: ("perform", "started") in seen, what="the perform starts")
+        assert await task.acancel("not wanted") is True
+        await _dead(task)
+    told = [entry for entry in seen if entry[1] in ("on_failure", "on_dead")]
+    reason = str(culex.TaskFailed(task.id, "cancelled"))
+    assert told == [
+        ("audit", "on_failure", "MwWaitingJob", reason, False),
+        ("audit", "on_dead", "MwWaitingJob", reason),
+    ]
