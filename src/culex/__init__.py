@@ -37,6 +37,9 @@ from .jobs.schedules import MonthSpan, months
 from .jobs.serialization import register_type
 from .jobs.task import Task, TaskNotFound, TaskState
 from .jobs.upstream import Upstream
+from .middleware.context import ContextMiddleware
+from .middleware.encryption import EncryptedParams
+from .middleware.hooks import Middleware, ParamsUnreadable
 from .operations.dead import DeadTask, adead_tasks, aretry_dead, dead_tasks, retry_dead
 from .operations.queue_control import (
     QueueControl,
@@ -91,8 +94,10 @@ else:
 
 __all__ = [
     "ConfigurationError",
+    "ContextMiddleware",
     "CulexError",
     "DeadTask",
+    "EncryptedParams",
     "EnqueueManyError",
     "Event",
     "EventsTrimmed",
@@ -100,8 +105,10 @@ __all__ = [
     "Job",
     "JobFailure",
     "JobRegistry",
+    "Middleware",
     "MonthSpan",
     "NodeView",
+    "ParamsUnreadable",
     "PeriodicJob",
     "QueueControl",
     "QueuedJob",

@@ -13,13 +13,16 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from ._redis.address import masked
 from ._redis.connections import SOCKET_TIMEOUT
 from ._redis.keys import check_queue_name
 from ._redis.scripts import MOST
 from .errors import ConfigurationError, short
+
+if TYPE_CHECKING:
+    from .middleware.hooks import Middleware
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +60,8 @@ class Settings:
     # more keyword arguments for redis-py's client, e.g. {"credential_provider": ...}
     # (code only: not from the environment or a flag)
     redis_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    # culex.Middleware objects, in order (code only: docs/middleware.md); () costs nothing
+    middleware: tuple[Middleware, ...] = ()
 
     # (each duration in ms at most scripts.MOST, 139 years: the longest a script takes)
     @property
@@ -145,7 +150,7 @@ def _url(value: object, name: str) -> str | None:
 
 
 DRIVERS = ("culex", "redis-py")
-CODE_ONLY = frozenset({"redis_options"})  # objects, not text: configure() only
+CODE_ONLY = frozenset({"redis_options", "middleware"})  # objects, not text: configure() only
 
 
 def _options(value: object, name: str) -> Mapping[str, Any]:
@@ -154,6 +159,12 @@ def _options(value: object, name: str) -> Mapping[str, Any]:
             f"{name} must be a dict of redis-py client keyword arguments, got {short(value)}"
         )
     return dict(value)
+
+
+def _middleware(value: object, name: str) -> tuple[Middleware, ...]:
+    from .middleware.hooks import checked_middleware  # (jobs import this module)
+
+    return checked_middleware(value, name)
 
 
 def _driver(value: object, name: str) -> str:
@@ -264,6 +275,7 @@ _CHECKS: dict[str, Callable[[object, str], Any]] = {
     "socket_timeout": lambda v, n: seconds(v, n, minimum=0.001),
     "driver": _driver,
     "redis_options": _options,
+    "middleware": _middleware,
 }
 
 

@@ -21,6 +21,7 @@ class Claimed:
     __slots__ = (
         "attempt",
         "enqueue_time",
+        "headers",
         "id",
         "max_retries",
         "params",
@@ -42,6 +43,7 @@ class Claimed:
         self.enqueue_time = number(row[6])
         self.trace: bytes = row[7] if len(row) > 7 else b""  # the producer's, for tracing.py
         self.run: str = text(row[8]) if len(row) > 8 else ""  # a workflow node's run, "" for none
+        self.headers: bytes = row[9] if len(row) > 9 else b""  # JSON (middleware), b"" for none
 
 
 @dataclass(frozen=True, slots=True)

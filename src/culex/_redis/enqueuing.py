@@ -49,20 +49,22 @@ def enqueue(
     expires_ms: int | None = None,
     dedupe_for_ms: int | None = None,
     events: bool = False,
+    headers: str = "",
 ) -> Call[Enqueued]:
     """``trace``: the producer's trace context (tracing.py), "" for none; ``priority``: higher
     runs first (checked by the caller); ``dedupe_key``, ``group``: "" for none;
     ``drawn``: culex drew ``task_id`` (task.new_id), so no task ever had it;
     ``expires_ms``: the task expires this many ms after the server stores it (None: never);
-    ``dedupe_for_ms``: with a dedupe key, how long the key stays the task's after it ended.
+    ``dedupe_for_ms``: with a dedupe key, how long the key stays the task's after it ended;
     ``events``: the task's ``enqueued`` event goes to the queue's stream (KEYS[9], after all
-    the optional keys before it).
+    the optional keys before it); ``headers``: the task's headers, a JSON object of strings
+    (culex.middleware), "" for none.
 
     The optional KEYS and ARGV are sent only when needed, so the common enqueue sends
     seven words fewer and its script does one command less: ARGV 8 to 11 when one of them
-    is used (and ARGV[12] with an expiry, 12 to 14 with a window); KEYS 5 to 7 with a
-    dedupe key or a group; KEYS[8] (dead) unless the id is drawn (an id no task had cannot
-    be left in dead)."""
+    is used (and ARGV[12] with an expiry, 12 and 13 with headers, 12 to 14 with a window);
+    KEYS 5 to 7 with a dedupe key or a group; KEYS[8] (dead) unless the id is drawn (an id
+    no task had cannot be left in dead)."""
     args: tuple[Arg, ...] = (
         task_id,
         job_type,
@@ -72,10 +74,12 @@ def enqueue(
         delay_ms or "",  # ("" is 0, and the script reads it without a check)
         max_retries,
     )
-    if trace or priority or dedupe_key or group or expires_ms is not None:
+    if trace or priority or dedupe_key or group or expires_ms is not None or headers:
         args += (trace, priority, dedupe_key, group)
-        if dedupe_for_ms is not None:  # (ARGV[13], another option's place, left "")
-            args += ("" if expires_ms is None else expires_ms, "", dedupe_for_ms)
+        if dedupe_for_ms is not None or headers:
+            args += ("" if expires_ms is None else expires_ms, headers)
+            if dedupe_for_ms is not None:
+                args += (dedupe_for_ms,)
         elif expires_ms is not None:
             args += (expires_ms,)
     named: tuple[str, ...] = (keys.task(task_id), keys.waiting, keys.scheduled, keys.signal)
@@ -112,14 +116,18 @@ def schedule(
     max_retries: int,
     record: Sequence[tuple[str, str]] = (),
     events: bool = False,
+    headers: str = "",
 ) -> Call[Scheduled]:
     """Enqueue one slot of a periodic job once across runners; ``slot_ms=None``: a trigger
     (with ``run_new`` False, refused as "unknown" when the job has no record). ``record``:
-    fields written on the job's record (its schedule, for readers without the class).
-    ``events``: the task's ``enqueued`` event goes to the queue's stream."""
+    fields written on the job's record (its schedule, for readers without the class);
+    ``events``: the task's ``enqueued`` event goes to the queue's stream; ``headers``: the
+    task's (JSON, "" for none), sent as the pair named `headers`."""
     described: list[Arg] = []
     for name, value in record:
         described += (name, value)
+    if headers:
+        described += ("headers", headers)
     return Call(
         (
             keys.periodic(job_type),

@@ -29,13 +29,20 @@ class NodeSpec(NamedTuple):
     policy: str
     up: str  # JSON: [[queue, id, name], ...]
     down: str  # JSON: [[queue, id], ...]
+    headers: str = ""  # JSON (the middleware's), "" for none
 
 
 def store_nodes(keys: QueueKeys, run_id: str, nodes: Sequence[NodeSpec]) -> Call[int]:
-    """Store ``nodes`` (all of ``keys``'s queue) blocked; the reply: how many were new."""
+    """Store ``nodes`` (all of ``keys``'s queue) blocked; the reply: how many were new.
+    Nodes with headers are sent "with headers", 11 values a node; else 10 (as before)."""
     args: list[Arg] = [keys.name, run_id]
-    for node in nodes:
-        args += node
+    if any(node.headers for node in nodes):
+        args.append("with headers")
+        for node in nodes:
+            args += node
+    else:
+        for node in nodes:
+            args += node[:-1]
     return Call((keys.task_prefix,), tuple(args), int, scripts.WORKFLOW_ENQUEUE)
 
 

@@ -12,6 +12,7 @@ from .._redis.calls import shown
 from ..errors import CulexError
 from ..jobs.codecs import moment
 from ..jobs.failures import AttemptError, attempt_errors
+from ..middleware.encryption import is_encrypted, shown_params
 from .durable_commands import print_durable
 from .queue_control_commands import marks
 from .tables import one_line, print_table
@@ -129,6 +130,8 @@ def task_command(args: argparse.Namespace) -> int:
             continue  # (said on the progress line)
         elif name == "errors" and (entries := attempt_errors(value)):
             said = _attempt_errors(entries).replace("\n", "\n" + " " * (width + 2))
+        elif name == "params" and is_encrypted(value):  # (EncryptedParams': never shown)
+            said = shown_params(value)
         elif name in _JSON:
             # (else shown as stored: not JSON, or nested too deep for Python's parser)
             with contextlib.suppress(ValueError, RecursionError):

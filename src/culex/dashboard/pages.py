@@ -14,6 +14,7 @@ from .._redis.keys import check_queue_name
 from ..jobs import task_logs
 from ..jobs.failures import attempt_errors
 from ..jobs.task import Task, check_id
+from ..middleware.encryption import is_encrypted, shown_params
 from ..operations import durable_view, inspection, queue_control, stats
 from ..operations.bulk import Action
 from . import formatting, listing, workflow_pages
@@ -170,6 +171,8 @@ async def task(request: Request) -> Response:
     record = await addressed_task(request, name, task_id).ainfo()
     if not record:
         raise HTTPException(404, f"{name}<{task_id}>: no such task (never enqueued, or expired)")
+    if is_encrypted(record.get("params", "")):  # (EncryptedParams': never shown)
+        record["params"] = shown_params(record["params"])
     # (a time as stored when no date holds it: formatting.date)
     times = [(field, record[field]) for field in TIMES if record.get(field)]
     context: dict[str, Any] = {"queue": name, "task_id": task_id, "record": record}
@@ -235,7 +238,10 @@ async def task_text(request: Request) -> Response:
     record = await addressed_task(request, name, task_id).ainfo()
     if not record:
         raise HTTPException(404, f"{name}<{task_id}>: no such task (never enqueued, or expired)")
-    return PlainTextResponse(record.get(field, ""), headers={"cache-control": "no-store"})
+    said = record.get(field, "")
+    if field == "params" and is_encrypted(said):
+        said = shown_params(said)
+    return PlainTextResponse(said, headers={"cache-control": "no-store"})
 
 
 async def metrics(request: Request) -> Response:

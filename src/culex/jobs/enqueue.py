@@ -18,6 +18,7 @@ from .._redis.calls import Call
 from .._redis.enqueuing import Enqueued
 from .._redis.keys import queue_keys, queues_key
 from ..errors import ServerError, short
+from ..middleware.hooks import enqueue_parts
 from ..server.compatibility import warn_of_older
 from ..server.procedures import Procedure
 from .durability import Confirm, confirmation
@@ -346,6 +347,9 @@ def _call(
 ) -> Call[Enqueued]:
     """The call that enqueues ``job`` as ``task_id`` (``drawn``: by culex, never used)."""
     params = checked_params(job, settings)
+    headers = ""
+    if settings.middleware:  # (none: the common case costs this check)
+        params, headers = enqueue_parts(settings, job, task_id, params)
     return enqueuing.enqueue(
         queue_keys(settings.prefix, job.queue),
         task_id,
@@ -372,4 +376,5 @@ def _call(
             else dedupe_for_ms(job.dedupe_for, f"{type(job).__name__}.dedupe_for")
         ),
         events=settings.events,
+        headers=headers,
     )

@@ -46,6 +46,7 @@ class Job(Durable, JobDeclaration):
     log_buffer_: LogBuffer | None = None
     log_keep_: Callable[[LogBuffer], None] | None = None
     log_direct_: bool = False
+    headers_: dict[str, str]  # the task's headers, when it has any (read as .headers)
     # Set by request_cancel_() when the task's cancel is requested while this attempt runs.
     _cancel_requested: bool = False
 
@@ -87,6 +88,12 @@ class Job(Durable, JobDeclaration):
 
     def after_perform(self) -> None:
         """Runs after perform, whether it succeeded or not."""
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """The task's headers (str to str), as the middleware's ``on_enqueue`` wrote them
+        at enqueue (docs/middleware.md); {} when it has none, or outside a runner."""
+        return self.__dict__.get("headers_") or {}
 
     @property
     def cancelled(self) -> bool:

@@ -18,6 +18,7 @@ from .._redis import commands, enqueuing
 from .._redis.enqueuing import Scheduled
 from .._redis.keys import check_queue_name, queue_keys, queues_key
 from ..errors import ConfigurationError, CulexError, short
+from ..middleware.hooks import enqueue_parts
 from ..server.procedures import Procedure, run_async, run_sync
 from .job import Job
 from .registry import JobRegistry, registry
@@ -57,6 +58,14 @@ class PeriodicJob(Job):
     def slot_id(cls, slot_ms: int) -> str:
         """The task id of one slot: the same on every runner, so a slot is enqueued once."""
         return f"{cls.type_}:{slot_ms}"
+
+    @classmethod
+    def headers_for(cls, task_id: str, settings: config.Settings) -> str:
+        """The headers of task ``task_id`` of this job, as the middleware writes them at
+        enqueue (JSON, "" for none: no middleware). Its params are none: nothing to seal."""
+        if not settings.middleware:
+            return ""
+        return enqueue_parts(settings, cls(), task_id, "{}")[1]
 
 
 def _check(cls: type[PeriodicJob]) -> None:
@@ -196,10 +205,11 @@ def _trigger(
 ) -> Procedure[Task]:
     job_type, queue, job_class = _target(job, queue)
     keys = queue_keys(settings.prefix, queue)
+    task_id = f"{job_type}:trigger:{new_id()}"
     call = enqueuing.schedule(
         keys,
         job_type,
-        f"{job_type}:trigger:{new_id()}",
+        task_id,
         slot_ms=None,
         next_slot_ms=None,
         overlap=True,
@@ -207,6 +217,7 @@ def _trigger(
         max_retries=0,
         record=() if job_class is None else described(job_class),
         events=settings.events,
+        headers="" if job_class is None else job_class.headers_for(task_id, settings),
     )
     if job_class is not None:
         yield commands.register_queue(queues_key(settings.prefix), queue)

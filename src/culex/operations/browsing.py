@@ -21,6 +21,7 @@ from .._redis.keys import QueueKeys, check_queue_name, queue_keys
 from .._redis.priority import ready_ms
 from ..errors import short
 from ..jobs.task import MAX_ID_LENGTH, check_id
+from ..middleware.encryption import shown_params
 from ..server.procedures import Procedure, raised, run_async, run_sync
 
 STATES = ("waiting", "pending", "scheduled", "dead")
@@ -324,7 +325,7 @@ def task_row(queue: str, state: str, row: reads.BrowsedRow) -> TaskRow:
         id=row.id, queue=queue, job=row.type, state=state, at=at / 1000,
         enqueued_at=None if enqueued < 0 else enqueued / 1000,
         retry_count=number(row.retry_count), last_error=row.last_error[:CUT],
-        params=row.params[:CUT], priority=number(row.priority), group=row.group,
+        params=shown_params(row.params)[:CUT], priority=number(row.priority), group=row.group,
     )  # fmt: skip
 
 

@@ -29,8 +29,10 @@ from ..jobs.progress import Reporting
 from ..jobs.registry import JobRegistry
 from ..jobs.task import task_name as named
 from ..jobs.task_logs import LogBuffer
+from ..middleware.hooks import ParamsUnreadable, read_headers
 from .attempt_span import performing
 from .isolation import ChildDied, ChildRaised, run_in_process
+from .wrapping import around_async, around_sync, configured, opened_params
 
 logger = logging.getLogger("culex")
 
@@ -129,6 +131,8 @@ class Preparation:
             job.reporting_ = self.reporting[claimed.queue]
             # (a buffer for its log lines is made by its first line: most tasks log none)
             job.log_keep_ = _for_report if self.lines is None else partial(self.lines, claimed)
+            if claimed.headers:  # (the middleware's, written at enqueue: ValueError if bad)
+                job.headers_ = read_headers(claimed.headers)
         except Exception as exc:  # (decode's own are caught there: this is the rest)
             return broken(claimed, f"{type(exc).__name__}: {exc}", exc)
         return job
@@ -145,8 +149,14 @@ def decode(claimed: Claimed, registry: JobRegistry, max_payload_bytes: int) -> J
     job_class = registry.get(claimed.type)
     if job_class is None:
         return broken(claimed, f"unknown job type {short(claimed.type, 210)}")
+    stored, plan = claimed.params, configured()
+    if plan is not None and plan.openers:  # (opened by the middleware: decrypted)
+        try:
+            stored = opened_params(claimed, plan.openers)
+        except ParamsUnreadable as exc:
+            return broken(claimed, str(exc), exc.__cause__)
     try:
-        raw = _params(claimed.params)
+        raw = _params(stored)
     except ValueError as exc:  # also bytes that are not UTF-8
         return broken(claimed, f"params are not valid JSON: {exc}")
     except Exception as exc:  # a RecursionError: nested deeper than the decoder goes
@@ -154,6 +164,9 @@ def decode(claimed: Claimed, registry: JobRegistry, max_payload_bytes: int) -> J
     try:
         job = job_class.from_params(raw)
     except (ValueError, TypeError) as exc:  # (a hook's own error is its cause: traceback)
+        if isinstance(raw, dict) and "$encrypted" in raw:  # (no middleware opened them)
+            return broken(claimed, "params are encrypted and this runner has no "
+                          "EncryptedParams to open them (docs/middleware.md)")  # fmt: skip
         return broken(claimed, str(exc), exc)
     except Exception as exc:  # whatever a param's decoder raises
         return broken(claimed, f"{type(exc).__name__}: {exc}", exc)
@@ -205,14 +218,21 @@ def _for_report(buffer: LogBuffer) -> None:
 async def _judged(job: Job, claimed: Claimed, pool: Executor) -> Outcome:
     started = time.perf_counter()
     timeout = None if job.timeout is None else seconds(job.timeout, "timeout")
+    plan = configured()
     try:
         if job.async_perform_:
-            result_json = job.result_text(await _run_async(job, timeout))
-        elif job.isolation == "process":
-            loop = asyncio.get_running_loop()
-            result_json = await loop.run_in_executor(pool, run_in_process, job, _run_sync, timeout)
+            if plan is not None and plan.aaround:  # (around the hooks and perform)
+                ran = await around_async(plan.aaround, job, lambda: _run_async(job, timeout))
+            else:
+                ran = await _run_async(job, timeout)
+            result_json = job.result_text(ran)
         else:
-            result_json = job.result_text(await _run_in_thread(job, pool, timeout))
+            run = around_sync(plan.around, _run_sync) if plan and plan.around else _run_sync
+            if job.isolation == "process":  # (the middleware runs in the child)
+                loop = asyncio.get_running_loop()
+                result_json = await loop.run_in_executor(pool, run_in_process, job, run, timeout)
+            else:
+                result_json = job.result_text(await _run_in_thread(job, pool, timeout, run))
     except AttemptOver as over:
         said = _OVER.get(over.why, over.why)
         logs.task_line(logger, "task %s %s, taking %s", task_name(claimed), said, _took(started))
@@ -238,10 +258,12 @@ async def _judged(job: Job, claimed: Claimed, pool: Executor) -> Outcome:
     return Outcome(claimed, result_json, result_ttl=job.result_ttl)
 
 
-async def _run_in_thread(job: Job, pool: Executor, timeout: float | None) -> Any:
+async def _run_in_thread(
+    job: Job, pool: Executor, timeout: float | None, run: Callable[[Job], Any]
+) -> Any:
     loop = asyncio.get_running_loop()
     context = contextvars.copy_context()
-    future = loop.run_in_executor(pool, context.run, _run_sync, job)
+    future = loop.run_in_executor(pool, context.run, run, job)
     if timeout is None:
         return await future
     try:

@@ -38,6 +38,7 @@ from .._redis.drivers import AsyncDriverProtocol
 from .._redis.keys import queue_keys
 from .._redis.spin import loop_factory
 from ..errors import ConfigurationError
+from ..jobs.job import Job
 from ..jobs.periodic import periodic_jobs
 from ..jobs.progress import Reporting
 from ..jobs.registry import JobRegistry, registry
@@ -56,6 +57,7 @@ from .scheduler import Scheduler
 from .slots import Slots
 from .stopping import exit_now, finish, stop_helpers
 from .supervised import Supervised
+from .wrapping import tell_ended
 
 logger = logging.getLogger("culex")
 
@@ -323,11 +325,13 @@ class Runner:
         assert keeper is not None
         keeper.hold(claimed, self._default_lease_ms)
         outcome: Outcome | None = None
+        ran: Job | None = None  # (None: a broken task, never built)
         try:
             job = self._prepare(claimed)  # (a job's own lease is held from here)
             if isinstance(job, Outcome):  # a broken task
                 outcome = job
             else:
+                ran = job
                 slots = self._slots  # (where a cancel finds the job, and a stop its thread)
                 if not job.async_perform_ and job.isolation == "thread":
                     slots.threaded.add(claimed)
@@ -353,6 +357,8 @@ class Runner:
         keeper.finish(claimed)
         if outcome.over:  # (nothing to report: suspended already, or not its attempt's)
             keeper.drop(claimed)
+        elif outcome.error is not None:  # (the middleware's on_failure, on_dead)
+            await tell_ended(outcome, ran)
         if not outcome.over or outcome.lines:  # (an ended attempt's lines go out all the same)
             self._outbox.put(outcome)
         if self.supervised is not None:

@@ -116,10 +116,16 @@ class Scheduler:
         ]
 
     def _call(self, job: type[PeriodicJob], slot: int) -> Call[Scheduled]:
+        task_id = job.slot_id(slot)
+        try:  # (the middleware's on_enqueue; one that raises costs the slot its headers)
+            headers = job.headers_for(task_id, config.settings())
+        except Exception:
+            logger.exception("periodic job %s: the middleware's on_enqueue raised", job.type_)
+            headers = ""
         return enqueuing.schedule(
             queue_keys(self.settings.prefix, job.queue),
             job.type_,
-            job.slot_id(slot),
+            task_id,
             slot_ms=slot,
             next_slot_ms=self._next[job],
             overlap=job.overlap,
@@ -127,6 +133,7 @@ class Scheduler:
             max_retries=job.max_retries,
             record=described(job),
             events=self.settings.events,
+            headers=headers,
         )
 
 

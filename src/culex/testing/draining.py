@@ -27,12 +27,15 @@ from ..jobs.job import Job
 from ..jobs.progress import Reporting
 from ..jobs.registry import JobRegistry, registry
 from ..jobs.serialization import decode_result
+from ..middleware.hooks import ParamsUnreadable
 from ..runner import isolation
 from ..runner.attempt import Outcome, Preparation, attempt, with_lines
 from ..runner.claimer import PROMOTE_LIMIT
 from ..runner.lease import LeaseKeeper
 from ..runner.outbox import Outbox
 from ..runner.reporter import Reporter
+from ..runner.wrapping import configured as configured_middleware
+from ..runner.wrapping import opened_params, tell_ended
 from ..server import configured
 from ..server.procedures import run_on
 from ..workflows import release
@@ -198,10 +201,13 @@ class _Drainer:
     async def _attempt(self, claimed: Claimed) -> tuple[Outcome, Attempt]:
         job = self.preparation.prepare(claimed)
         if isinstance(job, Outcome):
+            await tell_ended(job, None)
             return job, _record(claimed, job, None, None)
         raised: list[BaseException] = []
         _catch(job, raised)
         outcome = with_lines(job, await attempt(job, claimed, self.pool))
+        if outcome.error is not None:
+            await tell_ended(outcome, job)
         return outcome, _record(claimed, outcome, job, raised[0] if raised else None)
 
     def running_names(self) -> list[str]:
@@ -227,7 +233,7 @@ class _Drainer:
 def _record(
     claimed: Claimed, outcome: Outcome, job: Job | None, raised: BaseException | None
 ) -> Attempt:
-    params = params_of(claimed.params)
+    params = params_of(_opened(claimed))
     if outcome.later_ms is not None:  # (culex.RetryLater: no failure, and no result)
         return Attempt(claimed.queue, claimed.id, claimed.type, params, claimed.attempt,
                        "retry_later")  # fmt: skip
@@ -270,3 +276,12 @@ def _catching(method: Callable[[], Any], raised: list[BaseException]) -> Callabl
             raise
 
     return caught
+
+
+def _opened(claimed: Claimed) -> bytes:
+    """The task's params as its job read them (EncryptedParams' opened), else as stored."""
+    try:
+        plan = configured_middleware()
+        return opened_params(claimed, plan.openers) if plan and plan.openers else claimed.params
+    except ParamsUnreadable:  # (the task went to dead for it: its attempt says why)
+        return claimed.params

@@ -25,6 +25,7 @@ from .._redis.workflows import NodeSpec
 from ..errors import ServerError
 from ..jobs.job import QueuedJob
 from ..jobs.task import Task, new_id
+from ..middleware.hooks import enqueue_parts
 from ..server.procedures import Procedure
 from .finishing import start_roots
 from .run import WorkflowRun
@@ -82,30 +83,12 @@ def _storing(run_id: str, nodes: Sequence[Node], prefix: str) -> Iterator[Call[A
     for node in nodes:
         for up in node.after:
             down.setdefault(up.id, []).append([node.task.queue, node.task.id])
-    specs: list[tuple[str, NodeSpec]] = []  # (queue, node), in the nodes' order
+    settings = config.settings()
+    specs = [(n.task.queue, _spec(n, names, down, settings)) for n in nodes]  # (in order)
     described: list[tuple[str, str]] = []
     for node in nodes:
-        job, task = node.job, node.task
-        ups = [[up.queue, up.id, names[up.id]] for up in node.after]
-        specs.append(
-            (
-                task.queue,
-                NodeSpec(
-                    task.id,
-                    job.type_,
-                    job.params_json(),
-                    job.max_retries,
-                    job.priority,
-                    "",
-                    node.name,
-                    node.policy,
-                    json.dumps(ups, ensure_ascii=False),
-                    json.dumps(down.get(task.id, []), ensure_ascii=False),
-                ),
-            )
-        )
-        entry = [task.queue, node.name, [up.id for up in node.after], node.policy]
-        described.append((task.id, json.dumps(entry, ensure_ascii=False)))
+        entry = [node.task.queue, node.name, [up.id for up in node.after], node.policy]
+        described.append((node.task.id, json.dumps(entry, ensure_ascii=False)))
     run = run_keys(prefix, run_id)
     # Chunk by chunk, the record's list beside the nodes: each `add` pushes the staging
     # deadline back, so a long enqueue that is still going is never taken for a dead one.
@@ -116,3 +99,19 @@ def _storing(run_id: str, nodes: Sequence[Node], prefix: str) -> Iterator[Call[A
             by_queue.setdefault(queue, []).append(spec)
         for queue, mine in by_queue.items():
             yield workflows.store_nodes(queue_keys(prefix, queue), run_id, mine)
+
+
+def _spec(
+    node: Node, names: dict[str, str], down: dict[str, list[list[str]]], settings: config.Settings
+) -> NodeSpec:
+    """How workflow_enqueue.lua takes ``node``: its params and headers made as an enqueue
+    makes them (the middleware's on_enqueue, its params sealed)."""
+    job, task = node.job, node.task
+    params, headers = job.params_json(), ""
+    if settings.middleware:
+        params, headers = enqueue_parts(settings, job, task.id, params)
+    return NodeSpec(
+        task.id, job.type_, params, job.max_retries, job.priority, "", node.name, node.policy,
+        json.dumps([[up.queue, up.id, names[up.id]] for up in node.after], ensure_ascii=False),
+        json.dumps(down.get(task.id, []), ensure_ascii=False), headers,
+    )  # fmt: skip

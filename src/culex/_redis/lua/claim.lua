@@ -59,9 +59,10 @@
 -- (the control hash's group_concurrency, group_rate and group_rate_ms replace them, as its
 -- rate and concurrency replace ARGV[5..7])
 -- Returns: {now_us, next_ms or -1, task, task, ...} where each task is
---          {id, attempt, type, params, retry_count, max_retries, enqueue_time, trace, run}
+--          {id, attempt, type, params, retry_count, max_retries, enqueue_time, trace, run, headers}
 --          (trace: the producer's trace context, "" for none; run: the workflow run of a
---          node, "" for a task that is not one), and next_ms is when to
+--          node, "" for a task that is not one; headers: the task's, enqueue.lua's ARGV[13],
+--          left out when it has none: the task has 9 fields then), and next_ms is when to
 --          claim again: the next scheduled task's due time or, when the rate limit holds
 --          ready tasks back, when the next start is allowed (of the queue, or of a group
 --          held back by its rate), whichever is sooner; with ARGV[11], then the hold.
@@ -693,7 +694,7 @@ if limit > 0 then
     local key = KEYS[5] .. id
     if group then buried_in[group] = true end  -- (undone below when the task starts)
     local f = redis.pcall('HMGET', key, 'type', 'params', 'retry_count', 'max_retries',
-      'enqueue_time', 'attempt', 'trace', 'cancel_requested', 'run', 'expires_at')
+      'enqueue_time', 'attempt', 'trace', 'cancel_requested', 'run', 'expires_at', 'headers')
     if f['err'] then
       -- The key holds another type. Not ours to delete: the value is kept beside the
       -- record, in the same slot.
@@ -736,8 +737,10 @@ if limit > 0 then
         starts[#starts + 1] = now
         starts[#starts + 1] = id .. ':' .. attempt
       end
-      reply[#reply + 1] = {id, attempt, f[1] or '', f[2] or '', f[3] or '0', f[4] or '',
+      local row = {id, attempt, f[1] or '', f[2] or '', f[3] or '0', f[4] or '',
         f[5] or '', f[7] or '', f[9] or ''}
+      if f[11] then row[10] = f[11] end  -- (headers: sent only when the task has them)
+      reply[#reply + 1] = row
     end
   end
   for i = 1, #leases, 1000 do  -- unpack in slices: Lua's C stack is bounded

@@ -47,7 +47,9 @@
 --                        clock), a whole number in 0 .. 2^42 - 1 - now; "" or absent: never.
 --                        Stored as the field `expires_at` (ms since the epoch): claim buries
 --                        a task it takes after that time dead with last_error "expired"
--- ARGV[13] headers       optional: another option's place ("" here: left empty)
+-- ARGV[13] headers      optional: the task's headers, a JSON object of string values
+--                        (middleware's, docs/middleware.md), "" or absent for none. Stored
+--                        as the field `headers` when given and not ""
 -- ARGV[14] dedupe_for_ms optional: with a dedupe key, the key stays the task's this many ms
 --                        after it ended (succeeded, dead or cancelled; a deleted task frees it
 --                        at once): a whole number in 1 .. 2^42 - 1, "" or absent: none.
@@ -263,8 +265,10 @@ end
 argv_whole('enqueue', 7, 'max_retries', 0, MOST)
 -- ARGV 8 to 14 come only when one of them is used: the common enqueue skips their checks
 local trace, priority, dedupe, group, expires, window = '', 0, '', '', false, false
+local headers = ''
 if #ARGV > 7 then
   trace = ARGV[8] or ''
+  headers = ARGV[13] or ''
   priority = argv_whole('enqueue', 9, 'priority', -100, 100, 0)
   expires = argv_whole('enqueue', 12, 'expires_ms', 0, MOST - now, false)
   dedupe = ARGV[10] or ''
@@ -321,6 +325,9 @@ if group ~= '' then
 end
 if expires then
   redis.call('HSET', KEYS[1], 'expires_at', now + expires)
+end
+if headers ~= '' then
+  redis.call('HSET', KEYS[1], 'headers', headers)
 end
 if dedupe ~= '' then
   redis.call('HSET', KEYS[1], 'dedupe_key', dedupe, 'on_end', '1')

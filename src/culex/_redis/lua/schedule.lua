@@ -25,7 +25,9 @@
 -- (slot_ms, next_slot_ms and max_retries: whole numbers in 0 .. 2^42 - 1, or "" where said;
 -- an error, and nothing written, for another: include/numbers.lua)
 -- ARGV[9..] pairs        field, value written on the record with it, for readers that do
---                        not have the job's class: `job`, `queue`, `schedule`, `timezone`
+--                        not have the job's class: `job`, `queue`, `schedule`, `timezone`;
+--                        but a pair named `headers` is the task's headers (a JSON object
+--                        of strings, as enqueue.lua's ARGV[13]), written on the task
 -- Returns: {outcome, id} where outcome is
 --   "enqueued"  the task is waiting (hash and sets exactly as enqueue.lua writes them,
 --               plus `periodic` = "1" and `slot`: the slot ms, "" for a trigger, whose
@@ -133,9 +135,14 @@ if trigger then
   end
 end
 
-local fields = {}
-for i = 9, #ARGV do
-  fields[#fields + 1] = ARGV[i]
+local fields, headers = {}, nil
+for i = 9, #ARGV, 2 do
+  if ARGV[i] == 'headers' then  -- (the task's, not the record's)
+    headers = ARGV[i + 1]
+  else
+    fields[#fields + 1] = ARGV[i]
+    fields[#fields + 1] = ARGV[i + 1]
+  end
 end
 if ARGV[5] ~= '' then
   fields[#fields + 1] = 'next_slot'
@@ -180,6 +187,9 @@ redis.call('HSET', KEYS[2], 'id', id, 'type', ARGV[2], 'queue', ARGV[3],
   'slot', ARGV[4])
 if trigger then
   redis.call('HSET', KEYS[2], 'trigger', 'manual')
+end
+if headers and headers ~= '' then
+  redis.call('HSET', KEYS[2], 'headers', headers)
 end
 redis.call('ZADD', KEYS[3], now, id)
 -- one token is enough to wake a runner (as in enqueue.lua)

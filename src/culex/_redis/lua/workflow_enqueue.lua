@@ -21,6 +21,9 @@
 --                        runs once every upstream has ended, whatever their end)
 --         up             a JSON list of its upstreams: [[queue, id, name], ...]
 --         down           a JSON list of its downstreams: [[queue, id], ...]
+--         ARGV[3] may instead be the word pair "with headers" (no id has a space): then the
+--         nodes start at ARGV[4], 11 values each, the 11th the node's headers (a JSON
+--         object of strings, as enqueue.lua's ARGV[13], "" for none: field `headers`)
 -- Returns: the number of nodes stored; a node whose hash exists already and belongs to
 -- this run is left as it is (a chunk sent twice stores nothing twice).
 -- An error, and nothing written, for a bad number or policy, an `up` or `down` that is no
@@ -62,12 +65,17 @@ local function argv_whole(script, i, name, lo, hi, absent)
 end
 -- <<< include/numbers.lua
 
-local n = #ARGV - 2
-if n < 0 or n % 10 ~= 0 then
-  return redis.error_reply('ERR workflow_enqueue: ARGV is queue, run, then 10 values a node')
+local first, size = 3, 10  -- where the nodes start, and the values of a node
+if ARGV[3] == 'with headers' then
+  first, size = 4, 11
+end
+local n = #ARGV - first + 1
+if n < 0 or n % size ~= 0 then
+  return redis.error_reply('ERR workflow_enqueue: ARGV is queue, run, then 10 values a node'
+    .. ' (or "with headers", then 11)')
 end
 local ups = {}
-for i = 3, #ARGV, 10 do
+for i = first, #ARGV, size do
   local id = ARGV[i]
   if id == '' or #id > 200 or string.find(id, '[%s%c]') then
     return redis.error_reply('ERR workflow_enqueue: a bad task id at ARGV[' .. i .. ']')
@@ -103,7 +111,7 @@ local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local base = string.sub(KEYS[1], 1, #KEYS[1] - 5)
 local stored = 0
 for k = 1, #ups do
-  local i = 3 + (k - 1) * 10
+  local i = first + (k - 1) * size
   if ups[k] then
     local key = KEYS[1] .. ARGV[i]
     redis.call('HSET', key, 'id', ARGV[i], 'type', ARGV[i + 1], 'queue', ARGV[1],
@@ -116,6 +124,9 @@ for k = 1, #ups do
     end
     if ARGV[i + 5] ~= '' then
       redis.call('HSET', key, 'trace', ARGV[i + 5])
+    end
+    if size == 11 and ARGV[i + 10] ~= '' then
+      redis.call('HSET', key, 'headers', ARGV[i + 10])
     end
     for _, u in ipairs(ups[k]) do
       redis.call('SADD', base .. 'waits:' .. ARGV[i], u[2])

@@ -1,0 +1,170 @@
+"""What middleware costs: an enqueue's own Python, and a drain of no-op tasks.
+
+    python bench/middleware.py [--calls N] [--tasks N] [--runs N] [--server auto|valkey|redis|PATH]
+
+1. The Python-side cost of building one enqueue's call (``culex.jobs.enqueue._call``: the
+   params, the middleware's headers and sealing, the script's KEYS and ARGV; no round
+   trip), with no middleware, with each of three alone (an Audit-like one that writes a
+   header, ContextMiddleware with two variables set, EncryptedParams with a 32-byte key)
+   and with the three: the median µs per call over ``--runs`` runs of ``--calls`` calls.
+2. A drain (culex.testing.drain, the runner's own attempt path) of ``--tasks`` no-op tasks
+   enqueued with none and with the three, in turns, ``--runs`` times each: tasks/s
+   (medians) and the median of the runs' ratios.
+
+``--instructions``: instead, the instructions of building one call with none and with the
+three (valgrind's cachegrind, two loops of different lengths in child processes, their
+difference over the calls): repeatable on a machine too busy for timings.
+
+Prints the figures as text, and one JSON object on the last line. No threshold: figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextvars
+import dataclasses
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+from server import arguments, private_server
+
+import culex
+from culex.jobs import enqueue
+
+tenant: contextvars.ContextVar[str] = contextvars.ContextVar("tenant")
+locale: contextvars.ContextVar[str] = contextvars.ContextVar("locale")
+
+
+class Audit(culex.Middleware):
+    """Writes who enqueued (a header); does nothing around perform."""
+
+    def on_enqueue(self, job: Any, headers: dict[str, str]) -> None:
+        headers["by"] = "bench-user"
+
+
+class BenchMiddlewareJob(culex.QueuedJob):
+    queue = "bench_middleware"
+    n: int
+    email: str = "someone@example.com"
+
+    def perform(self) -> None:
+        pass
+
+
+def three() -> list[culex.Middleware]:
+    return [
+        Audit(),
+        culex.ContextMiddleware(tenant, locale),
+        culex.EncryptedParams(keys={"k1": os.urandom(32)}, current="k1"),
+    ]
+
+
+def call_cost(middleware: list[culex.Middleware], calls: int, runs: int) -> float:
+    """Median µs to build one enqueue's call with ``middleware``."""
+    settings = dataclasses.replace(culex.settings(), middleware=tuple(middleware))
+    job = BenchMiddlewareJob(n=1)
+    build = enqueue._call
+    control = enqueue.NO_CONTROL
+    per = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        for i in range(calls):
+            build(job, settings, None, 0, f"id{i}", "", control, True)
+        per.append((time.perf_counter() - start) / calls * 1e6)
+    return statistics.median(per)
+
+
+def drained(middleware: list[culex.Middleware], tasks: int, url: str) -> float:
+    """Tasks/s of a drain of ``tasks`` no-op tasks enqueued with ``middleware``."""
+    import redis
+
+    redis.Redis.from_url(url).flushall()
+    enqueue._registered.clear()
+    culex.configure(redis_url=url, middleware=middleware)
+    culex.enqueue_many(BenchMiddlewareJob(n=i) for i in range(tasks))
+    from culex.testing import drain
+
+    start = time.perf_counter()
+    ran = drain("bench_middleware", timeout=600)
+    took = time.perf_counter() - start
+    assert len(ran) == tasks and all(a.outcome == "succeeded" for a in ran)
+    return tasks / took
+
+
+def instructions(which: str, calls: int) -> int:
+    """The instructions of a child that builds ``calls`` calls with ``which`` ("none",
+    "three")."""
+    child = [sys.executable, __file__, "--loop", which, "--calls", str(calls)]
+    valgrind = [
+        "valgrind",
+        "--tool=cachegrind",
+        "--cache-sim=no",
+        "--cachegrind-out-file=/dev/null",
+    ]
+    said = subprocess.run([*valgrind, *child], check=True, capture_output=True, text=True).stderr
+    found = re.search(r"I\s+refs:\s+([\d,]+)", said)
+    if found is None:
+        raise SystemExit(f"no instruction count in valgrind's output:\n{said}")
+    return int(found.group(1).replace(",", ""))
+
+
+def counted(calls: int) -> None:
+    per = {}
+    for which in ("none", "three"):
+        few, many = instructions(which, calls // 10), instructions(which, calls)
+        per[which] = (many - few) / (calls - calls // 10)
+        print(f"build one enqueue call, {which:5}: {per[which] / 1000:.1f}k instructions")
+    print(f"added by the three: {(per['three'] - per['none']) / 1000:.1f}k instructions")
+    print(json.dumps({"call_instructions": per}))
+
+
+def main() -> None:
+    parser = arguments(__doc__)
+    parser.add_argument("--calls", type=int, default=20_000)
+    parser.add_argument("--tasks", type=int, default=5_000)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--instructions", action="store_true")
+    parser.add_argument("--loop", choices=("none", "three"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    tenant.set("acme")
+    locale.set("fr")
+    if args.loop:  # (a child of --instructions)
+        call_cost(three() if args.loop == "three" else [], args.calls, 1)
+        return
+    if args.instructions:
+        counted(args.calls)
+        return
+    made = three()
+    costs = {
+        "none": call_cost([], args.calls, args.runs),
+        "audit": call_cost(made[:1], args.calls, args.runs),
+        "context": call_cost(made[1:2], args.calls, args.runs),
+        "encrypted": call_cost(made[2:], args.calls, args.runs),
+        "three": call_cost(made, args.calls, args.runs),
+    }
+    for name, us in costs.items():
+        print(f"build one enqueue call, {name:9}: {us:6.2f} µs")
+    print(f"added by the three: {costs['three'] - costs['none']:.2f} µs per enqueue")
+    rates: dict[str, list[float]] = {"none": [], "three": []}
+    with private_server(args.server) as server:
+        for _ in range(args.runs):  # (in turns: the machine's drift hits both alike)
+            rates["none"].append(drained([], args.tasks, server.url))
+            rates["three"].append(drained(three(), args.tasks, server.url))
+    ratios = [a / b for a, b in zip(rates["none"], rates["three"], strict=True)]
+    for name, runs in rates.items():
+        shown = ", ".join(f"{r:,.0f}" for r in runs)
+        print(
+            f"drain of {args.tasks} no-op tasks, {name}: {statistics.median(runs):,.0f}/s ({shown})"
+        )
+    print(f"median ratio none / three: {statistics.median(ratios):.3f}")
+    print(json.dumps({"call_us": costs, "drain_per_s": rates, "ratio": statistics.median(ratios)}))
+
+
+if __name__ == "__main__":
+    main()
