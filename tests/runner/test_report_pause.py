@@ -16,10 +16,10 @@ from culex._redis import claims
 from culex._redis.calls import Call
 from culex._redis.drivers import AsyncDriverProtocol
 from culex._redis.keys import queue_keys
-from culex.runner.attempt import Outcome
 from culex.runner.backoff import Backoff
 from culex.runner.lease import LeaseKeeper
 from culex.runner.outbox import Outbox
+from culex.runner.outcome import Outcome
 from culex.runner.reporter import Reporter
 from culex.server import configured
 

@@ -504,9 +504,9 @@ async def test_a_batch_with_two_attempts_of_one_task_says_only_the_stale_one_ref
     Only attempt 1 is refused, and only it is logged so (the refusal names the attempt)."""
     from culex import config
     from culex._redis import claims, reports
-    from culex.runner.attempt import Outcome
     from culex.runner.lease import LeaseKeeper
     from culex.runner.outbox import Outbox
+    from culex.runner.outcome import Outcome
     from culex.runner.reporter import Reporter
 
     keys = queue_keys("culex", "order")

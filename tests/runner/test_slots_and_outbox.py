@@ -6,8 +6,8 @@ import asyncio
 
 import culex
 from culex._redis.claims import Claimed
-from culex.runner.attempt import Outcome
 from culex.runner.outbox import Outbox
+from culex.runner.outcome import Outcome
 from culex.runner.slots import Slots
 
 

@@ -19,7 +19,7 @@ if AVAILABLE:
 
 
 class Ended(Protocol):
-    """What the span reads of an attempt's end (runner.attempt.Outcome): its error, if it
+    """What the span reads of an attempt's end (runner.outcome.Outcome): its error, if it
     failed, and the exception behind it."""
 
     @property

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable
 
-from .attempt import Outcome
+from .outcome import Outcome
 
 
 class Outbox:

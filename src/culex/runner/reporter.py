@@ -26,10 +26,10 @@ from .._redis.keys import queue_keys
 from .._redis.scripts import MOST
 from ..errors import ConfigurationError, ServerError, ServerUnavailable
 from ..jobs import failures
-from .attempt import Outcome, task_name
 from .backoff import SERVER_ERROR, Backoff
 from .lease import LeaseKeeper
 from .outbox import Outbox
+from .outcome import Outcome, task_name
 
 logger = logging.getLogger("culex")
 

@@ -44,11 +44,12 @@ from ..jobs.progress import Reporting
 from ..jobs.registry import JobRegistry, registry
 from ..server import configured
 from . import isolation, startup
-from .attempt import Outcome, Preparation, attempt, task_name, with_lines
+from .attempt import Preparation, attempt, with_lines
 from .cancels import CancelWatcher, check_cancel_requested
 from .claimer import Claimer
 from .lease import LeaseKeeper
 from .outbox import Outbox
+from .outcome import Outcome, task_name
 from .pool import Pool
 from .reclaimer import Reclaimer
 from .releaser import Releaser
@@ -314,8 +315,7 @@ class Runner:
         self._slots.take(task, claimed)
 
     async def _execute(self, claimed: Claimed) -> None:
-        """One attempt, from its start to its outcome in the reporter's outbox (in one
-        coroutine: this is the path of every task).
+        """One attempt, from its start to its outcome in the reporter's outbox (one coroutine).
 
         The lease keeper holds the task only from here: until the reporter drops it once
         its report landed, or, for an attempt that ends with no outcome (a stop cancelled

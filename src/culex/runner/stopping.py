@@ -17,8 +17,8 @@ from typing import Any, NoReturn
 from .. import logs
 from .._redis.claims import Claimed
 from . import isolation
-from .attempt import task_name
 from .lease import LeaseKeeper
+from .outcome import task_name
 from .reporter import Reporter
 from .slots import Slots
 

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from .._redis.claims import Claimed
     from ..jobs.job import Job
     from ..middleware.hooks import Middleware
-    from .attempt import Outcome
+    from .outcome import Outcome
 
 logger = logging.getLogger("culex")
 

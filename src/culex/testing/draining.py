@@ -29,10 +29,11 @@ from ..jobs.registry import JobRegistry, registry
 from ..jobs.serialization import decode_result
 from ..middleware.hooks import ParamsUnreadable
 from ..runner import isolation
-from ..runner.attempt import Outcome, Preparation, attempt, with_lines
+from ..runner.attempt import Preparation, attempt, with_lines
 from ..runner.claimer import PROMOTE_LIMIT
 from ..runner.lease import LeaseKeeper
 from ..runner.outbox import Outbox
+from ..runner.outcome import Outcome
 from ..runner.reporter import Reporter
 from ..runner.wrapping import configured as configured_middleware
 from ..runner.wrapping import opened_params, tell_ended
