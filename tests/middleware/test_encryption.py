@@ -4,6 +4,7 @@ to dead with the reason, `culex task` shows "encrypted", and bad keys are refuse
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 
@@ -12,6 +13,7 @@ import redis
 
 import culex
 from culex.cli import main
+from culex.middleware.encryption import Nonces
 from culex.testing import drain
 
 from .jobs import MwSecretJob, Recording, seen
@@ -136,3 +138,27 @@ def test_without_cryptography_the_error_says_what_to_install(
     monkeypatch.setitem(sys.modules, "cryptography.hazmat.primitives.ciphers.aead", None)
     with pytest.raises(ImportError, match=r"pip install 'culex\[encryption\]'"):
         culex.EncryptedParams(keys={"k1": K1}, current="k1")
+
+
+def test_each_nonce_is_new_and_a_wrapping_counter_draws_a_new_fixed_field() -> None:
+    nonces = Nonces()
+    first, second = nonces.next(), nonces.next()
+    assert len(first) == 12 and first[:8] == second[:8] and first != second
+    nonces._count = itertools.count(1 << 32)  # (the counter at its end)
+    after = nonces.next()
+    assert after[:8] != first[:8] and after[8:] == bytes(4)
+
+
+def test_a_forked_child_draws_its_own_fixed_field() -> None:
+    nonces = Nonces()
+    parent = nonces.next()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next nonce, to the parent
+        os.write(write, nonces.next())
+        os._exit(0)
+    os.waitpid(pid, 0)
+    child = os.read(read, 12)
+    os.close(read)
+    os.close(write)
+    assert child[:8] != parent[:8] and child[8:] == bytes(4)

@@ -1,7 +1,7 @@
 """EncryptedParams: a task's params stored encrypted (AES-GCM), opened by the runner.
 
 The stored params are the JSON object ``{"$encrypted": "<key id>:<base64 of nonce and
-ciphertext>"}`` (docs/wire-format.md): a 12-byte random nonce, then AES-GCM's ciphertext
+ciphertext>"}`` (docs/wire-format.md): a 12-byte nonce, then AES-GCM's ciphertext
 and tag of the params' JSON text, with the task's id as associated data, so that a
 ciphertext copied into another task does not open. Keys rotate by id: a task names the
 key it was sealed with; new ones use ``current``. Needs the ``cryptography`` package
@@ -11,8 +11,10 @@ key it was sealed with; new ones use ``current``. Needs the ``cryptography`` pac
 from __future__ import annotations
 
 import binascii
+import itertools
 import json
 import os
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -23,6 +25,32 @@ MARK = '{"$encrypted":'  # how stored encrypted params begin (json.dumps writes 
 NONCE_BYTES = 12
 KEY_SIZES = (16, 24, 32)  # AES-128, AES-192, AES-256
 MAX_KEY_ID = 100  # characters of a key id
+
+
+class Nonces:
+    """AES-GCM's nonces, each used once per key: NIST SP 800-38D's deterministic
+    construction, a fixed field and a counter. The fixed field is 8 random bytes drawn per
+    process (again in a forked child, and when the 32-bit counter would wrap), so two
+    processes share one with a chance of about n² / 2^65 for n processes; the counter
+    needs no system call per nonce, as a random nonce does."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # (only for drawing a new fixed field)
+        self._draw()
+        os.register_at_fork(after_in_child=self._draw)
+
+    def _draw(self) -> None:
+        self._fixed = os.urandom(8)
+        self._count = itertools.count()  # (next() is atomic: threads share it)
+
+    def next(self) -> bytes:
+        n = next(self._count)
+        if n >= 1 << 32:
+            with self._lock:
+                if next(self._count) >= 1 << 32:  # (another thread may have drawn already)
+                    self._draw()
+            return self.next()
+        return self._fixed + n.to_bytes(4, "big")
 
 
 def is_encrypted(params: str) -> bool:
@@ -102,12 +130,13 @@ class EncryptedParams(Middleware):
         from cryptography.exceptions import InvalidTag  # (there: _aesgcm() found the package)
 
         self._invalid = InvalidTag
+        self._nonces = Nonces()
 
     def __repr__(self) -> str:  # (never the keys)
         return f"EncryptedParams(keys=[{', '.join(self._ciphers)}], current={self.current!r})"
 
     def seal_params(self, task_id: str, params: str) -> str:
-        nonce = os.urandom(NONCE_BYTES)
+        nonce = self._nonces.next()
         sealed = self._sealing.encrypt(nonce, params.encode(), task_id.encode())
         text = binascii.b2a_base64(nonce + sealed, newline=False).decode("ascii")
         return f'{MARK}"{self.current}:{text}"}}'
