@@ -144,7 +144,7 @@ def _claim_parts(
         keys.groups_prefix,
         keys.cancels,
         keys.periodic_prefix,
-        *((keys.events,) if events else ()),
+        *keys.events_if(events),
     )
     return claim_keys, parse
 
@@ -231,7 +231,7 @@ def reclaim(
             keys.dedupe,
             keys.groups_prefix,
             keys.cancels,
-            *((keys.events,) if events else ()),
+            *keys.events_if(events),
         ),
         (limit, dead_ttl_ms, dead_max, "" if heal_ms is None else heal_ms, max_stalls, *bounds),
         _parse_reclaimed,

@@ -87,8 +87,7 @@ def enqueue(
         named += (keys.dedupe, keys.task_prefix, keys.groups_prefix)
         if not drawn or events:
             named += (keys.dead,)
-        if events:
-            named += (keys.events,)
+        named += keys.events_if(events)
     return Call(named, args, _parse_enqueue, scripts.ENQUEUE)
 
 
@@ -135,7 +134,7 @@ def schedule(
             keys.waiting,
             keys.signal,
             keys.task_prefix,
-            *((keys.events,) if events else ()),
+            *keys.events_if(events),
         ),
         (
             task_id,

@@ -139,6 +139,11 @@ class QueueKeys:
         3600), its minutes added as they end; it expires 8 days after the last one."""
         return f"{self.stats_prefix}h:{start}"
 
+    def events_if(self, events: bool) -> tuple[str, ...]:
+        """The optional last key of the scripts that change a task's state: the queue's
+        event stream when events are on (include/events.lua), else none."""
+        return (self.events,) if events else ()
+
     def periodic(self, job_type: str) -> str:
         """The record of one periodic job (its slots and last run), in the queue's slot."""
         return self.periodic_prefix + job_type

@@ -16,12 +16,6 @@ def _accepted(reply: int) -> bool:
     return reply == 1
 
 
-def _events(keys: QueueKeys, events: bool) -> tuple[str, ...]:
-    """The optional last key of the scripts that change a task's state: the queue's event
-    stream when events are on (include/events.lua), else none."""
-    return (keys.events,) if events else ()
-
-
 def _parse_refused(reply: list[bytes]) -> list[tuple[str, int]]:
     return [(text(reply[i]), int(reply[i + 1])) for i in range(0, len(reply), 2)]
 
@@ -48,7 +42,7 @@ def complete(
             keys.groups_prefix,
             keys.cancels,
             keys.succeeded,
-            *_events(keys, events),
+            *keys.events_if(events),
         ),
         tuple(args),
         _parse_refused,
@@ -92,7 +86,7 @@ def fail(
             keys.dedupe,
             keys.groups_prefix,
             keys.cancels,
-            *_events(keys, events),
+            *keys.events_if(events),
         ),
         (
             task_id,
@@ -147,7 +141,7 @@ def retry_later(
             keys.stats_prefix,
             keys.dedupe,
             keys.cancels,
-            *_events(keys, events),
+            *keys.events_if(events),
         ),
         (task_id, attempt, delay_ms, dead_ttl_ms, dead_max),
         lambda reply: reply in (b"scheduled", "scheduled", b"dead", "dead"),

@@ -145,7 +145,7 @@ def resolve(
             keys.waiting,
             keys.signal,
             keys.dead,
-            *((keys.events,) if events else ()),
+            *keys.events_if(events),
         ),
         (first, upstream, name, state, job_type, result, error, dead_ttl_ms, *more),
         _states,

@@ -96,6 +96,11 @@ class LogBuffer:
         return child
 
 
+def unbeaten(buffer: LogBuffer) -> None:
+    """Where a buffer goes when no heartbeat sends its lines (a drain without a lease
+    keeper, a process child): whoever ends the attempt sends them (the report, the child)."""
+
+
 def send_now(buffer: LogBuffer, reporting: Reporting, task_id: str, due: bool = False) -> None:
     """From a process child: send the buffered lines (blocking); with ``due``, only when
     FLUSH_LINES wait or the oldest has waited FLUSH_SECONDS. Lines that cannot be sent

@@ -26,7 +26,7 @@ from ..jobs.failures import traceback_of
 from ..jobs.job import Job
 from ..jobs.progress import Reporting
 from ..jobs.registry import JobRegistry
-from ..jobs.task_logs import LogBuffer
+from ..jobs.task_logs import LogBuffer, unbeaten
 from ..middleware.hooks import ParamsUnreadable, read_headers
 from .attempt_span import performing
 from .isolation import ChildDied, ChildRaised, run_in_process
@@ -77,7 +77,7 @@ class Preparation:
                     self.hold(claimed, lease_ms)
             job.reporting_ = self.reporting[claimed.queue]
             # (a buffer for its log lines is made by its first line: most tasks log none)
-            job.log_keep_ = _for_report if self.lines is None else partial(self.lines, claimed)
+            job.log_keep_ = unbeaten if self.lines is None else partial(self.lines, claimed)
             if claimed.headers:  # (the middleware's, written at enqueue: ValueError if bad)
                 job.headers_ = read_headers(claimed.headers)
         except Exception as exc:  # (decode's own are caught there: this is the rest)
@@ -155,11 +155,6 @@ def with_lines(job: Job, outcome: Outcome) -> Outcome:
     if job.log_buffer_ is not None:
         outcome.lines = job.log_buffer_.take()
     return outcome
-
-
-def _for_report(buffer: LogBuffer) -> None:
-    """No heartbeat sends the lines (a drain without a lease keeper): the report takes
-    them all."""
 
 
 async def _judged(job: Job, claimed: Claimed, pool: Executor) -> Outcome:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import AttemptOver, JobFailure, RetryLater
 from ..jobs import retry_policy
 from ..jobs.failures import traceback_of
-from ..jobs.task_logs import LogBuffer, send_now
+from ..jobs.task_logs import send_now, unbeaten
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
@@ -94,16 +94,12 @@ def kill(task_ids: Iterable[str] | None = None) -> None:
         child.join(KILL_WAIT)
 
 
-def _sent_by_child(buffer: LogBuffer) -> None:
-    """A child's lines have no heartbeat: it sends them itself."""
-
-
 def _child(job: Job, run: Callable[[Job], Any], send: Connection) -> None:
     try:
         if job.log_keep_ is not None:  # (the child sends its own lines: task_logs.py)
             if job.log_buffer_ is not None:
                 job.log_buffer_ = job.log_buffer_.fresh()
-            job.log_keep_, job.log_direct_ = _sent_by_child, True
+            job.log_keep_, job.log_direct_ = unbeaten, True
         message: tuple[str, Any]
         try:
             message = ("ok", job.result_text(run(job)))
