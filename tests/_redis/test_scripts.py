@@ -421,6 +421,64 @@ def test_every_copy_of_an_include_file_matches_its_source(tmp_path: Path) -> Non
     assert assembly.main(["--check"]) == 0  # the package's own files are fresh
 
 
+def test_a_copy_leaves_out_the_functions_its_script_never_calls(tmp_path: Path) -> None:
+    """Each function of an include is made on every call of a script that carries it: a
+    copy keeps those its script calls, directly or through one it keeps, and names the rest."""
+    (tmp_path / "include").mkdir()
+    (tmp_path / "include" / "parts.lua").write_text(
+        "-- The file's own paragraph.\n\n"
+        "-- What the functions share.\n\n"
+        "local LIMIT = 3\n\n"
+        "-- inner's comment\nlocal function inner(x)\n  return x + LIMIT\nend\n\n"
+        "-- outer's comment\nlocal function outer(x)\n  return inner(x) * 2\nend\n\n"
+        "-- unused's comment\nlocal function unused(x)\n  return x\nend\n"
+    )
+    script = tmp_path / "s.lua"
+    script.write_text("-- >>> include/parts.lua\n-- <<< include/parts.lua\nreturn outer(1)\n")
+    text = assembly.assembled(script.read_text(), tmp_path)
+    assert "local function outer(" in text and "-- outer's comment" in text
+    assert "local function inner(" in text  # (called by outer only)
+    assert "local function unused(" not in text and "unused's comment" not in text
+    assert "-- (left out here, not called by this script: unused)" in text
+    assert "local LIMIT = 3" in text and "What the functions share" in text
+    script.write_text(text.replace("return outer(1)", "return unused(outer(1))"))
+    assert "local function unused(" in assembly.assembled(script.read_text(), tmp_path)
+    assert assembly.stale(tmp_path) == [script]
+
+
+def test_enqueue_writes_the_server_time_as_a_whole_number_on_every_server(
+    r: redis.Redis,
+) -> None:
+    """The time enqueue.lua stores (as text cut from TIME's digits on Redis before 7.2,
+    include/numbers.lua) is the server's ms as a plain whole number: the same in the
+    hash's enqueue_time and due_at and as the score in waiting."""
+    d = drive(r)
+    before = server_ms(r)
+    for i in range(50):
+        put(d, f"now{i}")
+    after = server_ms(r)
+    for i in range(50):
+        h: dict[bytes, bytes] = r.hgetall(K.task(f"now{i}"))  # type: ignore[assignment]
+        assert re.fullmatch(rb"\d{13}", h[b"enqueue_time"]), h[b"enqueue_time"]
+        assert h[b"due_at"] == h[b"enqueue_time"]
+        assert before <= int(h[b"enqueue_time"]) <= after
+        assert r.zscore(K.waiting, f"now{i}") == int(h[b"enqueue_time"])
+    assert h[b"retry_count"] == b"0" and h[b"attempt"] == b"0"
+
+
+@pytest.mark.parametrize("micros", ["0", "7", "999", "1000", "12345", "123456", "999999"])
+def test_the_time_cut_from_times_digits_is_the_time_in_ms(r: redis.Redis, micros: str) -> None:
+    """enqueue.lua's text of the time (used on Redis before 7.2), for TIME replies whose
+    µs have 1 to 6 digits, is the number t[1] * 1000 + floor(t[2] / 1000) written out."""
+    source = next(script.source for script in scripts.ALL if script.name == "enqueue")
+    cut = re.search(r"NUMBERS_AS_TEXT and (.+)\n", source)
+    assert cut is not None
+    expression = cut.group(1)
+    text = r.eval(f"local t = {{ARGV[1], ARGV[2]}} return {expression}", 0, "1764650000", micros)
+    assert int(text) == 1764650000 * 1000 + int(micros) // 1000
+    assert re.fullmatch(rb"\d{13}", text)
+
+
 LUA_BUILTINS = {"tonumber", "tostring", "unpack", "type", "pairs", "ipairs", "error", "assert"}
 
 

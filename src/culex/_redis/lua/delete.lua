@@ -59,21 +59,7 @@ local function free_dedupe(dedupe_hash, key, id, task_key)
   redis.pcall('HDEL', dedupe_hash, key)
 end
 
--- Drop up to 4 windows that ended before `now`, and their keys' entries while the entry's
--- task is not live (a producer of an older version, that knows no windows, may have given
--- the key to a new task). Every enqueue with a dedupe key calls it, so windows that have
--- ended never pile up beyond those added since the last such enqueue.
-local function prune_windows(dedupe_hash, task_prefix, now)
-  local windows = dedupe_hash .. ':windows'
-  for _, key in ipairs(redis.call('ZRANGEBYSCORE', windows, '-inf', now, 'LIMIT', 0, 4)) do
-    redis.call('ZREM', windows, key)
-    local holder = redis.call('HGET', dedupe_hash, key)
-    local state = holder and redis.pcall('HGET', task_prefix .. holder, 'state')
-    if holder and state ~= 'waiting' and state ~= 'scheduled' and state ~= 'pending' then
-      redis.call('HDEL', dedupe_hash, key)
-    end
-  end
-end
+-- (left out here, not called by this script: prune_windows)
 -- <<< include/dedupe.lua
 
 -- >>> include/groups.lua
@@ -94,20 +80,6 @@ local function ready_set(waiting, groups, group)
   return waiting
 end
 
--- Make task `id` ready with `score`: in waiting, or in its group's ready set, the grouped
--- ready set and (at the back, if not there yet) the ring. turn_us: the server's time, µs.
--- True when the task went to its group.
-local function make_ready(waiting, groups, id, score, group, turn_us)
-  if groups and group and group ~= '' then
-    redis.call('ZADD', groups .. 'g:' .. group, score, id)
-    redis.call('ZADD', groups .. 'ready', score, id)
-    redis.call('ZADD', groups .. 'ring', 'NX', turn_us, group)
-    return true
-  end
-  redis.call('ZADD', waiting, score, id)
-  return false
-end
-
 -- Take ready task `id` out of where it waits (cancel, delete): the set ready_set names,
 -- and its group's own set.
 local function unready(waiting, groups, id, group)
@@ -117,26 +89,7 @@ local function unready(waiting, groups, id, group)
   end
 end
 
--- A task that claim took through its group (its hash's group_held=1) left pending: its
--- group runs one task fewer, and, when it has more ready, takes its turn again (a group
--- held back by its concurrency limit left the ring). The hash's mark goes, so a later
--- report of the same task cannot count twice. Wakes an idle runner through `signal`.
-local function group_ended(groups, task_key, group, signal, turn_us)
-  if not (groups and group and group ~= '') then return end
-  redis.call('HDEL', task_key, 'group_held')
-  local running = groups .. 'running'
-  -- (pcall: a count that is not a whole number, corrupted or written by something else,
-  -- must not stop the script half-way; it is dropped, and the reclaimer's heal recounts it)
-  local n = redis.pcall('HINCRBY', running, group, -1)
-  if type(n) ~= 'number' or n <= 0 then
-    redis.pcall('HDEL', running, group)
-  end
-  if redis.call('EXISTS', groups .. 'g:' .. group) == 1
-      and redis.call('ZADD', groups .. 'ring', 'NX', turn_us, group) == 1
-      and signal and redis.call('LLEN', signal) == 0 then
-    redis.call('RPUSH', signal, '1')
-  end
-end
+-- (left out here, not called by this script: make_ready, group_ended)
 -- <<< include/groups.lua
 
 -- >>> include/workflow.lua
@@ -161,16 +114,6 @@ end
 --                      (succeeded or dead), result (the result's JSON text, only when
 --                      succeeded) or error (the reason it died, its last_error, only when
 --                      dead), at (now)
-
--- The task prefix <prefix>:{<queue>}:task: of task_key, a script's KEY for one task's hash
--- (<prefix>:{<queue>}:task:<id>); nil when the key does not end in task:<id>.
-local function task_prefix_of(task_key, id)
-  local prefix = string.sub(task_key, 1, #task_key - #id)
-  if string.sub(task_key, #prefix + 1) ~= id or string.sub(prefix, -5) ~= 'task:' then
-    return nil
-  end
-  return prefix
-end
 
 -- Task `id` ended with state 'succeeded' (result: its JSON text) or 'dead' (err: its
 -- last_error). A node (its hash has `run`) gets its outbox entry, and the reply is true;
@@ -204,6 +147,8 @@ local function node_forget(task_prefix, id)
     redis.call('DEL', base .. 'waits:' .. id)
   end
 end
+
+-- (left out here, not called by this script: task_prefix_of)
 -- <<< include/workflow.lua
 
 local sets = {waiting = KEYS[1], scheduled = KEYS[2], dead = KEYS[3]}

@@ -78,21 +78,6 @@
 -- scored by the window's end (ms). task_key nil (delete.lua: a deleted task) frees the key
 -- at once. The zset is the same slot's key named from the dedupe hash, so that the six
 -- scripts that end a task take no KEY more (keys.py names it too).
-local function free_dedupe(dedupe_hash, key, id, task_key)
-  if not (dedupe_hash and key and redis.pcall('HGET', dedupe_hash, key) == id) then
-    return
-  end
-  -- (digits only, at most 13: a foreign 'inf' or '1e400' must not make a window forever)
-  local w = task_key and redis.pcall('HGET', task_key, 'dedupe_for')
-  local window = type(w) == 'string' and #w <= 13 and string.match(w, '^%d+$') and tonumber(w)
-  if window and window > 0 then
-    local t = redis.call('TIME')
-    redis.pcall('ZADD', dedupe_hash .. ':windows', t[1] * 1000 + math.floor(t[2] / 1000)
-      + window, key)
-    return
-  end
-  redis.pcall('HDEL', dedupe_hash, key)
-end
 
 -- Drop up to 4 windows that ended before `now`, and their keys' entries while the entry's
 -- task is not live (a producer of an older version, that knows no windows, may have given
@@ -109,6 +94,8 @@ local function prune_windows(dedupe_hash, task_prefix, now)
     end
   end
 end
+
+-- (left out here, not called by this script: free_dedupe)
 -- <<< include/dedupe.lua
 
 -- >>> include/priority.lua
@@ -140,14 +127,6 @@ end
 -- none, written before groups: its tasks go to waiting, as before). Scores are the same as
 -- in waiting (include/priority.lua).
 
--- The sorted set that lists a ready task of `group` for counts and listings.
-local function ready_set(waiting, groups, group)
-  if groups and group and group ~= '' then
-    return groups .. 'ready'
-  end
-  return waiting
-end
-
 -- Make task `id` ready with `score`: in waiting, or in its group's ready set, the grouped
 -- ready set and (at the back, if not there yet) the ring. turn_us: the server's time, µs.
 -- True when the task went to its group.
@@ -162,35 +141,7 @@ local function make_ready(waiting, groups, id, score, group, turn_us)
   return false
 end
 
--- Take ready task `id` out of where it waits (cancel, delete): the set ready_set names,
--- and its group's own set.
-local function unready(waiting, groups, id, group)
-  redis.call('ZREM', ready_set(waiting, groups, group), id)
-  if groups and group and group ~= '' then
-    redis.call('ZREM', groups .. 'g:' .. group, id)
-  end
-end
-
--- A task that claim took through its group (its hash's group_held=1) left pending: its
--- group runs one task fewer, and, when it has more ready, takes its turn again (a group
--- held back by its concurrency limit left the ring). The hash's mark goes, so a later
--- report of the same task cannot count twice. Wakes an idle runner through `signal`.
-local function group_ended(groups, task_key, group, signal, turn_us)
-  if not (groups and group and group ~= '') then return end
-  redis.call('HDEL', task_key, 'group_held')
-  local running = groups .. 'running'
-  -- (pcall: a count that is not a whole number, corrupted or written by something else,
-  -- must not stop the script half-way; it is dropped, and the reclaimer's heal recounts it)
-  local n = redis.pcall('HINCRBY', running, group, -1)
-  if type(n) ~= 'number' or n <= 0 then
-    redis.pcall('HDEL', running, group)
-  end
-  if redis.call('EXISTS', groups .. 'g:' .. group) == 1
-      and redis.call('ZADD', groups .. 'ring', 'NX', turn_us, group) == 1
-      and signal and redis.call('LLEN', signal) == 0 then
-    redis.call('RPUSH', signal, '1')
-  end
-end
+-- (left out here, not called by this script: ready_set, unready, group_ended)
 -- <<< include/groups.lua
 
 -- >>> include/numbers.lua
@@ -199,6 +150,16 @@ end
 -- ms, a count. Such a number, and the sum of two, has at most 13 digits: Lua's own number
 -- to text conversion (14 digits) writes it back exactly, into a field, a score or a TTL.
 local MOST = 4398046511103
+
+-- A Lua number given to redis.call is written out by the server: Redis before 7.2 does it
+-- with printf('%.17g'), a few thousand instructions a number (a tenth of a one-call
+-- enqueue's script), where Valkey and Redis 7.2 on write a whole number as an integer for
+-- next to nothing. So, on an older server, the hot scripts give their commands the time as
+-- text cut from TIME's own digits (t[1] .. string.sub('000' .. string.sub(t[2], 1, -4),
+-- -3) is t[1] * 1000 + math.floor(t[2] / 1000), written out), and the whole numbers they
+-- write as such text. (Written out where needed, not as a function: a closure made per
+-- call costs the garbage collector more than the expression.)
+local NUMBERS_AS_TEXT = redis.REDIS_VERSION_NUM < 0x070200
 
 -- `text` (an ARGV or a hash field) as a whole number in lo .. hi, or nil. Only decimal
 -- digits, with a '-' before them, make one: Lua's tonumber also takes 'nan', 'inf',
@@ -256,6 +217,9 @@ end
 local events_key = KEYS[9]
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
+-- (what the commands get for now: the number, or its text: include/numbers.lua)
+local now_arg = NUMBERS_AS_TEXT and t[1] .. string.sub('000' .. string.sub(t[2], 1, -4), -3)
+  or now
 local due
 if ARGV[5] ~= '' then
   due = argv_whole('enqueue', 5, 'due_ms', 0, MOST)
@@ -312,8 +276,8 @@ if due > now then
   state = 'scheduled'
 end
 redis.call('HSET', KEYS[1], 'id', ARGV[1], 'type', ARGV[2], 'queue', ARGV[3],
-  'params', ARGV[4], 'enqueue_time', now, 'retry_count', 0, 'attempt', 0,
-  'max_retries', ARGV[7], 'state', state, 'due_at', due)
+  'params', ARGV[4], 'enqueue_time', now_arg, 'retry_count', '0', 'attempt', '0',
+  'max_retries', ARGV[7], 'state', state, 'due_at', due == now and now_arg or due)
 if trace ~= '' then
   redis.call('HSET', KEYS[1], 'trace', trace)
 end
@@ -338,8 +302,8 @@ if dedupe ~= '' then
 end
 if state == 'waiting' then
   -- (the group's turn, in µs, is needed only with a group)
-  make_ready(KEYS[2], KEYS[7], ARGV[1], waiting_score(now, priority), group,
-    group ~= '' and t[1] * 1000000 + t[2] or 0)
+  local score = priority == 0 and now_arg or waiting_score(now, priority)
+  make_ready(KEYS[2], KEYS[7], ARGV[1], score, group, group ~= '' and t[1] * 1000000 + t[2] or 0)
   -- one token is enough to wake a runner; more would only make idle runners spin
   if redis.call('LLEN', KEYS[4]) == 0 then
     redis.call('RPUSH', KEYS[4], '1')

@@ -87,21 +87,7 @@ local function free_dedupe(dedupe_hash, key, id, task_key)
   redis.pcall('HDEL', dedupe_hash, key)
 end
 
--- Drop up to 4 windows that ended before `now`, and their keys' entries while the entry's
--- task is not live (a producer of an older version, that knows no windows, may have given
--- the key to a new task). Every enqueue with a dedupe key calls it, so windows that have
--- ended never pile up beyond those added since the last such enqueue.
-local function prune_windows(dedupe_hash, task_prefix, now)
-  local windows = dedupe_hash .. ':windows'
-  for _, key in ipairs(redis.call('ZRANGEBYSCORE', windows, '-inf', now, 'LIMIT', 0, 4)) do
-    redis.call('ZREM', windows, key)
-    local holder = redis.call('HGET', dedupe_hash, key)
-    local state = holder and redis.pcall('HGET', task_prefix .. holder, 'state')
-    if holder and state ~= 'waiting' and state ~= 'scheduled' and state ~= 'pending' then
-      redis.call('HDEL', dedupe_hash, key)
-    end
-  end
-end
+-- (left out here, not called by this script: prune_windows)
 -- <<< include/dedupe.lua
 
 -- >>> include/groups.lua
@@ -113,37 +99,6 @@ end
 -- tasks in pending. groups is the KEY <prefix>:{<queue>}:groups: (nil: a caller that passes
 -- none, written before groups: its tasks go to waiting, as before). Scores are the same as
 -- in waiting (include/priority.lua).
-
--- The sorted set that lists a ready task of `group` for counts and listings.
-local function ready_set(waiting, groups, group)
-  if groups and group and group ~= '' then
-    return groups .. 'ready'
-  end
-  return waiting
-end
-
--- Make task `id` ready with `score`: in waiting, or in its group's ready set, the grouped
--- ready set and (at the back, if not there yet) the ring. turn_us: the server's time, µs.
--- True when the task went to its group.
-local function make_ready(waiting, groups, id, score, group, turn_us)
-  if groups and group and group ~= '' then
-    redis.call('ZADD', groups .. 'g:' .. group, score, id)
-    redis.call('ZADD', groups .. 'ready', score, id)
-    redis.call('ZADD', groups .. 'ring', 'NX', turn_us, group)
-    return true
-  end
-  redis.call('ZADD', waiting, score, id)
-  return false
-end
-
--- Take ready task `id` out of where it waits (cancel, delete): the set ready_set names,
--- and its group's own set.
-local function unready(waiting, groups, id, group)
-  redis.call('ZREM', ready_set(waiting, groups, group), id)
-  if groups and group and group ~= '' then
-    redis.call('ZREM', groups .. 'g:' .. group, id)
-  end
-end
 
 -- A task that claim took through its group (its hash's group_held=1) left pending: its
 -- group runs one task fewer, and, when it has more ready, takes its turn again (a group
@@ -165,6 +120,8 @@ local function group_ended(groups, task_key, group, signal, turn_us)
     redis.call('RPUSH', signal, '1')
   end
 end
+
+-- (left out here, not called by this script: ready_set, make_ready, unready)
 -- <<< include/groups.lua
 
 -- >>> include/dead.lua
@@ -381,15 +338,7 @@ local function node_ended(task_prefix, id, state, result, err, now)
   return true
 end
 
--- A blocked node that ends without running (cancel, delete) waits for nothing any more:
--- its <base>waits:<id> set goes. Its <base>upstream:<id> hash stays: the node's own outbox
--- entry, once applied, lets it expire.
-local function node_forget(task_prefix, id)
-  local base = task_prefix and string.match(task_prefix, '^(.*)task:$')
-  if base then
-    redis.call('DEL', base .. 'waits:' .. id)
-  end
-end
+-- (left out here, not called by this script: node_forget)
 -- <<< include/workflow.lua
 
 -- >>> include/numbers.lua
@@ -398,6 +347,16 @@ end
 -- ms, a count. Such a number, and the sum of two, has at most 13 digits: Lua's own number
 -- to text conversion (14 digits) writes it back exactly, into a field, a score or a TTL.
 local MOST = 4398046511103
+
+-- A Lua number given to redis.call is written out by the server: Redis before 7.2 does it
+-- with printf('%.17g'), a few thousand instructions a number (a tenth of a one-call
+-- enqueue's script), where Valkey and Redis 7.2 on write a whole number as an integer for
+-- next to nothing. So, on an older server, the hot scripts give their commands the time as
+-- text cut from TIME's own digits (t[1] .. string.sub('000' .. string.sub(t[2], 1, -4),
+-- -3) is t[1] * 1000 + math.floor(t[2] / 1000), written out), and the whole numbers they
+-- write as such text. (Written out where needed, not as a function: a closure made per
+-- call costs the garbage collector more than the expression.)
+local NUMBERS_AS_TEXT = redis.REDIS_VERSION_NUM < 0x070200
 
 -- `text` (an ARGV or a hash field) as a whole number in lo .. hi, or nil. Only decimal
 -- digits, with a '-' before them, make one: Lua's tonumber also takes 'nan', 'inf',

@@ -43,14 +43,6 @@ end
 -- none, written before groups: its tasks go to waiting, as before). Scores are the same as
 -- in waiting (include/priority.lua).
 
--- The sorted set that lists a ready task of `group` for counts and listings.
-local function ready_set(waiting, groups, group)
-  if groups and group and group ~= '' then
-    return groups .. 'ready'
-  end
-  return waiting
-end
-
 -- Make task `id` ready with `score`: in waiting, or in its group's ready set, the grouped
 -- ready set and (at the back, if not there yet) the ring. turn_us: the server's time, µs.
 -- True when the task went to its group.
@@ -65,35 +57,7 @@ local function make_ready(waiting, groups, id, score, group, turn_us)
   return false
 end
 
--- Take ready task `id` out of where it waits (cancel, delete): the set ready_set names,
--- and its group's own set.
-local function unready(waiting, groups, id, group)
-  redis.call('ZREM', ready_set(waiting, groups, group), id)
-  if groups and group and group ~= '' then
-    redis.call('ZREM', groups .. 'g:' .. group, id)
-  end
-end
-
--- A task that claim took through its group (its hash's group_held=1) left pending: its
--- group runs one task fewer, and, when it has more ready, takes its turn again (a group
--- held back by its concurrency limit left the ring). The hash's mark goes, so a later
--- report of the same task cannot count twice. Wakes an idle runner through `signal`.
-local function group_ended(groups, task_key, group, signal, turn_us)
-  if not (groups and group and group ~= '') then return end
-  redis.call('HDEL', task_key, 'group_held')
-  local running = groups .. 'running'
-  -- (pcall: a count that is not a whole number, corrupted or written by something else,
-  -- must not stop the script half-way; it is dropped, and the reclaimer's heal recounts it)
-  local n = redis.pcall('HINCRBY', running, group, -1)
-  if type(n) ~= 'number' or n <= 0 then
-    redis.pcall('HDEL', running, group)
-  end
-  if redis.call('EXISTS', groups .. 'g:' .. group) == 1
-      and redis.call('ZADD', groups .. 'ring', 'NX', turn_us, group) == 1
-      and signal and redis.call('LLEN', signal) == 0 then
-    redis.call('RPUSH', signal, '1')
-  end
-end
+-- (left out here, not called by this script: ready_set, unready, group_ended)
 -- <<< include/groups.lua
 
 -- >>> include/numbers.lua
@@ -102,6 +66,16 @@ end
 -- ms, a count. Such a number, and the sum of two, has at most 13 digits: Lua's own number
 -- to text conversion (14 digits) writes it back exactly, into a field, a score or a TTL.
 local MOST = 4398046511103
+
+-- A Lua number given to redis.call is written out by the server: Redis before 7.2 does it
+-- with printf('%.17g'), a few thousand instructions a number (a tenth of a one-call
+-- enqueue's script), where Valkey and Redis 7.2 on write a whole number as an integer for
+-- next to nothing. So, on an older server, the hot scripts give their commands the time as
+-- text cut from TIME's own digits (t[1] .. string.sub('000' .. string.sub(t[2], 1, -4),
+-- -3) is t[1] * 1000 + math.floor(t[2] / 1000), written out), and the whole numbers they
+-- write as such text. (Written out where needed, not as a function: a closure made per
+-- call costs the garbage collector more than the expression.)
+local NUMBERS_AS_TEXT = redis.REDIS_VERSION_NUM < 0x070200
 
 -- `text` (an ARGV or a hash field) as a whole number in lo .. hi, or nil. Only decimal
 -- digits, with a '-' before them, make one: Lua's tonumber also takes 'nan', 'inf',

@@ -21,6 +21,16 @@
 -- to text conversion (14 digits) writes it back exactly, into a field, a score or a TTL.
 local MOST = 4398046511103
 
+-- A Lua number given to redis.call is written out by the server: Redis before 7.2 does it
+-- with printf('%.17g'), a few thousand instructions a number (a tenth of a one-call
+-- enqueue's script), where Valkey and Redis 7.2 on write a whole number as an integer for
+-- next to nothing. So, on an older server, the hot scripts give their commands the time as
+-- text cut from TIME's own digits (t[1] .. string.sub('000' .. string.sub(t[2], 1, -4),
+-- -3) is t[1] * 1000 + math.floor(t[2] / 1000), written out), and the whole numbers they
+-- write as such text. (Written out where needed, not as a function: a closure made per
+-- call costs the garbage collector more than the expression.)
+local NUMBERS_AS_TEXT = redis.REDIS_VERSION_NUM < 0x070200
+
 -- `text` (an ARGV or a hash field) as a whole number in lo .. hi, or nil. Only decimal
 -- digits, with a '-' before them, make one: Lua's tonumber also takes 'nan', 'inf',
 -- '0x10', ' 5 ', '1e3' and fractions.
@@ -33,21 +43,7 @@ local function whole(text, lo, hi)
   return n
 end
 
--- ARGV[i], the number `name` of `script`, as a whole number in lo .. hi; "" or no ARGV[i]
--- stands for `absent` when that is not nil (false: no number). Anything else stops the
--- script with an error that names the script, the position and the rule. Every script
--- checks its ARGV this way before its first write, so a refused call writes nothing.
-local function argv_whole(script, i, name, lo, hi, absent)
-  local text = ARGV[i]
-  if absent ~= nil and (text == nil or text == '') then return absent end
-  local n = whole(text, lo, hi)
-  if not n then
-    error({err = string.format('ERR %s: ARGV[%d] %s must be a whole number in %.0f .. %.0f%s,'
-      .. ' got "%s"', script, i, name, lo, hi, absent ~= nil and ' (or "")' or '',
-      string.sub(tostring(text), 1, 40))})
-  end
-  return n
-end
+-- (left out here, not called by this script: argv_whole)
 -- <<< include/numbers.lua
 
 local known = {paused = true, rate = true, rate_ms = true, concurrency = true,

@@ -114,21 +114,7 @@ local function free_dedupe(dedupe_hash, key, id, task_key)
   redis.pcall('HDEL', dedupe_hash, key)
 end
 
--- Drop up to 4 windows that ended before `now`, and their keys' entries while the entry's
--- task is not live (a producer of an older version, that knows no windows, may have given
--- the key to a new task). Every enqueue with a dedupe key calls it, so windows that have
--- ended never pile up beyond those added since the last such enqueue.
-local function prune_windows(dedupe_hash, task_prefix, now)
-  local windows = dedupe_hash .. ':windows'
-  for _, key in ipairs(redis.call('ZRANGEBYSCORE', windows, '-inf', now, 'LIMIT', 0, 4)) do
-    redis.call('ZREM', windows, key)
-    local holder = redis.call('HGET', dedupe_hash, key)
-    local state = holder and redis.pcall('HGET', task_prefix .. holder, 'state')
-    if holder and state ~= 'waiting' and state ~= 'scheduled' and state ~= 'pending' then
-      redis.call('HDEL', dedupe_hash, key)
-    end
-  end
-end
+-- (left out here, not called by this script: prune_windows)
 -- <<< include/dedupe.lua
 
 -- >>> include/groups.lua
@@ -140,14 +126,6 @@ end
 -- tasks in pending. groups is the KEY <prefix>:{<queue>}:groups: (nil: a caller that passes
 -- none, written before groups: its tasks go to waiting, as before). Scores are the same as
 -- in waiting (include/priority.lua).
-
--- The sorted set that lists a ready task of `group` for counts and listings.
-local function ready_set(waiting, groups, group)
-  if groups and group and group ~= '' then
-    return groups .. 'ready'
-  end
-  return waiting
-end
 
 -- Make task `id` ready with `score`: in waiting, or in its group's ready set, the grouped
 -- ready set and (at the back, if not there yet) the ring. turn_us: the server's time, µs.
@@ -161,15 +139,6 @@ local function make_ready(waiting, groups, id, score, group, turn_us)
   end
   redis.call('ZADD', waiting, score, id)
   return false
-end
-
--- Take ready task `id` out of where it waits (cancel, delete): the set ready_set names,
--- and its group's own set.
-local function unready(waiting, groups, id, group)
-  redis.call('ZREM', ready_set(waiting, groups, group), id)
-  if groups and group and group ~= '' then
-    redis.call('ZREM', groups .. 'g:' .. group, id)
-  end
 end
 
 -- A task that claim took through its group (its hash's group_held=1) left pending: its
@@ -192,6 +161,8 @@ local function group_ended(groups, task_key, group, signal, turn_us)
     redis.call('RPUSH', signal, '1')
   end
 end
+
+-- (left out here, not called by this script: ready_set, unready)
 -- <<< include/groups.lua
 
 -- >>> include/wake.lua
@@ -239,11 +210,6 @@ end
 -- per field and hash, however many tasks, and none for a sum that stayed 0.
 -- An attempt's run time in ms from its hash's started_at (set by claim), or nil when that
 -- is missing or not a time; 0 when the server's clock went back.
-local function run_time(now_ms, started_at)
-  local s = tonumber(started_at)
-  if not s or s ~= s or s < 0 or s > 1e15 then return nil end
-  return math.max(0, now_ms - math.floor(s))
-end
 
 -- The run-time bucket of run_ms: 0 .. 13 for at most 5, 10, 25, 50, 100, 250, 500 ms, 1,
 -- 2.5, 5, 10, 30, 60, 300 s, 14 above (no table: this runs for every task).
@@ -347,6 +313,8 @@ local function write_counts(prefix, now_ms, tally)
     redis.pcall('PEXPIRE', minute, 172800000)
   end
 end
+
+-- (left out here, not called by this script: run_time)
 -- <<< include/stats.lua
 
 -- >>> include/unblock.lua
@@ -387,16 +355,6 @@ end
 --                      succeeded) or error (the reason it died, its last_error, only when
 --                      dead), at (now)
 
--- The task prefix <prefix>:{<queue>}:task: of task_key, a script's KEY for one task's hash
--- (<prefix>:{<queue>}:task:<id>); nil when the key does not end in task:<id>.
-local function task_prefix_of(task_key, id)
-  local prefix = string.sub(task_key, 1, #task_key - #id)
-  if string.sub(task_key, #prefix + 1) ~= id or string.sub(prefix, -5) ~= 'task:' then
-    return nil
-  end
-  return prefix
-end
-
 -- Task `id` ended with state 'succeeded' (result: its JSON text) or 'dead' (err: its
 -- last_error). A node (its hash has `run`) gets its outbox entry, and the reply is true;
 -- any other task (or a task prefix that is nil or does not end in task:) writes nothing,
@@ -420,15 +378,7 @@ local function node_ended(task_prefix, id, state, result, err, now)
   return true
 end
 
--- A blocked node that ends without running (cancel, delete) waits for nothing any more:
--- its <base>waits:<id> set goes. Its <base>upstream:<id> hash stays: the node's own outbox
--- entry, once applied, lets it expire.
-local function node_forget(task_prefix, id)
-  local base = task_prefix and string.match(task_prefix, '^(.*)task:$')
-  if base then
-    redis.call('DEL', base .. 'waits:' .. id)
-  end
-end
+-- (left out here, not called by this script: task_prefix_of, node_forget)
 -- <<< include/workflow.lua
 
 -- >>> include/numbers.lua
@@ -437,6 +387,16 @@ end
 -- ms, a count. Such a number, and the sum of two, has at most 13 digits: Lua's own number
 -- to text conversion (14 digits) writes it back exactly, into a field, a score or a TTL.
 local MOST = 4398046511103
+
+-- A Lua number given to redis.call is written out by the server: Redis before 7.2 does it
+-- with printf('%.17g'), a few thousand instructions a number (a tenth of a one-call
+-- enqueue's script), where Valkey and Redis 7.2 on write a whole number as an integer for
+-- next to nothing. So, on an older server, the hot scripts give their commands the time as
+-- text cut from TIME's own digits (t[1] .. string.sub('000' .. string.sub(t[2], 1, -4),
+-- -3) is t[1] * 1000 + math.floor(t[2] / 1000), written out), and the whole numbers they
+-- write as such text. (Written out where needed, not as a function: a closure made per
+-- call costs the garbage collector more than the expression.)
+local NUMBERS_AS_TEXT = redis.REDIS_VERSION_NUM < 0x070200
 
 -- `text` (an ARGV or a hash field) as a whole number in lo .. hi, or nil. Only decimal
 -- digits, with a '-' before them, make one: Lua's tonumber also takes 'nan', 'inf',

@@ -62,6 +62,16 @@ end
 -- to text conversion (14 digits) writes it back exactly, into a field, a score or a TTL.
 local MOST = 4398046511103
 
+-- A Lua number given to redis.call is written out by the server: Redis before 7.2 does it
+-- with printf('%.17g'), a few thousand instructions a number (a tenth of a one-call
+-- enqueue's script), where Valkey and Redis 7.2 on write a whole number as an integer for
+-- next to nothing. So, on an older server, the hot scripts give their commands the time as
+-- text cut from TIME's own digits (t[1] .. string.sub('000' .. string.sub(t[2], 1, -4),
+-- -3) is t[1] * 1000 + math.floor(t[2] / 1000), written out), and the whole numbers they
+-- write as such text. (Written out where needed, not as a function: a closure made per
+-- call costs the garbage collector more than the expression.)
+local NUMBERS_AS_TEXT = redis.REDIS_VERSION_NUM < 0x070200
+
 -- `text` (an ARGV or a hash field) as a whole number in lo .. hi, or nil. Only decimal
 -- digits, with a '-' before them, make one: Lua's tonumber also takes 'nan', 'inf',
 -- '0x10', ' 5 ', '1e3' and fractions.
@@ -114,16 +124,6 @@ end
 --                      succeeded) or error (the reason it died, its last_error, only when
 --                      dead), at (now)
 
--- The task prefix <prefix>:{<queue>}:task: of task_key, a script's KEY for one task's hash
--- (<prefix>:{<queue>}:task:<id>); nil when the key does not end in task:<id>.
-local function task_prefix_of(task_key, id)
-  local prefix = string.sub(task_key, 1, #task_key - #id)
-  if string.sub(task_key, #prefix + 1) ~= id or string.sub(prefix, -5) ~= 'task:' then
-    return nil
-  end
-  return prefix
-end
-
 -- Task `id` ended with state 'succeeded' (result: its JSON text) or 'dead' (err: its
 -- last_error). A node (its hash has `run`) gets its outbox entry, and the reply is true;
 -- any other task (or a task prefix that is nil or does not end in task:) writes nothing,
@@ -147,15 +147,7 @@ local function node_ended(task_prefix, id, state, result, err, now)
   return true
 end
 
--- A blocked node that ends without running (cancel, delete) waits for nothing any more:
--- its <base>waits:<id> set goes. Its <base>upstream:<id> hash stays: the node's own outbox
--- entry, once applied, lets it expire.
-local function node_forget(task_prefix, id)
-  local base = task_prefix and string.match(task_prefix, '^(.*)task:$')
-  if base then
-    redis.call('DEL', base .. 'waits:' .. id)
-  end
-end
+-- (left out here, not called by this script: task_prefix_of, node_forget)
 -- <<< include/workflow.lua
 
 -- >>> include/wake.lua
