@@ -20,7 +20,7 @@ from .errors import (
     StepError,
     TaskFailed,
 )
-from .jobs.enqueue import EnqueueManyError
+from .jobs.batches import EnqueueManyError
 from .jobs.events import (
     Event,
     EventsTrimmed,

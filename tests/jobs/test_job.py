@@ -256,7 +256,8 @@ def test_an_id_culex_drew_that_was_taken_is_drawn_again(
     (a fork that copied the random state could do it): enqueue draws until one is free."""
     SendWelcomeEmailJob(to="first").enqueue(id="taken")
     drawn = iter(["taken", "fresh-1", "taken", "taken", "fresh-2", "fresh-3"])
-    monkeypatch.setattr(sys.modules["culex.jobs.enqueue"], "new_id", lambda: next(drawn))
+    for module in ("culex.jobs.enqueue", "culex.jobs.batches"):  # (enqueue, enqueue_many)
+        monkeypatch.setattr(sys.modules[module], "new_id", lambda: next(drawn))
     one = SendWelcomeEmailJob(to="one").enqueue()
     two, three = culex.enqueue_many(
         [SendWelcomeEmailJob(to="two"), SendWelcomeEmailJob(to="three")]

@@ -16,9 +16,11 @@ from typing import Any, NoReturn
 from .. import config
 from .._redis.priority import check_delay_ms
 from ..errors import JobFailure, ServerError, short
+from ..server.configured import async_driver, sync_driver
 from ..server.procedures import run_async, run_sync
+from .batches import Batch
 from .declaration import JobDeclaration, declare, is_culex_class
-from .enqueue import Batch, enqueue_procedure
+from .enqueue import enqueue_procedure, lone_call, task_of
 from .progress import Reporting, areport, report
 from .registry import registry
 from .serialization import encode_result, params_text
@@ -265,6 +267,11 @@ class QueuedJob(Job):
         each within the queue's group limits (``group_concurrency``, ``group_rate_limit``).
         ``expires``: seconds or a timedelta from now, instead of the class's ``expires``: a
         task not started by then ends dead with last_error "expired"."""
+        call = lone_call(self, (delay, at, id, priority, dedupe_key, group, expires, dedupe_for))
+        if call is not None:  # (the most common enqueue: no procedure to drive)
+            outcome = sync_driver().run(call)
+            if not outcome.existed:
+                return task_of(outcome, self)
         procedure = enqueue_procedure(
             [self],
             delay,
@@ -291,6 +298,11 @@ class QueuedJob(Job):
         dedupe_for: timedelta | float | None = None,
     ) -> Task:
         """The async twin of :meth:`enqueue`."""
+        call = lone_call(self, (delay, at, id, priority, dedupe_key, group, expires, dedupe_for))
+        if call is not None:  # (the most common enqueue: no procedure to drive)
+            outcome = await (await async_driver()).run(call)
+            if not outcome.existed:
+                return task_of(outcome, self)
         procedure = enqueue_procedure(
             [self],
             delay,

@@ -61,8 +61,12 @@ def new_id() -> str:
     seeded from the OS, and again in a forked child, so a child that shares its parent's
     counter and clock still draws other bits (and a taken id is drawn again: enqueue.py).
     """
-    ms = time.time_ns() // 1_000_000
-    return f"{ms:012x}{next(_sequence) & 0xFFFF:04x}{_random_bits(48):012x}"
+    # ('%' formatting: f-string format specs cost a third more, 2026-12-02)
+    return "%012x%04x%012x" % (  # noqa: UP031
+        time.time_ns() // 1_000_000,
+        next(_sequence) & 0xFFFF,
+        _random_bits(48),
+    )
 
 
 def check_id(task_id: object) -> str:

@@ -65,85 +65,10 @@
 -- An error, and nothing written, for a bad number (include/numbers.lua), a bad priority, a
 -- bad dedupe key, a dedupe key without KEYS[5] and KEYS[6], or a window without a key.
 
--- >>> include/dedupe.lua
--- The dedupe hash maps a key to the task enqueued with it (enqueue.lua). A task that ends
--- frees its key, only while the key still names it: a later task may have taken it.
--- dedupe_hash nil (a caller that sends fewer keys, e.g. a runner of an older version) or a
--- task without a key costs nothing; enqueue.lua treats a key whose task has ended as free,
--- so a key left behind heals itself. pcall: a dedupe key of another type must not stop
--- the task's own change.
---
--- A task enqueued with a window (its hash's `dedupe_for`, ms) keeps its key for that long
--- after it ends: the entry stays, and the key goes into the windows zset <dedupe>:windows
--- scored by the window's end (ms). task_key nil (delete.lua: a deleted task) frees the key
--- at once. The zset is the same slot's key named from the dedupe hash, so that the six
--- scripts that end a task take no KEY more (keys.py names it too).
-
--- Drop up to 4 windows that ended before `now`, and their keys' entries while the entry's
--- task is not live (a producer of an older version, that knows no windows, may have given
--- the key to a new task). Every enqueue with a dedupe key calls it, so windows that have
--- ended never pile up beyond those added since the last such enqueue.
-local function prune_windows(dedupe_hash, task_prefix, now)
-  local windows = dedupe_hash .. ':windows'
-  for _, key in ipairs(redis.call('ZRANGEBYSCORE', windows, '-inf', now, 'LIMIT', 0, 4)) do
-    redis.call('ZREM', windows, key)
-    local holder = redis.call('HGET', dedupe_hash, key)
-    local state = holder and redis.pcall('HGET', task_prefix .. holder, 'state')
-    if holder and state ~= 'waiting' and state ~= 'scheduled' and state ~= 'pending' then
-      redis.call('HDEL', dedupe_hash, key)
-    end
-  end
-end
-
--- (left out here, not called by this script: free_dedupe)
--- <<< include/dedupe.lua
-
--- >>> include/priority.lua
--- waiting is one sorted set: a task's score is ready_ms - priority * 2^42, so ZPOPMIN takes
--- the highest priority first and, within one priority, the earliest ready (2^42 ms is the
--- year 2109; scores stay whole numbers well below 2^53, where doubles are exact). Priority
--- 0, every task's without a `priority` field, scores its ready time as before priorities.
--- A priority that is not a whole number in -100 .. 100 counts as 0: a script must not stop
--- half-way on a field a foreign producer wrote. '%.0f': Lua's own number to text conversion
--- may round a number of 15 or more digits; a ready time alone (13 digits, below 2^42) it
--- writes exactly, so the common case, no priority, skips the formatting.
-local function waiting_score(ready_ms, priority)
-  if (priority == nil or priority == 0) and type(ready_ms) == 'number' then
-    return ready_ms
-  end
-  local p = tonumber(priority)
-  if not p or p ~= math.floor(p) or p < -100 or p > 100 then p = 0 end
-  return string.format('%.0f', ready_ms - p * 4398046511104)
-end
--- <<< include/priority.lua
-
--- >>> include/groups.lua
--- A task enqueued with a group (its hash's `group`) waits in its group's own ready set
--- <groups>g:<group>, not in waiting; <groups>ready lists every grouped ready task (the
--- queue's counts and listings of waiting add it), and the ring <groups>ring holds the
--- groups that have ready tasks, scored by their turn (µs): claim takes one task from the
--- group whose turn is first, then moves it to the back. <groups>running counts each group's
--- tasks in pending. groups is the KEY <prefix>:{<queue>}:groups: (nil: a caller that passes
--- none, written before groups: its tasks go to waiting, as before). Scores are the same as
--- in waiting (include/priority.lua).
-
--- Make task `id` ready with `score`: in waiting, or in its group's ready set, the grouped
--- ready set and (at the back, if not there yet) the ring. turn_us: the server's time, µs.
--- True when the task went to its group.
-local function make_ready(waiting, groups, id, score, group, turn_us)
-  if groups and group and group ~= '' then
-    redis.call('ZADD', groups .. 'g:' .. group, score, id)
-    redis.call('ZADD', groups .. 'ready', score, id)
-    redis.call('ZADD', groups .. 'ring', 'NX', turn_us, group)
-    return true
-  end
-  redis.call('ZADD', waiting, score, id)
-  return false
-end
-
--- (left out here, not called by this script: ready_set, unready, group_ended)
--- <<< include/groups.lua
-
+-- Only include/numbers.lua is copied here, for every call: the includes that only some calls
+-- need are copied into the branches that need them (dedupe, priority and groups, events),
+-- so that the common enqueue makes none of their functions (a closure made per call, that
+-- the garbage collector then collects, costs about as much as a command's own work).
 -- >>> include/numbers.lua
 -- MOST = 2^42 - 1, the largest whole number a script takes where its header says no other
 -- bound: a ready time (ms since the epoch, below 2^42: include/priority.lua), a duration in
@@ -190,30 +115,6 @@ local function argv_whole(script, i, name, lo, hi, absent)
 end
 -- <<< include/numbers.lua
 
--- >>> include/events.lua
--- Each queue has one stream, <prefix>:{<queue>}:events, an OPTIONAL key of the scripts
--- that change a task's state: a caller that sends it (culex with the setting `events` on)
--- gets one entry per change, written in the same call; one that does not, none. An entry
--- holds no params, result or error: task (the id), job (its type), kind (enqueued,
--- started, succeeded, failed, dead) and attempt; its id (XADD *) is the server's time in
--- ms. The stream keeps about EVENTS_MAX entries (MAXLEN ~: whole nodes go, so trimming
--- costs next to nothing), and, about once in 100 entries (by the server's clock), drops
--- those older than EVENTS_AGE_MS (MINID ~); it expires EVENTS_AGE_MS after its last entry
--- (every key ends). pcall: a key of another type written by something else must not stop
--- a state change half-way; it gets no entry.
-local EVENTS_MAX = 10000
-local EVENTS_AGE_MS = 86400000
-local function emit(stream, id, job, kind, attempt, now)
-  if not stream then return end
-  redis.pcall('XADD', stream, 'MAXLEN', '~', EVENTS_MAX, '*', 'task', id, 'job', job or '',
-    'kind', kind, 'attempt', attempt or 0)
-  redis.pcall('PEXPIRE', stream, EVENTS_AGE_MS)
-  if now % 100 == 0 then
-    redis.pcall('XTRIM', stream, 'MINID', '~', now - EVENTS_AGE_MS)
-  end
-end
--- <<< include/events.lua
-
 local events_key = KEYS[9]
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
@@ -253,6 +154,38 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
   return {'exists', ARGV[1]}
 end
 if dedupe ~= '' then
+-- >>> include/dedupe.lua
+-- The dedupe hash maps a key to the task enqueued with it (enqueue.lua). A task that ends
+-- frees its key, only while the key still names it: a later task may have taken it.
+-- dedupe_hash nil (a caller that sends fewer keys, e.g. a runner of an older version) or a
+-- task without a key costs nothing; enqueue.lua treats a key whose task has ended as free,
+-- so a key left behind heals itself. pcall: a dedupe key of another type must not stop
+-- the task's own change.
+--
+-- A task enqueued with a window (its hash's `dedupe_for`, ms) keeps its key for that long
+-- after it ends: the entry stays, and the key goes into the windows zset <dedupe>:windows
+-- scored by the window's end (ms). task_key nil (delete.lua: a deleted task) frees the key
+-- at once. The zset is the same slot's key named from the dedupe hash, so that the six
+-- scripts that end a task take no KEY more (keys.py names it too).
+
+-- Drop up to 4 windows that ended before `now`, and their keys' entries while the entry's
+-- task is not live (a producer of an older version, that knows no windows, may have given
+-- the key to a new task). Every enqueue with a dedupe key calls it, so windows that have
+-- ended never pile up beyond those added since the last such enqueue.
+local function prune_windows(dedupe_hash, task_prefix, now)
+  local windows = dedupe_hash .. ':windows'
+  for _, key in ipairs(redis.call('ZRANGEBYSCORE', windows, '-inf', now, 'LIMIT', 0, 4)) do
+    redis.call('ZREM', windows, key)
+    local holder = redis.call('HGET', dedupe_hash, key)
+    local state = holder and redis.pcall('HGET', task_prefix .. holder, 'state')
+    if holder and state ~= 'waiting' and state ~= 'scheduled' and state ~= 'pending' then
+      redis.call('HDEL', dedupe_hash, key)
+    end
+  end
+end
+
+-- (left out here, not called by this script: free_dedupe)
+-- <<< include/dedupe.lua
   local holder = redis.call('HGET', KEYS[5], dedupe)
   if holder then
     local state = redis.pcall('HGET', KEYS[6] .. holder, 'state')
@@ -301,9 +234,57 @@ if dedupe ~= '' then
   redis.call('HSET', KEYS[5], dedupe, ARGV[1])
 end
 if state == 'waiting' then
-  -- (the group's turn, in µs, is needed only with a group)
-  local score = priority == 0 and now_arg or waiting_score(now, priority)
-  make_ready(KEYS[2], KEYS[7], ARGV[1], score, group, group ~= '' and t[1] * 1000000 + t[2] or 0)
+  if priority == 0 and group == '' then
+    redis.call('ZADD', KEYS[2], now_arg, ARGV[1])
+  else
+-- >>> include/priority.lua
+-- waiting is one sorted set: a task's score is ready_ms - priority * 2^42, so ZPOPMIN takes
+-- the highest priority first and, within one priority, the earliest ready (2^42 ms is the
+-- year 2109; scores stay whole numbers well below 2^53, where doubles are exact). Priority
+-- 0, every task's without a `priority` field, scores its ready time as before priorities.
+-- A priority that is not a whole number in -100 .. 100 counts as 0: a script must not stop
+-- half-way on a field a foreign producer wrote. '%.0f': Lua's own number to text conversion
+-- may round a number of 15 or more digits; a ready time alone (13 digits, below 2^42) it
+-- writes exactly, so the common case, no priority, skips the formatting.
+local function waiting_score(ready_ms, priority)
+  if (priority == nil or priority == 0) and type(ready_ms) == 'number' then
+    return ready_ms
+  end
+  local p = tonumber(priority)
+  if not p or p ~= math.floor(p) or p < -100 or p > 100 then p = 0 end
+  return string.format('%.0f', ready_ms - p * 4398046511104)
+end
+-- <<< include/priority.lua
+-- >>> include/groups.lua
+-- A task enqueued with a group (its hash's `group`) waits in its group's own ready set
+-- <groups>g:<group>, not in waiting; <groups>ready lists every grouped ready task (the
+-- queue's counts and listings of waiting add it), and the ring <groups>ring holds the
+-- groups that have ready tasks, scored by their turn (µs): claim takes one task from the
+-- group whose turn is first, then moves it to the back. <groups>running counts each group's
+-- tasks in pending. groups is the KEY <prefix>:{<queue>}:groups: (nil: a caller that passes
+-- none, written before groups: its tasks go to waiting, as before). Scores are the same as
+-- in waiting (include/priority.lua).
+
+-- Make task `id` ready with `score`: in waiting, or in its group's ready set, the grouped
+-- ready set and (at the back, if not there yet) the ring. turn_us: the server's time, µs.
+-- True when the task went to its group.
+local function make_ready(waiting, groups, id, score, group, turn_us)
+  if groups and group and group ~= '' then
+    redis.call('ZADD', groups .. 'g:' .. group, score, id)
+    redis.call('ZADD', groups .. 'ready', score, id)
+    redis.call('ZADD', groups .. 'ring', 'NX', turn_us, group)
+    return true
+  end
+  redis.call('ZADD', waiting, score, id)
+  return false
+end
+
+-- (left out here, not called by this script: ready_set, unready, group_ended)
+-- <<< include/groups.lua
+    -- (the group's turn, in µs, is needed only with a group)
+    make_ready(KEYS[2], KEYS[7], ARGV[1], waiting_score(now, priority), group,
+      group ~= '' and t[1] * 1000000 + t[2] or 0)
+  end
   -- one token is enough to wake a runner; more would only make idle runners spin
   if redis.call('LLEN', KEYS[4]) == 0 then
     redis.call('RPUSH', KEYS[4], '1')
@@ -311,5 +292,30 @@ if state == 'waiting' then
 else
   redis.call('ZADD', KEYS[3], due, ARGV[1])
 end
-emit(events_key, ARGV[1], ARGV[2], 'enqueued', 0, now)
+if events_key then
+-- >>> include/events.lua
+-- Each queue has one stream, <prefix>:{<queue>}:events, an OPTIONAL key of the scripts
+-- that change a task's state: a caller that sends it (culex with the setting `events` on)
+-- gets one entry per change, written in the same call; one that does not, none. An entry
+-- holds no params, result or error: task (the id), job (its type), kind (enqueued,
+-- started, succeeded, failed, dead) and attempt; its id (XADD *) is the server's time in
+-- ms. The stream keeps about EVENTS_MAX entries (MAXLEN ~: whole nodes go, so trimming
+-- costs next to nothing), and, about once in 100 entries (by the server's clock), drops
+-- those older than EVENTS_AGE_MS (MINID ~); it expires EVENTS_AGE_MS after its last entry
+-- (every key ends). pcall: a key of another type written by something else must not stop
+-- a state change half-way; it gets no entry.
+local EVENTS_MAX = 10000
+local EVENTS_AGE_MS = 86400000
+local function emit(stream, id, job, kind, attempt, now)
+  if not stream then return end
+  redis.pcall('XADD', stream, 'MAXLEN', '~', EVENTS_MAX, '*', 'task', id, 'job', job or '',
+    'kind', kind, 'attempt', attempt or 0)
+  redis.pcall('PEXPIRE', stream, EVENTS_AGE_MS)
+  if now % 100 == 0 then
+    redis.pcall('XTRIM', stream, 'MINID', '~', now - EVENTS_AGE_MS)
+  end
+end
+-- <<< include/events.lua
+  emit(events_key, ARGV[1], ARGV[2], 'enqueued', 0, now)
+end
 return {state, ARGV[1]}
