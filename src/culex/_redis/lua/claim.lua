@@ -422,6 +422,9 @@ end
 local events_key = KEYS[14]
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
+-- (what the commands get for now: the number, or its text: include/numbers.lua)
+local now_arg = NUMBERS_AS_TEXT and t[1] .. string.sub('000' .. string.sub(t[2], 1, -4), -3)
+  or now
 -- (every number checked before any write: include/numbers.lua)
 local limit = argv_whole('claim', 1, 'limit', 0, MOST)
 local lease = argv_whole('claim', 2, 'lease_ms', 0, MOST)
@@ -647,6 +650,8 @@ if limit > 0 then
     picked = redis.call('ZPOPMIN', KEYS[1], limit)
   end
   local leases = {}  -- score, id pairs for one ZADD to pending
+  local deadline = now + lease  -- (the leases' end, written out once: include/numbers.lua)
+  if NUMBERS_AS_TEXT then deadline = string.format('%d', deadline) end
   local starts = {}  -- score, member pairs for the rate limit's window
   local buried_in = {}  -- groups whose pick was buried: it counted in `taken`, not in running
   for i = 1, #picked, 2 do
@@ -688,13 +693,14 @@ if limit > 0 then
           redis.pcall('PEXPIRE', groups .. 's:' .. group, group_rate_ms)
         end
       else
-        redis.call('HSET', key, 'attempt', attempt, 'state', 'pending', 'started_at', now)
+        redis.call('HSET', key, 'attempt', NUMBERS_AS_TEXT and string.format('%d', attempt)
+          or attempt, 'state', 'pending', 'started_at', now_arg)
       end
       emit(events_key, id, f[1], 'started', attempt, now)
-      leases[#leases + 1] = now + lease
+      leases[#leases + 1] = deadline
       leases[#leases + 1] = id
       if rate > 0 then
-        starts[#starts + 1] = now
+        starts[#starts + 1] = now_arg
         starts[#starts + 1] = id .. ':' .. attempt
       end
       local row = {id, attempt, f[1] or '', f[2] or '', f[3] or '0', f[4] or '',

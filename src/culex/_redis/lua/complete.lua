@@ -396,6 +396,9 @@ end
 local events_key = KEYS[12]
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
+-- (what the commands get for now: the number, or its text: include/numbers.lua)
+local now_arg = NUMBERS_AS_TEXT and t[1] .. string.sub('000' .. string.sub(t[2], 1, -4), -3)
+  or now
 local refused = {}
 local done = {}
 local tally = {}
@@ -420,7 +423,8 @@ for i = 1, #ARGV, 4 do
     longest = math.max(longest, ttl)
     done[#done + 1] = id
     count(tally, f[4] or '', 's', run_time(now, f[6]))
-    redis.call('HSET', key, 'state', 'succeeded', 'result', ARGV[i + 2], 'finished_at', now)
+    redis.call('HSET', key, 'state', 'succeeded', 'result', ARGV[i + 2], 'finished_at',
+      now_arg)
     redis.call('PEXPIRE', key, ttl)
     if f[5] then  -- (read above: most tasks have no waiter, and cost no HDEL)
       wake(key, KEYS[4] .. id, ttl)
@@ -454,7 +458,7 @@ if succeeded and #done > 0 then
   -- (pcall: a key of another type must not undo the reports; the history is a convenience)
   local scored = {}
   for _, id in ipairs(done) do
-    scored[#scored + 1] = now
+    scored[#scored + 1] = now_arg
     scored[#scored + 1] = id
   end
   for i = 1, #scored, 1000 do
