@@ -35,9 +35,10 @@ DAY_MS = 86_400_000
 TASK = "t1"
 
 # Not a whole number, not finite, out of range, not a number, nothing, past int64 and at
-# its end, and what Lua's tonumber takes besides decimal digits.
+# its end, what Lua's tonumber takes besides decimal digits, and the first number past
+# MOST (2^42 - 1: include/numbers.lua), 13 digits like the largest it takes.
 BAD = ("nan", "inf", "-inf", "1.5", "-1", "1e400", "abc", "", str(2**63), str(2**63 - 1),
-       "0x10", " 5 ", "1e3")  # fmt: skip
+       "0x10", " 5 ", "1e3", str(2**42))  # fmt: skip
 
 
 # -- the states a script acts on ---------------------------------------------------------

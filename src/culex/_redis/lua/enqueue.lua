@@ -121,13 +121,17 @@ local now = t[1] * 1000 + math.floor(t[2] / 1000)
 -- (what the commands get for now: the number, or its text: include/numbers.lua)
 local now_arg = NUMBERS_AS_TEXT and t[1] .. string.sub('000' .. string.sub(t[2], 1, -4), -3)
   or now
-local due
+local due = now
 if ARGV[5] ~= '' then
   due = argv_whole('enqueue', 5, 'due_ms', 0, MOST)
-else
+elseif ARGV[6] ~= '' then
   due = now + argv_whole('enqueue', 6, 'delay_ms', 0, MOST - now, 0)
 end
-argv_whole('enqueue', 7, 'max_retries', 0, MOST)
+-- (the common max_retries, up to 12 digits, passes without a call: argv_whole says the rule)
+local max_retries = ARGV[7]
+if not (max_retries and #max_retries < 13 and string.find(max_retries, '^%d+$')) then
+  argv_whole('enqueue', 7, 'max_retries', 0, MOST)
+end
 -- ARGV 8 to 14 come only when one of them is used: the common enqueue skips their checks
 local trace, priority, dedupe, group, expires, window = '', 0, '', '', false, false
 local headers = ''
