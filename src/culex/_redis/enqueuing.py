@@ -24,12 +24,15 @@ class Enqueued(NamedTuple):
 
 
 def _parse_enqueue(reply: list[bytes]) -> Enqueued:
-    state = text(reply[0])
+    state = _STATES.get(reply[0]) or text(reply[0])  # (a dict look-up for the usual two)
     if state == "exists":
         return Enqueued(text(reply[1]), "", True)
     if state == "deduped":
         return Enqueued(text(reply[1]), "", False, True)
     return Enqueued(text(reply[1]), state, False)
+
+
+_STATES = {b"waiting": "waiting", b"scheduled": "scheduled"}
 
 
 def enqueue(
