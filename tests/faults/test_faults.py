@@ -18,9 +18,12 @@ import redis
 
 import culex
 from culex import config
+from culex._redis import enqueuing
+from culex._redis.calls import Call
 from culex._redis.connections import AsyncConnection, ReplyError, SyncConnection
 from culex._redis.drivers import server_error
 from culex._redis.keys import queue_keys
+from culex.server import configured
 from culex.server.embedded import EmbeddedServer
 
 from ..conftest import await_until, count_exchanges, members, running, suite_binary, wait_until
@@ -185,6 +188,32 @@ def test_lost_scripts_cost_one_more_round_trip_for_a_whole_batch(
     counts.clear()
     FaultJob(n=101).enqueue()
     assert counts == [1, 2]  # one call: the same, the load and the call in one trip
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_check_behind_calls_sent_again_is_sent_again_behind_them(
+    own: tuple[str, redis.Redis], mode: str
+) -> None:
+    """A check of the calls before it (WAITAOF behind a durable enqueue's write:
+    Call.confirms) must see them run: when the server had lost their script and they go
+    again, the check goes again behind them. The check here reads the task's key."""
+    url, client = own
+    FaultJob(n=0).enqueue()
+    client.script_flush()  # as after a restart
+    write = enqueuing.enqueue(
+        KEYS, "checked", "FaultJob", '{"n":1}', due_ms=None, delay_ms=0, max_retries=0
+    )
+    check = Call((), ("EXISTS", KEYS.task("checked")), int, confirms=True)
+    if mode == "sync":
+        replies = configured.sync_driver(url).run_many([write, check])
+    else:
+
+        async def sent() -> list[object]:
+            return await (await configured.async_driver(url)).run_many([write, check])
+
+        replies = asyncio.run(sent())
+    assert replies[0].state == "waiting"
+    assert replies[1] == 1  # (sent once only, it said 0: it ran before the write)
 
 
 async def test_lost_scripts_cost_one_more_round_trip_async(

@@ -10,6 +10,7 @@ import pytest
 import redis
 
 import culex
+from culex._redis import scripts
 from culex.server.embedded import EmbeddedServer
 from culex.testing import Attempt, AttemptFailed, DrainTimeout, adrain, drain, enqueued
 
@@ -89,6 +90,20 @@ def test_a_task_enqueued_for_an_hour_later_is_drained_now(client: redis.Redis) -
     [ran] = drain(["testing_add"])
     assert (ran.task_id, ran.outcome, ran.result) == (task.id, "succeeded", 1)
     assert task.state() is culex.TaskState.SUCCEEDED
+
+
+def test_a_drain_runs_a_scheduled_task_when_the_server_lost_the_hasten_script(
+    client: redis.Redis,
+) -> None:
+    """The hasten goes out before the claim, in one batch: a server that lost its script
+    (a restart, SCRIPT FLUSH) runs it after the claim, when it is sent again. The drain
+    then claims once more, rather than end with the task left waiting."""
+    task = SumJob(a=4).enqueue(delay=HOUR)
+    assert drain(["testing_add"], run_scheduled=False) == []  # (claim.lua is loaded now)
+    client.script_flush()
+    client.script_load(scripts.CLAIM.source)  # (only hasten.lua is lost)
+    [ran] = drain(["testing_add"])
+    assert (ran.task_id, ran.outcome) == (task.id, "succeeded")
 
 
 def test_tasks_enqueued_by_a_perform_are_drained_too(client: redis.Redis) -> None:

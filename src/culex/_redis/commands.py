@@ -148,13 +148,23 @@ def wait_fsync(timeout_ms: int) -> Call[bool]:
     """WAITAOF 1 0: True once the server has fsynced every write of this connection so far
     to its append-only file, False when the timeout passed first."""
     return Call(
-        (), ("WAITAOF", 1, 0, timeout_ms), lambda r: number(r[0]) >= 1, blocks=timeout_ms / 1000
+        (),
+        ("WAITAOF", 1, 0, timeout_ms),
+        lambda r: number(r[0]) >= 1,
+        blocks=timeout_ms / 1000,
+        confirms=True,
     )
 
 
 def wait_replica(timeout_ms: int) -> Call[bool]:
     """WAIT 1: True once a replica has acknowledged every write of this connection so far."""
-    return Call((), ("WAIT", 1, timeout_ms), lambda r: number(r) >= 1, blocks=timeout_ms / 1000)
+    return Call(
+        (),
+        ("WAIT", 1, timeout_ms),
+        lambda r: number(r) >= 1,
+        blocks=timeout_ms / 1000,
+        confirms=True,
+    )
 
 
 def read_periodic(keys: QueueKeys, job_type: str) -> Call[dict[str, str]]:

@@ -106,24 +106,33 @@ def _load(call: Call[Any]) -> Call[Any]:
 def again(calls: Sequence[Call[Any]], replies: list[Any]) -> list[Call[Any]] | None:
     """What to send next: None when no call was refused with NOSCRIPT (the common case,
     checked without allocating), else a SCRIPT LOAD per lost script, then those calls
-    again, in one round trip (the server runs a pipeline in order)."""
+    again, with the checks behind them (``Call.confirms``), in one round trip (the server
+    runs a pipeline in order)."""
     if len(replies) == 1:  # run()'s path
         if not _no_script(replies[0]):
             return None
     elif not any(map(_no_script, replies)):
         return None
-    missing = [call for call, reply in zip(calls, replies, strict=True) if _no_script(reply)]
-    loads = {call.script: _load(call) for call in missing}
-    return [*loads.values(), *missing]
+    resent = [calls[i] for i in _resent(calls, replies)]
+    loads = {call.script: _load(call) for call in resent if call.script is not None}
+    return [*loads.values(), *resent]
 
 
-def merge(replies: list[Any], resent: list[Any]) -> list[Any]:
-    """``replies`` with the NOSCRIPT ones replaced by the replies of the calls sent again
+def merge(calls: Sequence[Call[Any]], replies: list[Any], resent: list[Any]) -> list[Any]:
+    """``replies`` with those of the calls sent again replaced by their new ones
     (``resent``: the replies to what :func:`again` planned, its SCRIPT LOADs first)."""
-    missing = [i for i, reply in enumerate(replies) if _no_script(reply)]
-    for i, reply in zip(missing, resent[len(resent) - len(missing) :], strict=True):
+    places = _resent(calls, replies)
+    for i, reply in zip(places, resent[len(resent) - len(places) :], strict=True):
         replies[i] = reply
     return replies
+
+
+def _resent(calls: Sequence[Call[Any]], replies: list[Any]) -> list[int]:
+    """The places of the calls :func:`again` sends again: those refused with NOSCRIPT, and
+    the checks behind the first of them. (The calls between that ran are not sent again:
+    they ran, in an order the batch did not mean, which a check would not see.)"""
+    first = next(i for i, reply in enumerate(replies) if _no_script(reply))
+    return [i for i in range(first, len(calls)) if calls[i].confirms or _no_script(replies[i])]
 
 
 def _no_script(reply: Any) -> bool:
@@ -175,7 +184,7 @@ class SyncDriver:
     def _replies(self, calls: Sequence[Call[Any]]) -> list[Any]:
         replies = self._exchange(calls)
         resend = again(calls, replies)
-        return replies if resend is None else merge(replies, self._exchange(resend))
+        return replies if resend is None else merge(calls, replies, self._exchange(resend))
 
     def _exchange(self, calls: Sequence[Call[Any]]) -> list[Any]:
         """Write the calls, read one reply each (error replies come back as ReplyError)."""
@@ -258,7 +267,9 @@ class AsyncDriver:
         async with self._slots:  # (a reload after NOSCRIPT keeps the slot: one at a time)
             replies = await self._exchange(calls)
             resend = again(calls, replies)
-            return replies if resend is None else merge(replies, await self._exchange(resend))
+            return (
+                replies if resend is None else merge(calls, replies, await self._exchange(resend))
+            )
 
     async def _exchange(self, calls: Sequence[Call[Any]]) -> list[Any]:
         """Write the calls, read one reply each (error replies come back as ReplyError)."""
