@@ -48,6 +48,13 @@ def test_headers_are_written_as_json_writes_them_the_first_time_and_after(
     assert headers_text(changed, job) == _json(changed)
 
 
+def test_headers_of_two_kinds_in_turns_are_each_written_as_they_are() -> None:
+    job = KeptJob()
+    one, two = {"by": "ann"}, {"by": "ann", "to": "bob"}
+    for headers in (one, two, one, dict(one), two, {"to": "bob", "by": "ann"}):
+        assert headers_text(headers, job) == _json(headers)
+
+
 def test_a_header_kept_before_is_checked_again_when_its_objects_change() -> None:
     job = KeptJob()
     assert headers_text({"by": "someone"}, job) == '{"by":"someone"}'

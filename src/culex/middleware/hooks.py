@@ -154,12 +154,16 @@ def headers_text(headers: dict[str, str], job: Job) -> str:
         known = _members.get(key)
         if known is None or known[0] is not key or known[1] is not value:
             known = _member(key, value, job)
-        members.append(known[2])
-    text = "{" + ",".join(members) + "}"
+        members.append(known)
+    global _last
+    if members == _last[0]:  # (the members of the last text: checked, and written)
+        return _last[1]
+    text = "{" + ",".join([member[2] for member in members]) + "}"
     if len(text) * 4 > MAX_HEADERS_BYTES and len(text.encode()) > MAX_HEADERS_BYTES:
         raise ValueError(
             f"{type(job).__name__}: the headers take more than {MAX_HEADERS_BYTES} bytes"
         )
+    _last = (members, text)
     return text
 
 
@@ -185,6 +189,7 @@ MAX_KEPT = 256  # header names whose last member text is kept
 MAX_KEPT_MEMBER = 1024  # characters of a member text kept
 # name -> (the name, its value, their JSON member): the last checked header of each name
 _members: dict[str, tuple[str, str, str]] = {}
+_last: tuple[list[tuple[str, str, str]], str] = ([], "{}")  # the last headers' members and text
 
 
 # A str as a JSON string, non-ASCII text as it is (json.dumps(text, ensure_ascii=False)).
