@@ -6,13 +6,14 @@
    params, the middleware's headers and sealing, the script's KEYS and ARGV; no round
    trip), with no middleware, with each of three alone (an Audit-like one that writes a
    header, ContextMiddleware with two variables set, EncryptedParams with a 32-byte key)
-   and with the three: the median µs per call over ``--runs`` runs of ``--calls`` calls.
+   and with the three: the median µs per call over ``--runs`` runs of ``--calls`` calls,
+   the five in turns within each run.
 2. A drain (culex.testing.drain, the runner's own attempt path) of ``--tasks`` no-op tasks
    enqueued with none and with the three, in turns, ``--runs`` times each: tasks/s
    (medians) and the median of the runs' ratios.
 
-``--instructions``: instead, the instructions of building one call with none and with the
-three (valgrind's cachegrind, two loops of different lengths in child processes, their
+``--instructions``: instead, the instructions of building one call with each of the five
+(valgrind's cachegrind, two loops of different lengths in child processes, their
 difference over the calls): repeatable on a machine too busy for timings.
 
 Prints the figures as text, and one JSON object on the last line. No threshold: figures.
@@ -65,19 +66,33 @@ def three() -> list[culex.Middleware]:
     ]
 
 
-def call_cost(middleware: list[culex.Middleware], calls: int, runs: int) -> float:
-    """Median µs to build one enqueue's call with ``middleware``."""
-    settings = dataclasses.replace(culex.settings(), middleware=tuple(middleware))
+def call_costs(made: dict[str, list[culex.Middleware]], calls: int, runs: int) -> dict[str, float]:
+    """Median µs to build one enqueue's call with each list of ``made``, in turns (each run
+    builds ``calls`` calls with each list in turn: the machine's drift hits all alike)."""
     job = BenchMiddlewareJob(n=1)
     build = enqueue._call
     control = enqueue.NO_CONTROL
-    per = []
+    per: dict[str, list[float]] = {name: [] for name in made}
     for _ in range(runs):
-        start = time.perf_counter()
-        for i in range(calls):
-            build(job, settings, None, 0, f"id{i}", "", control, True)
-        per.append((time.perf_counter() - start) / calls * 1e6)
-    return statistics.median(per)
+        for name, middleware in made.items():
+            settings = dataclasses.replace(culex.settings(), middleware=tuple(middleware))
+            start = time.perf_counter()
+            for i in range(calls):
+                build(job, settings, None, 0, f"id{i}", "", control, True)
+            per[name].append((time.perf_counter() - start) / calls * 1e6)
+    return {name: statistics.median(us) for name, us in per.items()}
+
+
+def configurations() -> dict[str, list[culex.Middleware]]:
+    """The lists measured: none, each of the three alone, the three."""
+    made = three()
+    return {
+        "none": [],
+        "audit": made[:1],
+        "context": made[1:2],
+        "encrypted": made[2:],
+        "three": made,
+    }
 
 
 def drained(middleware: list[culex.Middleware], tasks: int, url: str) -> float:
@@ -98,8 +113,9 @@ def drained(middleware: list[culex.Middleware], tasks: int, url: str) -> float:
 
 
 def instructions(which: str, calls: int) -> int:
-    """The instructions of a child that builds ``calls`` calls with ``which`` ("none",
-    "three")."""
+    """The instructions of a child that builds ``calls`` calls with ``which`` (a name of
+    configurations()). Hash seed fixed and no bytecode written: two children differ only
+    in their loop's length."""
     child = [sys.executable, __file__, "--loop", which, "--calls", str(calls)]
     valgrind = [
         "valgrind",
@@ -107,7 +123,10 @@ def instructions(which: str, calls: int) -> int:
         "--cache-sim=no",
         "--cachegrind-out-file=/dev/null",
     ]
-    said = subprocess.run([*valgrind, *child], check=True, capture_output=True, text=True).stderr
+    env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
+    said = subprocess.run(
+        [*valgrind, *child], check=True, capture_output=True, text=True, env=env
+    ).stderr
     found = re.search(r"I\s+refs:\s+([\d,]+)", said)
     if found is None:
         raise SystemExit(f"no instruction count in valgrind's output:\n{said}")
@@ -116,10 +135,10 @@ def instructions(which: str, calls: int) -> int:
 
 def counted(calls: int) -> None:
     per = {}
-    for which in ("none", "three"):
+    for which in configurations():
         few, many = instructions(which, calls // 10), instructions(which, calls)
         per[which] = (many - few) / (calls - calls // 10)
-        print(f"build one enqueue call, {which:5}: {per[which] / 1000:.1f}k instructions")
+        print(f"build one enqueue call, {which:9}: {per[which] / 1000:.1f}k instructions")
     print(f"added by the three: {(per['three'] - per['none']) / 1000:.1f}k instructions")
     print(json.dumps({"call_instructions": per}))
 
@@ -130,24 +149,17 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=5_000)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--instructions", action="store_true")
-    parser.add_argument("--loop", choices=("none", "three"), help=argparse.SUPPRESS)
+    parser.add_argument("--loop", choices=tuple(configurations()), help=argparse.SUPPRESS)
     args = parser.parse_args()
     tenant.set("acme")
     locale.set("fr")
     if args.loop:  # (a child of --instructions)
-        call_cost(three() if args.loop == "three" else [], args.calls, 1)
+        call_costs({args.loop: configurations()[args.loop]}, args.calls, 1)
         return
     if args.instructions:
         counted(args.calls)
         return
-    made = three()
-    costs = {
-        "none": call_cost([], args.calls, args.runs),
-        "audit": call_cost(made[:1], args.calls, args.runs),
-        "context": call_cost(made[1:2], args.calls, args.runs),
-        "encrypted": call_cost(made[2:], args.calls, args.runs),
-        "three": call_cost(made, args.calls, args.runs),
-    }
+    costs = call_costs(configurations(), args.calls, args.runs)
     for name, us in costs.items():
         print(f"build one enqueue call, {name:9}: {us:6.2f} µs")
     print(f"added by the three: {costs['three'] - costs['none']:.2f} µs per enqueue")

@@ -144,7 +144,7 @@ def test_each_nonce_is_new_and_a_wrapping_counter_draws_a_new_fixed_field() -> N
     nonces = Nonces()
     first, second = nonces.next(), nonces.next()
     assert len(first) == 12 and first[:8] == second[:8] and first != second
-    nonces._count = itertools.count(1 << 32)  # (the counter at its end)
+    nonces.state = (nonces.state[0], itertools.count(1 << 32))  # (the counter at its end)
     after = nonces.next()
     assert after[:8] != first[:8] and after[8:] == bytes(4)
 

@@ -38,17 +38,26 @@ class ContextMiddleware(Middleware):
             raise ValueError(f"ContextMiddleware: two variables named {short(min(twice))}")
         self.variables = variables
         self._headers = tuple((CONTEXT_PREFIX + v.name, v) for v in variables)
+        # each header with its variable and [(its last str value, that value's JSON)]: a
+        # variable holds one value task after task, quoted once (the pair swapped whole:
+        # threads share it)
+        self._kept: tuple[tuple[str, contextvars.ContextVar[Any], list[tuple[object, str]]], ...]
+        self._kept = tuple((header, v, [(_UNSET, "")]) for header, v in self._headers)
 
     def __repr__(self) -> str:
         return f"ContextMiddleware({', '.join(v.name for v in self.variables)})"
 
     def on_enqueue(self, job: Job, headers: dict[str, str]) -> None:
-        for header, variable in self._headers:
+        for header, variable, last in self._kept:
             value = variable.get(_UNSET)
             if value is _UNSET:
                 continue
-            if type(value) is str:  # (the common case: no walk, no encoder)
-                headers[header] = quoted(value)
+            kept = last[0]
+            if value is kept[0]:  # (the str quoted last time: a str never changes)
+                headers[header] = kept[1]
+            elif type(value) is str:  # (the common case: no walk, no encoder)
+                headers[header] = text = quoted(value)
+                last[0] = (value, text)
             else:
                 _check_value(value, variable.name)
                 headers[header] = _dumps(value)

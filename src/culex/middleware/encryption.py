@@ -14,6 +14,7 @@ import binascii
 import itertools
 import json
 import os
+import struct
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -40,17 +41,22 @@ class Nonces:
         os.register_at_fork(after_in_child=self._draw)
 
     def _draw(self) -> None:
-        self._fixed = os.urandom(8)
-        self._count = itertools.count()  # (next() is atomic: threads share it)
+        # the fixed field and its counter, one tuple read at once (next() is atomic: threads
+        # share the counter)
+        self.state = (os.urandom(8), itertools.count())
 
     def next(self) -> bytes:
-        n = next(self._count)
-        if n >= 1 << 32:
-            with self._lock:
-                if next(self._count) >= 1 << 32:  # (another thread may have drawn already)
-                    self._draw()
-            return self.next()
-        return self._fixed + n.to_bytes(4, "big")
+        fixed, count = self.state
+        n = next(count)
+        if n < 1 << 32:
+            return _nonce(fixed, n)
+        with self._lock:
+            if self.state[1] is count:  # (another thread may have drawn already)
+                self._draw()
+        return self.next()
+
+
+_nonce = struct.Struct(">8sI").pack  # the fixed field, then the counter (4 bytes, big-endian)
 
 
 def is_encrypted(params: str) -> bool:
@@ -68,6 +74,9 @@ def shown_params(params: str) -> str:
     except (ValueError, TypeError, KeyError, AttributeError):
         return "encrypted"
     return f"encrypted (key {kid})"
+
+
+_base64 = binascii.b2a_base64
 
 
 def _sealed_text(stored: str) -> str:
@@ -127,6 +136,7 @@ class EncryptedParams(Middleware):
             )
         self.current = current
         self._sealing = self._ciphers[current]
+        self._around = (f'{MARK}"{current}:', '"}')  # (the stored text, but its base64)
         from cryptography.exceptions import InvalidTag  # (there: _aesgcm() found the package)
 
         self._invalid = InvalidTag
@@ -136,10 +146,11 @@ class EncryptedParams(Middleware):
         return f"EncryptedParams(keys=[{', '.join(self._ciphers)}], current={self.current!r})"
 
     def seal_params(self, task_id: str, params: str) -> str:
-        nonce = self._nonces.next()
+        fixed, count = self._nonces.state  # (Nonces.next without its call, but at a wrap)
+        n = next(count)
+        nonce = _nonce(fixed, n) if n < 1 << 32 else self._nonces.next()
         sealed = self._sealing.encrypt(nonce, params.encode(), task_id.encode())
-        text = binascii.b2a_base64(nonce + sealed, newline=False).decode("ascii")
-        return f'{MARK}"{self.current}:{text}"}}'
+        return _base64(nonce + sealed, newline=False).decode().join(self._around)
 
     def open_params(self, task_id: str, stored: str) -> str:
         if not is_encrypted(stored):

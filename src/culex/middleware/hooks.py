@@ -101,60 +101,95 @@ def enqueue_parts(settings: Any, job: Job, task_id: str, params: str) -> tuple[s
     """The params and headers (JSON text, "" for none) to store for ``job`` as
     ``task_id``: every middleware's on_enqueue, then its seal_params, in the order of
     ``settings.middleware``; sealed params are held to ``settings.max_payload_bytes``."""
+    middleware, enqueuers, sealers = _planned
+    if middleware is not settings.middleware:
+        middleware, enqueuers, sealers = _plan(settings.middleware)
     headers: dict[str, str] = {}
-    enqueuers, sealers = _plan(settings.middleware)
     for on_enqueue in enqueuers:
         on_enqueue(job, headers)
     sealed = params
     for seal in sealers:
         sealed = seal(task_id, sealed)
-    most = settings.max_payload_bytes
     # (a character takes at most 4 bytes: most sealed params are measured without encoding)
-    if sealed is not params and len(sealed) * 4 > most and len(sealed.encode()) > most:
-        raise ValueError(
-            f"{type(job).__name__}: params take {len(sealed.encode())} bytes as stored "
-            f"(sealed by the middleware), more than max_payload_bytes ({most})"
-        )
+    if sealed is not params and len(sealed) * 4 > settings.max_payload_bytes:
+        most = settings.max_payload_bytes
+        if len(sealed.encode()) > most:
+            raise ValueError(
+                f"{type(job).__name__}: params take {len(sealed.encode())} bytes as stored "
+                f"(sealed by the middleware), more than max_payload_bytes ({most})"
+            )
     return sealed, headers_text(headers, job) if headers else ""
 
 
 def _plan(middleware: tuple[Middleware, ...]) -> _Plan:
     """The on_enqueue and seal_params hooks of ``middleware`` that do something (those
     its classes override), in order: made once per list (the last one asked is kept)."""
-    if _planned and _planned[0][0] is middleware:
-        return _planned[0][1]
-    made = (
-        [m.on_enqueue for m in middleware if type(m).on_enqueue is not Middleware.on_enqueue],
-        [m.seal_params for m in middleware if type(m).seal_params is not Middleware.seal_params],
+    global _planned
+    _planned = (
+        middleware,
+        tuple(m.on_enqueue for m in middleware if type(m).on_enqueue is not Middleware.on_enqueue),
+        tuple(
+            m.seal_params for m in middleware if type(m).seal_params is not Middleware.seal_params
+        ),
     )
-    _planned[:] = [(middleware, made)]
-    return made
+    return _planned
 
 
-_Plan = tuple[list[Any], list[Any]]
-_planned: list[tuple[tuple[Middleware, ...], _Plan]] = []  # the middleware and its plan
+_Plan = tuple[tuple[Middleware, ...], tuple[Any, ...], tuple[Any, ...]]
+_planned: _Plan = ((), (), ())  # the middleware last asked for, and its hooks
 
 
 def headers_text(headers: dict[str, str], job: Job) -> str:
     """``headers`` as the JSON object stored, checked: str names (1 to 200 characters) to
-    str values, at most 100 of them and 16 KiB in all (TypeError, ValueError)."""
-    where = type(job).__name__
+    str values, at most 100 of them and 16 KiB in all (TypeError, ValueError).
+
+    A header whose name and value are the very objects (``is``) of one checked before is
+    not checked or quoted again: its member text is kept (one per name, ``_members``), so
+    the common enqueue, whose middleware writes the same constants and context values
+    task after task, pays a dict look-up per header."""
     if len(headers) > MAX_HEADERS:
-        raise ValueError(f"{where}: {len(headers)} headers, more than {MAX_HEADERS}")
-    members = []  # (checked and written in one pass: a JSON encoder costs more)
+        raise ValueError(f"{type(job).__name__}: {len(headers)} headers, more than {MAX_HEADERS}")
+    members = []
     for key, value in headers.items():
-        if type(key) is not str or type(value) is not str:  # (subclasses refused too)
-            raise TypeError(
-                f"{where}: a header is str to str, got {short(key)}: {short(value)} "
-                f"({type(key).__name__} to {type(value).__name__})"
-            )
-        if not key or len(key) > MAX_HEADER_NAME:
-            raise ValueError(f"{where}: a header name has 1 to {MAX_HEADER_NAME} characters")
-        members.append(f"{quoted(key)}:{quoted(value)}")
-    text = "{" + ",".join(members) + "}"
+        known = _members.get(key)
+        if known is None or known[0] is not key or known[1] is not value:
+            known = _member(key, value, job)
+        members.append(known)
+    global _last
+    if members == _last[0]:  # (the members of the last text: checked, and written)
+        return _last[1]
+    text = "{" + ",".join([member[2] for member in members]) + "}"
     if len(text) * 4 > MAX_HEADERS_BYTES and len(text.encode()) > MAX_HEADERS_BYTES:
-        raise ValueError(f"{where}: the headers take more than {MAX_HEADERS_BYTES} bytes")
+        raise ValueError(
+            f"{type(job).__name__}: the headers take more than {MAX_HEADERS_BYTES} bytes"
+        )
+    _last = (members, text)
     return text
+
+
+def _member(key: object, value: object, job: Job) -> tuple[str, str, str]:
+    """A header checked (str name of 1 to 200 characters, str value) and its JSON member
+    text, kept for the next enqueue (up to MAX_KEPT names)."""
+    if type(key) is not str or type(value) is not str:  # (subclasses refused too)
+        raise TypeError(
+            f"{type(job).__name__}: a header is str to str, got {short(key)}: {short(value)} "
+            f"({type(key).__name__} to {type(value).__name__})"
+        )
+    if not key or len(key) > MAX_HEADER_NAME:
+        raise ValueError(
+            f"{type(job).__name__}: a header name has 1 to {MAX_HEADER_NAME} characters"
+        )
+    made = (key, value, f"{quoted(key)}:{quoted(value)}")
+    if len(made[2]) <= MAX_KEPT_MEMBER and (len(_members) < MAX_KEPT or key in _members):
+        _members[key] = made
+    return made
+
+
+MAX_KEPT = 256  # header names whose last member text is kept
+MAX_KEPT_MEMBER = 1024  # characters of a member text kept
+# name -> (the name, its value, their JSON member): the last checked header of each name
+_members: dict[str, tuple[str, str, str]] = {}
+_last: tuple[list[tuple[str, str, str]], str] = ([], "{}")  # the last headers' members and text
 
 
 # A str as a JSON string, non-ASCII text as it is (json.dumps(text, ensure_ascii=False)).
