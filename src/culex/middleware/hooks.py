@@ -156,8 +156,9 @@ def headers_text(headers: dict[str, str], job: Job) -> str:
             known = _member(key, value, job)
         members.append(known)
     global _last
-    if members == _last[0]:  # (the members of the last text: checked, and written)
-        return _last[1]
+    last = _last  # (read once: another thread may replace it meanwhile)
+    if members == last[0]:  # (the members of the last text: checked, and written)
+        return last[1]
     text = "{" + ",".join([member[2] for member in members]) + "}"
     if len(text) * 4 > MAX_HEADERS_BYTES and len(text.encode()) > MAX_HEADERS_BYTES:
         raise ValueError(
