@@ -468,15 +468,21 @@ def test_enqueue_writes_the_server_time_as_a_whole_number_on_every_server(
 
 @pytest.mark.parametrize("micros", ["0", "7", "999", "1000", "12345", "123456", "999999"])
 def test_the_time_cut_from_times_digits_is_the_time_in_ms(r: redis.Redis, micros: str) -> None:
-    """enqueue.lua's text of the time (used on Redis before 7.2), for TIME replies whose
-    µs have 1 to 6 digits, is the number t[1] * 1000 + floor(t[2] / 1000) written out."""
-    source = next(script.source for script in scripts.ALL if script.name == "enqueue")
-    cut = re.search(r"NUMBERS_AS_TEXT and (.+)\n", source)
-    assert cut is not None
-    expression = cut.group(1)
-    text = r.eval(f"local t = {{ARGV[1], ARGV[2]}} return {expression}", 0, "1764650000", micros)
-    assert int(text) == 1764650000 * 1000 + int(micros) // 1000
-    assert re.fullmatch(rb"\d{13}", text)
+    """The text of the time that enqueue, claim and complete give their commands on Redis
+    before 7.2, for TIME replies whose µs have 1 to 6 digits, is the number
+    t[1] * 1000 + floor(t[2] / 1000) written out, in each of them."""
+    cuts = {
+        script.name: cut.group(1)
+        for script in scripts.ALL
+        if (cut := re.search(r"local now_arg = NUMBERS_AS_TEXT and (.+)\n", script.source))
+    }
+    assert cuts.keys() == {"enqueue", "claim", "complete"}
+    for name, expression in cuts.items():
+        text = r.eval(
+            f"local t = {{ARGV[1], ARGV[2]}} return {expression}", 0, "1764650000", micros
+        )
+        assert int(text) == 1764650000 * 1000 + int(micros) // 1000, name
+        assert re.fullmatch(rb"\d{13}", text), name
 
 
 LUA_BUILTINS = {"tonumber", "tostring", "unpack", "type", "pairs", "ipairs", "error", "assert"}

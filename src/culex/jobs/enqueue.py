@@ -133,16 +133,20 @@ def lone_call(job: Enqueueable, options: tuple[object, ...]) -> Call[Enqueued] |
     if options != _NO_OPTIONS:
         return None
     settings = config.settings()
-    if (
-        settings.durable_enqueue
-        or (settings.redis_url, settings.prefix, job.queue) not in _registered
-        or tracing.in_span()
-    ):
+    if not _one_command(settings, job.queue) or tracing.in_span():
         return None
     return _call(job, settings, None, 0, new_id(), "", NO_CONTROL, True)
 
 
 _NO_OPTIONS = (None,) * 8
+
+
+def _one_command(settings: config.Settings, queue: str) -> bool:
+    """Whether one job's enqueue to ``queue`` is a single command: not durable (no check
+    behind it) and to a queue this process has registered (no SADD before it)."""
+    return (
+        not settings.durable_enqueue and (settings.redis_url, settings.prefix, queue) in _registered
+    )
 
 
 def _producing(jobs: Sequence[Enqueueable]) -> tracing.Producing:
@@ -164,12 +168,8 @@ def _enqueue(
     settings = config.settings()
     due_ms, delay_ms = when(delay, at)
     given = None if task_id is None else check_id(task_id)
-    if (  # the common case: one job to a known queue, one command, no pipeline
-        batch is None
-        and len(jobs) == 1
-        and not settings.durable_enqueue
-        and (settings.redis_url, settings.prefix, jobs[0].queue) in _registered
-    ):
+    # the common case: one job to a known queue, one command, no pipeline
+    if batch is None and len(jobs) == 1 and _one_command(settings, jobs[0].queue):
         job = jobs[0]
         task_id = given or new_id()
         call = _call(job, settings, due_ms, delay_ms, task_id, trace, control, given is None)
