@@ -26,6 +26,9 @@ from ..server.procedures import Procedure, one_call, raised, run_async, run_sync
 KINDS = ("enqueued", "started", "succeeded", "failed", "dead")
 """The kinds of event, in the order a task's events come."""
 ENDS = frozenset(("succeeded", "dead"))
+# A task's events that, up to its retry out of dead's ms, are its run before the retry (a
+# retry writes no event, and its new run's first is "started").
+_BEFORE_RETRY = ENDS | {"enqueued"}
 """The kinds that end a task."""
 BATCH = 500  # entries read per stream and round trip
 BLOCK_CHUNK = 5.0  # the longest one blocking read waits (a wait for ever is many)
@@ -121,7 +124,7 @@ def task_events(
         start = max((int(t) for t in times if t.isdigit()), default=0)
         since = f"{start - 1}-0" if start else "0-0"
         retried = fields.get("retried_at", "")
-        # (its end before the retry may share the retry's ms)
+        # (its enqueue and end before the retry may share the retry's ms, or the one before)
         ended_by = int(retried) if retried.isdigit() and int(retried) == start else 0
         yield from _steps(prefix, [queue], since, True, wait, cluster, task_id, ended_by)
 
@@ -254,8 +257,8 @@ def _steps(
 ) -> Steps:
     """The reads, and the events they find, one after the other (see :func:`_sync`). With
     ``task_id``: only that task's events, until its end (a position trimmed meanwhile is
-    no error: what is kept is read); an end at or before ``ended_by`` (ms) is an end before
-    its retry out of dead, passed over."""
+    no error: what is kept is read); an end or an ``enqueued`` at or before ``ended_by``
+    (ms) is one from before its retry out of dead, passed over."""
     keys = {queue_keys(prefix, q).events: q for q in names}
     if since is None:  # from now: after each stream's newest entry
         newest = raised((yield [streams.newest(key) for key in keys]))
@@ -274,7 +277,7 @@ def _steps(
                 return
             found = yield from _wait(keys, positions, min(left, BLOCK_CHUNK), cluster)
         if ended_by:
-            found = [e for e in found if e.kind not in ENDS or _order(e.id)[0] > ended_by]
+            found = [e for e in found if e.kind not in _BEFORE_RETRY or _order(e.id)[0] > ended_by]
         handed, ended = yield from _hand_out(found, task_id)
         if ended:
             return
