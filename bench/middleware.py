@@ -8,7 +8,11 @@
    header, ContextMiddleware with two variables set, EncryptedParams with a 32-byte key)
    and with the three: the median µs per call over ``--runs`` runs of ``--calls`` calls,
    the five in turns within each run.
-2. A drain (culex.testing.drain, the runner's own attempt path) of ``--tasks`` no-op tasks
+2. ``BenchMiddlewareJob(...).enqueue()`` in a loop, the whole call with its round trip:
+   ``--calls`` / 20 calls with none, then with the three, 4 x ``--runs`` such pairs: µs per
+   enqueue (medians) and the median of the pairs' differences (the middleware's cost with
+   the longer call it sends and the server stores).
+3. A drain (culex.testing.drain, the runner's own attempt path) of ``--tasks`` no-op tasks
    enqueued with none and with the three, in turns, ``--runs`` times each: tasks/s
    (medians) and the median of the runs' ratios.
 
@@ -95,6 +99,21 @@ def configurations() -> dict[str, list[culex.Middleware]]:
     }
 
 
+def enqueued(middleware: list[culex.Middleware], calls: int, url: str) -> float:
+    """µs per ``enqueue()`` of ``calls`` enqueues, one after another, with ``middleware``."""
+    import redis
+
+    redis.Redis.from_url(url).flushall()
+    enqueue._registered.clear()
+    culex.configure(redis_url=url, middleware=middleware)
+    BenchMiddlewareJob(n=0).enqueue()  # (the queue registered, the script loaded)
+    job = BenchMiddlewareJob(n=1)
+    start = time.perf_counter()
+    for _ in range(calls):
+        job.enqueue()
+    return (time.perf_counter() - start) / calls * 1e6
+
+
 def drained(middleware: list[culex.Middleware], tasks: int, url: str) -> float:
     """Tasks/s of a drain of ``tasks`` no-op tasks enqueued with ``middleware``."""
     import redis
@@ -164,18 +183,41 @@ def main() -> None:
         print(f"build one enqueue call, {name:9}: {us:6.2f} µs")
     print(f"added by the three: {costs['three'] - costs['none']:.2f} µs per enqueue")
     rates: dict[str, list[float]] = {"none": [], "three": []}
+    round_trip: dict[str, list[float]] = {"none": [], "three": []}
     with private_server(args.server) as server:
-        for _ in range(args.runs):  # (in turns: the machine's drift hits both alike)
+        # (short runs in turns, many of them: the machine's drift hits both alike)
+        for _ in range(args.runs * 4):
+            round_trip["none"].append(enqueued([], args.calls // 20, server.url))
+            round_trip["three"].append(enqueued(three(), args.calls // 20, server.url))
+        for _ in range(args.runs):
             rates["none"].append(drained([], args.tasks, server.url))
             rates["three"].append(drained(three(), args.tasks, server.url))
     ratios = [a / b for a, b in zip(rates["none"], rates["three"], strict=True)]
+    whole = {name: statistics.median(us) for name, us in round_trip.items()}
+    added = statistics.median(
+        b - a for a, b in zip(round_trip["none"], round_trip["three"], strict=True)
+    )
+    print(
+        f"enqueue() with its round trip, {args.runs * 4} pairs of {args.calls // 20} calls: "
+        f"none {whole['none']:.2f} µs, the three {whole['three']:.2f} µs; added (median of the "
+        f"pairs' differences): {added:+.2f} µs"
+    )
     for name, runs in rates.items():
         shown = ", ".join(f"{r:,.0f}" for r in runs)
         print(
             f"drain of {args.tasks} no-op tasks, {name}: {statistics.median(runs):,.0f}/s ({shown})"
         )
     print(f"median ratio none / three: {statistics.median(ratios):.3f}")
-    print(json.dumps({"call_us": costs, "drain_per_s": rates, "ratio": statistics.median(ratios)}))
+    print(
+        json.dumps(
+            {
+                "call_us": costs,
+                "enqueue_us": round_trip,
+                "drain_per_s": rates,
+                "ratio": statistics.median(ratios),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

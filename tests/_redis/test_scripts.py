@@ -97,6 +97,36 @@ def test_an_enqueue_sends_the_optional_keys_and_args_only_when_needed(r: redis.R
     assert r.zscore(K.groups_prefix + "g:g", "t3") is not None
 
 
+def test_an_enqueue_with_every_optional_arg_stores_each_field(r: redis.Redis) -> None:
+    """trace, priority, group, expiry, headers, dedupe key and window: all stored by the
+    task's one HSET (a field dropped from it would be missing here); priority 0 is sent as
+    "" and stores no field."""
+    call = enqueuing.enqueue(
+        K, "t1", "J", "{}", due_ms=None, delay_ms=0, max_retries=2, trace='{"t":"1"}',
+        priority=7, dedupe_key="k", group="g", expires_ms=60_000, dedupe_for_ms=5_000,
+        headers='{"by":"me"}', drawn=True,
+    )  # fmt: skip
+    d = drive(r)
+    assert d.run(call).state == "waiting"
+    h = r.hgetall(K.task("t1"))
+    stored = {k: h[k.encode()] for k in ("trace", "priority", "group", "headers")}
+    assert stored == {
+        "trace": b'{"t":"1"}',
+        "priority": b"7",
+        "group": b"g",
+        "headers": b'{"by":"me"}',
+    }
+    assert (h[b"dedupe_key"], h[b"on_end"], h[b"dedupe_for"]) == (b"k", b"1", b"5000")
+    assert int(h[b"expires_at"]) == int(h[b"enqueue_time"]) + 60_000
+    assert r.hget(K.dedupe, "k") == b"t1"
+    plain = enqueuing.enqueue(
+        K, "t2", "J", "{}", due_ms=None, delay_ms=0, max_retries=0, headers="{}", drawn=True
+    )
+    assert plain.args[8] == ""  # (priority 0)
+    assert d.run(plain).state == "waiting"
+    assert r.hget(K.task("t2"), "priority") is None and r.hget(K.task("t2"), "headers") == b"{}"
+
+
 def test_enqueue_with_delay_schedules(r: redis.Redis) -> None:
     d = drive(r)
     out = d.run(enqueuing.enqueue(K, "t1", "J", "{}", due_ms=None, delay_ms=5000, max_retries=4))

@@ -78,7 +78,7 @@ def enqueue(
         max_retries,
     )
     if trace or priority or dedupe_key or group or expires_ms is not None or headers:
-        args += (trace, priority, dedupe_key, group)
+        args += (trace, priority or "", dedupe_key, group)  # ("": priority 0, read with no check)
         if dedupe_for_ms is not None or headers:
             args += ("" if expires_ms is None else expires_ms, headers)
             if dedupe_for_ms is not None:

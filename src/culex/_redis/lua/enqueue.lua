@@ -134,24 +134,42 @@ if not (max_retries and #max_retries < 13 and string.find(max_retries, '^%d+$'))
 end
 -- ARGV 8 to 14 come only when one of them is used: the common enqueue skips their checks
 local trace, priority, dedupe, group, expires, window = '', 0, '', '', false, false
-local headers = ''
+local headers, more = '', false
 if #ARGV > 7 then
   trace = ARGV[8] or ''
   headers = ARGV[13] or ''
-  priority = argv_whole('enqueue', 9, 'priority', -100, 100, 0)
-  expires = argv_whole('enqueue', 12, 'expires_ms', 0, MOST - now, false)
+  -- (each number checked only when given: "" and absent cost no call)
+  if ARGV[9] ~= '' then priority = argv_whole('enqueue', 9, 'priority', -100, 100, 0) end
+  if ARGV[12] and ARGV[12] ~= '' then
+    expires = argv_whole('enqueue', 12, 'expires_ms', 0, MOST - now, false)
+  end
   dedupe = ARGV[10] or ''
   if dedupe ~= '' and (#dedupe > 500 or not KEYS[6]) then
     return redis.error_reply('ERR enqueue: a dedupe key (ARGV[10]) takes 1 to 500 bytes and '
       .. 'KEYS[5] and KEYS[6]')
   end
-  window = argv_whole('enqueue', 14, 'dedupe_for_ms', 1, MOST, false)
+  if ARGV[14] and ARGV[14] ~= '' then
+    window = argv_whole('enqueue', 14, 'dedupe_for_ms', 1, MOST, false)
+  end
   if window and dedupe == '' then
     return redis.error_reply('ERR enqueue: a dedupe window (ARGV[14]) takes a dedupe key')
   end
   group = ARGV[11] or ''
   if group ~= '' and (#group > 500 or not KEYS[7]) then
     return redis.error_reply('ERR enqueue: a group (ARGV[11]) takes 1 to 500 bytes and KEYS[7]')
+  end
+  -- the optional fields, stored by the same HSET as the others (a command more per field
+  -- would cost more than the table)
+  more = {}
+  if trace ~= '' then more[#more + 1] = 'trace'; more[#more + 1] = trace end
+  if priority ~= 0 then more[#more + 1] = 'priority'; more[#more + 1] = priority end
+  if group ~= '' then more[#more + 1] = 'group'; more[#more + 1] = group end
+  if expires then more[#more + 1] = 'expires_at'; more[#more + 1] = now + expires end
+  if headers ~= '' then more[#more + 1] = 'headers'; more[#more + 1] = headers end
+  if dedupe ~= '' then
+    more[#more + 1] = 'dedupe_key'; more[#more + 1] = dedupe
+    more[#more + 1] = 'on_end'; more[#more + 1] = '1'
+    if window then more[#more + 1] = 'dedupe_for'; more[#more + 1] = window end
   end
 end
 if redis.call('EXISTS', KEYS[1]) == 1 then
@@ -212,29 +230,17 @@ local state = 'waiting'
 if due > now then
   state = 'scheduled'
 end
-redis.call('HSET', KEYS[1], 'id', ARGV[1], 'type', ARGV[2], 'queue', ARGV[3],
-  'params', ARGV[4], 'enqueue_time', now_arg, 'retry_count', '0', 'attempt', '0',
-  'max_retries', ARGV[7], 'state', state, 'due_at', due == now and now_arg or due)
-if trace ~= '' then
-  redis.call('HSET', KEYS[1], 'trace', trace)
-end
-if priority ~= 0 then
-  redis.call('HSET', KEYS[1], 'priority', priority)
-end
-if group ~= '' then
-  redis.call('HSET', KEYS[1], 'group', group)
-end
-if expires then
-  redis.call('HSET', KEYS[1], 'expires_at', now + expires)
-end
-if headers ~= '' then
-  redis.call('HSET', KEYS[1], 'headers', headers)
+if more then  -- (the same fields, and the optional ones)
+  redis.call('HSET', KEYS[1], 'id', ARGV[1], 'type', ARGV[2], 'queue', ARGV[3],
+    'params', ARGV[4], 'enqueue_time', now_arg, 'retry_count', '0', 'attempt', '0',
+    'max_retries', ARGV[7], 'state', state, 'due_at', due == now and now_arg or due,
+    unpack(more))
+else
+  redis.call('HSET', KEYS[1], 'id', ARGV[1], 'type', ARGV[2], 'queue', ARGV[3],
+    'params', ARGV[4], 'enqueue_time', now_arg, 'retry_count', '0', 'attempt', '0',
+    'max_retries', ARGV[7], 'state', state, 'due_at', due == now and now_arg or due)
 end
 if dedupe ~= '' then
-  redis.call('HSET', KEYS[1], 'dedupe_key', dedupe, 'on_end', '1')
-  if window then
-    redis.call('HSET', KEYS[1], 'dedupe_for', window)
-  end
   redis.call('HSET', KEYS[5], dedupe, ARGV[1])
 end
 if state == 'waiting' then
