@@ -10,11 +10,17 @@ Three runs of the suite (tests/conftest.py):
 
 The tests spend most of their time waiting (for a lease to end, a failover, a storm of
 kills), not computing: a run of the suite keeps one of two cores about a quarter busy. So
-the first run is shown as it goes while the other two, one after the other, run beside it
-with their output kept, and shown when they end: the whole takes a little more than the
-longest run instead of the sum of the three. Each run starts servers of its own on free
-ports, in folders of its own. ``--one-at-a-time`` runs them in turn instead. Arguments
-after ``--`` go to every pytest. The exit status is 0 only when all three passed.
+the runs go side by side, and the two long ones in halves: ``tests/chaos`` and
+``tests/server`` (runner fleets, clusters and failovers: about half the time, most of the
+CPU) and the rest. Two lines of runs go at once, each taking one suite's heavy half and
+the other's light half, in opposite orders, so that the heavy halves mostly run one at a
+time: Valkey's heavy half then redis-server's light one (shown as it goes), and Valkey's
+light half then redis-server's heavy one, beside it with the redis-py run (their output
+kept, and shown when they end). The whole takes a little more than the longest line.
+Each run starts servers of its own on free ports, in folders of its own.
+``--one-at-a-time`` runs the three runs in turn, whole, instead. Arguments after ``--``
+go to every pytest, and then each suite runs whole (a path or a ``-k`` given there would
+not split as the halves do). The exit status is 0 only when every run passed.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,14 +45,35 @@ class Suite:
     args: tuple[str, ...] = ()
 
 
-SUITES = (
-    Suite("the suite on the wheel's Valkey", {}),
-    Suite(
-        "the script and procedure tests through redis-py",
-        {"CULEX_DRIVER": "redis-py"},
-        ("-m", "procedures"),
-    ),
-    Suite("the suite on redis-server", {"CULEX_TEST_SERVER": "redis-server"}),
+VALKEY = Suite("the suite on the wheel's Valkey", {})
+REDIS_PY = Suite(
+    "the script and procedure tests through redis-py",
+    {"CULEX_DRIVER": "redis-py"},
+    ("-m", "procedures"),
+)
+REDIS_SERVER = Suite("the suite on redis-server", {"CULEX_TEST_SERVER": "redis-server"})
+SUITES = (VALKEY, REDIS_PY, REDIS_SERVER)
+
+HEAVY = ("tests/chaos", "tests/server")  # runner fleets, clusters, failovers
+
+
+def heavy(suite: Suite) -> Suite:
+    """The half of ``suite`` that starts fleets of runners, clusters and failovers."""
+    return Suite(f"{suite.name}: {', '.join(HEAVY)}", suite.env, (*suite.args, *HEAVY))
+
+
+def light(suite: Suite) -> Suite:
+    """The other half of ``suite``: every test outside HEAVY."""
+    ignored = tuple(f"--ignore={folder}" for folder in HEAVY)
+    return Suite(f"{suite.name}: the rest", suite.env, (*suite.args, *ignored))
+
+
+# The lines of runs that go side by side: the first is shown as it goes. Each suite's
+# heavy half runs while the other's light half does.
+LINES = (
+    (heavy(VALKEY), light(REDIS_SERVER)),
+    (light(VALKEY), heavy(REDIS_SERVER)),
+    (REDIS_PY,),
 )
 
 
@@ -54,13 +82,14 @@ def command(suite: Suite, extra: list[str]) -> list[str]:
 
 
 _started: list[subprocess.Popen[bytes]] = []  # (ended with this process: see main)
+_stopping = threading.Event()  # set as main ends the runs: a line starts no more
 
 
 def start(suite: Suite, extra: list[str], output: Path | None) -> subprocess.Popen[bytes]:
     """``suite``'s pytest, its output to the terminal, or to ``output``."""
     env = {**os.environ, **suite.env}
     with contextlib.ExitStack() as files:
-        sink = None if output is None else files.enter_context(output.open("wb"))
+        sink = None if output is None else files.enter_context(output.open("ab"))
         stderr = None if output is None else subprocess.STDOUT
         # (SIGINT as it should be, even where this process was started ignoring it, as a
         # shell does with a command put in the background: main ends a run with it)
@@ -83,22 +112,52 @@ def in_turns(extra: list[str]) -> dict[str, int]:
     return codes
 
 
-def side_by_side(extra: list[str], folder: Path) -> dict[str, int]:
-    """The first suite in the foreground; the others, in turn, beside it, their output
-    shown once the first has ended."""
-    first, *others = SUITES
-    print(f"=== {first.name} (the other runs go on beside it; their output follows) ===")
+def side_by_side(lines: tuple[tuple[Suite, ...], ...], folder: Path) -> dict[str, int]:
+    """Each line's runs one after the other, the lines at once: the first line's output
+    as it goes, the others' once the first has ended."""
+    first, *others = lines
+    print(f"=== {first[0].name} (the other runs go on beside it; their output follows) ===")
     sys.stdout.flush()
-    shown = start(first, extra, None)
     codes: dict[str, int] = {}
-    outputs = [folder / f"suite-{n}.log" for n in range(len(others))]
-    for suite, output in zip(others, outputs, strict=True):
-        codes[suite.name] = start(suite, extra, output).wait()
-    codes[first.name] = shown.wait()
-    for suite, output in zip(others, outputs, strict=True):
-        print(f"\n=== {suite.name} ===", flush=True)
+    outputs = [folder / f"line-{n}.log" for n in range(len(others))]
+    beside = [
+        threading.Thread(target=_run_line, args=(line, output, codes), daemon=True)
+        for line, output in zip(others, outputs, strict=True)
+    ]
+    for thread in beside:
+        thread.start()
+    _run_line(first, None, codes)
+    for thread in beside:
+        thread.join()
+    for output in outputs:
         sys.stdout.write(output.read_text(errors="replace"))
-    return {suite.name: codes[suite.name] for suite in SUITES}
+    return {suite.name: codes[suite.name] for line in lines for suite in line}
+
+
+def _run_line(line: tuple[Suite, ...], output: Path | None, codes: dict[str, int]) -> None:
+    """Run ``line``'s suites in turn, their output to the terminal or appended to
+    ``output``; each one's exit status into ``codes``."""
+    for n, suite in enumerate(line):
+        if _stopping.is_set():
+            return
+        if output is None:
+            if n:
+                print(f"\n=== {suite.name} ===", flush=True)
+            codes[suite.name] = start(suite, [], None).wait()
+            continue
+        with output.open("ab") as sink:
+            sink.write(f"\n=== {suite.name} ===\n".encode())
+        codes[suite.name] = start(suite, [], output).wait()
+
+
+def _whole(extra: list[str]) -> tuple[tuple[Suite, ...], ...]:
+    """The lines of the three suites, whole, each with ``extra`` after its own arguments:
+    Valkey's alone, redis-py's then redis-server's beside it."""
+
+    def given(suite: Suite) -> Suite:
+        return Suite(suite.name, suite.env, (*suite.args, *extra))
+
+    return ((given(VALKEY),), (given(REDIS_PY), given(REDIS_SERVER)))
 
 
 def main() -> int:
@@ -112,13 +171,17 @@ def main() -> int:
     try:
         if args.one_at_a_time:
             codes = in_turns(args.pytest_args)
+        elif args.pytest_args:  # (arguments of the user's: each suite whole)
+            with tempfile.TemporaryDirectory(prefix="culex-suites-") as folder:
+                codes = side_by_side(_whole(args.pytest_args), Path(folder))
         else:
             with tempfile.TemporaryDirectory(prefix="culex-suites-") as folder:
-                codes = side_by_side(args.pytest_args, Path(folder))
+                codes = side_by_side(LINES, Path(folder))
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
         return 128 + signal.SIGINT
     finally:
+        _stopping.set()
         for run in _started:  # Ctrl-C's signal: pytest tears down, stopping its servers
             if run.poll() is None:
                 run.send_signal(signal.SIGINT)
