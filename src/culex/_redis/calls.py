@@ -28,7 +28,7 @@ class Call(NamedTuple, Generic[T]):
     ``blocks``: the seconds a blocking command may hold its reply on purpose (BLPOP's
     timeout, say); a driver waits that long plus ``socket_timeout`` before it gives up.
     ``confirms``: a check of the calls before it in its round trip (WAITAOF, WAIT): when
-    a driver sends some of them again (scripts the server lost: drivers.again), it sends
+    a driver sends some of them again (scripts the server lost: reloading.again), it sends
     the check again behind them, so that what it says covers them.
     """
 

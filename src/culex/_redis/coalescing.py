@@ -30,12 +30,12 @@ import os
 import threading
 import weakref
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 from ..errors import ServerError, ServerUnavailable
 from .calls import Call
-from .drivers import AsyncDriverProtocol, SyncDriverProtocol
+from .drivers import AsyncDriver, AsyncDriverProtocol, Pending, SyncDriverProtocol
 
 T = TypeVar("T")
 
@@ -60,7 +60,7 @@ class AsyncCoalescer:
     """An asyncio driver that coalesces the calls its coroutines make at once (see the
     module's docstring); ``driver`` does the sending."""
 
-    __slots__ = ("_next", "_on_wire", "cluster", "driver", "where")
+    __slots__ = ("_next", "_now", "_on_wire", "cluster", "driver", "where")
 
     def __init__(self, driver: AsyncDriverProtocol) -> None:
         self.driver = driver
@@ -68,6 +68,27 @@ class AsyncCoalescer:
         self.where = driver.where
         self._on_wire = 0  # calls and batches sent and not yet answered
         self._next: list[tuple[Call[Any], asyncio.Future[Any]]] | None = None
+        # (culex's own driver can send a lone call without a turn of the loop)
+        self._now = driver.run_now if isinstance(driver, AsyncDriver) else None
+
+    def run_now(self, call: Call[T], loop: asyncio.AbstractEventLoop) -> T | Pending[T] | None:
+        """A lone call sent without a turn of the loop, when nothing else is on the wire
+        (AsyncDriver.run_now: its value, a Pending to await, or None: nothing sent, await
+        :meth:`run`). While a Pending's reply is out, calls made meanwhile go together
+        after it, as they do behind :meth:`run`'s."""
+        if self._now is None or self._on_wire or self._next is not None:
+            return None
+        got = self._now(call, loop)
+        if type(got) is Pending:
+            self._on_wire += 1  # (until its reply is in: _counted)
+            return Pending(self._counted(got.wait))
+        return got
+
+    async def _counted(self, wait: Coroutine[Any, Any, T]) -> T:
+        try:
+            return await wait
+        finally:
+            self._on_wire -= 1
 
     async def run(self, call: Call[T]) -> T:
         if call.blocks:  # a wait on purpose holds no one else's call

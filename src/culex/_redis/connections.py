@@ -22,7 +22,7 @@ from typing import Any, cast
 import hiredis
 
 from .address import Address
-from .spin import READ_SIZE, Spinner, receive, spin_for_reply
+from .spin import READ_SIZE, Spinner, poll_recv, receive, spin_for_reply
 
 # The default of the socket_timeout setting: the longest culex waits for a connection, or
 # for a reply beyond the wait a blocking command asks for (docs/guide.md says why 5 s).
@@ -313,6 +313,58 @@ class AsyncConnection:
         if spun and spinner is not None:  # (a spin that ran out: learn how long it took)
             spinner.waited(time.perf_counter() - spun)
         return replies
+
+    def send_now(
+        self, packed: bytes, count: int, loop: asyncio.AbstractEventLoop
+    ) -> list[Any] | asyncio.Future[list[Any]] | None:
+        """The exchange without a turn of the loop, for a connection with nothing in flight:
+        ``packed`` written on the socket at once, the reply polled for (as ``busy_poll``
+        allows) and read as it comes. The replies when all came within the spin; else a
+        future of them, the exchange going on as :meth:`exchange`'s would (the future fails
+        with the connection, or when the server is silent for ``timeout`` s; whoever awaits
+        it closes the connection on a failure or a cancellation). None when it cannot go
+        so, nothing sent: no plain socket or no spin (TLS, ``busy_poll`` 0), the loop has
+        callbacks to run (a spin would hold them up), or the transport holds unsent bytes.
+        After a failed write None too, and the connection is no longer :attr:`usable`."""
+        raw, spinner, protocol = self._raw, self._spinner, self._protocol
+        transport = protocol.transport
+        if (
+            raw is None
+            or spinner is None
+            or transport is None
+            or protocol.lost is not None
+            or getattr(loop, "_ready", True)
+            or transport.get_write_buffer_size()
+        ):
+            return None
+        try:
+            sent = raw.send(packed)
+        except OSError as exc:  # (nothing of it went: the connection is done for)
+            protocol._fail(exc)
+            return None
+        if sent < len(packed):  # (the rest goes as the transport can)
+            transport.write(packed[sent:])
+        replies: list[Any] = []
+        reader = protocol.reader
+        start = time.perf_counter()
+        deadline = start + spinner.limit
+        try:
+            while (data := poll_recv(raw, deadline)) is not None and data:
+                reader.feed(data)
+                while len(replies) < count and (reply := reader.gets()) is not False:
+                    replies.append(reply)
+                if len(replies) == count:
+                    return replies
+        except ProtocolError as exc:
+            protocol._fail(exc)
+        waiter = loop.create_future()
+        if protocol.lost is not None:
+            waiter.set_exception(protocol.lost)
+            return waiter
+        protocol.waiter, protocol.count, protocol.replies = waiter, count, replies
+        protocol.watch(loop, self.timeout, 0.0)
+        waiter.add_done_callback(lambda _: spinner.waited(time.perf_counter() - start))
+        return waiter
 
     def _read_now(self, raw: socket.socket) -> None:
         """Hand what the socket holds to the protocol now, so the waiting exchange is

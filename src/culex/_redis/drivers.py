@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 import os
 from collections import deque
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
+from collections.abc import Coroutine, Sequence
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_checkable
 
 import hiredis
 
@@ -19,6 +19,7 @@ from ..errors import ServerError, ServerUnavailable
 from .address import Address
 from .calls import Call
 from .connections import SOCKET_TIMEOUT, AsyncConnection, ReplyError, SyncConnection
+from .reloading import again, merge, no_script
 
 T = TypeVar("T")
 
@@ -53,6 +54,15 @@ def server_error(exc: BaseException, where: str) -> ServerError:
     if text.startswith(_TRANSIENT):
         return ServerUnavailable(f"the Redis server at {where} cannot serve now: {text}")
     return ServerError(f"the Redis server at {where} refused the command: {text}")
+
+
+class Pending(Generic[T]):
+    """A call sent whose reply is still to come: ``await pending.wait`` for its value."""
+
+    __slots__ = ("wait",)
+
+    def __init__(self, wait: Coroutine[Any, Any, T]) -> None:
+        self.wait = wait
 
 
 def blocks(calls: Sequence[Call[Any]]) -> float:
@@ -92,51 +102,11 @@ def _pack_slowly(words: Sequence[Any]) -> bytes:
     return b"".join(parts)
 
 
-def _load(call: Call[Any]) -> Call[Any]:
-    assert call.script is not None
-    return Call((), ("SCRIPT", "LOAD", call.script.source), lambda reply: reply)
-
-
 # What both drivers do around their exchange, described once: send the calls; if the
 # server lost scripts (a restart, SCRIPT FLUSH: NOSCRIPT replies), send ``again(...)`` and
-# ``merge`` its replies; then ``parsed`` (one call) or ``settled`` (a batch). Each driver
-# only supplies ``_exchange``, the write of a batch and the read of its replies.
-
-
-def again(calls: Sequence[Call[Any]], replies: list[Any]) -> list[Call[Any]] | None:
-    """What to send next: None when no call was refused with NOSCRIPT (the common case,
-    checked without allocating), else a SCRIPT LOAD per lost script, then those calls
-    again, with the checks behind them (``Call.confirms``), in one round trip (the server
-    runs a pipeline in order)."""
-    if len(replies) == 1:  # run()'s path
-        if not _no_script(replies[0]):
-            return None
-    elif not any(map(_no_script, replies)):
-        return None
-    resent = [calls[i] for i in _resent(calls, replies)]
-    loads = {call.script: _load(call) for call in resent if call.script is not None}
-    return [*loads.values(), *resent]
-
-
-def merge(calls: Sequence[Call[Any]], replies: list[Any], resent: list[Any]) -> list[Any]:
-    """``replies`` with those of the calls sent again replaced by their new ones
-    (``resent``: the replies to what :func:`again` planned, its SCRIPT LOADs first)."""
-    places = _resent(calls, replies)
-    for i, reply in zip(places, resent[len(resent) - len(places) :], strict=True):
-        replies[i] = reply
-    return replies
-
-
-def _resent(calls: Sequence[Call[Any]], replies: list[Any]) -> list[int]:
-    """The places of the calls :func:`again` sends again: those refused with NOSCRIPT, and
-    the checks behind the first of them. (The calls between that ran are not sent again:
-    they ran, in an order the batch did not mean, which a check would not see.)"""
-    first = next(i for i, reply in enumerate(replies) if _no_script(reply))
-    return [i for i in range(first, len(calls)) if calls[i].confirms or _no_script(replies[i])]
-
-
-def _no_script(reply: Any) -> bool:
-    return isinstance(reply, ReplyError) and reply.code == "NOSCRIPT"
+# ``merge`` its replies (reloading.py); then ``parsed`` (one call) or ``settled`` (a
+# batch). Each driver only supplies ``_exchange``, the write of a batch and the read of
+# its replies.
 
 
 def parsed(call: Call[T], reply: Any, where: str) -> T:
@@ -258,6 +228,48 @@ class AsyncDriver:
 
     async def run(self, call: Call[T]) -> T:
         return parsed(call, (await self._replies([call]))[0], self.where)
+
+    def run_now(self, call: Call[T], loop: asyncio.AbstractEventLoop) -> T | Pending[T] | None:
+        """``call`` sent and answered without a turn of the loop, on an idle connection
+        (AsyncConnection.send_now): its value; a :class:`Pending` to await when the reply
+        did not come within the spin; None when it cannot go so (nothing was sent, or the
+        server lost the script: the reply refused it): then :meth:`run` does it. It holds
+        no slot of ``max_connections``: the coalescer sends one such call at a time."""
+        idle = self._idle
+        if call.blocks or not idle or self._slots.locked() or getattr(loop, "_ready", True):
+            return None  # (a loop with callbacks to run: its own turn comes first)
+        conn = idle.pop()
+        got = conn.send_now(pack([call]), 1, loop)
+        if got is None:
+            if conn.usable:
+                idle.append(conn)
+            else:  # (gone stale while idle: run() makes another)
+                conn.close()
+            return None
+        if isinstance(got, asyncio.Future):
+            return Pending(self._later(call, conn, got))
+        idle.append(conn)
+        return None if no_script(got[0]) else parsed(call, got[0], self.where)
+
+    async def _later(
+        self, call: Call[T], conn: AsyncConnection, waiter: asyncio.Future[list[Any]]
+    ) -> T:
+        """The rest of :meth:`run_now`'s exchange, as :meth:`_exchange` ends one."""
+        try:
+            replies = await waiter
+        except TimeoutError as exc:  # the server may yet run it: no resend
+            conn.close()
+            raise server_error(exc, self.where) from exc
+        except OSError:  # gone stale while idle (a server restart): once more
+            conn.close()
+            return await self.run(call)
+        except BaseException:
+            conn.close()
+            raise
+        self._idle.append(conn)
+        if no_script(replies[0]):  # (the script was lost: run() loads it and sends again)
+            return await self.run(call)
+        return parsed(call, replies[0], self.where)
 
     async def run_many(self, calls: Sequence[Call[Any]]) -> list[Any]:
         """Send calls in one round trip; a failed call's place holds its ServerError."""

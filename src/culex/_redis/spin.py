@@ -96,6 +96,20 @@ def spin_for_reply(
     return 0.0
 
 
+def poll_recv(raw: socket.socket, deadline: float) -> bytes | None:
+    """What a socket that is not blocking holds, read as soon as it comes, polled for until
+    ``deadline`` (``time.perf_counter``): its bytes, b"" at its end, or None when nothing
+    came by then or the read failed (its owner meets the failure at its next read)."""
+    while True:
+        try:
+            return raw.recv(READ_SIZE, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            if time.perf_counter() >= deadline:
+                return None
+        except OSError:
+            return None
+
+
 class SpinningSelector(selectors.DefaultSelector):
     """An event loop's selector that polls for up to ``busy_poll`` before it sleeps, so a
     runner takes a reply to its claim as it arrives instead of a wake-up later."""

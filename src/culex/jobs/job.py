@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 from .. import config
 from .._redis.priority import check_delay_ms
 from ..errors import JobFailure, ServerError, short
-from ..server.configured import async_driver, sync_driver
+from ..server.configured import run_one, sync_driver
 from ..server.procedures import run_async, run_sync
 from .batches import Batch
 from .declaration import JobDeclaration, declare, is_culex_class
@@ -300,7 +300,7 @@ class QueuedJob(Job):
         """The async twin of :meth:`enqueue`."""
         call = lone_call(self, (delay, at, id, priority, dedupe_key, group, expires, dedupe_for))
         if call is not None:  # (the most common enqueue: no procedure to drive)
-            outcome = await (await async_driver()).run(call)
+            outcome = await run_one(call)
             if not outcome.existed:
                 return task_of(outcome, self)
         procedure = enqueue_procedure(

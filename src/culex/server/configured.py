@@ -19,17 +19,26 @@ import asyncio
 import logging
 import weakref
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from .. import config
 from .._redis import commands
 from .._redis.address import Address
+from .._redis.calls import Call
 from .._redis.coalescing import AsyncCoalescer, SyncCoalescer
 from .._redis.connections import SOCKET_TIMEOUT
-from .._redis.drivers import AsyncDriver, AsyncDriverProtocol, SyncDriver, SyncDriverProtocol
+from .._redis.drivers import (
+    AsyncDriver,
+    AsyncDriverProtocol,
+    Pending,
+    SyncDriver,
+    SyncDriverProtocol,
+)
 from .._redis.redispy import RedisPyAsyncDriver, RedisPySyncDriver
 from ..errors import ConfigurationError, ServerError
+
+T = TypeVar("T")
 
 logger = logging.getLogger("culex")
 
@@ -67,6 +76,22 @@ def sync_driver(url: str | None = None) -> SyncDriverProtocol:
             )
         )
     return driver
+
+
+async def run_one(call: Call[T]) -> T:
+    """``await (await async_driver()).run(call)``, but sent without a turn of the loop when
+    the driver is made and idle (AsyncCoalescer.run_now): a producer's common call."""
+    loop = asyncio.get_running_loop()
+    per_loop = _async.get(loop)
+    made = None if per_loop is None else per_loop.get((config.settings().redis_url or "",
+                                                        _generation[0]))  # fmt: skip
+    if type(made) is tuple and type(made[0]) is AsyncCoalescer:
+        driver = made[0]
+        got = driver.run_now(call, loop)
+        if isinstance(got, Pending):
+            return await got.wait
+        return got if got is not None else await driver.run(call)
+    return await (await async_driver()).run(call)
 
 
 async def async_driver(url: str | None = None) -> AsyncDriverProtocol:

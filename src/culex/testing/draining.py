@@ -194,7 +194,7 @@ class _Drainer:
                 hastened += reply
         if hastened and not claimed:
             # Tasks made due after the claim looked (a server that had lost the hasten
-            # script ran it again behind the claim: drivers.again): claim once more.
+            # script ran it again behind the claim: reloading.again): claim once more.
             return await self._claim()
         return claimed
 

@@ -1,0 +1,137 @@
+"""A lone call sent without a turn of the event loop (AsyncDriver.run_now, through the
+coalescer and ``aenqueue()``), on a real server: answered at once, a reply that misses the
+spin and the calls made meanwhile, a server that lost its scripts or dropped the
+connection, and a caller cancelled while its reply is out."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import redis
+
+import culex
+from culex._redis.calls import Call
+from culex._redis.coalescing import AsyncCoalescer
+from culex._redis.connections import AsyncConnection
+from culex._redis.drivers import AsyncDriver, Pending
+
+from .test_coalescing import RecordingAsync, echo, hold, incr
+
+SPIN = 0.01  # busy_poll's largest: the spin catches a reply whenever the machine allows
+
+
+class RunNowJob(culex.QueuedJob):
+    queue = "run_now"
+    n: int = 0
+
+    def perform(self) -> None:
+        pass
+
+
+async def test_a_lone_call_on_an_idle_loop_is_answered_without_a_turn_of_the_loop(
+    url: str, r: redis.Redis
+) -> None:
+    """With the connection made and nothing else to run, run_now returns the value itself
+    (the spin learns to wait long enough: nearly every call is answered so)."""
+    driver = AsyncDriver(url, busy_poll=SPIN)
+    try:
+        assert await driver.run(echo("warm")) == "warm"  # (the connection made)
+        loop = asyncio.get_running_loop()
+        direct, values = 0, []
+        for _ in range(50):
+            got = driver.run_now(incr("counted"), loop)
+            assert got is not None
+            if isinstance(got, Pending):
+                values.append(await got.wait)
+            else:
+                direct += 1
+                values.append(got)
+        assert values == list(range(1, 51))  # each its own reply, in order
+        assert direct >= 25, direct
+        loop.call_soon(lambda: None)  # the loop has a callback to run: no spin then
+        assert driver.run_now(incr("counted"), loop) is None
+        assert r.get("counted") == b"50"  # (nothing was sent)
+    finally:
+        await driver.close()
+
+
+async def test_a_reply_that_misses_the_spin_is_awaited_and_calls_made_meanwhile_go_together(
+    url: str, r: redis.Redis
+) -> None:
+    inner = RecordingAsync(url)
+    inner.busy_poll = SPIN
+    shared = AsyncCoalescer(inner)
+    try:
+        await shared.run(echo("warm"))
+        inner.writes.clear()
+        got = shared.run_now(hold("hold"), asyncio.get_running_loop())
+        assert isinstance(got, Pending)  # (BLPOP stays on the wire until the push)
+        held = asyncio.ensure_future(got.wait)
+        words = [f"w{i}" for i in range(20)]
+        # (made while it is on the wire: they go together, in one write of their own)
+        assert await asyncio.gather(*(shared.run(echo(w)) for w in words)) == words
+        assert not held.done()
+        r.lpush("hold", "go")
+        assert await held == [b"hold", b"go"]
+        assert await shared.run(echo("alone")) == "alone"
+    finally:
+        await shared.close()
+    # (run_now's own write is not run's; "alone" went by run_now too, or by run)
+    assert inner.writes[0] == ("run_many", ["ECHO"] * 20)
+
+
+async def test_a_caller_cancelled_while_its_reply_is_out_leaves_the_driver_usable(
+    url: str, r: redis.Redis
+) -> None:
+    driver = AsyncDriver(url, busy_poll=SPIN)
+    try:
+        await driver.run(echo("warm"))
+        got = driver.run_now(hold("never"), asyncio.get_running_loop())
+        assert isinstance(got, Pending)
+        waiting = asyncio.ensure_future(got.wait)
+        await asyncio.sleep(0.05)
+        waiting.cancel()
+        await asyncio.gather(waiting, return_exceptions=True)
+        assert waiting.cancelled()
+        assert await driver.run(echo("after")) == "after"  # (on a new connection)
+        assert await asyncio.wait_for(driver.run(incr("n")), 5) == 1
+    finally:
+        await driver.close()
+
+
+async def test_aenqueue_after_the_server_lost_its_scripts_stores_the_task_once(
+    r: redis.Redis,
+) -> None:
+    await RunNowJob(n=0).aenqueue()  # (the driver made, the script loaded)
+    r.script_flush()
+    task = await RunNowJob(n=1).aenqueue()
+    assert r.zscore("culex:{run_now}:waiting", task.id) is not None
+    assert r.zcard("culex:{run_now}:waiting") == 2
+
+
+async def test_aenqueue_on_a_connection_the_server_dropped_stores_the_task_once(
+    r: redis.Redis, monkeypatch: Any
+) -> None:
+    await RunNowJob(n=0).aenqueue()
+    sent: list[int] = []
+    real = AsyncConnection.send_now
+
+    def counted(self: AsyncConnection, packed: bytes, count: int, loop: Any) -> Any:
+        sent.append(count)
+        return real(self, packed, count, loop)
+
+    monkeypatch.setattr(AsyncConnection, "send_now", counted)
+    killed = r.client_kill_filter(_type="normal", skipme=True)
+    assert killed >= 1
+    task = await RunNowJob(n=1).aenqueue()
+    assert sent  # (it went the direct way, on the dropped connection first)
+    assert r.zscore("culex:{run_now}:waiting", task.id) is not None
+    assert r.zcard("culex:{run_now}:waiting") == 2
+
+
+def test_run_now_is_offered_only_by_culex_s_own_driver(url: str) -> None:
+    """(a Call of every kind: the coalescer asks nothing of a driver without run_now)"""
+    call: Call[Any] = echo("x")
+    assert call.blocks == 0
+    assert AsyncCoalescer(RecordingAsync(url))._now is not None
