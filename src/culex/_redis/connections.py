@@ -339,6 +339,8 @@ class AsyncConnection:
             return None
         try:
             sent = raw.send(packed)
+        except BlockingIOError:  # (the socket's buffer is full: the transport's way, then)
+            return None
         except OSError as exc:  # (nothing of it went: the connection is done for)
             protocol._fail(exc)
             return None
