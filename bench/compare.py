@@ -4,6 +4,7 @@
     python bench/compare.py --quick          # 2k tasks, 1 run, a 100k backlog
     python bench/compare.py --only culex,rq --runs 3
     python bench/compare.py --pin bench/results/FILE.json   # the peers of that run
+    PYTHONPATH=/tmp/cmp/src python bench/compare.py --commit SHA  # culex from git archive SHA
 
 Run it with the interpreter that has culex (the checkout under test) installed. The peers
 are installed on first use into their own environments under bench/.peers/. The table
@@ -48,6 +49,11 @@ def parse() -> argparse.Namespace:
     parser.add_argument(
         "--pin", type=Path, help="install the peers as this results file recorded them"
     )
+    parser.add_argument(
+        "--commit",
+        help="the commit a culex that is no git checkout was taken from (git archive), "
+        "for the record and its name",
+    )
     args = parser.parse_args()
     args.systems = args.only.split(",") if args.only else SYSTEMS
     unknown = set(args.systems) - set(SYSTEMS)
@@ -60,8 +66,11 @@ def parse() -> argparse.Namespace:
     return args
 
 
-def checkout() -> dict[str, Any]:
-    """The commit of the culex under test, and whether the work tree has changes on top."""
+def checkout(archived: str | None = None) -> dict[str, Any]:
+    """The commit of the culex under test, and whether the work tree has changes on top;
+    for a culex that is no git checkout (an archive of a commit on PYTHONPATH, so that the
+    checkout can be edited while the comparison runs), ``archived``, the commit it was taken
+    from, when given."""
     import culex
 
     folder = Path(culex.__file__).resolve().parent
@@ -74,6 +83,9 @@ def checkout() -> dict[str, Any]:
             [*git, "status", "--porcelain", "--", "."], capture_output=True, text=True, check=True
         ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
+        if archived:
+            return {"culex_checkout": f"{archived[:7]} (an archive of it, at {folder})",
+                    "culex_commit": archived}  # fmt: skip
         return {"culex_checkout": f"not a git checkout ({folder})", "culex_commit": None}
     text = head[:7] + (" with uncommitted changes" if dirty else "")
     return {"culex_checkout": text, "culex_commit": head, "culex_uncommitted": bool(dirty)}
@@ -91,7 +103,7 @@ def source_digest() -> str:
     return digest.hexdigest()[:12]
 
 
-def machine() -> dict[str, Any]:
+def machine(archived: str | None = None) -> dict[str, Any]:
     model = ""
     for line in Path("/proc/cpuinfo").read_text().splitlines():
         if line.startswith("model name"):
@@ -103,7 +115,7 @@ def machine() -> dict[str, Any]:
         "python": platform.python_version(),
         "platform": platform.platform(),
         "load_average_at_start": os.getloadavg(),
-        **checkout(),
+        **checkout(archived),
         "culex_source_at_start": source_digest(),
     }
 
@@ -153,7 +165,7 @@ def main() -> None:
     sizes = Sizes(2_000, 200, 300, (1_000, 100_000)) if args.quick else Sizes()
     started = time.strftime("%Y%m%d-%H%M%S")
     logs = RESULTS / f"logs-{started}"
-    info = machine()
+    info = machine(args.commit)
     if info["load_average_at_start"][0] > 0.5:
         print(f"note: the machine is busy (load {info['load_average_at_start'][0]:.2f})")
     pythons, versions, frozen = environments(args.systems, args.upgrade, args.pin)
