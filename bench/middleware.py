@@ -99,13 +99,18 @@ def configurations() -> dict[str, list[culex.Middleware]]:
     }
 
 
-def enqueued(middleware: list[culex.Middleware], calls: int, url: str) -> float:
-    """µs per ``enqueue()`` of ``calls`` enqueues, one after another, with ``middleware``."""
+def configured(middleware: list[culex.Middleware], url: str) -> None:
+    """An empty server, and culex configured on it with ``middleware``."""
     import redis
 
     redis.Redis.from_url(url).flushall()
     enqueue._registered.clear()
     culex.configure(redis_url=url, middleware=middleware)
+
+
+def enqueued(middleware: list[culex.Middleware], calls: int, url: str) -> float:
+    """µs per ``enqueue()`` of ``calls`` enqueues, one after another, with ``middleware``."""
+    configured(middleware, url)
     BenchMiddlewareJob(n=0).enqueue()  # (the queue registered, the script loaded)
     job = BenchMiddlewareJob(n=1)
     start = time.perf_counter()
@@ -116,11 +121,7 @@ def enqueued(middleware: list[culex.Middleware], calls: int, url: str) -> float:
 
 def drained(middleware: list[culex.Middleware], tasks: int, url: str) -> float:
     """Tasks/s of a drain of ``tasks`` no-op tasks enqueued with ``middleware``."""
-    import redis
-
-    redis.Redis.from_url(url).flushall()
-    enqueue._registered.clear()
-    culex.configure(redis_url=url, middleware=middleware)
+    configured(middleware, url)
     culex.enqueue_many(BenchMiddlewareJob(n=i) for i in range(tasks))
     from culex.testing import drain
 

@@ -11,10 +11,10 @@ from typing import Any
 import redis
 
 import culex
-from culex._redis.calls import Call
 from culex._redis.coalescing import AsyncCoalescer
 from culex._redis.connections import AsyncConnection
 from culex._redis.drivers import AsyncDriver, Pending
+from culex._redis.redispy import RedisPyAsyncDriver
 
 from .test_coalescing import RecordingAsync, echo, hold, incr
 
@@ -130,8 +130,20 @@ async def test_aenqueue_on_a_connection_the_server_dropped_stores_the_task_once(
     assert r.zcard("culex:{run_now}:waiting") == 2
 
 
-def test_run_now_is_offered_only_by_culex_s_own_driver(url: str) -> None:
-    """(a Call of every kind: the coalescer asks nothing of a driver without run_now)"""
-    call: Call[Any] = echo("x")
-    assert call.blocks == 0
-    assert AsyncCoalescer(RecordingAsync(url))._now is not None
+async def test_run_now_is_offered_only_by_culex_s_own_driver(url: str, r: redis.Redis) -> None:
+    """Over redis-py's driver the coalescer sends nothing by run_now (its calls go by run);
+    over culex's own it does."""
+    own = AsyncCoalescer(AsyncDriver(url, busy_poll=SPIN))
+    other = AsyncCoalescer(RedisPyAsyncDriver(url, 1.0))
+    try:
+        assert await own.run(echo("warm")) == "warm"
+        assert await other.run(echo("warm")) == "warm"
+        loop = asyncio.get_running_loop()
+        assert other.run_now(incr("n"), loop) is None
+        assert r.get("n") is None  # (nothing was sent)
+        got = own.run_now(incr("n"), loop)
+        assert got is not None
+        assert (await got.wait if isinstance(got, Pending) else got) == 1
+    finally:
+        await own.close()
+        await other.close()

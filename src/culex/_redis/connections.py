@@ -322,10 +322,10 @@ class AsyncConnection:
         allows) and read as it comes. The replies when all came within the spin; else a
         future of them, the exchange going on as :meth:`exchange`'s would (the future fails
         with the connection, or when the server is silent for ``timeout`` s; whoever awaits
-        it closes the connection on a failure or a cancellation). None when it cannot go
-        so, nothing sent: no plain socket or no spin (TLS, ``busy_poll`` 0), the loop has
-        callbacks to run (a spin would hold them up), or the transport holds unsent bytes.
-        After a failed write None too, and the connection is no longer :attr:`usable`."""
+        it closes the connection on a failure or a cancellation). None, nothing sent, when
+        there is no plain socket or no spin (TLS, ``busy_poll`` 0), the loop has callbacks
+        to run, the transport holds unsent bytes, or the write failed (then the connection
+        is no longer :attr:`usable`)."""
         raw, spinner, protocol = self._raw, self._spinner, self._protocol
         transport = protocol.transport
         if (
@@ -357,8 +357,9 @@ class AsyncConnection:
                     replies.append(reply)
                 if len(replies) == count:
                     return replies
-        except ProtocolError as exc:
-            protocol._fail(exc)
+        except OSError as exc:  # (a failed read: the transport meets it at its next one)
+            if isinstance(exc, ProtocolError):  # (a reply that is not RESP: the connection ends)
+                protocol._fail(exc)
         waiter = loop.create_future()
         if protocol.lost is not None:
             waiter.set_exception(protocol.lost)

@@ -61,15 +61,9 @@ def receive(sock: socket.socket, spinner: Spinner) -> bytes:
         return sock.recv(READ_SIZE)
     start = time.perf_counter()
     if spinner.limit > 0:
-        deadline = start + spinner.limit
-        while True:
-            try:
-                data = sock.recv(READ_SIZE, socket.MSG_DONTWAIT)
-            except BlockingIOError:
-                if time.perf_counter() < deadline:
-                    continue
-                break
-            return data
+        polled = poll_recv(sock, start + spinner.limit)
+        if polled is not None:
+            return polled
     data = sock.recv(READ_SIZE)
     spinner.waited(time.perf_counter() - start)
     return data
@@ -96,18 +90,16 @@ def spin_for_reply(
     return 0.0
 
 
-def poll_recv(raw: socket.socket, deadline: float) -> bytes | None:
-    """What a socket that is not blocking holds, read as soon as it comes, polled for until
+def poll_recv(sock: socket.socket, deadline: float) -> bytes | None:
+    """What ``sock`` holds, read without blocking as soon as it comes, polled for until
     ``deadline`` (``time.perf_counter``): its bytes, b"" at its end, or None when nothing
-    came by then or the read failed (its owner meets the failure at its next read)."""
+    came by then. A failed read raises (OSError)."""
     while True:
         try:
-            return raw.recv(READ_SIZE, socket.MSG_DONTWAIT)
+            return sock.recv(READ_SIZE, socket.MSG_DONTWAIT)
         except BlockingIOError:
             if time.perf_counter() >= deadline:
                 return None
-        except OSError:
-            return None
 
 
 class SpinningSelector(selectors.DefaultSelector):

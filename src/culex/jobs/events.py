@@ -26,10 +26,10 @@ from ..server.procedures import Procedure, one_call, raised, run_async, run_sync
 KINDS = ("enqueued", "started", "succeeded", "failed", "dead")
 """The kinds of event, in the order a task's events come."""
 ENDS = frozenset(("succeeded", "dead"))
+"""The kinds that end a task."""
 # A task's events that, up to its retry out of dead's ms, are its run before the retry (a
 # retry writes no event, and its new run's first is "started").
 _BEFORE_RETRY = ENDS | {"enqueued"}
-"""The kinds that end a task."""
 BATCH = 500  # entries read per stream and round trip
 BLOCK_CHUNK = 5.0  # the longest one blocking read waits (a wait for ever is many)
 # On a cluster each queue's stream has its own slot: several queues are followed by

@@ -82,28 +82,44 @@ async def run_one(call: Call[T]) -> T:
     """``await (await async_driver()).run(call)``, but sent without a turn of the loop when
     the driver is made and idle (AsyncCoalescer.run_now): a producer's common call."""
     loop = asyncio.get_running_loop()
-    per_loop = _async.get(loop)
-    made = None if per_loop is None else per_loop.get((config.settings().redis_url or "",
-                                                        _generation[0]))  # fmt: skip
-    if type(made) is tuple and type(made[0]) is AsyncCoalescer:
-        driver = made[0]
+    driver = _made_driver(loop, config.settings().redis_url)
+    if driver is None:
+        return await (await async_driver()).run(call)
+    if type(driver) is AsyncCoalescer:
         got = driver.run_now(call, loop)
         if isinstance(got, Pending):
             return await got.wait
-        return got if got is not None else await driver.run(call)
-    return await (await async_driver()).run(call)
+        if got is not None:
+            return got
+    return await driver.run(call)
+
+
+def _made_driver(loop: asyncio.AbstractEventLoop, named: str | None) -> AsyncDriverProtocol | None:
+    """The driver made for ``named`` on ``loop`` (under the current configuration), or None
+    when none is made yet."""
+    per_loop = _async.get(loop)
+    entry = None if per_loop is None else per_loop.get(_key(named))
+    if type(entry) is not tuple:  # (none, or a future: still being made)
+        return None
+    driver: AsyncDriverProtocol = entry[0]
+    return driver
+
+
+def _key(named: str | None) -> tuple[str, int]:
+    return (named or "", _generation[0])  # (a configure() may change how to connect)
 
 
 async def async_driver(url: str | None = None) -> AsyncDriverProtocol:
     """An asyncio driver for ``url`` on the running loop (clients are bound to a loop)."""
     settings = config.settings()
     named = url if url is not None else settings.redis_url
-    per_loop = _async.setdefault(asyncio.get_running_loop(), {})
-    key = (named or "", _generation[0])  # (a configure() may change how to connect)
-    entry = per_loop.get(key)
-    if type(entry) is tuple:  # the common case: made before
-        driver: AsyncDriverProtocol = entry[0]
+    loop = asyncio.get_running_loop()
+    driver = _made_driver(loop, named)
+    if driver is not None:  # the common case: made before
         return driver
+    per_loop = _async.setdefault(loop, {})
+    key = _key(named)
+    entry = per_loop.get(key)
     if entry is None:  # the first caller makes it; callers meanwhile wait for the same one
         entry = per_loop[key] = asyncio.ensure_future(
             _made(named, settings.socket_timeout, settings.busy_poll)
