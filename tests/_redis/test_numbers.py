@@ -424,7 +424,29 @@ def loaded(r: redis.Redis) -> redis.Redis:
 def test_a_bad_number_in_argv_is_refused_with_nothing_written(
     loaded: redis.Redis, name: str
 ) -> None:
-    r, case = loaded, CASES[name]
+    refuses_bad_numbers(loaded, name, CASES[name])
+
+
+# The common enqueue as culex sends it: seven ARGV (no option), four KEYS (a drawn id).
+COMMON_ENQUEUE = Case(
+    nothing,
+    enqueuing.enqueue(K, "n1", "J", "{}", due_ms=None, delay_ms=0, max_retries=4, drawn=True),
+    numbers=(5, 6, 7),
+)
+
+
+def test_a_bad_number_in_the_common_enqueue_is_refused_with_nothing_written(
+    loaded: redis.Redis,
+) -> None:
+    """enqueue.lua skips its checks' functions for a call whose seven ARGV are plainly
+    good: a bad due time, delay or max_retries in such a call still meets them."""
+    assert len(COMMON_ENQUEUE.call.args) == 7 and len(COMMON_ENQUEUE.call.keys) == 4
+    refuses_bad_numbers(loaded, "enqueue", COMMON_ENQUEUE)
+
+
+def refuses_bad_numbers(r: redis.Redis, name: str, case: Case) -> None:
+    """Each BAD value at each of ``case``'s number positions is refused, or leaves the
+    keyspace whole."""
     d = driver_of(r)
     keys = tuple(case.call.keys)
     for position in case.numbers:

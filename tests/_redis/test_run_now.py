@@ -8,9 +8,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 import redis
 
 import culex
+from culex._redis import drivers
 from culex._redis.coalescing import AsyncCoalescer
 from culex._redis.connections import AsyncConnection
 from culex._redis.drivers import AsyncDriver, Pending
@@ -147,3 +149,37 @@ async def test_run_now_is_offered_only_by_culex_s_own_driver(url: str, r: redis.
     finally:
         await own.close()
         await other.close()
+
+
+async def test_without_a_spin_run_now_packs_nothing_and_the_call_is_packed_once(
+    url: str, r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With busy_poll 0 run_now cannot send (no spin: likewise over TLS), so it returns
+    None before packing the call (it had packed it for nothing, and run packed it again:
+    a sixth of an aenqueue's own instructions); with a spin the one pack is its send's."""
+    packed: list[int] = []
+    real = drivers.pack
+
+    def counted(calls: list[Any]) -> bytes:
+        packed.append(len(calls))
+        return real(calls)
+
+    monkeypatch.setattr(drivers, "pack", counted)
+    loop = asyncio.get_running_loop()
+    for busy_poll, by_run_now in ((0.0, False), (SPIN, True)):
+        driver = AsyncDriver(url, busy_poll=busy_poll)
+        shared = AsyncCoalescer(driver)
+        try:
+            assert await shared.run(echo("warm")) == "warm"  # (the connection made)
+            packed.clear()
+            for sender in (driver, shared):
+                got = sender.run_now(echo("x"), loop)
+                assert (got is not None) is by_run_now
+                if isinstance(got, Pending):  # (a reply that missed the spin)
+                    assert await got.wait == "x"
+            assert packed == ([1, 1] if by_run_now else [])
+            packed.clear()
+            assert await shared.run(incr(f"n{busy_poll}")) == 1
+            assert packed == [1]
+        finally:
+            await shared.close()

@@ -68,8 +68,9 @@ class AsyncCoalescer:
         self.where = driver.where
         self._on_wire = 0  # calls and batches sent and not yet answered
         self._next: list[tuple[Call[Any], asyncio.Future[Any]]] | None = None
-        # (culex's own driver can send a lone call without a turn of the loop)
-        self._now = driver.run_now if isinstance(driver, AsyncDriver) else None
+        # (culex's own driver can send a lone call without a turn of the loop, with a spin)
+        own = driver if isinstance(driver, AsyncDriver) and driver.busy_poll > 0 else None
+        self._now = None if own is None else own.run_now
 
     def run_now(self, call: Call[T], loop: asyncio.AbstractEventLoop) -> T | Pending[T] | None:
         """A lone call sent without a turn of the loop, when nothing else is on the wire

@@ -241,7 +241,7 @@ class AsyncConnection:
         # else to run (culex._redis.spin.spin_for_reply).
         self._spinner: Spinner | None = None
         self._poller: select.poll | None = None
-        self._raw: socket.socket | None = None
+        self.raw: socket.socket | None = None  # (set below: then send_now may send)
         transport = protocol.transport
         sock = transport.get_extra_info("socket") if transport is not None else None
         if busy_poll > 0 and sock is not None:
@@ -253,7 +253,7 @@ class AsyncConnection:
             raw = getattr(transport, "_sock", None)
             tls = transport is not None and transport.get_extra_info("sslcontext")
             if isinstance(raw, socket.socket) and not tls:
-                self._raw = raw
+                self.raw = raw
 
     @classmethod
     async def open(
@@ -303,8 +303,8 @@ class AsyncConnection:
         if spinner is not None and not blocks:
             assert self._poller is not None
             spun = spin_for_reply(loop, self._poller, spinner)
-            if spun == 0.0 and self._raw is not None:  # it came: read it now
-                self._read_now(self._raw)
+            if spun == 0.0 and self.raw is not None:  # it came: read it now
+                self._read_now(self.raw)
         try:
             replies: list[Any] = await waiter
         except BaseException:
@@ -326,7 +326,7 @@ class AsyncConnection:
         there is no plain socket or no spin (TLS, ``busy_poll`` 0), the loop has callbacks
         to run, the transport holds unsent bytes, or the write failed (then the connection
         is no longer :attr:`usable`)."""
-        raw, spinner, protocol = self._raw, self._spinner, self._protocol
+        raw, spinner, protocol = self.raw, self._spinner, self._protocol
         transport = protocol.transport
         if (
             raw is None

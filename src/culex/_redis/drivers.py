@@ -238,6 +238,8 @@ class AsyncDriver:
         idle = self._idle
         if call.blocks or not idle or self._slots.locked() or getattr(loop, "_ready", True):
             return None  # (a loop with callbacks to run: its own turn comes first)
+        if idle[-1].raw is None:  # (no spin, or TLS: not packed for nothing)
+            return None
         conn = idle.pop()
         got = conn.send_now(pack([call]), 1, loop)
         if got is None:

@@ -65,10 +65,27 @@
 -- An error, and nothing written, for a bad number (include/numbers.lua), a bad priority, a
 -- bad dedupe key, a dedupe key without KEYS[5] and KEYS[6], or a window without a key.
 
--- Only include/numbers.lua is copied here, for every call: the includes that only some calls
--- need are copied into the branches that need them (dedupe, priority and groups, events),
--- so that the common enqueue makes none of their functions (a closure made per call, that
--- the garbage collector then collects, costs about as much as a command's own work).
+-- The includes are copied into the branches that need them (the numbers' checks, dedupe,
+-- priority and groups, events), so that the common enqueue makes none of their functions
+-- (a closure made per call, that the garbage collector then collects, costs about as much
+-- as a command's own work).
+local events_key = KEYS[9]
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+-- (what the commands get for now: the number, or its text. NUMBERS_AS_TEXT is
+-- include/numbers.lua's, written out here: that include comes only with the checks below)
+local NUMBERS_AS_TEXT = redis.REDIS_VERSION_NUM < 0x070200
+local now_arg = NUMBERS_AS_TEXT and t[1] .. string.sub('000' .. string.sub(t[2], 1, -4), -3)
+  or now
+local due = now
+local trace, priority, dedupe, group, expires, window = '', 0, '', '', false, false
+local headers, more = '', false
+-- The common enqueue (no due time, no delay, a max_retries of up to 12 digits, ARGV 8 to 14
+-- left out: the producer sends them only when one is used) needs no check's function; any
+-- other goes through argv_whole, which says the rule of a bad number.
+local max_retries = ARGV[7]
+if ARGV[5] ~= '' or ARGV[6] ~= '' or #ARGV > 7
+  or not (max_retries and #max_retries < 13 and string.find(max_retries, '^%d+$')) then
 -- >>> include/numbers.lua
 -- MOST = 2^42 - 1, the largest whole number a script takes where its header says no other
 -- bound: a ready time (ms since the epoch, below 2^42: include/priority.lua), a duration in
@@ -114,62 +131,48 @@ local function argv_whole(script, i, name, lo, hi, absent)
   return n
 end
 -- <<< include/numbers.lua
-
-local events_key = KEYS[9]
-local t = redis.call('TIME')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
--- (what the commands get for now: the number, or its text: include/numbers.lua)
-local now_arg = NUMBERS_AS_TEXT and t[1] .. string.sub('000' .. string.sub(t[2], 1, -4), -3)
-  or now
-local due = now
-if ARGV[5] ~= '' then
-  due = argv_whole('enqueue', 5, 'due_ms', 0, MOST)
-elseif ARGV[6] ~= '' then
-  due = now + argv_whole('enqueue', 6, 'delay_ms', 0, MOST - now, 0)
-end
--- (the common max_retries, up to 12 digits, passes without a call: argv_whole says the rule)
-local max_retries = ARGV[7]
-if not (max_retries and #max_retries < 13 and string.find(max_retries, '^%d+$')) then
+  if ARGV[5] ~= '' then
+    due = argv_whole('enqueue', 5, 'due_ms', 0, MOST)
+  elseif ARGV[6] ~= '' then
+    due = now + argv_whole('enqueue', 6, 'delay_ms', 0, MOST - now, 0)
+  end
   argv_whole('enqueue', 7, 'max_retries', 0, MOST)
-end
--- ARGV 8 to 14 come only when one of them is used: the common enqueue skips their checks
-local trace, priority, dedupe, group, expires, window = '', 0, '', '', false, false
-local headers, more = '', false
-if #ARGV > 7 then
-  trace = ARGV[8] or ''
-  headers = ARGV[13] or ''
-  -- (each number checked only when given: "" and absent cost no call)
-  if ARGV[9] ~= '' then priority = argv_whole('enqueue', 9, 'priority', -100, 100, 0) end
-  if ARGV[12] and ARGV[12] ~= '' then
-    expires = argv_whole('enqueue', 12, 'expires_ms', 0, MOST - now, false)
-  end
-  dedupe = ARGV[10] or ''
-  if dedupe ~= '' and (#dedupe > 500 or not KEYS[6]) then
-    return redis.error_reply('ERR enqueue: a dedupe key (ARGV[10]) takes 1 to 500 bytes and '
-      .. 'KEYS[5] and KEYS[6]')
-  end
-  if ARGV[14] and ARGV[14] ~= '' then
-    window = argv_whole('enqueue', 14, 'dedupe_for_ms', 1, MOST, false)
-  end
-  if window and dedupe == '' then
-    return redis.error_reply('ERR enqueue: a dedupe window (ARGV[14]) takes a dedupe key')
-  end
-  group = ARGV[11] or ''
-  if group ~= '' and (#group > 500 or not KEYS[7]) then
-    return redis.error_reply('ERR enqueue: a group (ARGV[11]) takes 1 to 500 bytes and KEYS[7]')
-  end
-  -- the optional fields, stored by the same HSET as the others (a command more per field
-  -- would cost more than the table)
-  more = {}
-  if trace ~= '' then more[#more + 1] = 'trace'; more[#more + 1] = trace end
-  if priority ~= 0 then more[#more + 1] = 'priority'; more[#more + 1] = priority end
-  if group ~= '' then more[#more + 1] = 'group'; more[#more + 1] = group end
-  if expires then more[#more + 1] = 'expires_at'; more[#more + 1] = now + expires end
-  if headers ~= '' then more[#more + 1] = 'headers'; more[#more + 1] = headers end
-  if dedupe ~= '' then
-    more[#more + 1] = 'dedupe_key'; more[#more + 1] = dedupe
-    more[#more + 1] = 'on_end'; more[#more + 1] = '1'
-    if window then more[#more + 1] = 'dedupe_for'; more[#more + 1] = window end
+  if #ARGV > 7 then
+    trace = ARGV[8] or ''
+    headers = ARGV[13] or ''
+    -- (each number checked only when given: "" and absent cost no call)
+    if ARGV[9] ~= '' then priority = argv_whole('enqueue', 9, 'priority', -100, 100, 0) end
+    if ARGV[12] and ARGV[12] ~= '' then
+      expires = argv_whole('enqueue', 12, 'expires_ms', 0, MOST - now, false)
+    end
+    dedupe = ARGV[10] or ''
+    if dedupe ~= '' and (#dedupe > 500 or not KEYS[6]) then
+      return redis.error_reply('ERR enqueue: a dedupe key (ARGV[10]) takes 1 to 500 bytes and '
+        .. 'KEYS[5] and KEYS[6]')
+    end
+    if ARGV[14] and ARGV[14] ~= '' then
+      window = argv_whole('enqueue', 14, 'dedupe_for_ms', 1, MOST, false)
+    end
+    if window and dedupe == '' then
+      return redis.error_reply('ERR enqueue: a dedupe window (ARGV[14]) takes a dedupe key')
+    end
+    group = ARGV[11] or ''
+    if group ~= '' and (#group > 500 or not KEYS[7]) then
+      return redis.error_reply('ERR enqueue: a group (ARGV[11]) takes 1 to 500 bytes and KEYS[7]')
+    end
+    -- the optional fields, stored by the same HSET as the others (a command more per field
+    -- would cost more than the table)
+    more = {}
+    if trace ~= '' then more[#more + 1] = 'trace'; more[#more + 1] = trace end
+    if priority ~= 0 then more[#more + 1] = 'priority'; more[#more + 1] = priority end
+    if group ~= '' then more[#more + 1] = 'group'; more[#more + 1] = group end
+    if expires then more[#more + 1] = 'expires_at'; more[#more + 1] = now + expires end
+    if headers ~= '' then more[#more + 1] = 'headers'; more[#more + 1] = headers end
+    if dedupe ~= '' then
+      more[#more + 1] = 'dedupe_key'; more[#more + 1] = dedupe
+      more[#more + 1] = 'on_end'; more[#more + 1] = '1'
+      if window then more[#more + 1] = 'dedupe_for'; more[#more + 1] = window end
+    end
   end
 end
 if redis.call('EXISTS', KEYS[1]) == 1 then
