@@ -13,6 +13,7 @@ import redis
 
 import culex
 from culex._redis import drivers
+from culex._redis.calls import Call
 from culex._redis.coalescing import AsyncCoalescer
 from culex._redis.connections import AsyncConnection
 from culex._redis.drivers import AsyncDriver, Pending
@@ -183,3 +184,28 @@ async def test_without_a_spin_run_now_packs_nothing_and_the_call_is_packed_once(
             assert packed == [1]
         finally:
             await shared.close()
+
+
+async def test_a_reply_that_misses_the_spin_holds_a_slot_of_max_connections(
+    url: str, r: redis.Redis
+) -> None:
+    """With max_connections=1, a call whose reply is still out after run_now holds the one
+    slot: another call waits for it, and no second connection is opened meanwhile."""
+    driver = AsyncDriver(url, max_connections=1, busy_poll=SPIN)
+    name = "run-now-slots"
+    try:
+        assert await driver.run(Call((), ("CLIENT", "SETNAME", name), lambda x: x)) == b"OK"
+        got = driver.run_now(hold("held"), asyncio.get_running_loop())
+        assert isinstance(got, Pending)  # (BLPOP stays on the wire until the push)
+        held = asyncio.ensure_future(got.wait)
+        other = asyncio.ensure_future(driver.run(echo("after")))
+        await asyncio.sleep(0.3)
+        assert not other.done()  # (it waits for the slot the held call has)
+        assert [c["name"] for c in r.client_list()].count(name) == 1
+        opened = [c for c in r.client_list() if c["name"] != name and c["cmd"] != "client|list"]
+        assert opened == [], opened  # (no second connection)
+        r.lpush("held", "go")
+        assert await held == [b"held", b"go"]
+        assert await other == "after"
+    finally:
+        await driver.close()

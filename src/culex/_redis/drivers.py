@@ -233,8 +233,9 @@ class AsyncDriver:
         """``call`` sent and answered without a turn of the loop, on an idle connection
         (AsyncConnection.send_now): its value; a :class:`Pending` to await when the reply
         did not come within the spin; None when it cannot go so (nothing was sent, or the
-        server lost the script: the reply refused it): then :meth:`run` does it. It holds
-        no slot of ``max_connections``: the coalescer sends one such call at a time."""
+        server lost the script: the reply refused it): then :meth:`run` does it. A Pending
+        holds a slot of ``max_connections`` while its reply is out (taken as it is awaited:
+        at once when awaited at once, as the coalescer does, since one was free)."""
         idle = self._idle
         if call.blocks or not idle or self._slots.locked() or getattr(loop, "_ready", True):
             return None  # (a loop with callbacks to run: its own turn comes first)
@@ -257,17 +258,21 @@ class AsyncDriver:
         self, call: Call[T], conn: AsyncConnection, waiter: asyncio.Future[list[Any]]
     ) -> T:
         """The rest of :meth:`run_now`'s exchange, as :meth:`_exchange` ends one."""
-        try:
-            replies = await waiter
-        except TimeoutError as exc:  # the server may yet run it: no resend
-            conn.close()
-            raise server_error(exc, self.where) from exc
-        except OSError:  # gone stale while idle (a server restart): once more
-            conn.close()
+        async with self._slots:
+            try:
+                replies = await waiter
+            except TimeoutError as exc:  # the server may yet run it: no resend
+                conn.close()
+                raise server_error(exc, self.where) from exc
+            except OSError:  # gone stale while idle (a server restart): once more, below
+                conn.close()
+                replies = None
+            except BaseException:
+                conn.close()
+                raise
+        # (run() takes its own slot: sent again outside this one)
+        if replies is None:
             return await self.run(call)
-        except BaseException:
-            conn.close()
-            raise
         self._idle.append(conn)
         if no_script(replies[0]):  # (the script was lost: run() loads it and sends again)
             return await self.run(call)
