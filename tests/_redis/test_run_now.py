@@ -209,3 +209,30 @@ async def test_a_reply_that_misses_the_spin_holds_a_slot_of_max_connections(
         assert await other == "after"
     finally:
         await driver.close()
+
+
+async def test_a_pending_call_cancelled_while_it_waits_for_a_slot_closes_its_connection(
+    url: str, r: redis.Redis
+) -> None:
+    """A Pending awaited late, when another call has taken the one slot meanwhile, waits
+    for it; cancelled there, it closes the connection its call went on (its reply would
+    otherwise arrive on a connection nobody reads, and the socket stay open)."""
+    driver = AsyncDriver(url, max_connections=1, busy_poll=SPIN)
+    name = "run-now-late"
+    try:
+        assert await driver.run(Call((), ("CLIENT", "SETNAME", name), lambda x: x)) == b"OK"
+        got = driver.run_now(hold("late"), asyncio.get_running_loop())
+        assert isinstance(got, Pending)
+        first = asyncio.ensure_future(driver.run(hold("first")))  # (takes the slot first)
+        late = asyncio.ensure_future(got.wait)
+        await asyncio.sleep(0.3)
+        assert not late.done() and not first.done()
+        late.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await late
+        await asyncio.sleep(0.3)
+        assert name not in [c["name"] for c in r.client_list()]  # (closed)
+        r.lpush("first", "go")
+        assert await first == [b"first", b"go"]
+    finally:
+        await driver.close()

@@ -258,21 +258,18 @@ class AsyncDriver:
         self, call: Call[T], conn: AsyncConnection, waiter: asyncio.Future[list[Any]]
     ) -> T:
         """The rest of :meth:`run_now`'s exchange, as :meth:`_exchange` ends one."""
-        async with self._slots:
-            try:
+        try:
+            async with self._slots:  # (a cancellation while it waits for one closes conn too)
                 replies = await waiter
-            except TimeoutError as exc:  # the server may yet run it: no resend
-                conn.close()
-                raise server_error(exc, self.where) from exc
-            except OSError:  # gone stale while idle (a server restart): once more, below
-                conn.close()
-                replies = None
-            except BaseException:
-                conn.close()
-                raise
-        # (run() takes its own slot: sent again outside this one)
-        if replies is None:
+        except TimeoutError as exc:  # the server may yet run it: no resend
+            conn.close()
+            raise server_error(exc, self.where) from exc
+        except OSError:  # gone stale while idle (a server restart): once more, outside the
+            conn.close()  # slot (run() takes its own)
             return await self.run(call)
+        except BaseException:
+            conn.close()
+            raise
         self._idle.append(conn)
         if no_script(replies[0]):  # (the script was lost: run() loads it and sends again)
             return await self.run(call)
