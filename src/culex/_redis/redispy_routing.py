@@ -59,9 +59,15 @@ def redis_py() -> Any:
     return redis
 
 
-def client_options(address: Address, socket_timeout: float) -> dict[str, Any]:
-    """redis-py's keyword arguments for a data node of ``address`` (login, TLS, timeouts)."""
-    retry = redis_py().retry.Retry(redis_py().backoff.NoBackoff(), 0)
+def client_options(
+    address: Address, socket_timeout: float, *, asynchronous: bool
+) -> dict[str, Any]:
+    """redis-py's keyword arguments for a data node of ``address`` (login, TLS, timeouts),
+    for its blocking or its asyncio client (each takes a retry policy of its own kind:
+    redis-py 8.2 warns of a blocking one given to an asyncio client)."""
+    redis = redis_py()
+    kind = redis.asyncio.retry if asynchronous else redis.retry
+    retry = kind.Retry(redis.backoff.NoBackoff(), 0)
     options: dict[str, Any] = {
         # culex decides what is tried again, and for how long (see the module's docstring)
         "retry": retry,
@@ -279,7 +285,7 @@ class Client:
         asynchronous: bool,
     ) -> None:
         redis = redis_py()
-        options = {**client_options(address, socket_timeout), **extra}
+        options = {**client_options(address, socket_timeout, asynchronous=asynchronous), **extra}
         module = redis.asyncio if asynchronous else redis
         self.cluster = address.kind == "cluster"
         self.sentinels: list[Any] = []  # clients of the sentinels: closed with the driver
