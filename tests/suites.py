@@ -6,7 +6,12 @@ Three runs of the suite (tests/conftest.py):
 2. the script and procedure tests again through redis-py's client (``CULEX_DRIVER=redis-py
    pytest -m procedures``);
 3. everything again on a ``redis-server`` of the system (``CULEX_TEST_SERVER=redis-server``;
-   on a machine without one, it skips with one line, as conftest.py says).
+   on a machine without one, it skips with one line, as conftest.py says);
+4. with ``CULEX_OLDEST_PYTHON`` naming the Python of an environment where culex was
+   installed on the oldest versions pyproject.toml allows (``pip install -c .ci/oldest.txt
+   -e '.[test]'``, as ``.ci/run`` does), a part of the suite again on those: the script and
+   procedure tests through redis-py, and the tests of Cluster, tracing, metrics, middleware
+   and the dashboard's app. Without it they are skipped, with one line.
 
 The tests spend most of their time waiting (for a lease to end, a failover, a storm of
 kills), not computing: a run of the suite keeps one of two cores about a quarter busy. So
@@ -43,6 +48,7 @@ class Suite:
     name: str
     env: dict[str, str]
     args: tuple[str, ...] = ()
+    python: str = sys.executable
 
 
 VALKEY = Suite("the suite on the wheel's Valkey", {})
@@ -52,7 +58,40 @@ REDIS_PY = Suite(
     ("-m", "procedures"),
 )
 REDIS_SERVER = Suite("the suite on redis-server", {"CULEX_TEST_SERVER": "redis-server"})
-SUITES = (VALKEY, REDIS_PY, REDIS_SERVER)
+
+# The oldest-versions runs (4. above): the Python they run on, and what they run.
+OLDEST_PYTHON = "CULEX_OLDEST_PYTHON"
+OLDEST_PATHS = (
+    "tests/server/test_cluster.py",
+    "tests/workflows/test_cluster_workflows.py",
+    "tests/jobs/test_events_cluster.py",
+    "tests/test_tracing.py",
+    "tests/operations/test_metrics.py",
+    "tests/operations/test_metrics_text.py",
+    "tests/middleware",
+    "tests/dashboard/test_app.py",
+)
+
+
+def oldest() -> tuple[Suite, ...]:
+    """The oldest-versions runs, when $CULEX_OLDEST_PYTHON names their Python."""
+    python = os.environ.get(OLDEST_PYTHON)
+    if not python:
+        return ()
+    return (
+        Suite(
+            f"{REDIS_PY.name}, on the oldest versions allowed",
+            REDIS_PY.env,
+            REDIS_PY.args,
+            python,
+        ),
+        Suite(
+            "Cluster, tracing, metrics, middleware, app: oldest versions", {}, OLDEST_PATHS, python
+        ),
+    )
+
+
+SUITES = (VALKEY, REDIS_PY, REDIS_SERVER, *oldest())
 
 HEAVY = ("tests/chaos", "tests/server")  # runner fleets, clusters, failovers
 
@@ -73,12 +112,12 @@ def light(suite: Suite) -> Suite:
 LINES = (
     (heavy(VALKEY), light(REDIS_SERVER)),
     (light(VALKEY), heavy(REDIS_SERVER)),
-    (REDIS_PY,),
+    (REDIS_PY, *oldest()),
 )
 
 
 def command(suite: Suite, extra: list[str]) -> list[str]:
-    return [sys.executable, "-m", "pytest", *suite.args, *extra]
+    return [suite.python, "-m", "pytest", *suite.args, *extra]
 
 
 _started: list[subprocess.Popen[bytes]] = []  # (ended with this process: see main)
@@ -166,6 +205,12 @@ def main() -> int:
     parser.add_argument("pytest_args", nargs="*", help="after --: passed to every pytest")
     args = parser.parse_args()
     began = time.monotonic()
+    if not oldest():
+        print(
+            f"skipped: the runs on the oldest versions allowed ({OLDEST_PYTHON} is not set; "
+            ".ci/run sets it)",
+            flush=True,
+        )
     # A SIGTERM (a CI job's timeout, say) ends the runs too, as Ctrl-C does.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     try:

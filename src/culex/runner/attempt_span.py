@@ -70,7 +70,10 @@ async def _performing(job: Job, claimed: Claimed, run: Awaitable[E]) -> E:
             "culex.attempt": claimed.attempt,
         },
     )
-    token = otel_context.attach(trace.set_span_in_context(span, parent))
+    # (with no SDK, an older API (1.20) starts an invalid span where a newer one carries the
+    # parent's context: the parent is the current context in perform either way)
+    valid = span.get_span_context().is_valid
+    token = otel_context.attach(trace.set_span_in_context(span, parent) if valid else parent)
     try:
         outcome = await run
     except BaseException as exc:  # cancelled: the runner stops and hands the task back
