@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import multiprocessing
 import os
 import signal
 import threading
@@ -116,6 +117,38 @@ class OutageUpstreamJob(OutageJob):
     def perform(self) -> str:
         self.gated()
         return f"{len(self.upstream())} upstreams"
+
+
+forked = multiprocessing.get_context("fork")  # (shared with a job's child process)
+entered, opened = forked.Event(), forked.Event()
+
+
+def charge_in_child() -> str:
+    entered.set()
+    opened.wait(30)
+    return "charged"
+
+
+class OutageChildJob(OutageJob):
+    """The outage meets a step's record sent from a child process."""
+
+    isolation = "process"
+
+    def perform(self) -> str:
+        return self.step("charge", charge_in_child)
+
+
+class Held(logging.Handler):
+    """Sets ``held`` when culex says a call waits for the server, in this process or in a
+    child forked from it (which has a copy of this handler, and shares the event)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.held = forked.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "waits for the server" in record.getMessage():
+            self.held.set()
 
 
 WHAT: dict[str, tuple[type[culex.QueuedJob], str, str]] = {  # job, what runs once, result
@@ -317,6 +350,32 @@ async def test_a_call_through_a_server_killed_and_started_again_spends_no_retry(
         assert await task.aresult(timeout=30) == WHAT[what][2]
     assert "waits for the server" in caplog.text
     ran_once(task, what)
+
+
+async def test_a_record_sent_from_a_child_process_is_held_through_a_restart(
+    own_server: EmbeddedServer,
+) -> None:
+    """isolation = "process": the child holds the record (it counts the lease from the last
+    renewal before it started) and the task succeeds on its first attempt."""
+    culex.configure(lease=LEASE_KILL)
+    entered.clear()
+    opened.clear()
+    told = Held()
+    logging.getLogger("culex").addHandler(told)
+    try:
+        task = OutageChildJob().enqueue()
+        async with running(culex.Runner(run_from=[QUEUE])):
+            await await_until(entered.is_set, what="the step in the child")
+            kill(own_server)
+            opened.set()
+            await await_until(told.held.is_set, what="the record held")
+            own_server.ensure_running()
+            assert await task.aresult(timeout=30) == "charged"
+    finally:
+        logging.getLogger("culex").removeHandler(told)
+    info = task.info()
+    assert (info["attempt"], info["retry_count"], info["steps"]) == ("1", "0", "1")
+    assert info.get("stalls") is None
 
 
 async def test_the_lease_running_out_in_the_outage_ends_the_attempt_as_a_stall(
