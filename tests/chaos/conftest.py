@@ -14,7 +14,10 @@ from typing import Any
 import pytest
 
 import culex
+from culex import config
+from culex.server.embedded import EmbeddedServer
 
+from ..conftest import suite_binary
 from . import chaos_jobs
 from .fleet import Fleet
 from .ledger import Ledger
@@ -51,6 +54,21 @@ def rng() -> random.Random:
     seed = int(os.environ.get(SEED_ENV) or random.randrange(2**32))
     print(f"chaos seed: {seed} (replay with {SEED_ENV}={seed})")
     return random.Random(seed)
+
+
+@pytest.fixture
+def own_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[EmbeddedServer]:
+    """A server for this test alone; the test process's culex settings point at it."""
+    server = EmbeddedServer(tmp_path / "valkey", binary=suite_binary())
+    url = server.ensure_running()
+    monkeypatch.setenv("CULEX_REDIS_URL", url)
+    config.reset()
+    try:
+        yield server
+    finally:
+        server.stop()
+        monkeypatch.undo()
+        config.reset()
 
 
 @pytest.fixture

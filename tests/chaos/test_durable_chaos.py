@@ -3,6 +3,9 @@ run`` processes, a random one SIGKILLed and replaced every 1-2 s. Every task suc
 once recorded never runs again; a step runs again only when the process that ran it
 before was killed (inside the step, or between its end and its record: a step is
 at-least-once at that edge). The figures are published as the other chaos runs' are.
+
+And the same tasks through the server's outages (SIGKILLed and started again, and full, in
+turns), with no runner killed: every step runs once, and no task spends a retry.
 """
 
 from __future__ import annotations
@@ -19,11 +22,26 @@ import pytest
 import redis
 
 import culex
+from culex.operations.inspection import runners
+from culex.server.embedded import EmbeddedServer
 
+from ..conftest import wait_until
+from ..faults.test_out_of_memory import give_it_back, take_the_memory
+from ..jobs.test_durable_outage import kill
 from . import durable_chaos_jobs as jobs
 from . import fleet as fleet_module
 from .fleet import Fleet
-from .ledger import DEATHS, DIED, KILLED, SUCCEEDED, Fault, Ledger, read_tasks
+from .ledger import (
+    DEATHS,
+    DIED,
+    KILLED,
+    SUCCEEDED,
+    Fault,
+    Ledger,
+    Rerun,
+    Verdict,
+    read_tasks,
+)
 from .workload import Producer, drain, publish
 
 LEASE = 2.0
@@ -125,6 +143,45 @@ def check_steps(
     return verdict
 
 
+def durable_work(rng: random.Random, tasks: int) -> list[tuple[str, culex.QueuedJob]]:
+    return [
+        (
+            f"durable-{n:06d}",
+            (jobs.SyncDurableChaosJob if n % 2 else jobs.DurableChaosJob)(ms=rng.randint(5, 40)),
+        )
+        for n in range(tasks)
+    ]
+
+
+def durable_fleet(
+    fleets: Callable[..., Fleet], url: str, monkeypatch: pytest.MonkeyPatch, env: dict[str, str]
+) -> Fleet:
+    """RUNNERS ``culex run`` processes of the durable jobs on ``url``."""
+    monkeypatch.setattr(fleet_module, "JOBS_FILE", Path(jobs.__file__).resolve())
+    fleet = fleets(url, concurrency=8, queues=[jobs.QUEUE], env=env, log_level="WARNING")
+    for _ in range(RUNNERS):
+        fleet.start()
+    return fleet
+
+
+def checked(
+    r: redis.Redis,
+    ledger: Ledger,
+    work: list[tuple[str, culex.QueuedJob]],
+    resumes: tuple[str, ...] = (SUSPENDED,),
+) -> tuple[Verdict, list[Rerun], StepVerdict, dict[str, dict[str, str]]]:
+    """The ledger's verdict without the reruns that resume a task after its sleep (an
+    attempt that ended with one of ``resumes``: those reruns come back apart), the steps'
+    verdict, and the tasks' hashes."""
+    verdict = ledger.check(r)
+    resumed = [x for x in verdict.reruns if x.before.outcome in resumes]
+    others = [x for x in verdict.reruns if x.before.outcome not in resumes]
+    verdict = replace(verdict, reruns=others)
+    hashes = read_tasks(r, "culex", {task_id: jobs.QUEUE for task_id, _ in work})
+    steps = check_steps(hashes, step_runs(ledger.exec_dir), verdict.faults)
+    return verdict, resumed, steps, hashes
+
+
 def storm(
     r: redis.Redis,
     url: str,
@@ -136,18 +193,9 @@ def storm(
     rate: float,
     name: str,
 ) -> None:
-    monkeypatch.setattr(fleet_module, "JOBS_FILE", Path(jobs.__file__).resolve())
     env = {"CULEX_LEASE": str(LEASE), "CULEX_MAX_STALLS": "20"}
-    fleet = fleets(url, concurrency=8, queues=[jobs.QUEUE], env=env, log_level="WARNING")
-    for _ in range(RUNNERS):
-        fleet.start()
-    work = [
-        (
-            f"durable-{n:06d}",
-            (jobs.SyncDurableChaosJob if n % 2 else jobs.DurableChaosJob)(ms=rng.randint(5, 40)),
-        )
-        for n in range(tasks)
-    ]
+    fleet = durable_fleet(fleets, url, monkeypatch, env)
+    work = durable_work(rng, tasks)
     producer = Producer(ledger, [(i, job, SUCCEEDED) for i, job in work], rate)
     began = time.monotonic()
     producer.start()
@@ -166,12 +214,7 @@ def storm(
         drain_s = drain(r, ledger, timeout=180, tick=fleet.replace_dead)
     finally:
         producer.stop()
-    checked = ledger.check(r)
-    # An attempt that ended in its sleep is followed by the one that resumes it: no rerun.
-    resumed = [x for x in checked.reruns if x.before.outcome == SUSPENDED]
-    verdict = replace(checked, reruns=[x for x in checked.reruns if x.before.outcome != SUSPENDED])
-    hashes = read_tasks(r, "culex", {task_id: jobs.QUEUE for task_id, _ in work})
-    steps = check_steps(hashes, step_runs(ledger.exec_dir), verdict.faults)
+    verdict, resumed, steps, _ = checked(r, ledger, work)
     publish(
         name,
         {
@@ -240,3 +283,119 @@ def test_durable_sigkill_storm_long(
         rate=40,
         name="durable-sigkill-storm-long",
     )
+
+
+# -- the server's outages under durable tasks -------------------------------------------
+
+OUTAGE_LEASE = 10.0  # (the restart scenario's: a short outage keeps every lease)
+OUTAGE_EVERY = 3.0  # seconds between two outages, taking turns: killed, then full
+DOWN = 1.0  # seconds a killed server stays down
+FULL = 2.0  # seconds a server stays out of memory
+STALE = "stale"  # an attempt whose sleep landed but whose reply was lost in an outage
+
+
+def outages(
+    server: EmbeddedServer,
+    ledger: Ledger,
+    fleets: Callable[..., Fleet],
+    rng: random.Random,
+    monkeypatch: pytest.MonkeyPatch,
+    tasks: int,
+    rate: float,
+    name: str,
+) -> None:
+    """Durable tasks while the server is SIGKILLed and started again on its append-only
+    file, and made full (maxmemory under what it holds), in turns. No runner dies: every
+    step is recorded by the one execution of it, and no task spends a retry."""
+    r = redis.Redis.from_url(server.url)
+    fleet = durable_fleet(fleets, server.url, monkeypatch, {"CULEX_LEASE": str(OUTAGE_LEASE)})
+    # (a runner that meets an outage as it starts exits: it cannot reach the server)
+    wait_until(lambda: len(runners()) == RUNNERS, timeout=60, what="the runners up")
+    work = durable_work(rng, tasks)
+    producer = Producer(ledger, [(i, job, SUCCEEDED) for i, job in work], rate)
+    faults: Counter[str] = Counter()
+    began = time.monotonic()
+    producer.start()
+    try:
+        next_outage = began + rng.uniform(1, 2)
+        while producer.is_alive():
+            time.sleep(0.02)
+            # (none in the last 2 s: the runners must carry on after the last one)
+            if time.monotonic() < next_outage or time.monotonic() > began + tasks / rate - 2:
+                continue
+            if faults["killed"] <= faults["full"]:
+                kill(server)
+                time.sleep(DOWN)
+                server.ensure_running()  # (the same data folder: the AOF is loaded)
+                faults["killed"] += 1
+            else:
+                take_the_memory(r)
+                time.sleep(FULL)
+                give_it_back(r)
+                faults["full"] += 1
+            next_outage = time.monotonic() + OUTAGE_EVERY
+        drain_s = drain(r, ledger, timeout=120, tick=fleet.replace_dead)
+    finally:
+        producer.stop()
+    verdict, resumed, steps, hashes = checked(r, ledger, work, (SUSPENDED, STALE))
+    spent = {i: f.get("retry_count") for i, f in hashes.items() if f.get("retry_count") != "0"}
+    # (a stall is allowed where no attempt was lost: a claim whose reply the kill took leaves
+    # its task in pending until the lease ends; an attempt that ran and came back would be
+    # an unexplained rerun, and a step run twice a step problem)
+    stalls = sum(int(f.get("stalls", 0)) for f in hashes.values())
+    held = fleet.logs().count("waits for the server")  # durable calls the outages met
+    r.close()
+    publish(
+        name,
+        {
+            "runners": RUNNERS,
+            "lease_s": OUTAGE_LEASE,
+            "steps_per_task": jobs.STEPS,
+            "server_killed": faults["killed"],
+            "server_full": faults["full"],
+            "drain_s": round(drain_s, 1),
+            **verdict.figures(),
+            "attempts_resumed_after_their_sleep": len(resumed),
+            "step_executions": steps.step_executions,
+            "steps_recorded": sum(steps.recorded.values()),
+            "durable_calls_held": held,
+            "tasks_with_a_retry": len(spent),
+            "stalls": stalls,
+            "step_problems": len(steps.problems),
+            **producer.figures(),
+        },
+    )
+    assert not producer.unclear and not producer.gave_up, (producer.unclear, producer.gave_up)
+    assert verdict.ok, verdict.problems()
+    assert verdict.acknowledged == tasks and verdict.states == {SUCCEEDED: tasks}
+    assert not steps.problems, "\n".join(steps.problems[:10])  # (no runner died: none ran twice)
+    assert steps.step_executions == tasks * jobs.STEPS
+    assert not spent, f"tasks that spent a retry: {dict(list(spent.items())[:10])}"
+    assert not verdict.reruns, verdict.reruns[:5]  # (but the resumes after a sleep)
+    assert faults["killed"] >= 2 and faults["full"] >= 1, faults
+    assert held, "no durable call met an outage"
+    assert not [p for p in fleet.runners if not p.alive()], fleet.logs()[-3000:]
+
+
+@pytest.mark.parametrize(
+    ("tasks", "name"),
+    [
+        pytest.param(300, "durable-server-outages", marks=pytest.mark.timeout(300)),
+        pytest.param(
+            4_000,
+            "durable-server-outages-long",
+            marks=[pytest.mark.long, pytest.mark.timeout(1800)],
+            id="long",
+        ),
+    ],
+)
+def test_durable_through_server_outages(
+    own_server: EmbeddedServer,
+    ledger: Ledger,
+    fleets: Callable[..., Fleet],
+    rng: random.Random,
+    monkeypatch: pytest.MonkeyPatch,
+    tasks: int,
+    name: str,
+) -> None:
+    outages(own_server, ledger, fleets, rng, monkeypatch, tasks=tasks, rate=20, name=name)

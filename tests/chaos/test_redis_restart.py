@@ -9,16 +9,13 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 import redis
 
-from culex import config
 from culex.server.embedded import EmbeddedServer
 
-from ..conftest import suite_binary
 from .chaos_jobs import ChaosJob, SyncChaosJob
 from .fleet import Fleet
 from .ledger import SUCCEEDED, Ledger
@@ -33,21 +30,6 @@ DOWN = 1.0  # how long the server stays down on each restart
 RESTART_EVERY = 7.0  # seconds between restarts; a SCRIPT FLUSH halfway between two
 # The issue's bound: runners reconnect within 5 s of the server being back.
 RECONNECT_WITHIN = 5.0
-
-
-@pytest.fixture
-def own_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[EmbeddedServer]:
-    """A server for this test alone; the test process's culex settings point at it."""
-    server = EmbeddedServer(tmp_path / "valkey", binary=suite_binary())
-    url = server.ensure_running()
-    monkeypatch.setenv("CULEX_REDIS_URL", url)
-    config.reset()
-    try:
-        yield server
-    finally:
-        server.stop()
-        monkeypatch.undo()
-        config.reset()
 
 
 def restart_under_load(

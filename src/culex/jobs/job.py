@@ -27,7 +27,7 @@ from .serialization import encode_result, params_text
 from .steps import Durable
 from .task import Task
 from .task_logs import LogBuffer, send_now
-from .upstream import Upstream, upstream_procedure
+from .upstream import Upstream, aupstreams, upstreams
 
 logger = logging.getLogger("culex")
 
@@ -157,17 +157,12 @@ class Job(Durable, JobDeclaration):
         (``Upstream(state, result, error)``, the result typed by the upstream job's
         ``perform`` annotation). Blocking (a round trip); in an ``async def perform``,
         ``await self.aupstream()``. {} for a task that is no node, or outside a runner."""
-        reporting = getattr(self, "reporting_", None)
-        if reporting is None:
-            return {}
-        return run_sync(upstream_procedure(reporting.keys, self._task_id()), reporting.url)
+        return upstreams(getattr(self, "reporting_", None), self._task_id(), self.outage_)
 
     async def aupstream(self) -> dict[str, Upstream]:
         """The async twin of :meth:`upstream`, for an ``async def perform``."""
         reporting = getattr(self, "reporting_", None)
-        if reporting is None:
-            return {}
-        return await run_async(upstream_procedure(reporting.keys, self._task_id()), reporting.url)
+        return await aupstreams(reporting, self._task_id(), self.outage_)
 
     def _task_id(self) -> str:
         return getattr(self, "task_id", "")  # (set by the runner; unset in perform_now)

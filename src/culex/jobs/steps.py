@@ -24,7 +24,7 @@ from .._redis import commands, steps
 from .._redis.keys import QueueKeys
 from .._redis.steps import MAX_NAME, MAX_STEP_BYTES, MAX_STEPS, MAX_TASK_BYTES
 from ..errors import AttemptOver, JobFailure, SignalTimeout, StepError, short
-from ..server.procedures import Procedure, run_async, run_sync
+from ..server.procedures import Outage, Procedure, run_async, run_sync
 from .declaration import JobHooks
 from .serialization import decode_result, encode_result, result_codec
 
@@ -78,6 +78,15 @@ class Place(NamedTuple):
     task_id: str
     attempt: int
     at: int  # its place in perform, from 0
+    outage: Outage | None  # how its calls are held through a server outage (runner.lease)
+
+    def run(self, procedure: Procedure[T]) -> T:
+        """Send ``procedure``'s calls (blocking), held through an outage while the lease holds."""
+        return run_sync(procedure, self.url, self.outage)
+
+    async def arun(self, procedure: Procedure[T]) -> T:
+        """:meth:`run` on the running event loop."""
+        return await run_async(procedure, self.url, self.outage)
 
 
 class Durable:
@@ -86,6 +95,7 @@ class Durable:
 
     task_id: str
     attempt: int
+    outage_: Outage | None = None  # set by the runner (None outside one: a call raises)
     _records_: list[Record] | None = None
     _places_: int = 0
 
@@ -96,7 +106,7 @@ class Durable:
             return None
         at = self._places_
         self._places_ = at + 1
-        return Place(reporting.url, reporting.keys, self.task_id, self.attempt, at)
+        return Place(reporting.url, reporting.keys, self.task_id, self.attempt, at, self.outage_)
 
     def _replay(self, place: Place, kind: str, name: str) -> Procedure[Record | None]:
         """The record at ``place`` (read with the others, once an attempt), checked to be
@@ -169,11 +179,11 @@ class Durable:
         place = self._place()
         if place is None:
             return fn(*args, **kwargs)
-        found = run_sync(self._replay(place, "step", name), place.url)
+        found = place.run(self._replay(place, "step", name))
         if found is not None:
             return typing.cast(T, self._decoded(fn, name, found.value))
         value = fn(*args, **kwargs)
-        run_sync(self._recorded(place, name, self._encoded(fn, name, value)), place.url)
+        place.run(self._recorded(place, name, self._encoded(fn, name, value)))
         return value
 
     async def astep(
@@ -184,11 +194,11 @@ class Durable:
         place = self._place()
         if place is None:
             return await fn(*args, **kwargs)
-        found = await run_async(self._replay(place, "step", name), place.url)
+        found = await place.arun(self._replay(place, "step", name))
         if found is not None:
             return typing.cast(T, self._decoded(fn, name, found.value))
         value = await fn(*args, **kwargs)
-        await run_async(self._recorded(place, name, self._encoded(fn, name, value)), place.url)
+        await place.arun(self._recorded(place, name, self._encoded(fn, name, value)))
         return value
 
     def _codec(self, fn: Callable[..., Any], name: str) -> Any:
@@ -214,18 +224,18 @@ class Durable:
         delay = _delay_ms(duration, "sleep")
         place = self._place()
         if place is not None:
-            found = run_sync(self._replay(place, "sleep", "sleep"), place.url)
+            found = place.run(self._replay(place, "sleep", "sleep"))
             if found is None:
-                run_sync(self._suspended(place, "sleep", "", delay), place.url)
+                place.run(self._suspended(place, "sleep", "", delay))
 
     async def asleep(self, duration: timedelta | float) -> None:
         """:meth:`sleep` for an ``async def perform``."""
         delay = _delay_ms(duration, "asleep")
         place = self._place()
         if place is not None:
-            found = await run_async(self._replay(place, "sleep", "sleep"), place.url)
+            found = await place.arun(self._replay(place, "sleep", "sleep"))
             if found is None:
-                await run_async(self._suspended(place, "sleep", "", delay), place.url)
+                await place.arun(self._suspended(place, "sleep", "", delay))
 
     # -- signals -----------------------------------------------------------------------
 
@@ -239,9 +249,9 @@ class Durable:
         place = self._place()
         if place is None:
             raise RuntimeError("receive() waits for a signal sent to a task: run it in a runner")
-        found = run_sync(self._replay(place, "receive", name), place.url)
+        found = place.run(self._replay(place, "receive", name))
         if found is None:
-            found = run_sync(self._suspended(place, "receive", name, delay), place.url)
+            found = place.run(self._suspended(place, "receive", name, delay))
         return _received(found, name)
 
     async def areceive(self, name: str, *, timeout: timedelta | float | None = None) -> Any:
@@ -251,9 +261,9 @@ class Durable:
         place = self._place()
         if place is None:
             raise RuntimeError("areceive() waits for a signal sent to a task: run it in a runner")
-        found = await run_async(self._replay(place, "receive", name), place.url)
+        found = await place.arun(self._replay(place, "receive", name))
         if found is None:
-            found = await run_async(self._suspended(place, "receive", name, delay), place.url)
+            found = await place.arun(self._suspended(place, "receive", name, delay))
         return _received(found, name)
 
 

@@ -13,7 +13,8 @@ from typing import Any, NamedTuple
 
 from .._redis import workflows
 from .._redis.keys import QueueKeys
-from ..server.procedures import Procedure
+from ..server.procedures import Outage, Procedure, run_async, run_sync
+from .progress import Reporting
 from .registry import registry
 from .serialization import decode_result
 
@@ -32,6 +33,25 @@ def upstream_procedure(keys: QueueKeys, task_id: str) -> Procedure[dict[str, Ups
     """The ends of a node's upstreams, by node name ({} for a task that is no node)."""
     copies = yield workflows.read_upstream(keys, task_id)
     return {name: end for name, end in map(_upstream, copies.values())}
+
+
+def upstreams(
+    reporting: Reporting | None, task_id: str, outage: Outage | None
+) -> dict[str, Upstream]:
+    """:meth:`culex.Job.upstream`: read where ``reporting`` says ({} outside a runner),
+    held through a server outage by ``outage`` (culex.runner.lease)."""
+    if reporting is None:
+        return {}
+    return run_sync(upstream_procedure(reporting.keys, task_id), reporting.url, outage)
+
+
+async def aupstreams(
+    reporting: Reporting | None, task_id: str, outage: Outage | None
+) -> dict[str, Upstream]:
+    """The async twin of :func:`upstreams`."""
+    if reporting is None:
+        return {}
+    return await run_async(upstream_procedure(reporting.keys, task_id), reporting.url, outage)
 
 
 def _upstream(text: str) -> tuple[str, Upstream]:

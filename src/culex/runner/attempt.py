@@ -28,8 +28,10 @@ from ..jobs.progress import Reporting
 from ..jobs.registry import JobRegistry
 from ..jobs.task_logs import LogBuffer, unbeaten
 from ..middleware.hooks import ParamsUnreadable, read_headers
+from ..server.procedures import Outage
 from .attempt_span import performing
 from .isolation import ChildDied, ChildRaised, run_in_process
+from .lease import LeaseKeeper
 from .outcome import Outcome, task_name
 from .wrapping import around_async, around_sync, configured, opened_params
 
@@ -41,9 +43,12 @@ class Preparation:
     and for culex.testing's drain: decoded with the job class ``jobs`` knows for its type,
     its own lease checked (and given to ``hold`` when it is not ``default_lease_ms``), and
     told where its queue's progress goes (``reporting``, one per queue); its log lines'
-    buffer is given to ``lines`` (the runner's heartbeat sends them)."""
+    buffer is given to ``lines`` (the runner's heartbeat sends them); ``outage`` gives how
+    its own calls are held through a server outage (None: they raise)."""
 
-    __slots__ = ("default_lease_ms", "hold", "jobs", "lines", "max_payload_bytes", "reporting")
+    __slots__ = (
+        "default_lease_ms", "hold", "jobs", "lines", "max_payload_bytes", "outage", "reporting"
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -61,6 +66,12 @@ class Preparation:
         self.reporting = reporting
         self.default_lease_ms = default_lease_ms
         self.hold = hold  # (None: the lease outlasts the whole run, as a drain's does)
+        self.outage: Callable[[Claimed], Outage] | None = None
+
+    def keep(self, keeper: LeaseKeeper) -> None:
+        """Leases held by ``keeper``: a job's own lease, its log lines, its calls held
+        through a server outage."""
+        self.hold, self.lines, self.outage = keeper.hold, keeper.keep_lines, keeper.outage
 
     def prepare(self, claimed: Claimed) -> Job | Outcome:
         """The job object to run, set up; or the dead Outcome of a broken task: whatever
@@ -76,6 +87,8 @@ class Preparation:
                 if lease_ms != self.default_lease_ms and self.hold is not None:
                     self.hold(claimed, lease_ms)
             job.reporting_ = self.reporting[claimed.queue]
+            if self.outage is not None:
+                job.outage_ = self.outage(claimed)
             # (a buffer for its log lines is made by its first line: most tasks log none)
             job.log_keep_ = unbeaten if self.lines is None else partial(self.lines, claimed)
             if claimed.headers:  # (the middleware's, written at enqueue: ValueError if bad)
@@ -349,6 +362,7 @@ def _later(job: Job, claimed: Claimed, asked: RetryLater, started: float) -> Out
 _OVER = {
     "suspended": "suspended (it sleeps, or waits for a signal)",
     "stale": "stopped: another attempt holds it (its lease was lost)",
+    "outage": "stopped: the server was out of reach past its lease (it runs again, as a stall)",
 }
 
 

@@ -7,6 +7,10 @@ not stop the renewals: such a task is not handed out twice while its runner live
 The same beat, in the same round trip, keeps the runner's record in the runner registry
 (beat.lua): who it is and the tasks it runs now. The record expires a lease after the last
 beat, and is removed when the runner stops.
+
+A running attempt's own calls (a durable step's record, a suspend, a read of its records or
+upstreams) are held through a server outage for as long as its lease holds
+(:class:`ThroughOutage`), as the reporter holds a finished outcome.
 """
 
 from __future__ import annotations
@@ -22,9 +26,10 @@ from .._redis.calls import Call
 from .._redis.claims import Claimed
 from .._redis.drivers import SyncDriverProtocol
 from .._redis.keys import queue_keys, queues_key
-from ..errors import ServerError
+from ..errors import AttemptOver, ServerError, ServerUnavailable
 from ..jobs.task_logs import LogBuffer
 from ..server import configured
+from .backoff import SERVER_ERROR, Backoff
 
 logger = logging.getLogger("culex")
 
@@ -47,6 +52,11 @@ class Held:
         # means the report landed first, not a lost lease.
         self.finished = False
         self.lines: LogBuffer | None = None  # its job's log lines, sent with each beat
+
+    def left(self, now: float) -> float:
+        """Seconds (monotonic) until the runner must take this lease for lost if it is not
+        renewed meanwhile (0.8 of it after the last renewal); 0 or less: now."""
+        return self.renewed + LOST_AFTER * self.lease_ms / 1000 - now
 
 
 class LeaseKeeper:
@@ -100,6 +110,16 @@ class LeaseKeeper:
         held = self._held.get((claimed.queue, claimed.id))
         if held is not None:
             held.finished = True
+
+    def outage(self, claimed: Claimed) -> ThroughOutage:
+        """How ``claimed``'s attempt holds its own calls through a server outage."""
+        return ThroughOutage(self, claimed)
+
+    def holding(self, claimed: Claimed) -> Held | None:
+        """The lease held for ``claimed``'s attempt, None when it is held no more. (No lock:
+        a child process forked while a thread held it calls this too.)"""
+        held = self._held.get((claimed.queue, claimed.id))
+        return held if held is not None and held.claimed is claimed else None
 
     def drop(self, claimed: Claimed) -> None:
         """Stop renewing ``claimed`` (its outcome was reported, or it was handed back)."""
@@ -194,11 +214,7 @@ class LeaseKeeper:
             for h in group:
                 if isinstance(reply, list) and h.claimed.id not in lost:
                     h.renewed = now
-                elif (
-                    not h.lost
-                    and not h.finished
-                    and (h.claimed.id in lost or now - h.renewed > LOST_AFTER * h.lease_ms / 1000)
-                ):
+                elif not h.lost and not h.finished and (h.claimed.id in lost or h.left(now) < 0):
                     h.lost = True
                     logger.warning(
                         "lost the lease of task %s<%s> (attempt %d): it may run again elsewhere; "
@@ -207,3 +223,43 @@ class LeaseKeeper:
                         h.claimed.id,
                         h.claimed.attempt,
                     )
+
+
+class ThroughOutage:
+    """An attempt's own call that the server cannot serve now (ServerUnavailable) is sent
+    again after a back-off (50 ms doubling to 2 s, the reporter's), while the attempt's
+    lease holds: renewed within 0.8 of it, not lost. Once it does not, the attempt ends
+    (AttemptOver "outage"): its task runs again after the lease, as a stall, not a failed
+    attempt. The call sent again is fenced by the attempt as the first was, and a call whose
+    first sending landed (its reply lost) is taken as landed (culex.jobs.steps).
+
+    In a child process (``isolation = "process"``) the keeper's renewals are not seen: there
+    the lease counts from the last renewal before the child started."""
+
+    __slots__ = ("backoff", "claimed", "keeper")
+
+    def __init__(self, keeper: LeaseKeeper, claimed: Claimed) -> None:
+        self.keeper = keeper
+        self.claimed = claimed
+        self.backoff = Backoff(*SERVER_ERROR)
+
+    def pause(self, error: ServerUnavailable) -> float:
+        held = self.keeper.holding(self.claimed)
+        left = 0.0 if held is None or held.lost else held.left(time.monotonic())
+        if left <= 0:
+            logger.warning(
+                "task %s<%s> (attempt %d) stops: the server could not take its call within "
+                "its lease (%s); it runs again after the lease",
+                *(self.claimed.queue, self.claimed.id, self.claimed.attempt, error),
+            )
+            raise AttemptOver("outage") from error
+        if not self.backoff.failures:
+            logger.warning(
+                "task %s<%s> (attempt %d) waits for the server: %s (sent again while its "
+                "lease holds)",
+                *(self.claimed.queue, self.claimed.id, self.claimed.attempt, error),
+            )
+        return min(self.backoff.failed(), left)
+
+    def passed(self) -> None:
+        self.backoff.failures = 0

@@ -210,8 +210,7 @@ class Runner:
         self._preparation.reporting = {
             q: Reporting(url, queue_keys(settings.prefix, q)) for q in self.queues
         }
-        self._preparation.hold = keeper.hold
-        self._preparation.lines = keeper.keep_lines
+        self._preparation.keep(keeper)
         keeper.start()
         logger.info("culex is buzzing...")
         queues = startup.queues_said(self.queues, self.weights, settings.strict_queues)

@@ -4,16 +4,20 @@ A procedure is a generator that yields a :class:`~culex._redis.calls.Call` (send
 reply with its value) or a list of calls (send them in one round trip, reply with their
 values, a refused call's place holding its ServerError); its return value is the
 procedure's. :func:`run_sync` and :func:`run_async` drive one, so every procedure gets a
-blocking and an asyncio twin from one body.
+blocking and an asyncio twin from one body. Given an :class:`Outage`, they hold a call the
+server cannot serve now and send it again when the outage says so.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Callable, Generator
-from typing import Any, Literal, TypeVar, overload
+from typing import Any, Literal, Protocol, TypeVar, overload
 
 from .._redis.calls import Call
 from .._redis.drivers import AsyncDriverProtocol, SyncDriverProtocol
+from ..errors import ServerUnavailable
 from . import configured
 
 T = TypeVar("T")
@@ -72,36 +76,68 @@ def together(
     return values
 
 
-def run_sync(procedure: Procedure[T], url: str | None = None) -> T:
+class Outage(Protocol):
+    """How a call is held while the server cannot serve it (ServerUnavailable: out of
+    reach, out of memory, loading, ...): the same call is sent again after each pause."""
+
+    def pause(self, error: ServerUnavailable) -> float:
+        """The seconds to wait before the call is sent again; raises to give up."""
+        ...
+
+    def passed(self) -> None:
+        """A call got through (the next outage starts its pauses over)."""
+        ...
+
+
+def run_sync(procedure: Procedure[T], url: str | None = None, outage: Outage | None = None) -> T:
     """Drive a procedure with blocking I/O, on the shared driver of ``url`` (default: the
-    configured server)."""
+    configured server); a call refused for an outage is held by ``outage`` (None: raised)."""
     driver: SyncDriverProtocol = configured.sync_driver(url)
     try:
         step = next(procedure)
         while True:
-            if isinstance(step, list):
-                step = procedure.send(driver.run_many(step))
-            else:
-                step = procedure.send(driver.run(step))
+            try:
+                reply = driver.run_many(step) if isinstance(step, list) else driver.run(step)
+            except ServerUnavailable as exc:
+                if outage is None:
+                    raise
+                time.sleep(outage.pause(exc))  # (then the same call again)
+                continue
+            if outage is not None:
+                outage.passed()
+            step = procedure.send(reply)
     except StopIteration as done:
         value: T = done.value
         return value
 
 
-async def run_async(procedure: Procedure[T], url: str | None = None) -> T:
+async def run_async(
+    procedure: Procedure[T], url: str | None = None, outage: Outage | None = None
+) -> T:
     """Drive a procedure on the running event loop, on its shared driver of ``url``."""
-    return await run_on(procedure, await configured.async_driver(url))
+    return await run_on(procedure, await configured.async_driver(url), outage)
 
 
-async def run_on(procedure: Procedure[T], driver: AsyncDriverProtocol) -> T:
+async def run_on(
+    procedure: Procedure[T], driver: AsyncDriverProtocol, outage: Outage | None = None
+) -> T:
     """Drive a procedure on the running event loop, on ``driver`` (a runner's own)."""
     try:
         step = next(procedure)
         while True:
-            if isinstance(step, list):
-                step = procedure.send(await driver.run_many(step))
-            else:
-                step = procedure.send(await driver.run(step))
+            try:
+                if isinstance(step, list):
+                    reply = await driver.run_many(step)
+                else:
+                    reply = await driver.run(step)
+            except ServerUnavailable as exc:
+                if outage is None:
+                    raise
+                await asyncio.sleep(outage.pause(exc))
+                continue
+            if outage is not None:
+                outage.passed()
+            step = procedure.send(reply)
     except StopIteration as done:
         value: T = done.value
         return value
