@@ -34,6 +34,10 @@ class CompatJob(culex.QueuedJob, abstract=True):
         pass
 
 
+class CompatControlsJob(CompatJob):
+    queue = "c-controls"
+
+
 class CompatGroupJob(CompatJob):
     queue = "c-groups"
 
@@ -76,6 +80,7 @@ def registry_forgotten() -> None:
 
 # Each queue and the feature its tasks use (compatibility.FEATURES' names).
 USES = {
+    "c-controls": "controls",
     "c-groups": "groups",
     "c-workflows": "workflows",
     "c-durable": "durable",
@@ -106,6 +111,8 @@ def plant_runner(r: redis.Redis, runner_id: str, queues: list[str], **fields: st
 def use_every_feature(r: redis.Redis) -> None:
     """A task of each feature in its queue, stored by this culex's producer (the durable
     one's record as step.lua leaves a task whose first step ran), and a plain one."""
+    CompatControlsJob().enqueue()
+    culex.pause("c-controls")
     CompatGroupJob().enqueue(group="g1")
     wf = culex.Workflow(name="compat")
     first = wf.add(CompatNodeJob(), name="first")
@@ -152,13 +159,14 @@ def test_culex_runners_warns_of_each_feature_an_older_runner_cannot_serve(
     assert (found.queue, found.feature.name, found.seen[:5]) == ("c-expiry", "expiry", "task ")
 
 
-def test_a_record_with_protocol_but_no_features_serves_groups_only(
+def test_a_record_with_protocol_but_no_features_serves_pause_limits_and_groups_only(
     r: redis.Redis, capsys: pytest.CaptureFixture[str]
 ) -> None:
     use_every_feature(r)
     plant_runner(r, "old-host:41:0b0b", QUEUES, protocol="1")  # (0.4.0 to 0.9.0)
     assert main(["runners"]) == 0
-    assert warned(capsys.readouterr().out) == set(USES.items()) - {("c-groups", "groups")}
+    served = {("c-groups", "groups"), ("c-controls", "controls")}
+    assert warned(capsys.readouterr().out) == set(USES.items()) - served
 
 
 def test_no_warning_where_every_runner_serves_the_features(

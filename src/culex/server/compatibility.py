@@ -130,6 +130,10 @@ class Feature(NamedTuple):
 # rollbacks", says the same per feature, with what to drain before a rollback below it).
 FEATURES = (
     Feature(
+        "controls", "a pause or limits set at run time", "0.4.0",
+        "claims past a pause and past limits set at run time", keys=("control",),
+    ),
+    Feature(
         "groups", "groups", "0.4.0",
         "takes no task from a group's ready set, and a grouped task it retries, reclaims or "
         "ends runs outside its group's limits or is not counted out of its group",
@@ -221,11 +225,11 @@ def newer_in_use(prefix: str, version: str, queues: list[str]) -> Procedure[list
 
 def served(record: dict[str, str]) -> set[str]:
     """The features a runner's record says it serves: its ``features``; a record without
-    them (culex before 0.10.0, whose records all said version 0.1.0) serves groups when it
-    says a ``protocol``, else none."""
+    them (culex before 0.10.0, whose records all said version 0.1.0) serves pause, limits and
+    groups when it says a ``protocol``, else none."""
     if "features" in record:
         return set(record["features"].split(","))
-    return {"groups"} if record.get("protocol") else set()
+    return {"controls", "groups"} if record.get("protocol") else set()
 
 
 def unserved(prefix: str, queues: list[str] | None = None) -> Procedure[list[Unserved]]:
