@@ -139,3 +139,13 @@ def test_lines_added_from_many_threads_while_batches_flush_are_each_written_once
     written = lines(stream)
     assert len(written) == threads * each
     assert set(written) == {f"line {n}.{i}" for n in range(threads) for i in range(each)}
+
+
+def test_the_flusher_of_a_closed_handler_ends() -> None:
+    """A flusher that wakes after close() ends its loop: close() once left it a bool where
+    it waits (logging.Handler.close sets a _closed of its own), and the thread died with an
+    AttributeError that pytest reported in whichever test ran then."""
+    handler = logs.BatchingHandler(io.StringIO())
+    handler.close()
+    handler._flusher.join(5)
+    handler._flush_often()  # (the loop, as a flusher that woke after close runs it)

@@ -439,7 +439,7 @@ def test_the_mirror_check_finds_a_folder_without_tests(tmp_path: Path) -> None:
 # ancestor. Point into docs/ instead (docs/design.md#<section>, docs/architecture.md), or
 # name the system ("Mosquito's", "hworker's rule").
 OUTSIDE = re.compile(
-    r"\b(?!README\.md)[A-Z][A-Z_]*\.md\b|\.\./shared|(?i:\bthe\s+seed|\bseed \d{3}\b)"
+    r"\b(?!README\.md|CHANGELOG\.md)[A-Z][A-Z_]*\.md\b|\.\./shared|(?i:\bthe\s+seed|\bseed \d{3}\b)"
 )
 POINTED_FROM = ("src", "tests", "docs", "bench")
 TEXT_SUFFIXES = {".py", ".md", ".lua", ".html", ".js", ".css", ".json", ".toml", ".txt"}

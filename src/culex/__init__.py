@@ -51,6 +51,7 @@ from .operations.queue_control import (
     resume,
 )
 from .runner import Runner
+from .server.compatibility import VERSION as __version__  # (the release: CHANGELOG.md)
 from .workflows.run import NodeView, WorkflowError, WorkflowNotFound, WorkflowRun
 from .workflows.shapes import Group, chain, group
 from .workflows.workflow import Workflow
@@ -129,6 +130,7 @@ __all__ = [
     "WorkflowError",
     "WorkflowNotFound",
     "WorkflowRun",
+    "__version__",
     "adead_tasks",
     "aenqueue_many",
     "aevents",

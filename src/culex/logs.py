@@ -52,7 +52,9 @@ class BatchingHandler(logging.StreamHandler[TextIO]):
         # deque: appends and pops from both ends are thread-safe by contract, so adding a
         # line takes no lock, and a flush takes only the lines it counted
         self._lines: deque[str] = deque()
-        self._closed = threading.Event()
+        # (not _closed: logging.Handler.close() sets its own _closed to True, and a flusher
+        # that woke from its wait then found a bool where its Event was)
+        self._stopping = threading.Event()
         self._flusher = threading.Thread(target=self._flush_often, name="culex-log", daemon=True)
         self._flusher.start()
 
@@ -89,12 +91,12 @@ class BatchingHandler(logging.StreamHandler[TextIO]):
                 pass
 
     def close(self) -> None:
-        self._closed.set()
+        self._stopping.set()
         self.flush()
         super().close()
 
     def _flush_often(self) -> None:
-        while not self._closed.wait(FLUSH_EVERY):
+        while not self._stopping.wait(FLUSH_EVERY):
             if self._lines:
                 self.flush()
 

@@ -36,7 +36,7 @@ def fresh() -> Iterator[None]:
 
 def record(r: redis.Redis, runner_id: str, queues: str, **fields: str) -> None:
     """A runner's record as a runner of that culex writes it (an older one: no protocol)."""
-    found = {"host": "old-host", "pid": "41", "queues": queues, "version": "0.9.0", **fields}
+    found = {"host": "old-host", "pid": "41", "queues": queues, "version": "0.1.0", **fields}
     driver_of(r).run(claims.beat("culex", runner_id, 60_000, found))
 
 
@@ -46,7 +46,7 @@ def test_pause_and_limit_warn_of_an_older_runner_on_the_queue(r: redis.Redis) ->
     with pytest.warns(OlderRunnerWarning) as warned:
         culex.pause("mixed")
     [line] = [str(w.message) for w in warned]
-    assert line.startswith("1 runner(s) of an older culex run queue 'mixed' (0.9.0 on ")
+    assert line.startswith("1 runner(s) of an older culex run queue 'mixed' (0.1.0 on ")
     assert "old-host pid 41" in line and "ignore a pause" in line
     with pytest.warns(OlderRunnerWarning, match="limits set at run time"):
         culex.limit("mixed", concurrency=1)

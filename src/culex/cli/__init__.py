@@ -174,6 +174,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     feed.set_defaults(command=task_events.events_command)
     runners = command("runners", help="the runners at work now, and what each runs")
+    runners.add_argument(
+        "--rollback-check", metavar="VERSION", default=None,
+        help="say instead what is in use on the queues that a runner of release VERSION "
+        "(e.g. 0.4.0) cannot serve, to drain before rolling back to it (exit 1 if any)",
+    )  # fmt: skip
     runners.set_defaults(command=looking.runners_command)
 
     periodic = command(

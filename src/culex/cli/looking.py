@@ -196,9 +196,19 @@ def _progress(value: str, message: str) -> str:
 
 
 def runners_command(args: argparse.Namespace) -> int:
-    from ..operations.inspection import runners
+    from ..operations.inspection import rollback_check, runners, unserved
 
     settings = config.settings_for(args.redis_url)
+    if args.rollback_check is not None:
+        try:
+            found_in_use = rollback_check(args.rollback_check, settings)
+        except ValueError as exc:
+            raise CulexError(str(exc)) from None
+        for lacking in found_in_use:
+            print(shown(lacking.line()))
+        if not found_in_use:
+            print(f"nothing in use that a runner of {args.rollback_check} cannot serve")
+        return 1 if found_in_use else 0
     found = runners(settings)
     now_ms = time.time() * 1000
     print(f"{len(found)} runner(s)")
@@ -216,6 +226,8 @@ def runners_command(args: argparse.Namespace) -> int:
                 f"    {task['queue']}<{task['id']}> {task['job']} "
                 f"(attempt {task['attempt']}) for {_since(now_ms, task['started'], '.1f')}"
             ))  # fmt: skip
+    for lacking in unserved(settings):  # (runners of an older culex, where a queue needs more)
+        print(shown(f"warning: {lacking.line()}"))
     return 0
 
 

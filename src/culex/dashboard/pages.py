@@ -83,12 +83,24 @@ async def overview(request: Request) -> Response:
 
 
 async def runners(request: Request) -> Response:
-    found = await inspection.arunners(request.app.state.settings)
+    settings = request.app.state.settings
+    found = await inspection.arunners(settings)
+    unserved = await inspection.aunserved(settings)
     now_ms = time.time() * 1000
     for runner in found:
         for task in runner["tasks"]:
             task["running_s"] = max(0.0, (now_ms - (task.get("started") or now_ms)) / 1000)
-    return render(request, "runners.html", {"runners": found, "page": "runners"})
+        # (the titles of the features in use that it cannot serve, for its card's badge)
+        lacks = {
+            one.feature.title: None
+            for one in unserved
+            for r in one.runners
+            if r["id"] == runner["id"]
+        }
+        runner["lacks"] = list(lacks)
+    return render(
+        request, "runners.html", {"runners": found, "unserved": unserved, "page": "runners"}
+    )
 
 
 async def queue(request: Request) -> Response:
@@ -124,6 +136,7 @@ async def queue(request: Request) -> Response:
             "verbs": VERBS,
             "limits": listing.LIMITS,
             "page": "dead" if request.query_params.get("from_dead") else "queues",
+            "unserved": await inspection.aunserved(settings, [name]),
         },
     )
 

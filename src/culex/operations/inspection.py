@@ -16,6 +16,8 @@ from typing import Any
 from .. import config
 from .._redis import commands
 from .._redis.calls import number, shown
+from ..server import compatibility
+from ..server.compatibility import Unserved as Unserved
 from ..server.procedures import Procedure, run_async, run_sync
 from .browsing import LISTED as LISTED
 from .browsing import STATES as STATES
@@ -27,6 +29,7 @@ from .browsing import find_task as find_task
 from .browsing import tasks as tasks
 from .dead_everywhere import DeadPage as DeadPage
 from .dead_everywhere import adead_everywhere as adead_everywhere
+from .known_queues import queue_names
 from .periodic_records import PeriodicRow as PeriodicRow
 from .periodic_records import aperiodic_jobs as aperiodic_jobs
 from .periodic_records import aperiodic_records as aperiodic_records
@@ -62,6 +65,45 @@ async def arunners(settings: config.Settings | None = None) -> list[dict[str, An
     """The async twin of :func:`runners`."""
     settings = settings or config.settings()
     return await run_async(_runners(settings), settings.redis_url)
+
+
+def unserved(
+    settings: config.Settings | None = None, queues: list[str] | None = None
+) -> list[Unserved]:
+    """The features in use on a queue (of ``queues``; None: every queue a runner runs) that
+    a live runner of that queue cannot serve, being of an older culex: each with the
+    queue, the feature (its first release, what an older runner does), what showed it in
+    use, and those runners' records. ``culex runners`` and the dashboard print each
+    one's ``line()``. Nothing is read but the registry when every runner serves all."""
+    settings = settings or config.settings()
+    return run_sync(compatibility.unserved(settings.prefix, queues), settings.redis_url)
+
+
+async def aunserved(
+    settings: config.Settings | None = None, queues: list[str] | None = None
+) -> list[Unserved]:
+    """The async twin of :func:`unserved`."""
+    settings = settings or config.settings()
+    return await run_async(compatibility.unserved(settings.prefix, queues), settings.redis_url)
+
+
+def rollback_check(
+    version: str, settings: config.Settings | None = None, queues: list[str] | None = None
+) -> list[Unserved]:
+    """What a rollback to release ``version`` (e.g. "0.4.0") would mishandle: each feature
+    newer than it in use on a queue (of ``queues``, None: every known queue), to drain
+    first (docs/production.md, "Upgrades and rollbacks"). A ValueError for a bad
+    ``version``."""
+    settings = settings or config.settings()
+    compatibility.release(version)  # (checked before any I/O)
+    return run_sync(_rollback_check(settings.prefix, version, queues), settings.redis_url)
+
+
+def _rollback_check(
+    prefix: str, version: str, queues: list[str] | None
+) -> Procedure[list[Unserved]]:
+    names = yield from queue_names(prefix, queues)
+    return (yield from compatibility.newer_in_use(prefix, version, names))
 
 
 def _runners(settings: config.Settings) -> Procedure[list[dict[str, Any]]]:

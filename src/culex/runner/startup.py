@@ -7,7 +7,6 @@ The record is what ``culex runners`` shows; the lease keeper's heartbeat keeps i
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import logging
 import os
@@ -21,7 +20,7 @@ from .._redis.drivers import AsyncDriverProtocol
 from .._redis.keys import queue_keys
 from ..errors import ConfigurationError, ServerError, ServerUnavailable
 from ..jobs.registry import JobRegistry
-from ..server.compatibility import PROTOCOL
+from ..server.compatibility import PROTOCOL, SERVED, VERSION
 
 logger = logging.getLogger("culex")
 
@@ -45,21 +44,14 @@ def identity(runner: str, queues: list[str], concurrency: int, jobs: JobRegistry
         "pid": str(os.getpid()),
         "queues": ",".join(queues),
         "concurrency": str(concurrency),
-        "version": culex_version(),
+        "version": VERSION,
         "protocol": str(PROTOCOL),  # (what it honours: a record without it is older)
+        "features": SERVED,  # (the task kinds it serves: compatibility.FEATURES)
         "started": str(round(time.time() * 1000)),
         "state": RUNNING,  # (QUIET once it takes no new task: SIGTSTP)
         # (what its job classes declare, per queue: culex limit shows it with its source)
         "limits": json.dumps({q: found for q in queues if (found := jobs.declared_limits(q))}),
     }
-
-
-def culex_version() -> str:
-    """culex's version as installed ("" when it is not installed, e.g. run from a tree)."""
-    try:
-        return importlib.metadata.version("culex")
-    except importlib.metadata.PackageNotFoundError:
-        return ""
 
 
 def queues_said(queues: list[str], weights: Mapping[str, int], strict: bool) -> str:
