@@ -33,8 +33,10 @@
 -- ARGV[6] max_steps      the most steps a task records
 -- Returns: {"suspended", until_ms}; {"signal", value}; {"timeout"}; {"stale"} (nothing
 --          written); {"cancel"} (a cancel was asked for: the attempt does not suspend,
---          nothing written); {"conflict", record} (a record is at that index);
---          {"limit", "steps"}.
+--          nothing written); {"conflict", record} (a record is at that index; or the
+--          task waits for another signal at that index, its hash's awaiting: then the
+--          record is {name <awaiting>, kind "receive", awaiting true}, as a receive's
+--          wait holds its place: code changed under a waiting task); {"limit", "steps"}.
 -- An error, and nothing written, for a bad number, kind or name.
 
 -- >>> include/numbers.lua
@@ -158,6 +160,9 @@ if index < count then
 end
 if index > count then
   return redis.error_reply('ERR suspend: index ' .. index .. ' after ' .. count .. ' steps')
+end
+if f[5] and f[5] ~= '' and (kind ~= 'receive' or f[5] ~= name) then
+  return {'conflict', cjson.encode({name = f[5], kind = 'receive', awaiting = true})}
 end
 if count >= most then return {'limit', 'steps'} end
 
