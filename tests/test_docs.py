@@ -118,6 +118,7 @@ def test_the_durable_examples_run(r: redis.Redis, capsys: pytest.CaptureFixture[
         "kept",
         "welcomed acct-1, approved by ops",
         "scheduled",  # the receive waits; a signal after it
+        "skipped approved",  # (keep=False: a typo's signal is not kept)
         "delivered",
         "welcomed acct-2, approved by ops",
         "acct-3: nobody approved it in time",  # the timeout

@@ -52,9 +52,10 @@ def suspend(q: Plain, held: Any, index: int, kind: str, name: str, delay_ms: int
     return _plain(q.send("suspend", keys, [held.attempt, index, kind, name, delay_ms, 10]))
 
 
-def signal(q: Plain, task_id: str, name: str, value: str) -> str:
+def signal(q: Plain, task_id: str, name: str, value: str, *more: Any) -> Any:
+    """Signal ``name``; ``more``: ARGV 4 to 6 (the bounds of kept signals, and the reply)."""
     keys = [q.task(task_id), q.scheduled, q.waiting, q.signal, q.groups]
-    return str(_plain(q.send("signal", keys, [name, value, 1 << 20])))
+    return _plain(q.send("signal", keys, [name, value, 1 << 20, *more]))
 
 
 def durable_session(q: Plain) -> None:
@@ -95,6 +96,10 @@ def durable_session(q: Plain) -> None:
     assert suspend(q, second, 3, "receive", "go", "") == ["suspended", MOST]
     assert r.hmget(task, "state", "awaiting") == [b"scheduled", b"go"]
     assert signal(q, "durable", "other", "1") == "kept"  # another name: it stays scheduled
+    # the reply that says what the task awaits; "deliver" keeps only the awaited name
+    assert signal(q, "durable", "typo", "1", "", "", "deliver") == ["skipped", "scheduled", "go"]
+    assert signal(q, "durable", "more", "1", 1, "", "keep") == ["full", "scheduled", "go"]
+    assert r.hmget(task, "signal:typo", "signal:more", "signals_kept") == [None, None, b"1"]
     assert r.hget(task, "state") == b"scheduled"
     assert signal(q, "durable", "go", '"now"') == "delivered"
     assert r.zscore(q.scheduled, "durable") is None and r.hget(task, "state") == b"waiting"

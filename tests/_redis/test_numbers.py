@@ -315,13 +315,20 @@ CASES: dict[str, Case] = {
         pending,
         receive(),
         numbers=(1, 2, 5, 6),
-        fields=(on("steps"), (K.task(TASK), "awaiting_until", {"awaiting": "go"})),
+        fields=(
+            on("steps"),
+            (K.task(TASK), "awaiting_until", {"awaiting": "go"}),
+            (K.task(TASK), "signals_kept", {"signal:go": '"now"'}),  # (a signal taken)
+            (K.task(TASK), "signals_kept_bytes", {"signal:go": '"now"', "signals_kept": "2"}),
+        ),
     ),
     "signal": Case(
         awaiting,
-        steps.signal(K, TASK, "go", '"now"', max_bytes=100),
-        numbers=(3,),
-        fields=(on("priority"),),
+        steps.signal(
+            K, TASK, "go", '"now"', max_bytes=100, max_kept=10, max_kept_bytes=100, keep=True
+        ),
+        numbers=(3, 4, 5),
+        fields=(on("priority"), on("signals_kept"), on("signals_kept_bytes")),
     ),
     "workflow_rearm": Case(
         died_blocked, workflows.rearm(K, TASK, "R", 1, []), fields=(on("priority"),)
@@ -350,7 +357,7 @@ def test_every_script_is_covered() -> None:
 WHOLE = {"due_at", "enqueue_time", "retry_count", "max_retries", "attempt", "failed_at",
          "finished_at", "started_at", "retried_at", "retry_later_at",
          "retry_later_count", "steps", "steps_bytes", "suspended_at",
-         "awaiting_until"}  # fmt: skip
+         "awaiting_until", "signals_kept", "signals_kept_bytes"}  # fmt: skip
 
 
 def keyspace_is_whole(r: redis.Redis, keys: QueueKeys, spoilt: str = "") -> None:

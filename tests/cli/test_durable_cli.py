@@ -50,9 +50,16 @@ async def test_task_shows_the_steps_and_the_awaited_signal_and_signal_delivers(
     url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     task = await waiting_task()
-    assert command(url, "signal", QUEUE, task.id, "note", '{"n": 12}') == 0
+    assert command(url, "signal", QUEUE, task.id, "aproved", '{"n": 12}') == 1  # (a typo)
     assert capsys.readouterr().out == (
-        f"kept: signal 'note' to {QUEUE}<{task.id}>: kept for the task's receive of it\n"
+        f"skipped: signal 'aproved' to {QUEUE}<{task.id}>: nothing kept: the task awaits "
+        "signal 'approved' (it is scheduled); --keep keeps it for a later receive\n"
+    )
+    assert "signal:aproved" not in task.info()
+    assert command(url, "signal", QUEUE, task.id, "note", '{"n": 12}', "--keep") == 0
+    assert capsys.readouterr().out == (
+        f"kept: signal 'note' to {QUEUE}<{task.id}>: kept for a later receive of it: the "
+        "task awaits signal 'approved' (it is scheduled)\n"
     )
     assert command(url, "task", QUEUE, task.id) == 0
     out = capsys.readouterr().out
@@ -114,8 +121,18 @@ def test_signal_refuses_a_value_that_is_not_json_and_an_unknown_task(
     assert capsys.readouterr().out.startswith("unknown: signal 'approved'")
     assert command(url, "signal", QUEUE, task.id, "x" * 201) == 2  # (a name too long)
     assert "1 to 200 bytes" in capsys.readouterr().err
-    assert command(url, "signal", QUEUE, task.id, "approved") == 0  # (JSON null)
+    assert command(url, "signal", QUEUE, task.id, "approved") == 1  # (not started yet)
+    assert capsys.readouterr().out.endswith(
+        "nothing kept: the task awaits no signal now (it is waiting); --keep keeps it for a "
+        "later receive\n"
+    )
+    assert command(url, "signal", QUEUE, task.id, "approved", "--keep") == 0  # (JSON null)
+    assert capsys.readouterr().out.endswith(
+        "kept for a later receive of it: the task awaits no signal now (it is waiting)\n"
+    )
     assert task.info()["signal:approved"] == "null"
+    assert command(url, "signal", QUEUE, task.id, "approved", "[1, NaN]") == 2
+    assert "must be JSON as given" in capsys.readouterr().err
 
 
 def test_the_view_never_fails_on_fields_culex_did_not_write() -> None:

@@ -129,3 +129,26 @@ class DurableManyStepsJob(culex.QueuedJob):
         for n in range(self.steps):
             self.step(f"s{n}", note, self.task_id, f"s{n}")
         return self.steps
+
+
+class DurableGatherJob(culex.QueuedJob):
+    """Two steps at once under asyncio.gather: refused, places run one at a time."""
+
+    queue = QUEUE
+
+    async def perform(self) -> list[str]:
+        both = asyncio.gather(
+            self.astep("a", anote, self.task_id, "a"), self.astep("b", anote, self.task_id, "b")
+        )
+        return list(await both)
+
+
+class DurableRenamedReceiveJob(culex.QueuedJob):
+    """Waits for the signal named ``names[0]``: a test renames it while the task waits."""
+
+    queue = QUEUE
+    names: ClassVar[list[str]] = ["approved"]
+
+    def perform(self) -> str:
+        self.step("asked", note, self.task_id, "asked")
+        return f"got {self.receive(self.names[0])}"

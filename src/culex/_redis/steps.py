@@ -16,6 +16,8 @@ MAX_STEPS = 1_000  # records a task keeps: steps, sleeps and received signals
 MAX_STEP_BYTES = 1 << 20  # the largest step result (1 MiB of JSON)
 MAX_TASK_BYTES = 16 << 20  # every step result of a task together (16 MiB)
 MAX_SIGNAL_BYTES = 1 << 20  # the largest signal value (1 MiB of JSON)
+MAX_KEPT_SIGNALS = 100  # signals a task keeps, sent and not received yet (signal.lua's default)
+MAX_KEPT_BYTES = 4 << 20  # their values together (4 MiB: signal.lua's default)
 MAX_NAME = 200  # bytes of a step's or a signal's name
 
 
@@ -74,11 +76,24 @@ def suspend(
     )
 
 
-def signal(keys: QueueKeys, task_id: str, name: str, value: str, *, max_bytes: int) -> Call[str]:
-    """Send signal ``name`` to a task: "delivered", "kept", "ended" or "unknown"."""
+def signal(
+    keys: QueueKeys,
+    task_id: str,
+    name: str,
+    value: str,
+    *,
+    max_bytes: int,
+    max_kept: int,
+    max_kept_bytes: int,
+    keep: bool,
+) -> Call[tuple[str, ...]]:
+    """Send signal ``name`` to a task: (outcome, the task's state, the signal it awaits;
+    "" for none). The outcome: "delivered", "kept", "full" (its kept signals at a bound:
+    nothing kept), "skipped" (``keep`` False and the task does not await that name:
+    nothing kept), "ended" or "unknown"."""
     return Call(
         (keys.task(task_id), keys.scheduled, keys.waiting, keys.signal, keys.groups_prefix),
-        (name, value, max_bytes),
-        text,
+        (name, value, max_bytes, max_kept, max_kept_bytes, "keep" if keep else "deliver"),
+        _reply,
         scripts.SIGNAL,
     )

@@ -241,13 +241,19 @@ def _parser() -> argparse.ArgumentParser:
     signal = command(
         "signal",
         help="send a signal to a durable task, for its receive(NAME): delivered, kept, "
-        "ended or unknown",
+        "skipped, ended or unknown, and what the task awaits",
     )
     signal.add_argument("queue", metavar="QUEUE")
     signal.add_argument("id", metavar="ID")
     signal.add_argument("name", metavar="NAME")
     signal.add_argument(
         "value", nargs="?", default="null", metavar="JSON", help="its value (default: null)"
+    )
+    signal.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep it for a later receive when the task does not await NAME now (without "
+        "it, nothing is kept then, and the command exits 1)",
     )
     signal.set_defaults(command=durable_commands.signal_command)
 

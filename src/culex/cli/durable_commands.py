@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
 
 from .. import config
 from .._redis.calls import shown
@@ -14,18 +15,15 @@ from ..jobs.codecs import moment
 from ..operations import durable_view
 from .tables import print_table
 
-# What each reply of Task.signal means, and the command's exit code for it.
-_REPLIES = {
-    "delivered": ("the task waited for it, and is ready to run again", 0),
-    "kept": ("kept for the task's receive of it", 0),
-    "ended": ("the task has ended (succeeded or dead): nothing sent", 1),
-    "unknown": ("no such task (never enqueued, or expired): nothing sent", 1),
-}
+if TYPE_CHECKING:
+    from ..jobs.signals import SignalReply
 
 
 def signal_command(args: argparse.Namespace) -> int:
-    """``culex signal QUEUE ID NAME [JSON]``: the reply of ``Task.signal`` and what it
-    means; exit 1 when the task has ended or is not there."""
+    """``culex signal QUEUE ID NAME [JSON] [--keep]``: the reply of ``Task.signal`` and
+    what it means, with what the task awaits. Without --keep, the signal is kept only for
+    a task that awaits that name; exit 1 when nothing was kept (the task awaits another
+    name or none, has ended or is not there)."""
     from ..jobs.task import Task, task_name
 
     try:
@@ -35,13 +33,34 @@ def signal_command(args: argparse.Namespace) -> int:
     settings = config.settings_for(args.redis_url)
     try:
         task = Task(args.id, args.queue, settings.redis_url, prefix=settings.prefix)
-        reply = task.signal(args.name, value)
+        reply = task.signal(args.name, value, keep=args.keep)
     except (TypeError, ValueError) as exc:
         raise CulexError(str(exc)) from None
-    meaning, code = _REPLIES.get(reply, ("", 1))
+    meaning, code = _meaning(reply, args.name)
     said = f"{reply}: signal {args.name!r} to {task_name(args.queue, args.id)}"
     print(shown(f"{said}: {meaning}" if meaning else said))
     return code
+
+
+def _meaning(reply: SignalReply, name: str) -> tuple[str, int]:
+    """What a reply of Task.signal means, and the command's exit code for it."""
+    if reply.awaiting is None:
+        awaits = f"the task awaits no signal now (it is {reply.state})"
+    else:
+        awaits = f"the task awaits signal {reply.awaiting!r} (it is {reply.state})"
+    if reply == "delivered":
+        return "the task waited for it, and is ready to run again", 0
+    if reply == "kept" and reply.awaiting == name:
+        return f"kept for the task's receive of it: {awaits}", 0
+    if reply == "kept":
+        return f"kept for a later receive of it: {awaits}", 0
+    if reply == "skipped":
+        return f"nothing kept: {awaits}; --keep keeps it for a later receive", 1
+    if reply == "ended":
+        return "the task has ended (succeeded or dead): nothing sent", 1
+    if reply == "unknown":
+        return "no such task (never enqueued, or expired): nothing sent", 1
+    return "", 1
 
 
 def print_durable(fields: dict[str, str]) -> None:

@@ -13,6 +13,8 @@ recorded runs.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import math
 import typing
@@ -29,6 +31,7 @@ from .declaration import JobHooks
 from .serialization import decode_result, encode_result, result_codec
 
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
 
 MOST_MS = 2**42 - 1
 
@@ -70,6 +73,46 @@ def _delay_ms(duration: object, what: str, *, none: bool = False) -> int | None:
     return min(MOST_MS, round(seconds * 1000))
 
 
+def _one_at_a_time(method: F) -> F:
+    """A place runs alone: a step, sleep or receive that begins while another of the same
+    job has not ended (two ``astep`` under ``asyncio.gather``, a step inside a step's
+    function) is a StepError, before it reads or runs anything: places are counted in the
+    order they begin and recorded in that order, one after the other."""
+    what = method.__name__
+
+    def enter(job: Durable, args: tuple[Any, ...]) -> None:
+        named = f"{what} {args[0]!r}" if args and isinstance(args[0], str) else what
+        if job._open_ is not None:
+            raise StepError(
+                f"{named} began while {job._open_} had not ended: a task's steps, sleeps and "
+                "receives run one at a time (not under asyncio.gather, nor one inside "
+                "another's function)"
+            )
+        job._open_ = named
+
+    if inspect.iscoroutinefunction(method):
+
+        @functools.wraps(method)
+        async def alone(job: Durable, *args: Any, **kwargs: Any) -> Any:
+            enter(job, args)
+            try:
+                return await method(job, *args, **kwargs)
+            finally:
+                job._open_ = None
+
+        return typing.cast(F, alone)
+
+    @functools.wraps(method)
+    def alone_sync(job: Durable, *args: Any, **kwargs: Any) -> Any:
+        enter(job, args)
+        try:
+            return method(job, *args, **kwargs)
+        finally:
+            job._open_ = None
+
+    return typing.cast(F, alone_sync)
+
+
 class Place(NamedTuple):
     """Where a durable call acts: its task, attempt and queue, and its place in perform."""
 
@@ -97,7 +140,9 @@ class Durable:
     attempt: int
     outage_: Outage | None = None  # set by the runner (None outside one: a call raises)
     _records_: list[Record] | None = None
+    _awaiting_: tuple[int, str] | None = None  # the place a wait for a signal holds, its name
     _places_: int = 0
+    _open_: str | None = None  # the place under way (_one_at_a_time)
 
     def _place(self) -> Place | None:
         """The next place in perform, or None outside a runner (perform_now)."""
@@ -115,12 +160,17 @@ class Durable:
             fields = yield commands.read_task(place.keys, place.task_id)
             count = int(fields.get("steps", "0") or 0)
             self._records_ = [_record(fields.get(f"step:{k}", "")) for k in range(count)]
+            if fields.get("awaiting"):  # (a receive that waits is the place after the records)
+                self._awaiting_ = (count, fields["awaiting"])
         records = self._records_
         if place.at < len(records):
             found = records[place.at]
             if (found.kind, found.name) != (kind, name):
                 raise _changed(place.at, found, kind, name)
             return found
+        waits = self._awaiting_
+        if waits is not None and waits[0] == place.at and (kind, name) != ("receive", waits[1]):
+            raise _changed(place.at, Record(waits[1], "receive", None, False), kind, name)
         if kind == "step" and any(r.kind == "step" and r.name == name for r in records):
             raise StepError(f"step name {name!r} is used twice in this task: names are unique")
         return None
@@ -170,6 +220,7 @@ class Durable:
 
     # -- steps -------------------------------------------------------------------------
 
+    @_one_at_a_time
     def step(self, name: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run ``fn(*args, **kwargs)`` once for this task, and record its result; a later
         attempt gets the recorded result back (typed by ``fn``'s return annotation)
@@ -186,6 +237,7 @@ class Durable:
         place.run(self._recorded(place, name, self._encoded(fn, name, value)))
         return value
 
+    @_one_at_a_time
     async def astep(
         self, name: str, fn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any
     ) -> T:
@@ -217,6 +269,7 @@ class Durable:
 
     # -- sleeps ------------------------------------------------------------------------
 
+    @_one_at_a_time
     def sleep(self, duration: timedelta | float) -> None:
         """Sleep ``duration`` (a timedelta or seconds) by the server's clock, holding no
         runner: this attempt ends, the task waits in scheduled, and the next attempt
@@ -228,6 +281,7 @@ class Durable:
             if found is None:
                 place.run(self._suspended(place, "sleep", "", delay))
 
+    @_one_at_a_time
     async def asleep(self, duration: timedelta | float) -> None:
         """:meth:`sleep` for an ``async def perform``."""
         delay = _delay_ms(duration, "asleep")
@@ -239,6 +293,7 @@ class Durable:
 
     # -- signals -----------------------------------------------------------------------
 
+    @_one_at_a_time
     def receive(self, name: str, *, timeout: timedelta | float | None = None) -> Any:
         """The value of signal ``name`` (``task.signal(name, value)``): at once when it
         was sent already; else this attempt ends and the task waits, holding no runner,
@@ -254,6 +309,7 @@ class Durable:
             found = place.run(self._suspended(place, "receive", name, delay))
         return _received(found, name)
 
+    @_one_at_a_time
     async def areceive(self, name: str, *, timeout: timedelta | float | None = None) -> Any:
         """:meth:`receive` for an ``async def perform``."""
         name = _name(name, "areceive")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import enum
 import itertools
-import json
 import random
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -13,7 +12,6 @@ from typing import Any, ClassVar, Protocol
 
 from .. import config
 from .._redis import commands, interventions, reads
-from .._redis import steps as durable
 from .._redis.keys import QueueKeys, check_queue_name, queue_keys, queues_key
 from ..errors import CulexError, TaskFailed, short
 from ..server.procedures import Procedure, one_call, run_async, run_sync
@@ -22,6 +20,7 @@ from .codecs import Codec
 from .progress import Progress, read_procedure
 from .registry import registry
 from .serialization import decode_result
+from .signals import SignalReply, signal_procedure
 from .task_logs import LogLine
 
 
@@ -332,19 +331,6 @@ class Task:
         outcome = await run_async(self.cancel_procedure(reason), self.url)
         return outcome in (interventions.CANCELLED, interventions.CANCELLING)
 
-    def _signal_procedure(self, name: str, value: Any) -> Procedure[str]:
-        if not isinstance(name, str) or not 0 < len(name.encode()) <= durable.MAX_NAME:
-            raise ValueError(f"signal: a name is a str of 1 to 200 bytes, got {short(name)}")
-        try:
-            text = json.dumps(value, ensure_ascii=False, allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            raise TypeError(f"signal: the value must be JSON: {exc}") from None
-        if len(text.encode()) > durable.MAX_SIGNAL_BYTES:
-            raise ValueError(f"signal: the value is larger than {durable.MAX_SIGNAL_BYTES:,} bytes")
-        return one_call(
-            durable.signal(self._keys(), self.id, name, text, max_bytes=durable.MAX_SIGNAL_BYTES)
-        )
-
     def _watching(self, timeout: float | None) -> Any:
         prefix = self.prefix if self.prefix is not None else config.settings().prefix
         keys = self._keys()
@@ -362,12 +348,17 @@ class Task:
         found: AsyncIterator[events.Event] = self._watching(timeout)[1]()
         return found
 
-    def signal(self, name: str, value: Any = None) -> str:
-        """Send signal ``name`` with ``value`` (anything JSON holds) to this durable task,
-        for its ``self.receive(name)``: "delivered" (it waited for it and runs again now),
-        "kept" (kept for a later receive; a later signal of the same name replaces it),
-        "ended" (the task succeeded or is dead: nothing kept), "unknown" (no such task)."""
-        return run_sync(self._signal_procedure(name, value), self.url)
+    def signal(self, name: str, value: Any = None, *, keep: bool = True) -> SignalReply:
+        """Send signal ``name`` with ``value`` (JSON as given: str, int, float, bool,
+        None, lists, dicts with str keys) to this durable task, for its
+        ``self.receive(name)``: "delivered" (it waited for it and runs again now), "kept"
+        (kept for a later receive; a later signal of the same name replaces it), "ended"
+        (the task succeeded or is dead: nothing kept), "unknown" (no such task). With
+        ``keep=False``, kept only when the task awaits that name, else "skipped". The
+        reply is that str, with ``state`` and ``awaiting`` (the signal the task waits for,
+        or None) as the call found them. A ValueError, nothing kept, when the task keeps
+        as many signals as it may (docs/durable.md#limits)."""
+        return run_sync(signal_procedure(self._keys(), self.id, name, value, keep), self.url)
 
-    async def asignal(self, name: str, value: Any = None) -> str:
-        return await run_async(self._signal_procedure(name, value), self.url)
+    async def asignal(self, name: str, value: Any = None, *, keep: bool = True) -> SignalReply:
+        return await run_async(signal_procedure(self._keys(), self.id, name, value, keep), self.url)

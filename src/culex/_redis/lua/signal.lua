@@ -3,6 +3,10 @@
 -- with the task (the hash's signal:<name>; a later signal of the same name replaces it)
 -- until the task's `self.receive(name)` takes it (suspend.lua). A task that waits for
 -- it (awaiting <name>, in scheduled) goes to waiting at once.
+-- The signals a task keeps are bounded: at most max_kept names and max_kept_bytes of
+-- values together (the hash's signals_kept and signals_kept_bytes count them: signal.lua
+-- adds, suspend.lua takes away). A signal past either is refused, "full", nothing written;
+-- but a signal the task awaits is always taken (its receive takes it at the next attempt).
 --
 -- KEYS[1] task hash      <prefix>:{<queue>}:task:<id>
 -- KEYS[2] scheduled zset <prefix>:{<queue>}:scheduled
@@ -12,11 +16,22 @@
 --         group's ready set: include/groups.lua)
 -- ARGV[1] name           the signal's name, 1 to 200 bytes
 -- ARGV[2] value          its value, JSON text (at most max_bytes)
--- ARGV[3] max_bytes      the largest value a signal takes
+-- ARGV[3] max_bytes      the largest value a signal takes (culex sends 1048576, 1 MiB)
+-- ARGV[4] max_kept       optional: "" or left out: 100. The most signals a task keeps
+-- ARGV[5] max_kept_bytes optional: "" or left out: 4194304 (4 MiB). The most bytes of
+--                        values a task keeps together
+-- ARGV[6] reply          optional: "" or left out: the reply is one string, as below;
+--                        "keep": the reply is {outcome, state, awaiting}: the outcome
+--                        below, the task's state and the signal it awaits ("" for none,
+--                        and both "" for no task), as the call found them; "deliver": as
+--                        "keep", but a signal the task does not await (its hash's
+--                        awaiting is another name, or none) is not kept: "skipped"
 -- Returns: "delivered" (the task waited for it: now waiting), "kept" (kept for a later
 --          receive), "ended" (the task succeeded or is dead: nothing kept), "unknown" (no
---          such task).
--- An error, and nothing written, for a bad name, number or a value too large.
+--          such task), "full" (with this one the task would keep more than max_kept
+--          signals, or max_kept_bytes: nothing kept), "skipped" (reply "deliver" only:
+--          nothing kept).
+-- An error, and nothing written, for a bad name, number or reply, or a value too large.
 
 -- >>> include/numbers.lua
 -- MOST = 2^42 - 1, the largest whole number a script takes where its header says no other
@@ -115,14 +130,33 @@ if name == '' or #name > 200 then
   return redis.error_reply('ERR signal: ARGV[1] name takes 1 to 200 bytes')
 end
 local most = argv_whole('signal', 3, 'max_bytes', 1, MOST)
+local max_kept = argv_whole('signal', 4, 'max_kept', 1, MOST, 100)
+local max_kept_bytes = argv_whole('signal', 5, 'max_kept_bytes', 1, MOST, 4194304)
+local mode = ARGV[6] or ''
+if mode ~= '' and mode ~= 'keep' and mode ~= 'deliver' then
+  return redis.error_reply('ERR signal: ARGV[6] reply is "", "keep" or "deliver"')
+end
 if #ARGV[2] > most then
   return redis.error_reply('ERR signal: ARGV[2] value is larger than ' .. most .. ' bytes')
 end
-local f = redis.pcall('HMGET', KEYS[1], 'state', 'awaiting', 'id', 'priority', 'group')
-if f['err'] or not f[1] then return 'unknown' end
-if f[1] == 'succeeded' or f[1] == 'dead' then return 'ended' end
-redis.call('HSET', KEYS[1], 'signal:' .. name, ARGV[2])
-if f[1] ~= 'scheduled' or f[2] ~= name then return 'kept' end
+local f = redis.pcall('HMGET', KEYS[1], 'state', 'awaiting', 'id', 'priority', 'group',
+  'signals_kept', 'signals_kept_bytes')
+local function reply(outcome)
+  if mode == '' then return outcome end
+  return {outcome, f[1] or '', f[2] or ''}
+end
+if f['err'] or not f[1] then return reply('unknown') end
+if f[1] == 'succeeded' or f[1] == 'dead' then return reply('ended') end
+local awaited = f[2] == name
+if mode == 'deliver' and not awaited then return reply('skipped') end
+local field = 'signal:' .. name
+local had = redis.call('HEXISTS', KEYS[1], field) == 1
+local kept = (whole(f[6], 0, MOST) or 0) + (had and 0 or 1)
+local bytes = (whole(f[7], 0, MOST) or 0) + #ARGV[2]
+if had then bytes = math.max(#ARGV[2], bytes - redis.call('HSTRLEN', KEYS[1], field)) end
+if not awaited and (kept > max_kept or bytes > max_kept_bytes) then return reply('full') end
+redis.call('HSET', KEYS[1], field, ARGV[2], 'signals_kept', kept, 'signals_kept_bytes', bytes)
+if f[1] ~= 'scheduled' or not awaited then return reply('kept') end
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 redis.call('ZREM', KEYS[2], f[3])
@@ -131,4 +165,4 @@ make_ready(KEYS[3], KEYS[5], f[3], waiting_score(now, f[4]), f[5], t[1] * 100000
 if redis.call('LLEN', KEYS[4]) == 0 then
   redis.call('RPUSH', KEYS[4], '1')
 end
-return 'delivered'
+return reply('delivered')

@@ -17,7 +17,9 @@
 -- ARGV[7] max_task_bytes the most bytes a task's records hold in all
 -- Returns: {"recorded"}; {"stale"} (this attempt does not hold the task: nothing written);
 --          {"conflict", record} (a record is at that index already: the JSON of it, for
---          the caller to compare: code changed under a running task); {"limit", what}
+--          the caller to compare: code changed under a running task; or a receive waits
+--          there, the hash's awaiting: {name <awaiting>, kind "receive", awaiting true}
+--          as suspend.lua replies); {"limit", what}
 --          ("steps", "step" or "task": nothing written).
 -- An error, and nothing written, for a bad number or name.
 
@@ -76,7 +78,7 @@ local name = ARGV[3]
 if name == '' or #name > 200 then
   return redis.error_reply('ERR step: ARGV[3] name takes 1 to 200 bytes')
 end
-local f = redis.pcall('HMGET', KEYS[1], 'state', 'attempt', 'steps', 'steps_bytes')
+local f = redis.pcall('HMGET', KEYS[1], 'state', 'attempt', 'steps', 'steps_bytes', 'awaiting')
 if f['err'] or f[1] ~= 'pending' or f[2] ~= tostring(attempt) then
   return {'stale'}
 end
@@ -86,6 +88,9 @@ if index < count then
 end
 if index > count then
   return redis.error_reply('ERR step: index ' .. index .. ' after ' .. count .. ' steps')
+end
+if f[5] and f[5] ~= '' then  -- a receive waits at this index (suspend.lua)
+  return {'conflict', cjson.encode({name = f[5], kind = 'receive', awaiting = true})}
 end
 local size = #ARGV[4]
 local total = (whole(f[4], 0, MOST) or 0) + size

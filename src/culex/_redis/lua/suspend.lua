@@ -10,7 +10,8 @@
 -- sleep: the record {name "sleep", kind "sleep", at, until} is written; the task is due at
 --   now + delay_ms.
 -- receive: the task's hash keeps the signals sent to it, signal:<name> (signal.lua). When
---   signal:<name> is there, it is taken (the field goes), recorded {name, kind
+--   signal:<name> is there, it is taken (the field goes, and signal.lua's counts of
+--   kept signals, signals_kept and signals_kept_bytes, lose it), recorded {name, kind
 --   "receive", at, value}, and the attempt goes on: the reply is {"signal", value}. When
 --   the wait's end (awaiting_until, set by the first wait: now + delay_ms, or the latest
 --   time culex takes when delay_ms is "") has passed, {name, kind "receive", at, timeout
@@ -33,8 +34,10 @@
 -- ARGV[6] max_steps      the most steps a task records
 -- Returns: {"suspended", until_ms}; {"signal", value}; {"timeout"}; {"stale"} (nothing
 --          written); {"cancel"} (a cancel was asked for: the attempt does not suspend,
---          nothing written); {"conflict", record} (a record is at that index);
---          {"limit", "steps"}.
+--          nothing written); {"conflict", record} (a record is at that index; or the
+--          task waits for another signal at that index, its hash's awaiting: then the
+--          record is {name <awaiting>, kind "receive", awaiting true}, as a receive's
+--          wait holds its place: code changed under a waiting task); {"limit", "steps"}.
 -- An error, and nothing written, for a bad number, kind or name.
 
 -- >>> include/numbers.lua
@@ -147,7 +150,7 @@ local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 if delay and delay > MOST - now then delay = MOST - now end
 local f = redis.pcall('HMGET', KEYS[1], 'state', 'attempt', 'steps', 'cancel_requested',
-  'awaiting', 'awaiting_until', 'group', 'group_held')
+  'awaiting', 'awaiting_until', 'group', 'group_held', 'signals_kept', 'signals_kept_bytes')
 if f['err'] or f[1] ~= 'pending' or f[2] ~= tostring(attempt) then
   return {'stale'}
 end
@@ -158,6 +161,9 @@ if index < count then
 end
 if index > count then
   return redis.error_reply('ERR suspend: index ' .. index .. ' after ' .. count .. ' steps')
+end
+if f[5] and f[5] ~= '' and (kind ~= 'receive' or f[5] ~= name) then
+  return {'conflict', cjson.encode({name = f[5], kind = 'receive', awaiting = true})}
 end
 if count >= most then return {'limit', 'steps'} end
 
@@ -186,6 +192,13 @@ local value = redis.call('HGET', KEYS[1], 'signal:' .. name)
 if value then
   record({name = name, kind = 'receive', at = now, value = value})
   redis.call('HDEL', KEYS[1], 'signal:' .. name, 'awaiting', 'awaiting_until')
+  local kept = (whole(f[9], 0, MOST) or 0) - 1  -- (signal.lua's count of kept signals)
+  if kept > 0 then
+    local bytes = math.max(0, (whole(f[10], 0, MOST) or 0) - #value)
+    redis.call('HSET', KEYS[1], 'signals_kept', kept, 'signals_kept_bytes', bytes)
+  else
+    redis.call('HDEL', KEYS[1], 'signals_kept', 'signals_kept_bytes')
+  end
   return {'signal', value}
 end
 local until_ms = (f[5] == name and whole(f[6], 0, MOST)) or (delay and now + delay) or MOST
