@@ -50,7 +50,8 @@ class Claimer:
     order (``strict_queues``), or by their ``weights``. It is given the runner's
     ``slots`` (it counts the free ones, and waits for one to free), and ``start``, which
     starts one claimed task in a slot. While ``claiming`` is clear (a quiet runner) it
-    claims nothing, and a blocking wait carries no claim behind it.
+    claims nothing, and a blocking wait carries no claim behind it. ``allowance``, when
+    given, says how many more tasks the runner may take in all (None: no limit).
     """
 
     def __init__(
@@ -66,6 +67,7 @@ class Claimer:
         stopping: asyncio.Event,
         reports_landed: asyncio.Event | None = None,
         claiming: asyncio.Event | None = None,
+        allowance: Callable[[], int | None] | None = None,
     ) -> None:
         self.settings = settings
         self.driver = driver
@@ -85,6 +87,9 @@ class Claimer:
         self.reports_landed = reports_landed
         # Clear while the runner is quiet (SIGTSTP): it claims nothing until it is set again.
         self.claiming = claiming
+        # How many more tasks the runner may take in all (None: no limit): a recycled
+        # runner's (culex.runner.supervised) claims no task past its limit.
+        self.allowance = allowance
         self.backoff = Backoff(*SERVER_ERROR)
         self.reserved = 0  # slots held for a claim pipelined behind the blocking wait
         # The blocking waits for a signal in flight, by the signal keys each waits on.
@@ -128,8 +133,14 @@ class Claimer:
                 await self._wait_for_work(groups, order[0], due_in)
 
     def free(self) -> int:
-        """Slots for more tasks: neither running nor held for a claim behind the wait."""
-        return self.slots.free() - self.reserved
+        """Slots for more tasks: neither running nor held for a claim behind the wait, and
+        no more than the runner's allowance lets it take."""
+        free = self.slots.free()
+        if self.allowance is not None:
+            left = self.allowance()
+            if left is not None:
+                free = min(free, left)
+        return free - self.reserved
 
     async def settle(self) -> None:
         """On stop, let a wait in flight end (at idle_wait) rather than close its
