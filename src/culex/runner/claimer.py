@@ -27,6 +27,7 @@ from ..jobs.limits import QueueLimits
 from . import queue_order
 from .backoff import SERVER_ERROR, Backoff
 from .slots import Slots
+from .wrapping import tell_buried
 
 logger = logging.getLogger("culex")
 
@@ -100,6 +101,7 @@ class Claimer:
         # Queues whose rate limit holds their ready tasks back: not claimed until this
         # time (the claim's reply says when), whatever wakes the runner meanwhile.
         self._held: dict[str, float] = {}
+        self._telling: set[asyncio.Future[None]] = set()  # on_dead of tasks claims buried
 
     async def run(self) -> None:
         """Claim and wait, in turns, until a stop is asked."""
@@ -136,11 +138,8 @@ class Claimer:
         """Slots for more tasks: neither running nor held for a claim behind the wait, and
         no more than the runner's allowance lets it take."""
         free = self.slots.free()
-        if self.allowance is not None:
-            left = self.allowance()
-            if left is not None:
-                free = min(free, left)
-        return free - self.reserved
+        left = None if self.allowance is None else self.allowance()
+        return (free if left is None else min(free, left)) - self.reserved
 
     async def settle(self) -> None:
         """On stop, let a wait in flight end (at idle_wait) rather than close its
@@ -149,6 +148,7 @@ class Claimer:
         waiting = [waiter for waiter in self.waiters.values() if not waiter.done()]
         if waiting:
             await asyncio.wait(waiting, timeout=SETTLE_LIMIT)
+        await asyncio.gather(*self._telling)  # (on_dead told of what the claims buried)
 
     async def close(self) -> None:
         """Cut what still waits: the blocking waits, and the wait for a stop."""
@@ -196,6 +196,8 @@ class Claimer:
             self._hold(keys.name, reply)
             for claimed in reply.tasks:
                 self.start(claimed)
+            if reply.dead:
+                _tell_dead(self._telling, keys.name, reply.dead)
             total += len(reply.tasks)
             filled = filled or len(reply.tasks) >= ask
         return total, due_in, filled
@@ -326,6 +328,8 @@ class Claimer:
             self._hold(queue, reply)
             for claimed in reply.tasks:
                 self.start(claimed)
+            if reply.dead:
+                _tell_dead(self._telling, queue, reply.dead)
         return replies
 
     async def _until(self, awaitable: Any) -> None:
@@ -337,6 +341,16 @@ class Claimer:
             if not future.done():
                 future.cancel()
         await asyncio.gather(work, stop, return_exceptions=True)
+
+
+def _tell_dead(
+    telling: set[asyncio.Future[None]], queue: str, dead: Iterable[tuple[str, str, str]]
+) -> None:
+    """The middleware's on_dead for each task a claim buried (culex.runner.wrapping), on a
+    task of its own, kept in ``telling``: the claim loop goes on meanwhile."""
+    told = tell_buried(queue, [(task_id, why) for task_id, _, why in dead])
+    telling.add(task := asyncio.ensure_future(told))
+    task.add_done_callback(telling.discard)
 
 
 def _unreached(exc: ServerError) -> bool:
