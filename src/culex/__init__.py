@@ -23,6 +23,7 @@ from .errors import (
 from .jobs.batches import EnqueueManyError
 from .jobs.events import (
     Event,
+    EventsOff,
     EventsTrimmed,
     aevents,
     arecent_events,
@@ -101,6 +102,7 @@ __all__ = [
     "EncryptedParams",
     "EnqueueManyError",
     "Event",
+    "EventsOff",
     "EventsTrimmed",
     "Group",
     "Job",

@@ -129,3 +129,18 @@ def test_a_bad_since_is_refused_clearly(bad: str) -> None:
         culex_command("events", "q", "--since", bad), capture_output=True, text=True
     )
     assert done.returncode == 2 and "--since" in done.stderr
+
+
+def test_culex_events_says_a_queue_has_its_events_off(r: redis.Redis) -> None:
+    culex.configure(events=False)
+    from culex._redis.keys import queue_keys
+
+    r.sadd("culex:queues", "events_cli")  # (a known queue, whose tasks wrote no event)
+    done = subprocess.run(culex_command("events", "events_cli"), capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout == ""
+    assert "events are off for queue events_cli" in done.stderr
+    assert "CULEX_EVENTS=1" in done.stderr
+    enqueue(1)  # (with events on)
+    assert r.exists(queue_keys("culex", "events_cli").events)
+    done = subprocess.run(culex_command("events", "events_cli"), capture_output=True, text=True)
+    assert "events are off" not in done.stderr and "enqueued" in done.stdout

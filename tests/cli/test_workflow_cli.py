@@ -11,6 +11,10 @@ import redis
 
 import culex
 from culex import cli, logs
+from culex.cli.workflow_commands import _show
+from culex.operations.runs import PAGE, RunOverview, overview
+from culex.workflows.finishing import depths
+from culex.workflows.run import NodeView
 
 from ..conftest import running
 from ..workflows.shown_jobs import (
@@ -142,3 +146,82 @@ def test_bad_words_are_a_usage_error(url: str, capsys: pytest.CaptureFixture[str
     assert "usage: culex workflow RUN_ID" in capsys.readouterr().err
     assert workflow(url, "has space") == 2  # (no run id holds a space: refused before any read)
     assert "culex: a workflow run id is 1 to 200 printable characters" in capsys.readouterr().err
+
+
+async def test_a_run_is_paged_by_limit_offset_and_state(
+    url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    wf = culex.Workflow()
+    roots = [wf.add(ShownStepJob(n=i), name=f"root{i:02d}") for i in range(12)]
+    wf.add(ShownMergeJob(), after=roots, name="merge")
+    run = wf.enqueue()
+    assert workflow(url, run.id, "--limit", "5", "--offset", "5") == 0
+    out = capsys.readouterr().out
+    assert "nodes    13: 1 blocked, 12 waiting\n" in out
+    assert [row[0] for row in table(out)[:5]] == [f"root{i:02d}" for i in range(5, 10)]
+    assert out.endswith("\nnodes 6-10 of 13 shown (--limit 5); next: --offset 10\n")
+    assert workflow(url, run.id, "--state", "blocked") == 0
+    out = capsys.readouterr().out
+    ((merge,),) = [row[:1] for row in table(out)]
+    assert merge == "merge" and "root00, root01, root02 +9 more" in out
+    assert workflow(url, run.id, "--limit", "0") == 2
+    assert "--limit must be 1 or more" in capsys.readouterr().err
+    assert workflow(url, run.id, "--state", "finished") == 2
+    assert "--state is one of blocked, waiting" in capsys.readouterr().err
+    assert workflow(url, "cancel", run.id, "--offset", "3") == 2
+
+
+def _big_run(nodes: int) -> RunOverview:
+    """A run of ``nodes`` nodes, the last after all the others (a fan-in), as read."""
+    views = [
+        NodeView(f"n{i}", culex.Task(f"t{i:06d}", "big"), (), "dead", {"state": "waiting"})
+        for i in range(nodes - 1)
+    ]
+    after = tuple(view.name for view in views)
+    views.append(NodeView("last", culex.Task("tlast", "big"), after, "dead", {}))
+    return overview("r1", {"state": "running"}, views)
+
+
+def test_a_run_of_10000_nodes_prints_its_counts_and_one_page_in_linear_work(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    _show(_big_run(10_000))
+    out = capsys.readouterr().out
+    assert "nodes    10000: 9999 waiting, 1 expired\n" in out
+    assert len(table(out)) == PAGE + 2  # (the rows, a blank line, where the page is)
+    assert out.endswith(
+        f"\nnodes 1-{PAGE} of 10000 shown (--limit {PAGE}); next: --offset {PAGE}\n"
+    )
+    # Each line is bounded, whatever a node's upstreams: no cell widens every row (the fan-in
+    # node's 9,999 names padded every line to 80,000 characters: quadratic).
+    assert max(map(len, out.splitlines())) < 200
+    _show(_big_run(10_000), offset=9_999)
+    assert "n0, n1, n2 +9996 more\n" in capsys.readouterr().out
+
+
+class Counting(dict[str, tuple[str, ...]]):
+    """A dict that counts its look-ups."""
+
+    looked = 0
+
+    def __getitem__(self, key: str) -> tuple[str, ...]:
+        Counting.looked += 1
+        return super().__getitem__(key)
+
+    def __contains__(self, key: object) -> bool:
+        Counting.looked += 1
+        return super().__contains__(key)
+
+
+@pytest.mark.parametrize("shape", ["fan-in", "chain"])
+def test_the_depths_of_10000_nodes_take_linear_look_ups(shape: str) -> None:
+    n = 10_000
+    after: dict[str, tuple[str, ...]]
+    if shape == "chain":
+        after = {f"n{i}": (f"n{i - 1}",) if i else () for i in range(n)}
+    else:
+        after = {f"n{i}": () for i in range(n - 1)} | {"last": tuple(f"n{i}" for i in range(n - 1))}
+    Counting.looked = 0
+    found = depths(Counting(after))
+    assert max(found.values()) == (n - 1 if shape == "chain" else 1)
+    assert Counting.looked <= 10 * n, Counting.looked

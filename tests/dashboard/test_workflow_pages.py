@@ -285,3 +285,25 @@ def test_in_a_browser_cancel_on_the_run_page_cancels_the_run(base: str, page: Pa
         expect(page.locator('[data-node="later"] [data-state]')).to_have_text("dead")
         expect(page.get_by_role("button", name="Retry run")).to_be_visible()
     assert run.state() == "cancelled" and later.id not in ShownStepJob.started
+
+
+def test_a_big_run_is_shown_a_page_at_a_time_after_its_counts(
+    base: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from culex.operations import runs
+
+    monkeypatch.setattr(runs, "PAGE", 2)  # (a run of more nodes than a page holds)
+    run, _ = diamond()
+    client = Client(base)
+    status, page = client.get("workflow", id=run.id)
+    assert status == 200, page
+    assert 'data-count="waiting">2 waiting<' in page and 'data-count="blocked">2 blocked<' in page
+    assert levels(page) == [["fetch1", "fetch2"]]
+    assert "nodes 1-2 of 4, by depth" in page and 'rel="prev"' not in page
+    assert f'href="/workflow?id={run.id}&amp;offset=2" rel="next"' in page
+    page = client.get("workflow", id=run.id, offset="2")[1]
+    assert levels(page) == [["merge"], ["notify"]]
+    assert 'data-depth="1"' in page and 'data-depth="2"' in page
+    assert "nodes 3-4 of 4, by depth" in page and 'rel="next"' not in page
+    assert f'href="/workflow?id={run.id}&amp;offset=0" rel="prev"' in page
+    assert client.get("workflow", id=run.id, offset="-1")[0] == 404

@@ -102,6 +102,20 @@ def test_events_off_write_nothing(r: redis.Redis) -> None:
     assert everything() == []
 
 
+async def test_watch_with_events_off_says_so_rather_than_nothing(r: redis.Redis) -> None:
+    task = EventsOkJob().enqueue()  # (events off: its queue has no stream)
+    with pytest.raises(culex.EventsOff, match=r"events are off for queue 'evq'.*CULEX_EVENTS=1"):
+        list(task.watch(timeout=0.2))
+    with pytest.raises(culex.EventsOff) as off:
+        [e async for e in task.awatch(timeout=0.2)]
+    assert off.value.queue == "evq"
+    # A process with events on that changed a task of the queue: the stream says so to all.
+    culex.configure(events=True)
+    EventsOkJob().enqueue()
+    culex.configure(events=False)
+    assert [e.kind for e in task.watch(timeout=0.2)] == []  # (its own enqueue wrote none)
+
+
 def test_since_resumes_after_an_id_and_none_starts_from_now(on: redis.Redis) -> None:
     first = EventsOkJob().enqueue()
     now = culex.events(["evq"], timeout=0.2)

@@ -241,3 +241,47 @@ async def test_a_cancel_of_a_running_task_is_told_to_on_failure_and_on_dead(
         ("audit", "on_failure", "MwWaitingJob", reason, False),
         ("audit", "on_dead", "MwWaitingJob", reason),
     ]
+
+
+def _told_dead() -> list[tuple[Any, ...]]:
+    return [entry for entry in seen if entry[1] == "on_dead"]
+
+
+async def test_a_task_that_expired_before_it_started_is_told_to_on_dead_once(
+    r: redis.Redis,
+) -> None:
+    culex.configure(middleware=[Recording("audit")])
+    task = await MwHeadersJob(n=1).aenqueue(expires=3600)
+    r.hset(f"culex:{{mw_headers}}:task:{task.id}", "expires_at", 1)  # (its time has passed)
+    async with running(culex.Runner(run_from=["mw_headers"])):
+        await _dead(task)
+        await await_until(lambda: bool(_told_dead()), what="on_dead")
+    assert _told_dead() == [("audit", "on_dead", None, str(culex.TaskFailed(task.id, "expired")))]
+    assert ("perform", 1, {}) not in seen
+
+
+async def test_a_task_reclaimed_past_max_stalls_is_told_to_on_dead_once(r: redis.Redis) -> None:
+    from culex._redis import claims
+    from culex._redis.keys import queue_keys
+
+    from ..conftest import driver_of
+
+    culex.configure(middleware=[Recording("audit")], max_stalls=0, lease=3)
+    task = await MwHeadersJob(n=1).aenqueue()
+    keys = queue_keys("culex", "mw_headers")
+    # A runner that took it and was lost: its lease ends at once.
+    driver_of(r).run(claims.claim(keys, limit=1, lease_ms=1, promote_limit=0, dead_ttl_ms=60_000))
+    async with running(culex.Runner(run_from=["mw_headers"])):
+        await _dead(task)
+        await await_until(lambda: bool(_told_dead()), what="on_dead")
+    ((_, _, job, error),) = _told_dead()
+    assert job is None and error.startswith(f"task {task.id} is dead: lease expired")
+    assert "past max_stalls (0)" in error
+
+
+def test_a_drain_tells_on_dead_of_a_task_that_expired(r: redis.Redis) -> None:
+    culex.configure(middleware=[Recording("audit")])
+    task = MwHeadersJob(n=1).enqueue(expires=3600)
+    r.hset(f"culex:{{mw_headers}}:task:{task.id}", "expires_at", 1)
+    assert drain("mw_headers") == []
+    assert _told_dead() == [("audit", "on_dead", None, str(culex.TaskFailed(task.id, "expired")))]

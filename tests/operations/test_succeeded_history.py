@@ -1,6 +1,7 @@
 """The recent successes of a queue (issue 31): complete.lua keeps the newest 1,000 ids in
 <queue>:succeeded; `culex tasks --state succeeded` and inspection.tasks list them newest
-first; an id whose record expired is skipped when read (and leaves the set by its count)."""
+first; an id whose record expired is listed with its id and end alone (and leaves the set
+by its count); the set is kept a day, whatever the records' TTL."""
 
 from __future__ import annotations
 
@@ -64,19 +65,49 @@ def test_culex_tasks_lists_the_successes_newest_first(
 def test_the_history_keeps_the_newest_1000(r: redis.Redis) -> None:
     ids = _succeed(r, 1003)
     assert r.zcard(K.succeeded) == 1000
-    assert 3_600_000 < r.pttl(K.succeeded) <= 7_200_000  # (it expires after its hashes)
+    assert 43_200_000 < r.pttl(K.succeeded) <= 86_400_000  # (a day, past its hashes)
     kept = {m.decode() for m in cast(list[bytes], r.zrange(K.succeeded, 0, -1))}
     assert kept <= set(ids) and len(set(ids) - kept) == 3
 
 
-def test_an_expired_record_is_skipped(r: redis.Redis) -> None:
+def test_an_expired_record_is_listed_by_its_id_and_a_reused_id_is_skipped(r: redis.Redis) -> None:
     old, gone, new = _succeed(r, 3)
     r.zadd(K.succeeded, {old: 1, gone: 2})  # (oldest first, so that the prune reaches them)
     r.delete(K.task(gone))  # its hash expired
     r.hset(K.task(old), "state", "waiting")  # its id used again by a new task
     page = inspection.tasks("history", "succeeded")
-    assert [row.id for row in page.rows] == [new]
+    assert [row.id for row in page.rows] == [new, gone]
+    expired = page.rows[1]
+    assert (expired.job, expired.state, expired.at, expired.params) == ("", "succeeded", 0.002, "")
     assert page.total == 3  # (the set's size: the stale ids are still in it)
+    # A job or a kind asks what the record said: an expired one is no row then.
+    assert [row.id for row in inspection.tasks("history", "succeeded", job="HistoryJob").rows] == [
+        new
+    ]
+    assert inspection.tasks("history", "succeeded", search=gone[:4]).rows[-1].id == gone
+
+
+class NothingJob(culex.QueuedJob):
+    queue = "history"
+
+    def perform(self) -> None:
+        pass
+
+
+def test_successes_that_returned_none_stay_listed_after_their_records_expired(
+    r: redis.Redis,
+) -> None:
+    tasks = [NothingJob().enqueue() for _ in range(3)]
+    drain("history")
+    ttl = r.pttl(K.task(tasks[0].id))
+    assert 0 < ttl <= 1000  # (successful_job_ttl: 1 s)
+    # The history outlives them by far: a day.
+    assert r.pttl(K.succeeded) > 43_200_000
+    for task in tasks:
+        r.delete(K.task(task.id))  # (as their records expire)
+    page = inspection.tasks("history", "succeeded")
+    assert sorted(row.id for row in page.rows) == sorted(t.id for t in tasks)
+    assert {row.state for row in page.rows} == {"succeeded"} and page.total == 3
 
 
 def test_a_bad_state_is_refused_before_any_io(r: redis.Redis) -> None:

@@ -128,3 +128,27 @@ def test_the_limits_must_be_whole_numbers_from_1(
     assert exit.value.code == 2
     err = capsys.readouterr().err
     assert f"argument {flag}: must be a whole number, 1 or more (not {value!r})" in err
+
+
+def test_a_runner_claims_no_task_past_its_limit_however_many_one_claim_could_take(
+    r: redis.Redis, folder: Path
+) -> None:
+    # Every task is waiting before the runners start: a claim could take 4 at once.
+    tasks = [enqueue(r, f"t{n}") for n in range(14)]
+    args = ("--processes", "2", "--concurrency", "4", "--max-tasks-per-process", "3")
+    one = Supervised(folder, *args, module="recycled_jobs")
+    try:
+        pids = [task.result(timeout=60) for task in tasks]
+        one.proc.send_signal(signal.SIGTERM)
+        assert one.proc.wait(timeout=60) == 0
+    finally:
+        log = one.stop()
+    done = runs(r)
+    assert sorted(name for name, _ in done) == sorted(t.id for t in tasks)  # each once
+    per_runner = Counter(pid for _, pid in done)
+    assert set(per_runner) == set(pids)
+    assert max(per_runner.values()) <= 3, (per_runner, log)  # none past its limit
+    asked = re.findall(r"runner \d+ asks to be replaced: (.*)", log)
+    assert asked and set(asked) == {"it has run 3 tasks (--max-tasks-per-process 3)"}, log
+    retired = re.findall(r"retiring: stopping once .* \(it has started (\d+) in all\)", log)
+    assert retired and set(retired) == {"3"}, log

@@ -14,6 +14,8 @@ from . import scripts
 from .calls import Arg, Call, number, text, text_pairs, texts
 from .keys import QueueKeys, runner_key, runners_key
 
+BURIED_FIELDS = 3  # a task the claim buried, in its reply: id, type, last_error
+
 
 class Claimed:
     """A task handed to a runner by claim, with the attempt that fences its reports."""
@@ -54,6 +56,8 @@ class ClaimReply:
     next_due_ms: int | None
     tasks: list[Claimed]
     held_until_ms: int | None = None  # the queue's rate limit holds ready tasks back till then
+    # The tasks this claim buried (broken, cancelled, expired): (id, job type, last_error).
+    dead: tuple[tuple[str, str, str], ...] = ()
 
     @property
     def now_ms(self) -> int:
@@ -109,6 +113,7 @@ def claim(
             group_count,
             group_window_ms,
             1,  # say when the rate limit holds ready tasks back (ClaimReply.held_until_ms)
+            1,  # name the tasks buried (ClaimReply.dead)
         ),
         parse,
         scripts.CLAIM,
@@ -126,9 +131,13 @@ def _claim_parts(
         nxt = reply[1]
         rows = reply[2:]
         held = rows.pop() if rows and isinstance(rows[-1], int) else None
-        return ClaimReply(
-            reply[0], None if nxt < 0 else nxt, [Claimed(queue, row) for row in rows], held
+        tasks = [Claimed(queue, row) for row in rows if len(row) != BURIED_FIELDS]
+        if len(tasks) == len(rows):
+            return ClaimReply(reply[0], None if nxt < 0 else nxt, tasks, held)
+        dead = tuple(
+            (text(row[0]), text(row[1]), text(row[2])) for row in rows if len(row) == BURIED_FIELDS
         )
+        return ClaimReply(reply[0], None if nxt < 0 else nxt, tasks, held, dead)
 
     claim_keys = (
         keys.waiting,

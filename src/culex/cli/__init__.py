@@ -263,6 +263,13 @@ def _parser() -> argparse.ArgumentParser:
         usage=workflow_commands.WORKFLOW_USAGE,
     )
     workflow.add_argument("words", nargs="+", metavar="[cancel|retry] RUN_ID")
+    workflow.add_argument(
+        "--limit", type=int, metavar="N", help="nodes shown, from --offset on (default 2000)"
+    )
+    workflow.add_argument(
+        "--offset", type=int, default=0, metavar="N", help="show from the Nth node on (default 0)"
+    )
+    workflow.add_argument("--state", metavar="STATE", help="show only the nodes in this state")
     workflow.set_defaults(command=workflow_commands.workflow_command)
 
     pause = command("pause", help="pause a queue: it keeps taking tasks and runs none")

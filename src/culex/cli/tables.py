@@ -10,11 +10,14 @@ from .._redis.calls import shown
 
 def print_table(columns: Sequence[str], rows: list[dict[str, str]]) -> None:
     """Columns padded to their widest cell, a header line first; each cell as :func:`shown`
-    reads it (a name or an id that is not UTF-8 cannot stop the command)."""
+    reads it (a name or an id that is not UTF-8 cannot stop the command). The last column
+    is not padded: a long last cell widens no other line (the work is linear in the
+    cells' lengths)."""
     rows = [{c: shown(row[c]) for c in columns} for row in rows]
-    widths = [max([len(c), *(len(row[c]) for row in rows)]) for c in columns]
+    widths = [max([len(c), *(len(row[c]) for row in rows)]) for c in columns[:-1]]
     for line in [dict(zip(columns, columns, strict=True)), *rows]:
-        print("  ".join(line[c].ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
+        cells = [line[c].ljust(w) for c, w in zip(columns, widths, strict=False)]
+        print("  ".join([*cells, line[columns[-1]]]).rstrip())
 
 
 def local_time(moment: datetime) -> str:

@@ -9,7 +9,7 @@ from datetime import timedelta
 
 from .. import config
 from .._redis.calls import shown
-from ..jobs.events import Event, EventsTrimmed, events
+from ..jobs.events import EVENTS_OFF_HINT, Event, EventsTrimmed, events, events_off
 from ..operations.known_queues import queue_names
 from ..server.procedures import run_sync
 from .looking import window
@@ -31,12 +31,16 @@ def since(text: str) -> str | timedelta:
 def events_command(args: argparse.Namespace) -> int:
     """Print the events of the queues asked (every known queue when none is), one a line;
     with --follow, wait for new ones until Ctrl-C. A position the stream no longer keeps is
-    said on stderr, and the command goes on from the oldest event kept."""
+    said on stderr, and the command goes on from the oldest event kept; so is a queue with
+    no stream at all (events are off for it: jobs.events.EventsOff)."""
     settings = config.settings_for(args.redis_url)
     queues = run_sync(queue_names(settings.prefix, args.queue or None), settings.redis_url)
     if not queues:
         print("no queue yet", file=sys.stderr)
         return 0
+    off = run_sync(events_off(queues, settings.prefix), settings.redis_url)
+    for queue in off:  # (said, not a silence that looks like an idle queue)
+        print(f"culex: events are off for queue {shown(queue)}: {EVENTS_OFF_HINT}", file=sys.stderr)
     start: str | timedelta = args.since if args.since is not None else RECENT
     timeout = None if args.follow else 0.0
     try:

@@ -1,5 +1,7 @@
-"""culex workflow: a workflow run shown (its record and a table of its nodes), cancelled or
-retried."""
+"""culex workflow: a workflow run shown (its record, its nodes' counts by state, and a
+table of a page of its nodes: ``--limit``, ``--offset``, ``--state``), cancelled or
+retried. The table's work is linear in the nodes it shows: each cell is bounded (a node's
+upstreams are cut to a few names), so no row widens every other."""
 
 from __future__ import annotations
 
@@ -14,7 +16,10 @@ from .tables import local_time, print_table
 if TYPE_CHECKING:
     from ..operations.runs import RunOverview
 
-WORKFLOW_USAGE = "culex workflow RUN_ID, or culex workflow (cancel | retry) RUN_ID"
+WORKFLOW_USAGE = (
+    "culex workflow RUN_ID [--limit N] [--offset N] [--state STATE], or culex workflow "
+    "(cancel | retry) RUN_ID"
+)
 
 
 def workflow_command(args: argparse.Namespace) -> int:
@@ -30,6 +35,7 @@ def workflow_command(args: argparse.Namespace) -> int:
     if len(words) != (2 if action else 1):
         raise CulexError(f"usage: {WORKFLOW_USAGE}")
     run_id = words[-1]
+    page = _page_asked(args, action)
     try:  # (a run's id is made as a task's is)
         check_id(run_id)
     except ValueError:
@@ -48,8 +54,25 @@ def workflow_command(args: argparse.Namespace) -> int:
     except WorkflowNotFound as exc:
         print(exc)
         return 1
-    _show(shown)
+    _show(shown, *page)
     return 0
+
+
+def _page_asked(args: argparse.Namespace, action: str) -> tuple[int, int, str]:
+    """--offset, --limit and --state, checked: (offset, limit, state)."""
+    from ..operations.runs import NODE_STATES, PAGE
+
+    limit = PAGE if args.limit is None else args.limit
+    state = args.state or ""
+    if action and (args.limit is not None or args.offset or state):
+        raise CulexError(f"--limit, --offset and --state show a run: usage: {WORKFLOW_USAGE}")
+    if limit < 1 or args.offset < 0:
+        raise CulexError(
+            f"--limit must be 1 or more and --offset 0 or more: {limit}, {args.offset}"
+        )
+    if state and state not in NODE_STATES:
+        raise CulexError(f"--state is one of {', '.join(NODE_STATES)}, not {short(state)}")
+    return args.offset, limit, state
 
 
 def _cancel(run_id: str, settings: config.Settings) -> int:
@@ -67,8 +90,12 @@ def _cancel(run_id: str, settings: config.Settings) -> int:
     return 1
 
 
-def _show(run: RunOverview) -> None:
-    """The run's facts, one a line, then a table of its nodes by depth."""
+def _show(run: RunOverview, offset: int = 0, limit: int = 2000, only: str = "") -> None:
+    """The run's facts, one a line (its nodes' counts by state among them), then a table of
+    a page of its nodes by depth (those in state ``only``, if given), and where the page is
+    when it is not all of them."""
+    from ..operations.runs import after_shown
+
     counts = ", ".join(f"{count} {state}" for state, count in run.counts.items())
     state = run.state + (" (cancelling: waiting for its nodes to end)" if run.cancelling else "")
     facts = [
@@ -86,13 +113,21 @@ def _show(run: RunOverview) -> None:
         print(f"{name:<8} {value}")
     print()
     columns = ("node", "state", "queue", "task id", "attempts", "started", "ended", "after")
+    page = run.page(offset, limit, only)
     rows = [
         dict(zip(columns, (node.name, node.state, node.queue, node.task_id, str(node.attempts),
                            _when(node.started_at), _when(node.ended_at),
-                           ", ".join(node.after) or "-"), strict=True))
-        for node in run.nodes
+                           after_shown(node.after)), strict=True))
+        for node in page
     ]  # fmt: skip
     print_table(columns, rows)
+    total = run.counts.get(only, 0) if only else len(run.nodes)
+    if len(page) < total:
+        shown = f"{offset + 1}-{offset + len(page)}" if page else "none"
+        following = offset + len(page)
+        more = f"; next: --offset {following}" if following < total else ""
+        among = f" {only}" if only else ""
+        print(f"\nnodes {shown} of {total}{among} shown (--limit {limit}){more}")
 
 
 def _when(ms: int | None) -> str:

@@ -12,6 +12,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.templating import Jinja2Templates
 
+from ..operations import runs
 from . import formatting, security
 
 HERE = Path(__file__).resolve().parent
@@ -33,6 +34,7 @@ def templates() -> Jinja2Templates:
         cut=formatting.cut,
         first_line=formatting.first_line,
         pretty_json=formatting.pretty_json,
+        after_shown=runs.after_shown,  # (a node's upstreams: a few names, then how many more)
     )
     env.globals["url_for"] = _url_for
     return Jinja2Templates(env=env)

@@ -20,10 +20,20 @@ from .templating import path_for, render
 
 
 async def run(request: Request) -> Response:
-    """A run: its record, its counts by state, its nodes a row per depth, Cancel, Retry."""
+    """A run: its record, its counts by state, its nodes a row per depth, Cancel, Retry. A
+    run of more than runs.PAGE nodes shows them a page at a time (``?offset=``)."""
     run_id = _run_id(request)
+    offset = _offset(request)
     shown = await _overview(request, run_id)
-    return render(request, "workflow.html", {"run": shown, "page": ""})
+    nodes = shown.page(offset, runs.PAGE)
+    paged = {
+        "levels": runs.levels(nodes),
+        "offset": offset,
+        "shown": len(nodes),
+        "previous": max(0, offset - runs.PAGE) if offset else None,
+        "next": offset + runs.PAGE if offset + runs.PAGE < len(shown.nodes) else None,
+    }
+    return render(request, "workflow.html", {"run": shown, "page": "", "paged": paged})
 
 
 async def run_action(request: Request) -> Response:
@@ -91,6 +101,14 @@ async def _overview(request: Request, run_id: str) -> runs.RunOverview:
         return await runs.arun_overview(run_id, request.app.state.settings)
     except WorkflowNotFound as exc:
         raise HTTPException(404, str(exc)) from None
+
+
+def _offset(request: Request) -> int:
+    """The page's first node (``?offset=``, 0 when not given), checked."""
+    given = request.query_params.get("offset", "0").strip() or "0"
+    if not given.isdigit() or len(given) > 9:
+        raise HTTPException(404, f"offset is a whole number from 0: {given[:40]!r}")
+    return int(given)
 
 
 def _run_id(request: Request) -> str:

@@ -69,6 +69,23 @@ class EventsTrimmed(CulexError, LookupError):
         self.oldest = oldest
 
 
+class EventsOff(CulexError, LookupError):
+    """Queue ``queue`` has no event stream: no process with events on (producer or runner)
+    has changed one of its tasks within the stream's age (a day), so events are off for it.
+    The stream on the server is what every process can see: a process with events on
+    writes it, and a reader knows from it whether any writer had them on."""
+
+    def __init__(self, queue: str) -> None:
+        super().__init__(f"events are off for queue {queue!r}: {EVENTS_OFF_HINT}")
+        self.queue = queue
+
+
+EVENTS_OFF_HINT = (
+    "no producer or runner with events on has changed one of its tasks within a day, so "
+    "its event stream is empty; turn them on in every process that enqueues or runs tasks: "
+    "culex.configure(events=True), CULEX_EVENTS=1, or culex run --events"
+)
+
 Since = str | datetime | timedelta | None
 
 
@@ -117,7 +134,11 @@ def task_events(
     keys = queue_keys(prefix, queue)
 
     def steps(cluster: bool) -> Steps:
-        fields = raised((yield [commands.read_task(keys, task_id)]))[0]
+        fields, newest = raised(
+            (yield [commands.read_task(keys, task_id), streams.newest(keys.events)])
+        )
+        if newest is None:  # (its own enqueue, with events on, would have written one)
+            raise EventsOff(queue)
         # From its enqueue, or from its last retry out of dead: the dead event before that
         # is not its end any more.
         times = [fields.get(name, "") for name in ("enqueue_time", "retried_at")]
@@ -129,6 +150,13 @@ def task_events(
         yield from _steps(prefix, [queue], since, True, wait, cluster, task_id, ended_by)
 
     return _sync(steps, url), lambda: _async(steps, url)
+
+
+def events_off(queues: list[str], prefix: str) -> Procedure[list[str]]:
+    """Which of ``queues`` have no event stream: events are off for them (EventsOff)."""
+    calls = [streams.newest(queue_keys(prefix, queue).events) for queue in queues]
+    newest = raised((yield calls))
+    return [queue for queue, last in zip(queues, newest, strict=True) if last is None]
 
 
 def _sync(steps: Callable[[bool], Steps], url: str | None) -> Iterator[Event]:

@@ -80,7 +80,8 @@ def tasks(
     kind: str | None = None,
 ) -> TaskPage:
     """A page of the tasks of ``queue`` in ``state`` (waiting, scheduled, pending or dead,
-    or succeeded: the queue's last 1,000 successes while their records last), newest first
+    or succeeded: the queue's last 1,000 successes, kept a day; one whose record has
+    expired is a row of its id and time alone, with no job), newest first
     by their score (``newest_first=False``: oldest first), ``limit`` (1..500) rows from
     ``cursor`` on (a page's ``next_cursor``; None: the start). A page is read in one round
     trip, and stays stable while tasks come and go: the cursor is a position in the set,
@@ -92,7 +93,9 @@ def tasks(
 
     ``job``: only tasks of that job type. A page then looks at 2,000 ids at most, so it may
     hold fewer rows than ``limit``, or none, and still have a ``next_cursor``: go on until
-    it is None. Tasks whose record expired are left out. An unknown queue gives empty pages.
+    it is None. Tasks whose record expired are left out (but for succeeded, where such a
+    task is a row of its id and time, with no job: then ``job`` and ``kind`` leave it
+    out). An unknown queue gives empty pages.
 
     ``search``: only tasks whose id begins with it, or whose job type, params or last error
     holds it (as written, case and all); ``kind``: "retrying", only tasks that failed or

@@ -21,6 +21,10 @@ from ..workflows.run import NodeView, WorkflowRun
 EXPIRED = "expired"
 # The node states in the order the counts are shown (a node's task states, and EXPIRED).
 NODE_STATES = ("blocked", "waiting", "scheduled", "pending", "succeeded", "dead", EXPIRED)
+# The nodes shown at once (culex workflow, the run page): a run of more is shown a page at
+# a time, after its counts by state, so that a run of 100,000 nodes is no wall of rows.
+PAGE = 2000
+AFTER_SHOWN = 3  # a node's upstream names shown; the others counted ("+N more")
 
 
 class NodeRow(NamedTuple):
@@ -65,17 +69,39 @@ class RunOverview(NamedTuple):
     @property
     def levels(self) -> list[list[NodeRow]]:
         """The nodes a list per depth: the nodes without upstreams first."""
-        found: list[list[NodeRow]] = []
-        for node in self.nodes:
-            while len(found) <= node.depth:
-                found.append([])
-            found[node.depth].append(node)
-        return [level for level in found if level]
+        return levels(self.nodes)
+
+    def page(self, offset: int = 0, limit: int = PAGE, state: str = "") -> list[NodeRow]:
+        """The nodes from the ``offset``-th on, ``limit`` of them at most, in their order
+        (by depth); only those in ``state`` when one is given ("": all)."""
+        nodes = [node for node in self.nodes if node.state == state] if state else self.nodes
+        return nodes[offset : offset + limit]
 
     @property
     def retriable(self) -> bool:
         """Whether :func:`retry_run` takes it: it ended failed or cancelled."""
         return self.state in ("failed", "cancelled")
+
+
+def levels(nodes: Sequence[NodeRow]) -> list[list[NodeRow]]:
+    """``nodes`` (in order of depth) a list per depth, the shallowest first; depths none of
+    them is at are left out."""
+    found: list[list[NodeRow]] = []
+    for node in nodes:
+        if not found or found[-1][0].depth != node.depth:
+            found.append([])
+        found[-1].append(node)
+    return found
+
+
+def after_shown(after: Sequence[str], most: int = AFTER_SHOWN) -> str:
+    """A node's upstream names as a table shows them: the first ``most``, then how many
+    more ("-": none). A node after 100,000 others is one short cell, not a row that
+    widens every other."""
+    if not after:
+        return "-"
+    shown = ", ".join(after[:most])
+    return shown if len(after) <= most else f"{shown} +{len(after) - most} more"
 
 
 def run_overview(run_id: str, settings: config.Settings | None = None) -> RunOverview:

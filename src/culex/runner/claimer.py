@@ -27,6 +27,7 @@ from ..jobs.limits import QueueLimits
 from . import queue_order
 from .backoff import SERVER_ERROR, Backoff
 from .slots import Slots
+from .wrapping import tell_buried
 
 logger = logging.getLogger("culex")
 
@@ -50,7 +51,8 @@ class Claimer:
     order (``strict_queues``), or by their ``weights``. It is given the runner's
     ``slots`` (it counts the free ones, and waits for one to free), and ``start``, which
     starts one claimed task in a slot. While ``claiming`` is clear (a quiet runner) it
-    claims nothing, and a blocking wait carries no claim behind it.
+    claims nothing, and a blocking wait carries no claim behind it. ``allowance``, when
+    given, says how many more tasks the runner may take in all (None: no limit).
     """
 
     def __init__(
@@ -66,6 +68,7 @@ class Claimer:
         stopping: asyncio.Event,
         reports_landed: asyncio.Event | None = None,
         claiming: asyncio.Event | None = None,
+        allowance: Callable[[], int | None] | None = None,
     ) -> None:
         self.settings = settings
         self.driver = driver
@@ -85,6 +88,9 @@ class Claimer:
         self.reports_landed = reports_landed
         # Clear while the runner is quiet (SIGTSTP): it claims nothing until it is set again.
         self.claiming = claiming
+        # How many more tasks the runner may take in all (None: no limit): a recycled
+        # runner's (culex.runner.supervised) claims no task past its limit.
+        self.allowance = allowance
         self.backoff = Backoff(*SERVER_ERROR)
         self.reserved = 0  # slots held for a claim pipelined behind the blocking wait
         # The blocking waits for a signal in flight, by the signal keys each waits on.
@@ -95,6 +101,7 @@ class Claimer:
         # Queues whose rate limit holds their ready tasks back: not claimed until this
         # time (the claim's reply says when), whatever wakes the runner meanwhile.
         self._held: dict[str, float] = {}
+        self._telling: set[asyncio.Future[None]] = set()  # on_dead of tasks claims buried
 
     async def run(self) -> None:
         """Claim and wait, in turns, until a stop is asked."""
@@ -128,8 +135,11 @@ class Claimer:
                 await self._wait_for_work(groups, order[0], due_in)
 
     def free(self) -> int:
-        """Slots for more tasks: neither running nor held for a claim behind the wait."""
-        return self.slots.free() - self.reserved
+        """Slots for more tasks: neither running nor held for a claim behind the wait, and
+        no more than the runner's allowance lets it take."""
+        free = self.slots.free()
+        left = None if self.allowance is None else self.allowance()
+        return (free if left is None else min(free, left)) - self.reserved
 
     async def settle(self) -> None:
         """On stop, let a wait in flight end (at idle_wait) rather than close its
@@ -138,6 +148,7 @@ class Claimer:
         waiting = [waiter for waiter in self.waiters.values() if not waiter.done()]
         if waiting:
             await asyncio.wait(waiting, timeout=SETTLE_LIMIT)
+        await asyncio.gather(*self._telling)  # (on_dead told of what the claims buried)
 
     async def close(self) -> None:
         """Cut what still waits: the blocking waits, and the wait for a stop."""
@@ -185,6 +196,8 @@ class Claimer:
             self._hold(keys.name, reply)
             for claimed in reply.tasks:
                 self.start(claimed)
+            if reply.dead:
+                _tell_dead(self._telling, keys.name, reply.dead)
             total += len(reply.tasks)
             filled = filled or len(reply.tasks) >= ask
         return total, due_in, filled
@@ -315,6 +328,8 @@ class Claimer:
             self._hold(queue, reply)
             for claimed in reply.tasks:
                 self.start(claimed)
+            if reply.dead:
+                _tell_dead(self._telling, queue, reply.dead)
         return replies
 
     async def _until(self, awaitable: Any) -> None:
@@ -326,6 +341,16 @@ class Claimer:
             if not future.done():
                 future.cancel()
         await asyncio.gather(work, stop, return_exceptions=True)
+
+
+def _tell_dead(
+    telling: set[asyncio.Future[None]], queue: str, dead: Iterable[tuple[str, str, str]]
+) -> None:
+    """The middleware's on_dead for each task a claim buried (culex.runner.wrapping), on a
+    task of its own, kept in ``telling``: the claim loop goes on meanwhile."""
+    told = tell_buried(queue, [(task_id, why) for task_id, _, why in dead])
+    telling.add(task := asyncio.ensure_future(told))
+    task.add_done_callback(telling.discard)
 
 
 def _unreached(exc: ServerError) -> bool:

@@ -16,15 +16,17 @@ import logging
 from collections.abc import Iterable, Mapping
 
 from .. import config
-from .._redis import claims
+from .._redis import claims, commands
 from .._redis.drivers import AsyncDriverProtocol
 from .._redis.keys import queue_keys
 from ..errors import ServerError
+from . import wrapping
 
 logger = logging.getLogger("culex")
 
 RECLAIM_LIMIT = 100  # expired leases reclaimed per queue per pass
 RECLAIM_EVERY = 2.0  # seconds between reclaim passes (at most; less with a short lease)
+STALLED = "lease expired (runner lost)"  # on_dead's reason when the record cannot be read
 
 
 class Reclaimer:
@@ -93,3 +95,22 @@ class Reclaimer:
                         task_id,
                         state,
                     )
+                dead = [task_id for task_id, state in reclaimed if state == "dead"]
+                if dead and wrapping.configured() is not None:
+                    await self._tell_dead(queue, dead)
+
+    async def _tell_dead(self, queue: str, dead: list[str]) -> None:
+        """The middleware's on_dead for each task this pass buried (past max_stalls, or
+        broken), with the reason its record says (one read, in one round trip)."""
+        keys = queue_keys(self.settings.prefix, queue)
+        try:
+            records = await self.driver.run_many([commands.read_task(keys, i) for i in dead])
+        except ServerError:
+            records = []
+        reasons = [
+            record.get("last_error") if isinstance(record, dict) else None for record in records
+        ]
+        reasons += [None] * (len(dead) - len(reasons))
+        await wrapping.tell_buried(
+            queue, [(task_id, why or STALLED) for task_id, why in zip(dead, reasons, strict=True)]
+        )

@@ -178,13 +178,9 @@ class Runner:
             return
         self._retiring = True
         self.quiet()
-        logger.info("retiring: stopping once the %d running task(s) end", len(self._slots.running))
-        self._retirement = asyncio.create_task(self._stop_when_idle(), name="culex-retire")
-
-    async def _stop_when_idle(self) -> None:
-        while self._slots.running:
-            await asyncio.wait(list(self._slots.running))
-        self.stop()
+        assert self.supervised is not None  # (only a supervised runner takes SIGUSR1)
+        retire = self.supervised.retire(self._slots, self.stop)
+        self._retirement = asyncio.create_task(retire, name="culex-retire")
 
     async def arun(self, *, handle_signals: bool = False) -> None:
         """Run on the current event loop until :meth:`stop` is called.
@@ -266,6 +262,7 @@ class Runner:
             stopping=self._stopping,
             reports_landed=self._outbox.landed,
             claiming=self._claiming,
+            allowance=None if self.supervised is None else self.supervised.left,
         )
         releaser = Releaser(self.settings, driver, self.queues)
         reporter = Reporter(self.settings, driver, keeper, self._outbox, releaser.wake)
@@ -312,6 +309,8 @@ class Runner:
             logs.task_line(logger, "Running task %s (%s)", task_name(claimed), job)
         task = asyncio.create_task(self._execute(claimed))
         self._slots.take(task, claimed)
+        if self.supervised is not None:
+            self.supervised.start()
 
     async def _execute(self, claimed: Claimed) -> None:
         """One attempt, from its start to its outcome in the reporter's outbox (one coroutine).

@@ -8,6 +8,10 @@ whose handlers are not yet set would be suspended by one: its default action).
 (RSS) has passed ``--max-memory-per-process`` MB, and asks to be replaced. The supervisor
 answers with SIGUSR1 when its turn comes (one runner at a time: culex.runner.supervisor):
 the runner goes quiet, finishes what it runs, and exits; a new runner takes its place.
+
+A runner claims no task past its limit (:meth:`Supervised.left`, which the claim loop asks):
+never more than M tasks in all, however many one claim could take, and none once its RSS
+has passed MB, while it waits for its turn.
 """
 
 from __future__ import annotations
@@ -18,7 +22,9 @@ import logging
 import os
 import resource
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+
+from .slots import Slots
 
 logger = logging.getLogger("culex")
 
@@ -44,12 +50,26 @@ class Supervised:
         self.fd = fd
         self.max_tasks = max_tasks
         self.max_memory_mb = max_memory_mb
+        self.started = 0  # attempts started in this process
         self.tasks = 0  # attempts that ended in this process
         self.asked = False  # it has asked to be replaced (once is enough)
 
     def ready(self) -> None:
         """Tell the supervisor the runner's signal handlers are set."""
         self._say("ready")
+
+    def left(self) -> int | None:
+        """How many more tasks this runner may claim (None: no limit): none once it asked
+        to be replaced, and never more than ``max_tasks`` started in all."""
+        if self.asked:
+            return 0
+        if self.max_tasks is None:
+            return None
+        return max(0, self.max_tasks - self.started)
+
+    def start(self) -> None:
+        """An attempt starts (counted against ``max_tasks``)."""
+        self.started += 1
 
     def ended(self) -> None:
         """An attempt ended: ask to be replaced once a limit is reached."""
@@ -70,6 +90,17 @@ class Supervised:
             self.asked = True
             logger.info("asking the supervisor to replace this runner: %s", reason)
             self._say(f"recycle {reason}")
+
+    async def retire(self, slots: Slots, stop: Callable[[], None]) -> None:
+        """Retire: call ``stop`` once nothing runs in the runner's ``slots``."""
+        logger.info(
+            "retiring: stopping once the %d running task(s) end (it has started %d in all)",
+            len(slots.running),
+            self.started,
+        )
+        while slots.running:
+            await asyncio.wait(list(slots.running))
+        stop()
 
     def _say(self, line: str) -> None:
         with contextlib.suppress(OSError):  # (the supervisor has ended: the runner stops)

@@ -36,8 +36,8 @@ action would suspend it); one started while the supervisor is quiet starts quiet
 runner that has run M tasks, or whose RSS has passed MB, asks on its pipe to be replaced
 (culex.runner.supervised). One runner at a time is replaced: the supervisor sends it
 SIGUSR1 (it goes quiet, finishes what it runs, and exits) and at once starts a new runner
-in its slot; the next that asked waits until the first has exited. So never fewer than
-N-1 runners claim, and for a moment N+1 processes run.
+in its slot; the next that asked waits until the first has exited, claiming nothing
+meanwhile (a runner takes no task past its limit). For a moment N+1 processes run.
 
 **Restarts.** A runner that exits when no stop was asked for is started again: at once
 if it ran ``STEADY`` seconds or more, else after a pause that doubles with each such early

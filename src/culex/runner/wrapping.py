@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from .. import config
@@ -113,12 +113,27 @@ async def tell_ended(outcome: Outcome, job: Job | None) -> None:
     dead = outcome.retry_delay_ms is None
     for each in plan.all:
         if job is not None:
-            await _told(each.on_failure, claimed, job, error, not dead)
+            await _told(each.on_failure, claimed.queue, claimed.id, job, error, not dead)
         if dead:
-            await _told(each.on_dead, claimed, job, error)
+            await _told(each.on_dead, claimed.queue, claimed.id, job, error)
 
 
-async def _told(hook: Callable[..., Any], claimed: Claimed, *args: Any) -> None:
+async def tell_buried(queue: str, buried: Iterable[tuple[str, str]]) -> None:
+    """Tell the middleware of tasks of ``queue`` that a script of this runner buried with
+    no attempt of theirs ending here, as (id, last_error) pairs: a claim's (expired before
+    it started, cancelled, broken) and a reclaim's (its lease expired past max_stalls).
+    on_dead gets no job, and a :class:`culex.TaskFailed` with the reason; what it raises
+    is logged."""
+    plan = configured()
+    if plan is None:
+        return
+    for task_id, reason in buried:
+        error = TaskFailed(task_id, reason)
+        for each in plan.all:
+            await _told(each.on_dead, queue, task_id, None, error)
+
+
+async def _told(hook: Callable[..., Any], queue: str, task_id: str, *args: Any) -> None:
     try:
         said = hook(*args)
         if inspect.isawaitable(said):
@@ -127,6 +142,6 @@ async def _told(hook: Callable[..., Any], claimed: Claimed, *args: Any) -> None:
         logger.exception(
             "middleware %s raised for task %s<%s> (the task's outcome stands)",
             getattr(hook, "__qualname__", hook),
-            claimed.queue,
-            claimed.id,
+            queue,
+            task_id,
         )

@@ -36,7 +36,7 @@ from ..runner.outbox import Outbox
 from ..runner.outcome import Outcome
 from ..runner.reporter import Reporter
 from ..runner.wrapping import configured as configured_middleware
-from ..runner.wrapping import opened_params, tell_ended
+from ..runner.wrapping import opened_params, tell_buried, tell_ended
 from ..server import configured
 from ..server.procedures import run_on
 from ..workflows import release
@@ -185,11 +185,15 @@ class _Drainer:
             )
         claimed: list[Claimed] = []
         hastened = 0
+        queues = iter(self.keys)  # (each claim's, in their order)
         for reply in await self.driver.run_many(calls):
             if isinstance(reply, Exception):
                 raise reply
             if isinstance(reply, claims.ClaimReply):
                 claimed += reply.tasks
+                queue = next(queues).name
+                if reply.dead:  # (expired, cancelled or broken: on_dead, as a runner tells)
+                    await tell_buried(queue, [(task_id, why) for task_id, _, why in reply.dead])
             else:
                 hastened += reply
         if hastened and not claimed:

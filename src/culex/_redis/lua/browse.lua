@@ -28,12 +28,16 @@
 --                           "delayed" (only the others), "" or none: every task
 -- ARGV[10] state            optional: only tasks whose hash says this state (the succeeded
 --                           zset may name an id whose hash expired and was used again);
---                           "" or none: any
+--                           "" or none: any. With "succeeded", an id whose hash is gone
+--                           (expired: a success is kept for a short time) is a row all the
+--                           same, with its id and score alone, unless a job, a kind or a
+--                           search that its id does not begin with leaves it out
 -- Returns: {total, looked, next_score, next_id, row, row, ...}: total = ZCARD of the zset;
 --          looked = how many ids the page looked at; next_score and next_id: the cursor of the next page (the last id looked at),
 --          both "" when the set holds no more ids in this order; each row
 --          {id, score, type, enqueue_time, retry_count, last_error, params, priority, group},
---          missing fields as "". An id whose hash is gone (or is not a hash) is never a row.
+--          missing fields as "". An id whose hash is gone (or is not a hash) is never a row
+--          (but for ARGV[10] "succeeded", above).
 --          In waiting the score is ready_ms - priority * 2^42 (include/priority.lua): "asc"
 --          is the order the tasks run in (highest priority first, then earliest ready),
 --          "desc" its reverse.
@@ -145,6 +149,10 @@ local function row(id, score)
   end
   local f = redis.pcall('HMGET', key, 'type', 'enqueue_time', 'retry_count', 'last_error',
     'params', 'priority', 'group', 'stalls', 'state')
+  if state == 'succeeded' and not f['err'] and not f[1] and not f[9] and job == ''
+      and kind == '' and string.sub(id, 1, #search) == search then
+    return {id, score, '', '', '', '', '', '', ''}  -- (a success whose hash has expired)
+  end
   if f['err'] or not f[1] or (state ~= '' and f[9] ~= state) then return nil end
   if search ~= '' and string.sub(id, 1, #search) ~= search
       and not string.find(f[1], search, 1, true)

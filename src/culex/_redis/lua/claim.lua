@@ -56,6 +56,11 @@
 --                            the tasks: when the next start is allowed (ms). A runner
 --                            then skips the queue until that time instead of claiming it
 --                            again at each wake-up.
+-- ARGV[12] say_dead          optional: "1": the reply also names each task this claim
+--                            buried (broken, cancelled, expired: below), as {id, type,
+--                            last_error} among the tasks (three fields: a task has nine or
+--                            ten), so that the runner that buried it tells its middleware
+--                            (on_dead)
 -- (the control hash's group_concurrency, group_rate and group_rate_ms replace them, as its
 -- rate and concurrency replace ARGV[5..7])
 -- Returns: {now_us, next_ms or -1, task, task, ...} where each task is
@@ -521,6 +526,7 @@ local function bury(key, id, job, reason)
   wake(key, KEYS[6] .. id, dead_ttl)
   node_ended(KEYS[5], id, 'dead', nil, 'broken task: ' .. reason, now)
   emit(events_key, id, job, 'dead', 0, now)
+  return 'broken task: ' .. reason
 end
 
 -- A task whose cancel was requested ends as cancel.lua ends a waiting one (see KEYS[12]);
@@ -633,6 +639,11 @@ if grouped then
 end
 
 local reply = {t[1] * 1000000 + t[2], -1}
+-- A task buried here, named in the reply when ARGV[12] asks (its last_error: `reason`).
+local say_dead = ARGV[12] == '1'
+local function said_dead(id, job, reason)
+  if say_dead then reply[#reply + 1] = {id, job or '', reason} end
+end
 if limit > 0 then
   local picked
   local ring = grouped and redis.call('ZRANGE', groups .. 'ring', 0, 1)
@@ -665,18 +676,22 @@ if limit > 0 then
       -- record, in the same slot.
       local kind = redis.call('TYPE', key)['ok']
       redis.call('RENAME', key, key .. ':wrongtype')
-      bury(key, id, nil, 'task key held a ' .. kind .. ', kept at ' .. key .. ':wrongtype')
+      said_dead(id, nil, bury(key, id, nil, 'task key held a ' .. kind .. ', kept at '
+        .. key .. ':wrongtype'))
     elseif f[1] == false and f[2] == false and f[6] == false then
-      bury(key, id, f[1], 'no task hash for this id (or one without type, params and attempt)')
+      said_dead(id, f[1], bury(key, id, f[1],
+        'no task hash for this id (or one without type, params and attempt)'))
     elseif f[6] and (not string.match(f[6], '^%d+$') or #f[6] > 9) then
-      bury(key, id, f[1], 'attempt is not a whole number')
+      said_dead(id, f[1], bury(key, id, f[1], 'attempt is not a whole number'))
     elseif f[8] and KEYS[12] then
       cancelled(key, id, f[1], f[8])
       emit(events_key, id, f[1], 'dead', f[6], now)
+      said_dead(id, f[1], f[8])
     elseif f[10] and (whole(f[10], 0, MOST) or now + 1) <= now then
       count(tally, f[1] or '', 'd')
       cancelled(key, id, f[1], 'expired')
       emit(events_key, id, f[1], 'dead', f[6], now)
+      said_dead(id, f[1], 'expired')
     else
       local attempt = tonumber(f[6] or '0') + 1
       if group then

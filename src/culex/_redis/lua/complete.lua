@@ -31,9 +31,11 @@
 -- KEYS[11] succeeded zset <prefix>:{<queue>}:succeeded   optional: the recent successes,
 --         scored by their end (ms): each task that lands is added; the set keeps the
 --         newest 1,000 (SUCCEEDED_KEPT); an id whose hash has expired stays until newer
---         ones push it out (readers skip it: browse.lua's state). The set expires after
---         the hashes it names: when less than the longest ttl_ms of the call is left of
---         its TTL, the TTL becomes twice that
+--         ones push it out (readers list it with its id and end alone: browse.lua's
+--         state). The set expires SUCCEEDED_AGE_MS (a day) after the last success, or
+--         after the hashes it names when they are kept longer: when less than half of
+--         keep = max(SUCCEEDED_AGE_MS, twice the longest ttl_ms of the call) is left of
+--         its TTL, the TTL becomes keep
 -- KEYS[12] events stream <prefix>:{<queue>}:events   optional (with KEYS[6] to KEYS[11]):
 --         each task that lands gets its `succeeded` event (include/events.lua)
 -- ARGV[1..] quadruples: id, attempt, result, ttl_ms
@@ -359,6 +361,7 @@ end
 -- it keeps: the newest, so the history of a busy queue is its last 1,000 successes.
 local succeeded = KEYS[11]
 local SUCCEEDED_KEPT = 1000
+local SUCCEEDED_AGE_MS = 86400000
 
 if not KEYS[5] then  -- (before any write, as every check)
   return redis.error_reply('ERR complete takes 5 keys: the counters prefix is KEYS[5]')
@@ -465,11 +468,12 @@ if succeeded and #done > 0 then
     redis.pcall('ZADD', succeeded, unpack(scored, i, math.min(i + 999, #scored)))
   end
   redis.pcall('ZREMRANGEBYRANK', succeeded, 0, -SUCCEEDED_KEPT - 1)
-  -- (raised to twice the longest once less than the longest is left: not a write every
-  -- call, and the set outlives each hash it names by at most one such ttl)
+  -- (raised to keep once less than half of it is left: not a write every call; a day at
+  -- least, so that successes whose hashes expired at once, a None result's, stay listed)
+  local keep = math.max(SUCCEEDED_AGE_MS, 2 * longest)
   local left = redis.pcall('PTTL', succeeded)
-  if type(left) == 'number' and left < longest then
-    redis.pcall('PEXPIRE', succeeded, 2 * longest)
+  if type(left) == 'number' and left < keep / 2 then
+    redis.pcall('PEXPIRE', succeeded, keep)
   end
   -- (no look at whether the hashes named are still there: that cost a read and a removal
   -- a task on the hot path. A reader skips the ids whose hash has expired, and the count
