@@ -1,0 +1,61 @@
+"""What a runner does with what it cannot apply: a helper loop that raises is logged at
+once and started again; a malformed outbox entry is set aside with its reason (its run
+fails, naming the node), and the entries after it are applied."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import redis
+
+import culex
+from culex.runner import releaser, stopping
+
+from ..conftest import running
+from .jobs import QUEUES, Journal, WfPriceJob, WfSumJob
+
+pytestmark = pytest.mark.usefixtures("fresh")
+
+
+@pytest.fixture
+def fresh(r: redis.Redis) -> None:
+    Journal.clear()
+
+
+def runner() -> culex.Runner:
+    return culex.Runner(run_from=list(QUEUES))
+
+
+def chain() -> tuple[culex.Workflow, culex.Task]:
+    wf = culex.Workflow()
+    first = wf.add(WfPriceJob(cents=5), name="first")
+    wf.add(WfSumJob(), after=[first], name="second")
+    return wf, first
+
+
+async def test_a_helper_loop_that_raises_is_logged_at_once_and_started_again(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The releaser's pass raises once (a bug): the traceback is logged while the runner
+    runs, and the loop starts again, so the run still ends."""
+    monkeypatch.setattr(stopping, "RESTART", (0.05, 0.05))
+    real = releaser.Releaser.release
+    raised: list[bool] = []
+
+    async def once(self: releaser.Releaser, *, unfinished: bool = True) -> None:
+        if not raised:
+            raised.append(True)
+            raise RuntimeError("a bug in one pass")
+        await real(self, unfinished=unfinished)
+
+    monkeypatch.setattr(releaser.Releaser, "release", once)
+    wf, _ = chain()
+    with caplog.at_level(logging.ERROR, logger="culex"):
+        async with running(runner()):
+            run = await wf.aenqueue()
+            assert await run.await_(timeout=30) == "succeeded"
+            said = [rec for rec in caplog.records if rec.getMessage().startswith("culex-release")]
+            assert said and said[0].exc_info is not None
+            assert "starts again" in said[0].getMessage()
+    assert raised
