@@ -59,3 +59,27 @@ async def test_a_helper_loop_that_raises_is_logged_at_once_and_started_again(
             assert said and said[0].exc_info is not None
             assert "starts again" in said[0].getMessage()
     assert raised
+
+
+@pytest.mark.parametrize("down", ["[5]", '[["wf-b"]]', '{"a": 1}', "not json"])
+async def test_an_entry_that_cannot_be_applied_is_set_aside_and_its_run_fails(
+    r: redis.Redis, down: str
+) -> None:
+    """A node whose `down` a foreign writer made unreadable: when it ends, its entry is set
+    aside with the reason, its run fails naming the node, and another run of the same
+    queues, enqueued after it, runs to its end."""
+    wf, first = chain()
+    broken = await wf.aenqueue()
+    r.hset(f"culex:{{wf-a}}:task:{first.id}", "down", down)  # (as no culex call writes it)
+    healthy, _ = chain()
+    async with running(runner()):
+        later = await healthy.aenqueue()
+        assert await later.await_(timeout=30) == "succeeded"
+        assert await broken.await_(timeout=30) == "failed"
+    error = broken.info()["error"]
+    assert error.startswith(f"node first ({first.id}): its down ") and "[queue, id]" in error
+    assert [v.fields["state"] for v in sorted(broken.nodes())] == ["succeeded", "dead"]
+    assert r.zrange("culex:{wf-a}:aside", 0, -1) == [first.id.encode()]
+    aside = r.hgetall(f"culex:{{wf-a}}:aside:{first.id}")
+    assert aside[b"down"] == down.encode() and b"[queue, id]" in aside[b"reason"]
+    assert r.zcard("culex:{wf-a}:outbox") == 0

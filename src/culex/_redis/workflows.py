@@ -86,6 +86,12 @@ def mark_cancelled(run: RunKeys) -> Call[str]:
     return _record(run, "cancel")
 
 
+def broken(run: RunKeys, why: str) -> Call[str]:
+    """The run cannot go on (``why``: the node and why): it is called off, to end
+    "failed" with ``why`` as its record's ``error``; the reply: its state."""
+    return _record(run, "broken", why)
+
+
 def retry(run: RunKeys, task_ids: Sequence[str]) -> Call[int]:
     """An ended run runs again; ``task_ids`` no longer count as ended. The reply: the
     retry's number, which fences :func:`rearm`."""
@@ -184,6 +190,13 @@ def done(keys: QueueKeys, entries: Sequence[Entry]) -> Call[int]:
     for entry in entries:
         args += (entry.task_id, entry.fields.get("at", ""))
     return Call((keys.outbox, keys.task_prefix), tuple(args), int, scripts.WORKFLOW_DONE)
+
+
+def set_aside(keys: QueueKeys, entry: Entry, reason: str, ttl_ms: int) -> Call[int]:
+    """An entry that cannot be applied leaves the outbox for the queue's ``aside`` set,
+    with its reason (kept ``ttl_ms``); the reply: 1, or 0 when it was written anew since."""
+    args = ("aside", entry.task_id, entry.fields.get("at", ""), reason, ttl_ms)
+    return Call((keys.outbox, keys.task_prefix), args, int, scripts.WORKFLOW_DONE)
 
 
 def take_unfinished(prefix: str, *, limit: int, lease_ms: int) -> Call[list[str]]:

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from .. import config
-from .._redis import interventions, workflows
+from .._redis import commands, interventions, workflows
 from .._redis.calls import Call
 from .._redis.keys import queue_keys, run_keys
 from ..server.procedures import Procedure
@@ -21,6 +21,7 @@ SCAN_COUNT = 1000
 RELEASE_BATCH = 500  # nodes of one queue a release call
 BATCHES_A_TRIP = 8  # calls a round trip, for calls that carry RELEASE_BATCH nodes each
 CANCELLED = "its workflow run was cancelled"  # (cancel.lua writes "cancelled: " before it)
+OPERATION_MS = 30_000  # a cancel or retry its caller has not finished by then, a runner does
 
 
 class NodeInfo(NamedTuple):
@@ -129,6 +130,20 @@ def cancel_nodes(prefix: str, nodes: dict[str, NodeInfo]) -> Procedure[list[Any]
         for node in sorted(nodes.values(), key=lambda n: -level[n.task_id])
     ]
     return (yield from sent(calls))
+
+
+def call_off(prefix: str, run_id: str, mark: Call[str]) -> Procedure[str]:
+    """Call a run off: noted as unfinished, marked (``mark``: its record's cancel, or
+    broken), then, when it was running, every node cancelled; the value: the state
+    ``mark`` replied (the run's before the change)."""
+    run = run_keys(prefix, run_id)
+    now = yield commands.server_time()
+    yield workflows.hold_unfinished(prefix, run_id, now + OPERATION_MS)
+    state: str = yield mark
+    if state == "running":
+        yield from cancel_nodes(prefix, (yield from read_nodes(prefix, run_id)))
+    yield [workflows.set_op(run, ""), workflows.finished(prefix, run_id)]
+    return state
 
 
 def rearm_nodes(
