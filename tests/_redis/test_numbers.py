@@ -323,6 +323,7 @@ CASES: dict[str, Case] = {
         numbers=(3,),
         fields=(on("priority"),),
     ),
+    "workflow_heal": Case(died_blocked, workflows.heal(K, "R", "0", [TASK]), numbers=(2,)),
     "workflow_rearm": Case(
         died_blocked, workflows.rearm(K, TASK, "R", 1, []), fields=(on("priority"),)
     ),

@@ -9,29 +9,10 @@ import logging
 import pytest
 import redis
 
-import culex
 from culex.runner import releaser, stopping
 
 from ..conftest import running
-from .jobs import QUEUES, Journal, WfPriceJob, WfSumJob
-
-pytestmark = pytest.mark.usefixtures("fresh")
-
-
-@pytest.fixture
-def fresh(r: redis.Redis) -> None:
-    Journal.clear()
-
-
-def runner() -> culex.Runner:
-    return culex.Runner(run_from=list(QUEUES))
-
-
-def chain() -> tuple[culex.Workflow, culex.Task]:
-    wf = culex.Workflow()
-    first = wf.add(WfPriceJob(cents=5), name="first")
-    wf.add(WfSumJob(), after=[first], name="second")
-    return wf, first
+from .jobs import a_runner, chain
 
 
 async def test_a_helper_loop_that_raises_is_logged_at_once_and_started_again(
@@ -50,9 +31,9 @@ async def test_a_helper_loop_that_raises_is_logged_at_once_and_started_again(
         await real(self, unfinished=unfinished)
 
     monkeypatch.setattr(releaser.Releaser, "release", once)
-    wf, _ = chain()
+    wf, _, _ = chain()
     with caplog.at_level(logging.ERROR, logger="culex"):
-        async with running(runner()):
+        async with running(a_runner()):
             run = await wf.aenqueue()
             assert await run.await_(timeout=30) == "succeeded"
             said = [rec for rec in caplog.records if rec.getMessage().startswith("culex-release")]
@@ -68,11 +49,11 @@ async def test_an_entry_that_cannot_be_applied_is_set_aside_and_its_run_fails(
     """A node whose `down` a foreign writer made unreadable: when it ends, its entry is set
     aside with the reason, its run fails naming the node, and another run of the same
     queues, enqueued after it, runs to its end."""
-    wf, first = chain()
+    wf, first, _ = chain()
     broken = await wf.aenqueue()
     r.hset(f"culex:{{wf-a}}:task:{first.id}", "down", down)  # (as no culex call writes it)
-    healthy, _ = chain()
-    async with running(runner()):
+    healthy, _, _ = chain()
+    async with running(a_runner()):
         later = await healthy.aenqueue()
         assert await later.await_(timeout=30) == "succeeded"
         assert await broken.await_(timeout=30) == "failed"

@@ -236,6 +236,19 @@ def rearm(
     )
 
 
+def heal(keys: QueueKeys, run_id: str, retries: str, task_ids: Sequence[str]) -> Call[list[str]]:
+    """Write the outbox entry of each of ``task_ids`` (nodes of ``run_id`` on this queue
+    whose ends the run has not recorded) whose hash says it ended but that has none: one
+    ended by a runner that writes no entry. ``retries``: the run's record's. The reply: the
+    ids whose entry was written."""
+    return Call(
+        (keys.task_prefix,),
+        (run_id, retries, *task_ids),
+        lambda reply: [text(x) for x in reply],
+        scripts.WORKFLOW_HEAL,
+    )
+
+
 def read_upstream(keys: QueueKeys, task_id: str) -> Call[dict[str, str]]:
     """A node's copies of its upstreams' ends: upstream id -> JSON."""
     return Call((), ("HGETALL", keys.upstream(task_id)), parse_hash)

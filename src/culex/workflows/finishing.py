@@ -7,6 +7,7 @@ by two callers at once, it changes what it changes once.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -15,6 +16,8 @@ from .._redis import commands, interventions, workflows
 from .._redis.calls import Call
 from .._redis.keys import queue_keys, run_keys
 from ..server.procedures import Procedure
+
+logger = logging.getLogger("culex")
 
 CALLS_A_TRIP = 500
 SCAN_COUNT = 1000
@@ -134,16 +137,54 @@ def cancel_nodes(prefix: str, nodes: dict[str, NodeInfo]) -> Procedure[list[Any]
 
 def call_off(prefix: str, run_id: str, mark: Call[str]) -> Procedure[str]:
     """Call a run off: noted as unfinished, marked (``mark``: its record's cancel, or
-    broken), then, when it was running, every node cancelled; the value: the state
-    ``mark`` replied (the run's before the change)."""
+    broken), then, when it was running, every node cancelled, and the ends no entry
+    was written for written (:func:`heal`); the value: the state ``mark`` replied (the
+    run's before the change). The run stays in the unfinished set, due OPERATION_MS
+    later: a runner looks at it then, and strikes it off once it has ended."""
     run = run_keys(prefix, run_id)
     now = yield commands.server_time()
     yield workflows.hold_unfinished(prefix, run_id, now + OPERATION_MS)
     state: str = yield mark
     if state == "running":
-        yield from cancel_nodes(prefix, (yield from read_nodes(prefix, run_id)))
-    yield [workflows.set_op(run, ""), workflows.finished(prefix, run_id)]
+        nodes = yield from read_nodes(prefix, run_id)
+        yield from cancel_nodes(prefix, nodes)
+        yield from heal(prefix, run_id, (yield workflows.read_record(run)), nodes)
+    yield workflows.set_op(run, "")
     return state
+
+
+def heal(
+    prefix: str, run_id: str, record: Mapping[str, str], nodes: dict[str, NodeInfo] | None = None
+) -> Procedure[list[str]]:
+    """Write the outbox entry of each node of a running run whose hash says it ended but
+    whose end the run never recorded and no entry carries (workflow_heal.lua): a node a
+    runner of an older culex ended (completed, failed, or reclaimed) writes none, and its
+    downstreams and its run would wait for ever. Logged; the value: the ids healed."""
+    if record.get("state") != "running":
+        return []
+    if nodes is None:
+        nodes = yield from read_nodes(prefix, run_id)
+    ended = yield workflows.read_ended(run_keys(prefix, run_id))
+    by_queue: dict[str, list[str]] = {}
+    for node in nodes.values():
+        if node.task_id not in ended:
+            by_queue.setdefault(node.queue, []).append(node.task_id)
+    retries = record.get("retries", "")
+    calls = [
+        workflows.heal(queue_keys(prefix, queue), run_id, retries, ids[i : i + RELEASE_BATCH])
+        for queue, ids in by_queue.items()
+        for i in range(0, len(ids), RELEASE_BATCH)
+    ]
+    replies = yield from sent(calls, BATCHES_A_TRIP)
+    healed = [i for reply in replies if not isinstance(reply, Exception) for i in reply]
+    for task_id in healed:
+        logger.warning(
+            "workflow run %s: node %s (%s) had ended without its end written (a runner of "
+            "an older culex, without workflows, ended it; culex runners lists the "
+            "versions): written now, its downstreams and its run go on",
+            *(run_id, nodes[task_id].name, task_id),
+        )
+    return healed
 
 
 def rearm_nodes(
@@ -181,9 +222,12 @@ def discard_nodes(prefix: str, run_id: str, nodes: dict[str, NodeInfo]) -> Proce
 
 
 def finish(prefix: str, run_id: str) -> Procedure[str]:
-    """Finish the operation a producer left under way on the run; the value: what was done
-    ("discarded", "started", "cancelled", "retried", "waiting": a staging run before its
-    deadline, or "none")."""
+    """Look at a run of the unfinished set: finish the operation a producer left under way
+    on it, or, for a running run, write the ends no entry was written for (:func:`heal`);
+    a run that has ended (or has no record) leaves the set, any other stays in it, due
+    again when its taker's lease runs out. The value: what was done ("discarded",
+    "started", "cancelled", "retried", "waiting": a staging run before its deadline,
+    "healed" (ends were written), or "none")."""
     settings = config.settings()
     run = run_keys(prefix, run_id)
     record = yield workflows.read_record(run)
@@ -211,8 +255,11 @@ def finish(prefix: str, run_id: str) -> Procedure[str]:
         retries = int(record.get("retries", "0"))
         yield from rearm_nodes(prefix, run_id, retries, nodes, ended)
         done = "retried"
-    if record:
-        yield [workflows.set_op(run, ""), workflows.finished(prefix, run_id)]
-    else:
-        yield workflows.finished(prefix, run_id)
+    elif (yield from heal(prefix, run_id, record)):
+        done = "healed"
+    calls: list[Call[Any]] = [workflows.set_op(run, "")] if op else []
+    if state not in ("running", "staging"):  # (ended, discarded, or no record)
+        calls.append(workflows.finished(prefix, run_id))
+    if calls:
+        yield calls
     return done

@@ -35,6 +35,7 @@ TAKE = 100  # entries a queue a call
 LEASE_MS = 30_000  # an entry taken and not struck off by then is taken again
 BATCH = 500  # downstreams a release call, ends a record call
 ENDS = ("succeeded", "dead")
+UNFINISHED = 50  # runs of the unfinished set looked at a pass
 
 
 def drain(
@@ -186,9 +187,10 @@ def _set_aside(prefix: str, entry: Entry, reason: str, ttl_ms: int) -> Procedure
     yield workflows.set_aside(queue_keys(prefix, entry.queue), entry, reason, ttl_ms)
 
 
-def finish_unfinished(prefix: str, limit: int = 10) -> Procedure[int]:
-    """Finish the cross-slot operations (enqueue, cancel, retry) whose producers have not
-    in time; the value: how many runs were looked at."""
+def finish_unfinished(prefix: str, limit: int = UNFINISHED) -> Procedure[int]:
+    """Look at the due runs of the unfinished set: finish the cross-slot operations
+    (enqueue, cancel, retry) whose producers have not in time, heal the running runs
+    (finishing.heal), strike off the ended ones; the value: how many runs were looked at."""
     runs = yield workflows.take_unfinished(prefix, limit=limit, lease_ms=LEASE_MS)
     for run_id in runs:
         try:

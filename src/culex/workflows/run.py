@@ -167,7 +167,7 @@ class WorkflowRun:
         for task_id in again:
             del ended[task_id]
         yield from rearm_nodes(prefix, self.id, number, nodes, ended)
-        yield [workflows.set_op(run, ""), workflows.finished(prefix, self.id)]
+        yield workflows.set_op(run, "")  # (unfinished until it ends again: finishing.heal)
         return len(again)
 
     def retry(self) -> int:
