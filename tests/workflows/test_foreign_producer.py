@@ -77,3 +77,4 @@ async def test_the_pages_producer_steps_enqueue_a_run_that_culex_runs(
     total = culex.Task("n3", "reports")
     assert total.result(timeout=1) == Decimal("219.50")
     assert r.zcard("culex:{reports}:outbox") == 0
+    assert r.zcard("culex:{workflows}:unfinished") == 0  # (struck off as it ended)

@@ -82,4 +82,4 @@ async def test_a_cancel_of_a_run_an_older_runner_held_up_ends_it(r: redis.Redis)
         assert await run.acancel() is True
         assert await run.await_(timeout=10) == "cancelled"
     assert await second.astate() == culex.TaskState.DEAD
-    assert r.zrange("culex:{workflows}:unfinished", 0, -1) == [run.id.encode()]
+    assert r.zcard("culex:{workflows}:unfinished") == 0  # (an ended run needs no look)

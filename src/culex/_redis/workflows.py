@@ -214,9 +214,9 @@ def hold_unfinished(prefix: str, run_id: str, until_ms: int) -> Call[int]:
     return Call((), ("ZADD", unfinished_key(prefix), until_ms, run_id), int)
 
 
-def finished(prefix: str, run_id: str) -> Call[int]:
-    """The run's operation is done."""
-    return Call((), ("ZREM", unfinished_key(prefix), run_id), int)
+def finished(prefix: str, *run_ids: str) -> Call[int]:
+    """The runs leave the unfinished set: each has ended (or has no record)."""
+    return Call((), ("ZREM", unfinished_key(prefix), *run_ids), int)
 
 
 def discard_nodes(keys: QueueKeys, run_id: str, task_ids: Sequence[str]) -> Call[int]:

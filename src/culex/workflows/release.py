@@ -35,6 +35,7 @@ TAKE = 100  # entries a queue a call
 LEASE_MS = 30_000  # an entry taken and not struck off by then is taken again
 BATCH = 500  # downstreams a release call, ends a record call
 ENDS = ("succeeded", "dead")
+ENDED = ("succeeded", "failed", "cancelled")  # a run's final states
 UNFINISHED = 50  # runs of the unfinished set looked at a pass
 
 
@@ -126,8 +127,8 @@ def _apply(
 
 
 def _note_ends(prefix: str, entries: list[Entry]) -> Procedure[list[Entry]]:
-    """Note the entries' ends in their runs' records, a call a run (BATCH ends at most).
-    The value: the entries noted."""
+    """Note the entries' ends in their runs' records, a call a run (BATCH ends at most);
+    the runs that ended leave the unfinished set. The value: the entries noted."""
     groups: dict[str, list[Entry]] = {}
     for entry in entries:
         groups.setdefault(entry.fields.get("run", ""), []).append(entry)
@@ -140,6 +141,10 @@ def _note_ends(prefix: str, entries: list[Entry]) -> Procedure[list[Entry]]:
         for chunk in chunks
     ]
     noted = yield from sent(calls, BATCHES_A_TRIP)
+    over = {chunk[0].fields["run"] for chunk, reply in zip(chunks, noted, strict=True)
+            if reply in ENDED}  # fmt: skip
+    if over:  # (a run that has ended needs no look any more: culex.workflows.finishing)
+        yield workflows.finished(prefix, *sorted(over))
     return [
         entry
         for chunk, reply in zip(chunks, noted, strict=True)

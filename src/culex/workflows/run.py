@@ -164,6 +164,9 @@ class WorkflowRun:
         now = yield commands.server_time()
         yield workflows.hold_unfinished(prefix, self.id, now + OPERATION_MS)
         number = yield workflows.retry(run, again)
+        # (noted again: a runner that recorded the run's end just before may strike it off
+        # the set after the first note; the record now says op "retry" for the next look)
+        yield workflows.hold_unfinished(prefix, self.id, now + OPERATION_MS)
         for task_id in again:
             del ended[task_id]
         yield from rearm_nodes(prefix, self.id, number, nodes, ended)
