@@ -122,3 +122,34 @@ def test_an_end_applied_to_a_node_that_does_not_wait_for_it_changes_nothing(
     assert d.run(call) == ["ignored"]
     assert r.hgetall(K.task("b")) == before
     assert r.smembers(K.waits("b")) == {b"u"} and not r.exists(K.upstream("b"))
+
+
+def test_a_broken_run_keeps_the_first_reason_and_ends_failed(r: redis.Redis) -> None:
+    d = driver_of(r)
+    staged(r, {"a": [], "b": ["a"]})
+    assert d.run(workflows.commit(RUN)) == "running"
+    assert d.run(workflows.broken(RUN, "node a (a): its down is no list")) == "running"
+    assert d.run(workflows.broken(RUN, "another reason")) == "running"
+    assert r.hget(RUN.record, "error") == b"node a (a): its down is no list"
+    assert r.hget(RUN.record, "op") == b"cancel"
+    assert d.run(workflows.ended(RUN, [("a", "succeeded"), ("b", "succeeded")])) == "failed"
+    assert d.run(workflows.broken(RUN, "late")) == "failed"  # (an ended run: nothing)
+    assert d.run(workflows.retry(RUN, ["b"])) == 1
+    assert r.hget(RUN.record, "error") is None
+
+
+def test_an_entry_set_aside_leaves_the_outbox_with_its_reason(r: redis.Redis) -> None:
+    d = driver_of(r)
+    r.hset(K.outbox_entry("n"), mapping={"run": "R", "down": "[5]", "at": "7"})
+    r.zadd(K.outbox, {"n": 1})
+    entry = workflows.Entry("rules", "n", {"at": "7"})
+    with pytest.raises(ServerError, match="ttl_ms"):
+        d.run(workflows.set_aside(K, entry, "bad down", 0))
+    assert r.zcard(K.outbox) == 1 and not r.exists(K.aside)  # (nothing written)
+    assert d.run(workflows.set_aside(K, entry._replace(fields={"at": "6"}), "x", 1000)) == 0
+    assert d.run(workflows.set_aside(K, entry, "bad down", 60_000)) == 1
+    assert r.zcard(K.outbox) == 0 and not r.exists(K.outbox_entry("n"))
+    assert r.zrange(K.aside, 0, -1) == [b"n"]
+    kept = r.hgetall(f"{K.aside}:n")
+    assert kept[b"down"] == b"[5]" and kept[b"reason"] == b"bad down"
+    assert 0 < r.pttl(f"{K.aside}:n") <= 60_000
