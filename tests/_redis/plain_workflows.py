@@ -85,8 +85,9 @@ def workflow_session(q: Plain) -> None:
     # a node ended with no entry written (as a runner from before workflows ends one):
     # workflow_heal writes it, once; applied, it changes nothing that counted it already
     r.delete(base + "outbox:wf-down")
-    assert q.send("workflow_heal", [q.task_prefix], ["W1", 1, "wf-down", "wf-up"]) == [b"wf-down"]
-    assert q.send("workflow_heal", [q.task_prefix], ["W1", 1, "wf-down"]) == []
+    heal = ["W1", 1, "wf-down", "wf-up"]
+    assert q.send("workflow_heal", [q.task_prefix], heal) == [[b"wf-down"], []]
+    assert q.send("workflow_heal", [q.task_prefix], ["W1", 1, "wf-down"]) == [[], []]
     assert apply_outbox(q, record) == "succeeded"
 
     # a run whose producer stopped before its commit: discarded whole

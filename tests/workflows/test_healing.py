@@ -83,3 +83,21 @@ async def test_a_cancel_of_a_run_an_older_runner_held_up_ends_it(r: redis.Redis)
         assert await run.await_(timeout=10) == "cancelled"
     assert await second.astate() == culex.TaskState.DEAD
     assert r.zcard("culex:{workflows}:unfinished") == 0  # (an ended run needs no look)
+
+
+async def test_a_node_that_waits_for_no_node_of_its_run_makes_its_run_fail(
+    r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node whose `up` named an id that is no node of the run (written by hand) waits
+    for it for ever: a look calls the run off, and it ends failed, naming the node."""
+    soon(monkeypatch)
+    wf, first, second = chain()
+    run = await wf.aenqueue()
+    r.sadd(queue_keys("culex", second.queue).waits(second.id), "ghost")
+    async with running(a_runner()):
+        assert await run.await_(timeout=30) == "failed"
+    assert (
+        run.info()["error"] == f"node second ({second.id}): it waits for ghost, no node of its run"
+    )
+    assert await first.astate() == culex.TaskState.SUCCEEDED
+    assert await second.astate() == culex.TaskState.DEAD

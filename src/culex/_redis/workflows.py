@@ -7,6 +7,7 @@ Every call touches one slot: a queue's (a node, an outbox) or a run's (its recor
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -236,17 +237,25 @@ def rearm(
     )
 
 
-def heal(keys: QueueKeys, run_id: str, retries: str, task_ids: Sequence[str]) -> Call[list[str]]:
+class Healed(NamedTuple):
+    """What workflow_heal.lua did and saw: the ids whose entry it wrote, and what each
+    blocked node still waits for."""
+
+    written: list[str]
+    waits: dict[str, list[str]]
+
+
+def heal(keys: QueueKeys, run_id: str, retries: str, task_ids: Sequence[str]) -> Call[Healed]:
     """Write the outbox entry of each of ``task_ids`` (nodes of ``run_id`` on this queue
     whose ends the run has not recorded) whose hash says it ended but that has none: one
-    ended by a runner that writes no entry. ``retries``: the run's record's. The reply: the
-    ids whose entry was written."""
-    return Call(
-        (keys.task_prefix,),
-        (run_id, retries, *task_ids),
-        lambda reply: [text(x) for x in reply],
-        scripts.WORKFLOW_HEAL,
-    )
+    ended by a runner that writes no entry. ``retries``: the run's record's."""
+
+    def parse(reply: list[Any]) -> Healed:
+        pairs = [text(x) for x in reply[1]]
+        waits = {pairs[i]: json.loads(pairs[i + 1]) for i in range(0, len(pairs), 2)}
+        return Healed([text(x) for x in reply[0]], waits)
+
+    return Call((keys.task_prefix,), (run_id, retries, *task_ids), parse, scripts.WORKFLOW_HEAL)
 
 
 def read_upstream(keys: QueueKeys, task_id: str) -> Call[dict[str, str]]:

@@ -159,7 +159,9 @@ def heal(
     """Write the outbox entry of each node of a running run whose hash says it ended but
     whose end the run never recorded and no entry carries (workflow_heal.lua): a node a
     runner of an older culex ended (completed, failed, or reclaimed) writes none, and its
-    downstreams and its run would wait for ever. Logged; the value: the ids healed."""
+    downstreams and its run would wait for ever. Logged; the value: the ids healed. A
+    blocked node that waits for an id that is no node of the run (an `up` written by hand)
+    can never start: its run is called off, to end "failed" naming the node and why."""
     if record.get("state") != "running":
         return []
     if nodes is None:
@@ -176,7 +178,8 @@ def heal(
         for i in range(0, len(ids), RELEASE_BATCH)
     ]
     replies = yield from sent(calls, BATCHES_A_TRIP)
-    healed = [i for reply in replies if not isinstance(reply, Exception) for i in reply]
+    seen: list[workflows.Healed] = [r for r in replies if not isinstance(r, Exception)]
+    healed = [task_id for reply in seen for task_id in reply.written]
     for task_id in healed:
         logger.warning(
             "workflow run %s: node %s (%s) had ended without its end written (a runner of "
@@ -184,6 +187,18 @@ def heal(
             "versions): written now, its downstreams and its run go on",
             *(run_id, nodes[task_id].name, task_id),
         )
+    strangers = [
+        (task_id, waited)
+        for reply in seen
+        for task_id, waits in reply.waits.items()
+        for waited in waits
+        if waited not in nodes
+    ]
+    if strangers and not record.get("cancelled"):  # (called off already: it ends)
+        task_id, waited = strangers[0]
+        why = f"node {nodes[task_id].name} ({task_id}): it waits for {waited}, no node of its run"
+        logger.error("workflow run %s cannot go on: %s; it is called off", run_id, why)
+        yield from call_off(prefix, run_id, workflows.broken(run_keys(prefix, run_id), why))
     return healed
 
 

@@ -8,14 +8,17 @@
 -- applied as any other (include/workflow.lua). A node of another run, one that has not
 -- ended, one whose entry waits in the outbox, and one ended under an earlier retry of the
 -- run (its `retry_epoch`, 0 when none, is not the run's `retries`: a retry will rearm it)
--- are left alone.
+-- are left alone. It also replies what each blocked node of the run still waits for, for
+-- the caller to find a node that waits for an id that is no node of the run (an `up` a
+-- foreign writer made up): that run can never go on.
 --
 -- KEYS[1] task key prefix <prefix>:{<queue>}:task:   (the entries are <prefix>:{<queue>}:
 --         outbox and outbox:<id>)
 -- ARGV[1] run            the run's id
 -- ARGV[2] retries        the run's record's `retries` ("" or 0 when never retried)
 -- ARGV[3..] node ids     of that run, on this queue
--- Returns: the ids whose entry was written (usually none).
+-- Returns: {the ids whose entry was written (usually none), {id, waited ids as a JSON
+--          list, id, ...} for each node of the run that is blocked}.
 -- An error, and nothing written, for a bad retries.
 
 -- >>> include/numbers.lua
@@ -115,7 +118,7 @@ end
 
 local retries = argv_whole('workflow_heal', 2, 'retries', 0, MOST, 0)
 local base = string.sub(KEYS[1], 1, #KEYS[1] - 5)
-local found = {}
+local found, blocked = {}, {}
 for i = 3, #ARGV do
   local id = ARGV[i]
   local f = redis.pcall('HMGET', KEYS[1] .. id, 'run', 'state', 'retry_epoch', 'result',
@@ -124,6 +127,12 @@ for i = 3, #ARGV do
       and (whole(f[3], 0, MOST) or 0) == retries
       and redis.call('EXISTS', base .. 'outbox:' .. id) == 0 then
     found[#found + 1] = {id, f[2], f[4] or 'null', f[5] or ''}
+  elseif not f['err'] and f[1] == ARGV[1] and f[2] == 'blocked' then
+    local waits = redis.pcall('SMEMBERS', base .. 'waits:' .. id)
+    if not waits['err'] and #waits > 0 then
+      blocked[#blocked + 1] = id
+      blocked[#blocked + 1] = cjson.encode(waits)
+    end
   end
 end
 local t = redis.call('TIME')
@@ -133,4 +142,4 @@ for _, n in ipairs(found) do
   node_ended(KEYS[1], n[1], n[2], n[3], n[4], now)
   out[#out + 1] = n[1]
 end
-return out
+return {out, blocked}
