@@ -82,6 +82,14 @@ def workflow_session(q: Plain) -> None:
     assert apply_outbox(q, record) == "succeeded"
     assert r.lrange(record[3], 0, -1) == [b"succeeded"]
 
+    # a node ended with no entry written (as a runner from before workflows ends one):
+    # workflow_heal writes it, once; applied, it changes nothing that counted it already
+    r.delete(base + "outbox:wf-down")
+    heal = ["W1", 1, "wf-down", "wf-up"]
+    assert q.send("workflow_heal", [q.task_prefix], heal) == [[b"wf-down"], []]
+    assert q.send("workflow_heal", [q.task_prefix], ["W1", 1, "wf-down"]) == [[], []]
+    assert apply_outbox(q, record) == "succeeded"
+
     # a run whose producer stopped before its commit: discarded whole
     other = [key.replace("W1", "W2") for key in record]
     q.send("workflow_record", other, ["begin", "W2", "", 1, 60_000, 60_000])

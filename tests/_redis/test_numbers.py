@@ -330,6 +330,7 @@ CASES: dict[str, Case] = {
         numbers=(3, 4, 5),
         fields=(on("priority"), on("signals_kept"), on("signals_kept_bytes")),
     ),
+    "workflow_heal": Case(died_blocked, workflows.heal(K, "R", "0", [TASK]), numbers=(2,)),
     "workflow_rearm": Case(
         died_blocked, workflows.rearm(K, TASK, "R", 1, []), fields=(on("priority"),)
     ),

@@ -116,3 +116,17 @@ class WorkflowTextJob(culex.QueuedJob):
 
     def perform(self) -> str:
         return self.text
+
+
+def chain() -> tuple[culex.Workflow, culex.Task, culex.Task]:
+    """A run of two nodes, ``first`` (5 cents, on wf-a) then ``second`` (their sum, wf-b)."""
+    wf = culex.Workflow()
+    first = wf.add(WfPriceJob(cents=5), name="first")
+    second = wf.add(WfSumJob(), after=[first], name="second")
+    return wf, first, second
+
+
+def a_runner() -> culex.Runner:
+    """A runner of both queues, with the journal cleared."""
+    Journal.clear()
+    return culex.Runner(run_from=list(QUEUES))

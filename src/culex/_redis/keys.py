@@ -39,6 +39,7 @@ class QueueKeys:
     cancels requested for its running tasks, and its event stream."""
 
     __slots__ = (
+        "aside",
         "cancels",
         "control",
         "dead",
@@ -104,6 +105,9 @@ class QueueKeys:
         # downstreams and runs (a sorted set of task ids scored by when a runner may take
         # each, beside a hash per entry, <outbox>:<id>: include/workflow.lua).
         self.outbox = f"{base}:outbox"
+        # The entries a runner could not apply (workflow_done.lua's "aside"): a sorted set
+        # of task ids scored by when, beside a hash per entry, <aside>:<id>, with `reason`.
+        self.aside = f"{base}:aside"
         # The queue's task events (a stream, bounded by count and age): the scripts that
         # change a task's state add one entry when they are sent it (include/events.lua).
         self.events = f"{base}:events"

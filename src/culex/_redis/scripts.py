@@ -70,6 +70,7 @@ WORKFLOW_DONE = Script.load("workflow_done")
 WORKFLOW_UNFINISHED = Script.load("workflow_unfinished")
 WORKFLOW_DISCARD = Script.load("workflow_discard")
 WORKFLOW_REARM = Script.load("workflow_rearm")
+WORKFLOW_HEAL = Script.load("workflow_heal")
 STEP = Script.load("step")
 SUSPEND = Script.load("suspend")
 SIGNAL = Script.load("signal")
@@ -106,6 +107,7 @@ ALL = (
     WORKFLOW_UNFINISHED,
     WORKFLOW_DISCARD,
     WORKFLOW_REARM,
+    WORKFLOW_HEAL,
     STEP,
     SUSPEND,
     SIGNAL,

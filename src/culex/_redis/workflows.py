@@ -7,6 +7,7 @@ Every call touches one slot: a queue's (a node, an outbox) or a run's (its recor
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -84,6 +85,12 @@ def ended(run: RunKeys, ends: Sequence[tuple[str, str]]) -> Call[str]:
 def mark_cancelled(run: RunKeys) -> Call[str]:
     """Mark the run cancelled; the reply: its state."""
     return _record(run, "cancel")
+
+
+def broken(run: RunKeys, why: str) -> Call[str]:
+    """The run cannot go on (``why``: the node and why): it is called off, to end
+    "failed" with ``why`` as its record's ``error``; the reply: its state."""
+    return _record(run, "broken", why)
 
 
 def retry(run: RunKeys, task_ids: Sequence[str]) -> Call[int]:
@@ -186,6 +193,13 @@ def done(keys: QueueKeys, entries: Sequence[Entry]) -> Call[int]:
     return Call((keys.outbox, keys.task_prefix), tuple(args), int, scripts.WORKFLOW_DONE)
 
 
+def set_aside(keys: QueueKeys, entry: Entry, reason: str, ttl_ms: int) -> Call[int]:
+    """An entry that cannot be applied leaves the outbox for the queue's ``aside`` set,
+    with its reason (kept ``ttl_ms``); the reply: 1, or 0 when it was written anew since."""
+    args = ("aside", entry.task_id, entry.fields.get("at", ""), reason, ttl_ms)
+    return Call((keys.outbox, keys.task_prefix), args, int, scripts.WORKFLOW_DONE)
+
+
 def take_unfinished(prefix: str, *, limit: int, lease_ms: int) -> Call[list[str]]:
     """Take (and lease) the runs whose cross-slot operation is overdue."""
     return Call(
@@ -201,9 +215,9 @@ def hold_unfinished(prefix: str, run_id: str, until_ms: int) -> Call[int]:
     return Call((), ("ZADD", unfinished_key(prefix), until_ms, run_id), int)
 
 
-def finished(prefix: str, run_id: str) -> Call[int]:
-    """The run's operation is done."""
-    return Call((), ("ZREM", unfinished_key(prefix), run_id), int)
+def finished(prefix: str, *run_ids: str) -> Call[int]:
+    """The runs leave the unfinished set: each has ended (or has no record)."""
+    return Call((), ("ZREM", unfinished_key(prefix), *run_ids), int)
 
 
 def discard_nodes(keys: QueueKeys, run_id: str, task_ids: Sequence[str]) -> Call[int]:
@@ -221,6 +235,27 @@ def rearm(
         text,
         scripts.WORKFLOW_REARM,
     )
+
+
+class Healed(NamedTuple):
+    """What workflow_heal.lua did and saw: the ids whose entry it wrote, and what each
+    blocked node still waits for."""
+
+    written: list[str]
+    waits: dict[str, list[str]]
+
+
+def heal(keys: QueueKeys, run_id: str, retries: str, task_ids: Sequence[str]) -> Call[Healed]:
+    """Write the outbox entry of each of ``task_ids`` (nodes of ``run_id`` on this queue
+    whose ends the run has not recorded) whose hash says it ended but that has none: one
+    ended by a runner that writes no entry. ``retries``: the run's record's."""
+
+    def parse(reply: list[Any]) -> Healed:
+        pairs = [text(x) for x in reply[1]]
+        waits = {pairs[i]: json.loads(pairs[i + 1]) for i in range(0, len(pairs), 2)}
+        return Healed([text(x) for x in reply[0]], waits)
+
+    return Call((keys.task_prefix,), (run_id, retries, *task_ids), parse, scripts.WORKFLOW_HEAL)
 
 
 def read_upstream(keys: QueueKeys, task_id: str) -> Call[dict[str, str]]:

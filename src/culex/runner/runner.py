@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from .. import config, logs
@@ -56,7 +56,7 @@ from .releaser import Releaser
 from .reporter import Reporter
 from .scheduler import Scheduler
 from .slots import Slots
-from .stopping import exit_now, finish, stop_helpers
+from .stopping import exit_now, finish, start_helpers, stop_helpers
 from .supervised import Supervised
 from .wrapping import tell_ended
 
@@ -270,17 +270,16 @@ class Runner:
         own_stalls = {q: self.jobs.own_stalls(q) for q in self.queues}
         reclaimer = Reclaimer(self.settings, driver, self.queues, own_stalls)
         watcher = CancelWatcher(self.settings, driver, self._slots)
-        helpers = [
-            asyncio.create_task(reporter.run(), name="culex-reporter"),
-            asyncio.create_task(reclaimer.run(self._stopping), name="culex-reclaim"),
-            asyncio.create_task(watcher.run(self._stopping), name="culex-cancels"),
-            asyncio.create_task(releaser.run(self._stopping), name="culex-release"),
-        ]
+        loops: dict[str, Callable[[asyncio.Event], Awaitable[None]]] = {
+            "culex-reporter": lambda _: reporter.run(),
+            "culex-reclaim": reclaimer.run,
+            "culex-cancels": watcher.run,
+            "culex-release": releaser.run,
+        }
         periodic = periodic_jobs(self.jobs, self.queues)
         if self.settings.run_cron_scheduler and periodic:
-            schedule = Scheduler(periodic, self.settings, driver).run(self._stopping)
-            helpers.append(asyncio.create_task(schedule, name="culex-periodic"))
-        return self._claimer, reporter, helpers
+            loops["culex-periodic"] = Scheduler(periodic, self.settings, driver).run
+        return self._claimer, reporter, start_helpers(loops, self._stopping)
 
     def _on_signal(self, sig: int) -> None:
         self._signals += 1

@@ -10,13 +10,17 @@ a task back but waits for it (docs/reliability.md, "Graceful stop").
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
+import time
+from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn
 
 from .. import logs
 from .._redis.claims import Claimed
 from . import isolation
+from .backoff import Backoff
 from .lease import LeaseKeeper
 from .outcome import task_name
 from .reporter import Reporter
@@ -29,6 +33,43 @@ HELPER_STOP_TIMEOUT = 5.0  # seconds a helper loop may take to stop
 # the process ends right after the hand-back, so no other runner starts the task while
 # the thread may still run a step of it (a process the machine holds back a moment).
 HANDED_BACK_DUE_MS = 1000
+# A helper loop that raised starts again after a pause: RESTART[0] s, twice as long after
+# each failure in a row, up to RESTART[1]; one that ran STEADY s before it raised was well.
+RESTART = (0.5, 30.0)
+STEADY = 60.0
+
+
+def start_helpers(
+    loops: dict[str, Callable[[asyncio.Event], Awaitable[None]]], stopping: asyncio.Event
+) -> list[asyncio.Task[Any]]:
+    """Start each helper loop (name -> its ``run``, given ``stopping``) as a task that
+    keeps it going (:func:`kept_going`)."""
+    return [
+        asyncio.create_task(kept_going(name, loop, stopping), name=name)
+        for name, loop in loops.items()
+    ]
+
+
+async def kept_going(
+    name: str, loop: Callable[[asyncio.Event], Awaitable[None]], stopping: asyncio.Event
+) -> None:
+    """Run the helper loop ``loop(stopping)`` (the releaser's, the reclaimer's, the
+    scheduler's...) until it returns or ``stopping`` is set. One that raises is logged at
+    once, with its traceback, and started again after a short pause: a bug met by one pass
+    must not end the loop for good while the runner goes on beating and running tasks."""
+    backoff = Backoff(*RESTART)
+    while not stopping.is_set():
+        began = time.monotonic()
+        try:
+            await loop(stopping)
+            return
+        except Exception:
+            if time.monotonic() - began >= STEADY:
+                backoff.failures = 0
+            pause = backoff.failed()
+            logger.exception("%s failed; it starts again in %.1f s", name, pause)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stopping.wait(), pause)
 
 
 async def stop_helpers(helpers: list[asyncio.Task[Any]]) -> None:

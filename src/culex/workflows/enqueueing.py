@@ -5,10 +5,11 @@ round trips pushes back), in its own slot; then its nodes, each blocked on its q
 their list in the record, in chunks (the list first: a node is listed before it exists,
 so a discard finds every node that does); then the
 commit ("running"), from which the run always ends; then the nodes without upstreams are
-released. The run is noted as unfinished before the first step and struck off after the
-last: a producer that stops half-way leaves it to a runner (culex.workflows.release),
-which discards a staging run whose deadline has passed (its nodes never ran) and releases
-the rest of a committed run's first nodes.
+released. The run is noted as unfinished before the first step: a producer that stops
+half-way leaves it to a runner (culex.workflows.release), which discards a staging run
+whose deadline has passed (its nodes never ran) and releases the rest of a committed
+run's first nodes. A committed run stays in the unfinished set until a runner finds it
+ended: runners look at it about once a lease meanwhile (culex.workflows.finishing's heal).
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ def enqueue_run(name: str, ttl_ms: int, nodes: Sequence[Node]) -> Procedure[Work
         raise
     roots = [(node.task.queue, node.task.id) for node in nodes if not node.after]
     yield from start_roots(prefix, roots, settings.failed_job_ttl_ms, settings.events)
-    yield [workflows.set_op(run, ""), workflows.finished(prefix, run.id)]
+    yield workflows.set_op(run, "")  # (it stays unfinished: runners look at it until it ends)
     return WorkflowRun(run.id, prefix=prefix)
 
 

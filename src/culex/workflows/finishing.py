@@ -7,20 +7,24 @@ by two callers at once, it changes what it changes once.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from .. import config
-from .._redis import interventions, workflows
+from .._redis import commands, interventions, workflows
 from .._redis.calls import Call
 from .._redis.keys import queue_keys, run_keys
 from ..server.procedures import Procedure
+
+logger = logging.getLogger("culex")
 
 CALLS_A_TRIP = 500
 SCAN_COUNT = 1000
 RELEASE_BATCH = 500  # nodes of one queue a release call
 BATCHES_A_TRIP = 8  # calls a round trip, for calls that carry RELEASE_BATCH nodes each
 CANCELLED = "its workflow run was cancelled"  # (cancel.lua writes "cancelled: " before it)
+OPERATION_MS = 30_000  # a cancel or retry its caller has not finished by then, a runner does
 
 
 class NodeInfo(NamedTuple):
@@ -131,6 +135,73 @@ def cancel_nodes(prefix: str, nodes: dict[str, NodeInfo]) -> Procedure[list[Any]
     return (yield from sent(calls))
 
 
+def call_off(prefix: str, run_id: str, mark: Call[str]) -> Procedure[str]:
+    """Call a run off: noted as unfinished, marked (``mark``: its record's cancel, or
+    broken), then, when it was running, every node cancelled, and the ends no entry
+    was written for written (:func:`heal`); the value: the state ``mark`` replied (the
+    run's before the change). The run stays in the unfinished set, due OPERATION_MS
+    later: a runner looks at it then, and strikes it off once it has ended."""
+    run = run_keys(prefix, run_id)
+    now = yield commands.server_time()
+    yield workflows.hold_unfinished(prefix, run_id, now + OPERATION_MS)
+    state: str = yield mark
+    if state == "running":
+        nodes = yield from read_nodes(prefix, run_id)
+        yield from cancel_nodes(prefix, nodes)
+        yield from heal(prefix, run_id, (yield workflows.read_record(run)), nodes)
+    yield workflows.set_op(run, "")
+    return state
+
+
+def heal(
+    prefix: str, run_id: str, record: Mapping[str, str], nodes: dict[str, NodeInfo] | None = None
+) -> Procedure[list[str]]:
+    """Write the outbox entry of each node of a running run whose hash says it ended but
+    whose end the run never recorded and no entry carries (workflow_heal.lua): a node a
+    runner of an older culex ended (completed, failed, or reclaimed) writes none, and its
+    downstreams and its run would wait for ever. Logged; the value: the ids healed. A
+    blocked node that waits for an id that is no node of the run (an `up` written by hand)
+    can never start: its run is called off, to end "failed" naming the node and why."""
+    if record.get("state") != "running":
+        return []
+    if nodes is None:
+        nodes = yield from read_nodes(prefix, run_id)
+    ended = yield workflows.read_ended(run_keys(prefix, run_id))
+    by_queue: dict[str, list[str]] = {}
+    for node in nodes.values():
+        if node.task_id not in ended:
+            by_queue.setdefault(node.queue, []).append(node.task_id)
+    retries = record.get("retries", "")
+    calls = [
+        workflows.heal(queue_keys(prefix, queue), run_id, retries, ids[i : i + RELEASE_BATCH])
+        for queue, ids in by_queue.items()
+        for i in range(0, len(ids), RELEASE_BATCH)
+    ]
+    replies = yield from sent(calls, BATCHES_A_TRIP)
+    seen: list[workflows.Healed] = [r for r in replies if not isinstance(r, Exception)]
+    healed = [task_id for reply in seen for task_id in reply.written]
+    for task_id in healed:
+        logger.warning(
+            "workflow run %s: node %s (%s) had ended without its end written (a runner of "
+            "an older culex, without workflows, ended it; culex runners lists the "
+            "versions): written now, its downstreams and its run go on",
+            *(run_id, nodes[task_id].name, task_id),
+        )
+    strangers = [
+        (task_id, waited)
+        for reply in seen
+        for task_id, waits in reply.waits.items()
+        for waited in waits
+        if waited not in nodes
+    ]
+    if strangers and not record.get("cancelled"):  # (called off already: it ends)
+        task_id, waited = strangers[0]
+        why = f"node {nodes[task_id].name} ({task_id}): it waits for {waited}, no node of its run"
+        logger.error("workflow run %s cannot go on: %s; it is called off", run_id, why)
+        yield from call_off(prefix, run_id, workflows.broken(run_keys(prefix, run_id), why))
+    return healed
+
+
 def rearm_nodes(
     prefix: str, run_id: str, retry_number: int, nodes: dict[str, NodeInfo], ended: dict[str, str]
 ) -> Procedure[list[Any]]:
@@ -166,9 +237,12 @@ def discard_nodes(prefix: str, run_id: str, nodes: dict[str, NodeInfo]) -> Proce
 
 
 def finish(prefix: str, run_id: str) -> Procedure[str]:
-    """Finish the operation a producer left under way on the run; the value: what was done
-    ("discarded", "started", "cancelled", "retried", "waiting": a staging run before its
-    deadline, or "none")."""
+    """Look at a run of the unfinished set: finish the operation a producer left under way
+    on it, or, for a running run, write the ends no entry was written for (:func:`heal`);
+    a run that has ended (or has no record) leaves the set, any other stays in it, due
+    again when its taker's lease runs out. The value: what was done ("discarded",
+    "started", "cancelled", "retried", "waiting": a staging run before its deadline,
+    "healed" (ends were written), or "none")."""
     settings = config.settings()
     run = run_keys(prefix, run_id)
     record = yield workflows.read_record(run)
@@ -196,8 +270,11 @@ def finish(prefix: str, run_id: str) -> Procedure[str]:
         retries = int(record.get("retries", "0"))
         yield from rearm_nodes(prefix, run_id, retries, nodes, ended)
         done = "retried"
-    if record:
-        yield [workflows.set_op(run, ""), workflows.finished(prefix, run_id)]
-    else:
-        yield workflows.finished(prefix, run_id)
+    elif (yield from heal(prefix, run_id, record)):
+        done = "healed"
+    calls: list[Call[Any]] = [workflows.set_op(run, "")] if op else []
+    if state not in ("running", "staging"):  # (ended, discarded, or no record)
+        calls.append(workflows.finished(prefix, run_id))
+    if calls:
+        yield calls
     return done

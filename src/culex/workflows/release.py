@@ -18,6 +18,7 @@ a pass (culex.runner.releaser), at a cost that grows with the entries, not the r
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable
 from typing import Any
 
@@ -26,11 +27,16 @@ from .._redis.calls import Call
 from .._redis.keys import queue_keys, run_keys
 from .._redis.workflows import Entry
 from ..server.procedures import Procedure
-from .finishing import BATCHES_A_TRIP, finish, sent
+from .finishing import BATCHES_A_TRIP, call_off, finish, sent
+
+logger = logging.getLogger("culex")
 
 TAKE = 100  # entries a queue a call
 LEASE_MS = 30_000  # an entry taken and not struck off by then is taken again
 BATCH = 500  # downstreams a release call, ends a record call
+ENDS = ("succeeded", "dead")
+ENDED = ("succeeded", "failed", "cancelled")  # a run's final states
+UNFINISHED = 50  # runs of the unfinished set looked at a pass
 
 
 def drain(
@@ -70,12 +76,20 @@ def _apply(
     The downstreams of one entry on one queue are released by one call (BATCH at most),
     and the ends of one run noted by one: a fan-out of 100,000 costs 200 calls, not
     100,000. A refused call leaves every entry it carried in the outbox, for the next pass."""
+    kept: list[tuple[Entry, list[tuple[str, str]]]] = []
+    for entry in entries:
+        down, reason = _readable(entry.fields)
+        if reason:
+            yield from _set_aside(prefix, entry, reason, dead_ttl_ms)
+        else:
+            kept.append((entry, down))
+    entries = [entry for entry, _ in kept]
     calls: list[Call[Any]] = []
     owners: list[tuple[int, str]] = []  # each call's entry and queue
-    for i, entry in enumerate(entries):
+    for i, (entry, down) in enumerate(kept):
         f = entry.fields
         by_queue: dict[str, list[str]] = {}
-        for queue, task_id in _downstreams(f.get("down", "")):
+        for queue, task_id in down:
             by_queue.setdefault(queue, []).append(task_id)
         for queue, ids in by_queue.items():
             for start in range(0, len(ids), BATCH):
@@ -113,18 +127,12 @@ def _apply(
 
 
 def _note_ends(prefix: str, entries: list[Entry]) -> Procedure[list[Entry]]:
-    """Note the entries' ends in their runs' records, a call a run (BATCH ends at most); an
-    entry whose state is neither end is sent alone, so that its refusal holds back no
-    other. The value: the entries noted."""
+    """Note the entries' ends in their runs' records, a call a run (BATCH ends at most);
+    the runs that ended leave the unfinished set. The value: the entries noted."""
     groups: dict[str, list[Entry]] = {}
-    alone: list[list[Entry]] = []
     for entry in entries:
-        if entry.fields.get("state") in ("succeeded", "dead"):
-            groups.setdefault(entry.fields.get("run", ""), []).append(entry)
-        else:
-            alone.append([entry])
+        groups.setdefault(entry.fields.get("run", ""), []).append(entry)
     chunks = [es[i : i + BATCH] for es in groups.values() for i in range(0, len(es), BATCH)]
-    chunks += alone
     calls = [
         workflows.ended(
             run_keys(prefix, chunk[0].fields.get("run", "")),
@@ -133,6 +141,10 @@ def _note_ends(prefix: str, entries: list[Entry]) -> Procedure[list[Entry]]:
         for chunk in chunks
     ]
     noted = yield from sent(calls, BATCHES_A_TRIP)
+    over = {chunk[0].fields["run"] for chunk, reply in zip(chunks, noted, strict=True)
+            if reply in ENDED}  # fmt: skip
+    if over:  # (a run that has ended needs no look any more: culex.workflows.finishing)
+        yield workflows.finished(prefix, *sorted(over))
     return [
         entry
         for chunk, reply in zip(chunks, noted, strict=True)
@@ -141,18 +153,53 @@ def _note_ends(prefix: str, entries: list[Entry]) -> Procedure[list[Entry]]:
     ]
 
 
-def _downstreams(text: str) -> list[tuple[str, str]]:
+def _readable(fields: dict[str, str]) -> tuple[list[tuple[str, str]], str]:
+    """An entry's downstreams, (queue, task id) each, and "", or why it cannot be applied:
+    no run, a state that is no end, a ``down`` that is no JSON list of [queue, id]."""
+    if not fields.get("run"):
+        return [], "it names no run"
+    if fields.get("state") not in ENDS:
+        return [], f"its state {fields.get('state', '')[:40]!r} is no end (succeeded or dead)"
+    text = fields.get("down") or "[]"
     try:
-        down = json.loads(text or "[]")
-    except ValueError:
-        return []
-    return [(str(q), str(t)) for q, t in down] if isinstance(down, list) else []
+        down = json.loads(text)
+    except (ValueError, RecursionError):
+        down = None
+    pairs: list[tuple[str, str]] = []
+    for p in down if isinstance(down, list) else [None]:
+        if not (isinstance(p, list) and len(p) == 2 and _named(p[0]) and _named(p[1])):
+            return [], f"its down {text[:80]!r} is no JSON list of [queue, id] pairs"
+        pairs.append((p[0], p[1]))
+    return pairs, ""
 
 
-def finish_unfinished(prefix: str, limit: int = 10) -> Procedure[int]:
-    """Finish the cross-slot operations (enqueue, cancel, retry) whose producers have not
-    in time; the value: how many runs were looked at."""
+def _named(x: object) -> bool:
+    return isinstance(x, str) and x != ""
+
+
+def _set_aside(prefix: str, entry: Entry, reason: str, ttl_ms: int) -> Procedure[None]:
+    """An entry that cannot be applied: its run is called off, to end "failed" naming the
+    node and why (its node noted as ended, dead when its state is none), and the entry is
+    set aside with its reason (workflow_done.lua's "aside"), so the next is applied."""
+    f = entry.fields
+    why = f"node {f.get('node', entry.task_id)} ({entry.task_id}): {reason}"
+    logger.error("queue %s: the end of workflow %s cannot be applied: set aside", entry.queue, why)
+    if f.get("run"):
+        run = run_keys(prefix, f["run"])
+        yield from call_off(prefix, f["run"], workflows.broken(run, why))
+        end = f["state"] if f.get("state") in ENDS else "dead"
+        yield [workflows.ended(run, [(entry.task_id, end)])]
+    yield workflows.set_aside(queue_keys(prefix, entry.queue), entry, reason, ttl_ms)
+
+
+def finish_unfinished(prefix: str, limit: int = UNFINISHED) -> Procedure[int]:
+    """Look at the due runs of the unfinished set: finish the cross-slot operations
+    (enqueue, cancel, retry) whose producers have not in time, heal the running runs
+    (finishing.heal), strike off the ended ones; the value: how many runs were looked at."""
     runs = yield workflows.take_unfinished(prefix, limit=limit, lease_ms=LEASE_MS)
     for run_id in runs:
-        yield from finish(prefix, run_id)
+        try:
+            yield from finish(prefix, run_id)
+        except (ValueError, TypeError, KeyError) as exc:  # (a record written by hand)
+            logger.error("workflow run %s: its operation cannot be finished: %r", run_id, exc)
     return len(runs)

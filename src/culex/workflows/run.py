@@ -15,11 +15,10 @@ from ..errors import CulexError
 from ..jobs.registry import registry
 from ..jobs.task import Task, check_id
 from ..server.procedures import Procedure, run_async, run_sync
-from .finishing import NodeInfo, cancel_nodes, read_nodes, rearm_nodes, sent
+from .finishing import OPERATION_MS, NodeInfo, call_off, read_nodes, rearm_nodes, sent
 
 STATES = ("running", "succeeded", "failed", "cancelled")
 ENDED = frozenset(("succeeded", "failed", "cancelled"))
-OPERATION_MS = 30_000  # a cancel or retry its caller has not finished by then, a runner does
 
 
 class WorkflowError(CulexError, ValueError):
@@ -139,14 +138,9 @@ class WorkflowRun:
 
     def _cancel(self) -> Procedure[str]:
         yield from self._record()
-        prefix, run = self._prefix(), self._keys()
-        now = yield commands.server_time()
-        yield workflows.hold_unfinished(prefix, self.id, now + OPERATION_MS)
-        state: str = yield workflows.mark_cancelled(run)
-        if state == "running":
-            yield from cancel_nodes(prefix, (yield from read_nodes(prefix, self.id)))
-        yield [workflows.set_op(run, ""), workflows.finished(prefix, self.id)]
-        return state
+        return (
+            yield from call_off(self._prefix(), self.id, workflows.mark_cancelled(self._keys()))
+        )
 
     def cancel(self) -> bool:
         """Cancel the run: nodes not started end dead ("cancelled"), running ones are
@@ -170,10 +164,13 @@ class WorkflowRun:
         now = yield commands.server_time()
         yield workflows.hold_unfinished(prefix, self.id, now + OPERATION_MS)
         number = yield workflows.retry(run, again)
+        # (noted again: a runner that recorded the run's end just before may strike it off
+        # the set after the first note; the record now says op "retry" for the next look)
+        yield workflows.hold_unfinished(prefix, self.id, now + OPERATION_MS)
         for task_id in again:
             del ended[task_id]
         yield from rearm_nodes(prefix, self.id, number, nodes, ended)
-        yield [workflows.set_op(run, ""), workflows.finished(prefix, self.id)]
+        yield workflows.set_op(run, "")  # (unfinished until it ends again: finishing.heal)
         return len(again)
 
     def retry(self) -> int:

@@ -26,8 +26,14 @@
 --         object of strings, as enqueue.lua's ARGV[13], "" for none: field `headers`)
 -- Returns: the number of nodes stored; a node whose hash exists already and belongs to
 -- this run is left as it is (a chunk sent twice stores nothing twice).
--- An error, and nothing written, for a bad number or policy, an `up` or `down` that is no
--- JSON list, or an id whose hash exists and is not this run's.
+-- An error that names the node and the rule, and nothing written, for any node of the call
+-- that breaks one: an id as above; a type of 1 to 200 bytes; params a JSON object; a
+-- max_retries or priority out of its bounds; trace any text; a name of 1 to 800 bytes
+-- without control characters; a policy "dead" or "run"; `up` a JSON list of
+-- [queue, id, name] (queue 1 to 200 bytes, id as above, name text) and `down` of
+-- [queue, id], neither naming the node itself; headers "" or a JSON object; or an id
+-- whose hash exists and is not this run's. (That `up` and `down` name nodes of the run,
+-- and make no cycle, is checked at the commit: workflow_record.lua.)
 
 -- >>> include/numbers.lua
 -- MOST = 2^42 - 1, the largest whole number a script takes where its header says no other
@@ -84,29 +90,67 @@ if n < 0 or n % size ~= 0 then
   return redis.error_reply('ERR workflow_enqueue: ARGV is queue, run, then 10 values a node'
     .. ' (or "with headers", then 11)')
 end
+local function an_id(x)
+  return type(x) == 'string' and x ~= '' and #x <= 200 and not string.find(x, '[%s%c]')
+end
+local function a_queue(x)
+  return type(x) == 'string' and x ~= '' and #x <= 200
+end
+-- `text` as a JSON list (written with [, its keys 1 .. n), or nil.
+local function json_list(text)
+  if not string.find(text, '^%s*%[') then return nil end
+  local ok, v = pcall(cjson.decode, text)
+  if not ok or type(v) ~= 'table' then return nil end
+  local n = 0
+  for _ in pairs(v) do n = n + 1 end
+  return n == #v and v or nil
+end
+-- `text` as a JSON object: a table, written with {.
+local function json_object(text)
+  if not string.find(text, '^%s*{') then return false end
+  local ok, v = pcall(cjson.decode, text)
+  return ok and type(v) == 'table'
+end
 local ups = {}
 for i = first, #ARGV, size do
   local id = ARGV[i]
-  if id == '' or #id > 200 or string.find(id, '[%s%c]') then
-    return redis.error_reply('ERR workflow_enqueue: a bad task id at ARGV[' .. i .. ']')
+  if not an_id(id) then
+    return redis.error_reply('ERR workflow_enqueue: a bad task id at ARGV[' .. i .. ']: 1 to'
+      .. ' 200 bytes, no space or control character')
   end
+  local function refuse(why)
+    return redis.error_reply('ERR workflow_enqueue: node ' .. id .. ': ' .. why)
+  end
+  if ARGV[i + 1] == '' or #ARGV[i + 1] > 200 then
+    return refuse('its type takes 1 to 200 bytes')
+  end
+  if not json_object(ARGV[i + 2]) then return refuse('its params are no JSON object') end
   argv_whole('workflow_enqueue', i + 3, 'max_retries', 0, MOST)
   argv_whole('workflow_enqueue', i + 4, 'priority', -100, 100, 0)
+  local name = ARGV[i + 6]
+  if name == '' or #name > 800 or string.find(name, '%c') then
+    return refuse('its name takes 1 to 800 bytes, no control character')
+  end
   local policy = ARGV[i + 7]
   if policy ~= 'dead' and policy ~= 'run' then
-    return redis.error_reply('ERR workflow_enqueue: a policy is "dead" or "run", got "'
-      .. string.sub(policy, 1, 40) .. '"')
+    return refuse('its policy is "dead" or "run", got "' .. string.sub(policy, 1, 40) .. '"')
   end
-  local ok, up = pcall(cjson.decode, ARGV[i + 8])
-  local ok_down, down = pcall(cjson.decode, ARGV[i + 9])
-  if not ok or type(up) ~= 'table' or not ok_down or type(down) ~= 'table' then
-    return redis.error_reply('ERR workflow_enqueue: up and down are JSON lists (node '
-      .. id .. ')')
-  end
+  local up, down = json_list(ARGV[i + 8]), json_list(ARGV[i + 9])
+  if not up or not down then return refuse('its up and down are JSON lists') end
   for _, u in ipairs(up) do
-    if type(u) ~= 'table' or type(u[2]) ~= 'string' then
-      return redis.error_reply('ERR workflow_enqueue: up holds [queue, id, name] lists')
+    if type(u) ~= 'table' or not a_queue(u[1]) or not an_id(u[2]) or type(u[3]) ~= 'string'
+        or u[4] ~= nil or u[2] == id then
+      return refuse('its up holds [queue, id, name] lists, of other nodes')
     end
+  end
+  for _, d in ipairs(down) do
+    if type(d) ~= 'table' or not a_queue(d[1]) or not an_id(d[2]) or d[3] ~= nil
+        or d[2] == id then
+      return refuse('its down holds [queue, id] lists, of other nodes')
+    end
+  end
+  if size == 11 and ARGV[i + 10] ~= '' and not json_object(ARGV[i + 10]) then
+    return refuse('its headers are "" or a JSON object')
   end
   local run = redis.pcall('HGET', KEYS[1] .. id, 'run')
   if type(run) == 'table' or (run and run ~= ARGV[2]) or

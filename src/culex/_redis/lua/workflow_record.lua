@@ -16,6 +16,9 @@
 --            "cancelled" if it was cancelled, else "failed" if a node is dead, else
 --            "succeeded"; its keys expire ttl_ms later, and those waiting are woken.
 --   cancel   marks the run cancelled (its nodes are cancelled one by one by the caller).
+--   broken   the run cannot go on (a runner met a record of one of its nodes it cannot
+--            apply): ARGV[2], the node and why, is kept as the record's `error` (the
+--            first one), and the run is called off as by `cancel`; it ends "failed".
 --   retry    an ended run ("failed" or "cancelled") runs again: state "running", the
 --            retried nodes ARGV[2..] no longer count as ended, and the retry's number
 --            (the record's `retries`) is returned to fence the nodes' rearming.
@@ -26,11 +29,12 @@
 -- KEYS[2] nodes hash     <prefix>:{run:<id>}:nodes
 -- KEYS[3] ended hash     <prefix>:{run:<id>}:ended
 -- KEYS[4] done list      <prefix>:{run:<id>}:done   (one element once the run ended)
--- ARGV[1] change         begin, add, commit, discard, ended, cancel, retry or op
+-- ARGV[1] change         begin, add, commit, discard, ended, cancel, broken, retry or op
 -- ARGV[2..] values       the change's own values, in order:
 --         begin          run id, name, nodes (1 .. 2^42 - 1), stage_ms (>= 1), ttl_ms (>= 1)
 --         add            pairs: node id, JSON
 --         commit, cancel none
+--         broken         the node and why it cannot go on (text, cut to 1000 bytes)
 --         discard        "now", or "" (only past the deadline)
 --         ended          pairs: node id, state
 --         retry          the ids of the nodes retried
@@ -39,8 +43,10 @@
 --          "cancelled", "discarded"); retry returns {state, retries}; "missing" when
 --          there is no record (begin makes one).
 -- An error, and nothing written, for a bad change, number or state, a commit before every
--- node is stored, a change a staging (or discarded) run cannot take, a retry of a run that
--- has not ended.
+-- node is stored or of nodes whose entries break the rules (an entry that is no JSON
+-- [queue, name, [upstream ids], policy], an upstream id that is no node of the run, a
+-- cycle: the error names the node and the rule), a change a staging (or discarded) run
+-- cannot take, a retry of a run that has not ended.
 
 -- >>> include/numbers.lua
 -- MOST = 2^42 - 1, the largest whole number a script takes where its header says no other
@@ -95,7 +101,7 @@ end
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local f = redis.call('HMGET', KEYS[1], 'state', 'nodes', 'deadline', 'stage_ms', 'ttl_ms',
-  'cancelled', 'retries')
+  'cancelled', 'retries', 'error')
 local state = f[1]
 local DAY = 86400000
 
@@ -135,6 +141,53 @@ elseif change == 'commit' then
   if stored ~= tonumber(f[2]) then
     return refuse(string.format('%d of its %s nodes are stored', stored, f[2]))
   end
+  -- Every node's entry read, its upstreams nodes of the run, and no cycle: Kahn's order,
+  -- which takes each node and each edge once (a run of 100,000 nodes is one pass).
+  local all = redis.call('HGETALL', KEYS[2])
+  local listed = {}
+  for i = 1, #all, 2 do listed[all[i]] = true end
+  local waits, after, order = {}, {}, {}
+  for i = 1, #all, 2 do
+    local id = all[i]
+    local ok, v = pcall(cjson.decode, all[i + 1])
+    if not ok or type(v) ~= 'table' or type(v[1]) ~= 'string' or v[1] == ''
+        or type(v[2]) ~= 'string' or type(v[3]) ~= 'table'
+        or (v[4] ~= 'dead' and v[4] ~= 'run') then
+      return refuse('node ' .. id .. ': its entry is no JSON [queue, name, [upstream ids],'
+        .. ' "dead" or "run"]')
+    end
+    local seen, n = {}, 0
+    for _, u in ipairs(v[3]) do
+      if type(u) ~= 'string' or not listed[u] then
+        return refuse('node ' .. id .. ': its upstream ' .. string.sub(tostring(u), 1, 200)
+          .. ' is no node of the run')
+      end
+      if not seen[u] then
+        seen[u] = true
+        n = n + 1
+        local d = after[u]
+        if not d then d = {} after[u] = d end
+        d[#d + 1] = id
+      end
+    end
+    waits[id] = n
+    if n == 0 then order[#order + 1] = id end
+  end
+  local k = 1
+  while k <= #order do
+    for _, d in ipairs(after[order[k]] or {}) do
+      waits[d] = waits[d] - 1
+      if waits[d] == 0 then order[#order + 1] = d end
+    end
+    k = k + 1
+  end
+  if #order < stored then
+    local stuck = ''
+    for id, n in pairs(waits) do
+      if n > 0 then stuck = id break end
+    end
+    return refuse('its upstreams make a cycle: node ' .. stuck .. ' could never start')
+  end
   redis.call('HSET', KEYS[1], 'state', 'running', 'started_at', now)
   redis.call('PERSIST', KEYS[1])
   redis.call('PERSIST', KEYS[2])
@@ -166,7 +219,9 @@ elseif change == 'ended' then
     return state
   end
   local final = 'succeeded'
-  if f[6] then
+  if f[8] then
+    final = 'failed'
+  elseif f[6] then
     final = 'cancelled'
   else
     for _, s in ipairs(redis.call('HVALS', KEYS[3])) do
@@ -184,6 +239,13 @@ elseif change == 'cancel' then
   if state ~= 'running' then return state end
   redis.call('HSET', KEYS[1], 'cancelled', now, 'op', 'cancel')
   return state
+elseif change == 'broken' then
+  if state ~= 'running' then return state end
+  if not f[8] then
+    redis.call('HSET', KEYS[1], 'error', string.sub(ARGV[2] or '', 1, 1000))
+  end
+  redis.call('HSET', KEYS[1], 'cancelled', f[6] or now, 'op', 'cancel')
+  return state
 elseif change == 'retry' then
   if state ~= 'failed' and state ~= 'cancelled' then
     return refuse('a run is retried once it has ended failed or cancelled; it is ' .. state)
@@ -191,7 +253,7 @@ elseif change == 'retry' then
   local retries = (tonumber(f[7]) or 0) + 1
   redis.call('HSET', KEYS[1], 'state', 'running', 'retries', retries, 'op', 'retry',
     'retried_at', now)
-  redis.call('HDEL', KEYS[1], 'cancelled', 'ended_at')
+  redis.call('HDEL', KEYS[1], 'cancelled', 'ended_at', 'error')
   for i = 2, #ARGV, 1000 do
     redis.call('HDEL', KEYS[3], unpack(ARGV, i, math.min(i + 999, #ARGV)))
   end

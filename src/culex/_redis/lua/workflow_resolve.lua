@@ -10,7 +10,10 @@
 --   - goes to waiting when it waits for no upstream any more (policy "run": whatever the
 --     upstreams' ends);
 --   - else stays blocked.
--- A node that is not blocked (it ended, runs, or was released already) is left as it is.
+-- A node that is not blocked (it ended, runs, or was released already), or that never
+-- waited for that upstream (the upstream's `down` names a node that is not its
+-- downstream), is left as it is: "ignored"; one that had the same end applied already
+-- is left as it is too: "blocked".
 --
 -- KEYS[1] task key prefix <prefix>:{<queue>}:task:   (the node's hash, and its
 --         <prefix>:{<queue>}:waits:<id> and :upstream:<id>)
@@ -32,7 +35,8 @@
 -- ARGV[9..] more node ids (optional), of the same queue, to which the same end is applied
 --                        as to ARGV[1] (the downstreams of one upstream, in one call)
 -- Returns: "waiting" (released), "dead" (ended by its policy), "blocked" (waits for more),
---          "ignored" (not blocked) or "gone" (no such hash); with ARGV[9..], a list of
+--          "ignored" (not blocked, or not a downstream of that upstream) or "gone" (no
+--          such hash); with ARGV[9..], a list of
 --          those, one a node, in the order ARGV[1], ARGV[9], ARGV[10], ...
 -- An error, and nothing written, for a bad state or dead_ttl_ms.
 
@@ -211,7 +215,13 @@ local function resolve(id)
   if f[1] ~= 'blocked' then return 'ignored' end
   local waits = base .. 'waits:' .. id
   if up ~= '' then
-    redis.call('SREM', waits, up)
+    -- (an upstream it does not wait for: an end applied already, still "blocked", or a
+    -- `down` that names a node which is not this upstream's downstream, "ignored"; it
+    -- changes nothing)
+    if redis.call('SREM', waits, up) == 0 then
+      return redis.call('HEXISTS', base .. 'upstream:' .. id, up) == 1 and 'blocked'
+        or 'ignored'
+    end
     redis.call('HSET', base .. 'upstream:' .. id, up, copy)
     if state == 'dead' and f[2] ~= 'run' then
       local reason = 'upstream ' .. ARGV[3] .. ' (' .. up .. ') ended dead'
