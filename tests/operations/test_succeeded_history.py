@@ -87,7 +87,7 @@ def test_an_expired_record_is_listed_by_its_id_and_a_reused_id_is_skipped(r: red
     assert inspection.tasks("history", "succeeded", search=gone[:4]).rows[-1].id == gone
 
 
-class NothingJob(culex.QueuedJob):
+class ReturnsNoneJob(culex.QueuedJob):
     queue = "history"
 
     def perform(self) -> None:
@@ -97,7 +97,7 @@ class NothingJob(culex.QueuedJob):
 def test_successes_that_returned_none_stay_listed_after_their_records_expired(
     r: redis.Redis,
 ) -> None:
-    tasks = [NothingJob().enqueue() for _ in range(3)]
+    tasks = [ReturnsNoneJob().enqueue() for _ in range(3)]
     drain("history")
     ttl = r.pttl(K.task(tasks[0].id))
     assert 0 < ttl <= 1000  # (successful_job_ttl: 1 s)
