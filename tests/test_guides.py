@@ -10,8 +10,10 @@ its own (a web server, ``culex run``): started in the background and stopped wit
 SIGINT once the test is done with it. Files and commands come in the page's order.
 
 The commands run as written, in bash, with the page's virtual environment active, and with
-two differences only: ``pip install`` gets culex from this checkout (a wheel built from it
-once per session) where the page names culex, and a web server listens on a free port (set
+two differences only: a ``pip install`` that names culex is preceded by what each page's
+note on installing says to do from a clone (``pip install /path/to/culex``: here a wheel
+built from this checkout once per session), after which the page's own ``pip install culex``
+finds culex installed; and a web server listens on a free port (set
 by its own variable, ``UVICORN_PORT`` or ``FLASK_RUN_PORT``; Django's ``runserver`` has
 none and is given it as its argument). No culex setting comes from the suite: the web side
 and the runner meet on culex's embedded server in the project's folder, as a reader's do.
@@ -106,14 +108,14 @@ def culex_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def from_checkout(command: str, wheel: Path) -> str:
-    """``pip install 'culex[x]' ...`` with culex taken from ``wheel``; another command as is."""
+    """``pip install 'culex[x]' ...`` as the page's note has a reader of a clone run it:
+    culex installed from ``wheel`` first, then the command as written; another command as is."""
     words = shlex.split(command.split(" #")[0])
     if words[:2] != ["pip", "install"]:
         return command
-    named = [i for i, word in enumerate(words) if re.fullmatch(r"culex(\[[\w,]+\])?", word)]
+    named = [word for word in words if re.fullmatch(r"culex(\[[\w,]+\])?", word)]
     assert len(named) == 1, f"the page's pip install names culex once: {command}"
-    words[named[0]] = str(wheel) + words[named[0]].removeprefix("culex")
-    return shlex.join(words)
+    return f"pip install {shlex.quote(str(wheel))} && {command}"
 
 
 class Reader:
