@@ -124,6 +124,7 @@ class Reader:
     def __init__(self, folder: Path, wheel: Path, port: int) -> None:
         self.folder, self.wheel, self.port = folder, wheel, port
         self.started: list[tuple[str, subprocess.Popen[str]]] = []
+        self.ended: dict[str, tuple[int, str]] = {}  # (what stop() found: code, output)
         env = {
             k: v
             for k, v in os.environ.items()
@@ -177,6 +178,7 @@ class Reader:
                 out, _ = process.communicate()
             ended[command] = (process.returncode, out)
         self.started.clear()
+        self.ended |= ended
         return ended
 
 
@@ -185,7 +187,8 @@ def follow(page_name: str, folder: Path, wheel: Path) -> Iterator[tuple[Reader, 
     """The page's files written and its commands run, in the page's order (the started ones
     running): the reader
     and what each ``run`` command printed. Afterwards the started commands get Ctrl-C (each
-    must end cleanly) and the project's embedded server is stopped."""
+    must end cleanly; what each printed is in ``reader.ended``) and the project's embedded
+    server is stopped."""
     page = read_page(page_name)
     assert page.commands()[0] == "python -m venv .venv && . .venv/bin/activate"
     reader = Reader(folder, wheel, free_port())
@@ -320,6 +323,13 @@ def test_the_django_guide_runs(culex_wheel: Path, tmp_path: Path) -> None:
                 return bool(row.fetchone()[0])
 
         wait_until(receipt_sent, timeout=60, what="the runner to send the receipt")
+        # the page's settings leave Django nothing to warn of (W042: no DEFAULT_AUTO_FIELD)
+        assert "no issues" in reader.run("python manage.py check --fail-level WARNING")
+    # Django's LOGGING (its default, run by django.setup() in shop/runner.py) left the
+    # runner's own lines as they were: it says it started, and what it ran
+    [runner] = [out for command, (_, out) in reader.ended.items() if command.startswith("culex")]
+    assert "culex is buzzing..." in runner, runner
+    assert "Running task send_receipt_job<" in runner and " succeeded, took " in runner, runner
 
 
 def test_the_testing_guide_runs(culex_wheel: Path, tmp_path: Path) -> None:
