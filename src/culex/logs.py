@@ -6,6 +6,12 @@ system call) of its own: a large share of a no-op task's cost (docs/fast.md). He
 timestamp is formatted once a second, and lines are written in batches: at once for a
 warning or worse, else when 256 are waiting or FLUSH_EVERY has passed. Library users keep
 their own logging set-up; this is only what ``culex run`` installs.
+
+A logging configuration in the user's modules (``logging.config.dictConfig``, which
+Django's ``LOGGING`` runs) does not silence it, as it would by itself: dictConfig closes
+every handler, and ``disable_existing_loggers`` disables culex's loggers, made before the
+import. Once ``culex run`` has imported them, ``keep`` undoes both for culex's own lines
+(the runner's first line, "culex is buzzing...", comes after that).
 """
 
 from __future__ import annotations
@@ -70,10 +76,15 @@ class BatchingHandler(logging.StreamHandler[TextIO]):
         """An INFO line, as emit() would write it for a record of ``message`` made now."""
         self._add(f"{formatter.stamp(time.time())} - {message}{self.terminator}")
 
+    @property
+    def closed(self) -> bool:
+        return self._stopping.is_set()
+
     def _add(self, line: str, urgent: bool = False) -> None:
-        """Queue a line; write the batch now if ``urgent`` or full, else the flusher will."""
+        """Queue a line; write the batch now if ``urgent`` or full, else the flusher will
+        (once closed, as dictConfig closes every handler: now, as no flusher is left)."""
         self._lines.append(line)
-        if urgent or len(self._lines) >= BATCH:
+        if urgent or len(self._lines) >= BATCH or self._stopping.is_set():
             self.flush()
 
     def flush(self) -> None:
@@ -128,8 +139,8 @@ def _sole_handler(logger: logging.Logger) -> tuple[BatchingHandler, LineFormatte
         if not node.propagate:
             return None
         node = node.parent
-    if node is None or node.parent is not None or len(node.handlers) != 1:
-        return None  # (only configure's root handler is known to be plain)
+    if node is None or (node.parent is not None and node.propagate) or len(node.handlers) != 1:
+        return None  # (only configure's handler, where records stop, is known to be plain)
     handler = node.handlers[0]
     if type(handler) is not BatchingHandler or handler.filters or handler.level > logging.INFO:
         return None
@@ -139,15 +150,53 @@ def _sole_handler(logger: logging.Logger) -> tuple[BatchingHandler, LineFormatte
     return handler, formatter
 
 
+# The handler configure installed and the level it was given, for keep and flush_all.
+_installed: list[tuple[BatchingHandler, int]] = []
+
+
 def configure(level: str, stream: TextIO, label: str = "") -> None:
     """The ``culex`` command's logging: the root logger writes to ``stream``; ``label``
     (if any) goes after the timestamp of every line."""
     handler = BatchingHandler(stream)
     handler.setFormatter(LineFormatter(label))
     logging.basicConfig(level=getattr(logging, level), handlers=[handler])
+    _installed[:] = [(handler, getattr(logging, level))]
+
+
+def keep() -> None:
+    """After the user's modules are imported: culex's lines still reach ``configure``'s
+    handler, whatever logging configuration the modules made. culex's loggers that
+    ``disable_existing_loggers`` disabled are enabled again; a handler dictConfig closed is
+    replaced by a new one in its place; and where the configuration gave the root logger
+    handlers of its own (its ``root`` key), culex's lines go to configure's handler alone,
+    on the ``culex`` logger at the command's level, unless the configuration set that
+    logger up itself (handlers or a level of its own)."""
+    if not _installed:
+        return
+    for name, logger in list(logging.Logger.manager.loggerDict.items()):
+        if isinstance(logger, logging.Logger) and (name == "culex" or name.startswith("culex.")):
+            logger.disabled = False
+    handler, level = _installed[0]
+    root, culex = logging.getLogger(), logging.getLogger("culex")
+    where = root if handler in root.handlers else culex if handler in culex.handlers else None
+    if where is None and (culex.handlers or culex.level != logging.NOTSET):
+        return  # (the user's own set-up of culex's lines)
+    if handler.closed:
+        fresh = BatchingHandler(handler.stream)
+        fresh.setFormatter(handler.formatter)
+        _installed[:] = [(fresh, level)]
+        if where is not None:
+            where.removeHandler(handler)
+        handler = fresh
+    if where is None:
+        culex.setLevel(level)
+        culex.propagate = False
+        where = culex
+    if handler not in where.handlers:
+        where.addHandler(handler)
 
 
 def flush_all() -> None:
     """Write out what every handler holds (before the process ends without exit handlers)."""
-    for handler in logging.getLogger().handlers:
+    for handler in {*logging.getLogger().handlers, *(ours for ours, _ in _installed)}:
         handler.flush()

@@ -14,7 +14,7 @@ import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import config
+from .. import config, logs
 from .._redis.address import Address
 from ..errors import ConfigurationError, CulexError
 
@@ -97,6 +97,7 @@ def run_command(args: argparse.Namespace) -> int:
 
         follow(args.supervisor_pipe)
     load_module(args.module)
+    logs.keep()  # (culex's lines, whatever logging set-up the module made: logs.py)
     runner = Runner()  # (a supervisor too: a check that fails, fails here, once)
     max_tasks, max_memory = args.max_tasks_per_process, args.max_memory_per_process
     recycled = max_tasks is not None or max_memory is not None
