@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import random
+import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
@@ -294,6 +295,38 @@ FULL = 2.0  # seconds a server stays out of memory
 STALE = "stale"  # an attempt whose sleep landed but whose reply was lost in an outage
 
 
+def outage_turns(
+    server: EmbeddedServer,
+    r: redis.Redis,
+    rng: random.Random,
+    producer: threading.Thread,
+    duration: float,
+) -> Counter[str]:
+    """While ``producer`` is alive, an outage every OUTAGE_EVERY s, in turns: the server
+    SIGKILLed and started again on its append-only file (down DOWN s), then made full
+    (FULL s); none in the last 2 s of ``duration`` (seconds from now): the runners must
+    carry on after the last one. The value: the outages, by kind."""
+    faults: Counter[str] = Counter()
+    began = time.monotonic()
+    next_outage = began + rng.uniform(1, 2)
+    while producer.is_alive():
+        time.sleep(0.02)
+        if time.monotonic() < next_outage or time.monotonic() > began + duration - 2:
+            continue
+        if faults["killed"] <= faults["full"]:
+            kill(server)
+            time.sleep(DOWN)
+            server.ensure_running()  # (the same data folder: the AOF is loaded)
+            faults["killed"] += 1
+        else:
+            take_the_memory(r)
+            time.sleep(FULL)
+            give_it_back(r)
+            faults["full"] += 1
+        next_outage = time.monotonic() + OUTAGE_EVERY
+    return faults
+
+
 def outages(
     server: EmbeddedServer,
     ledger: Ledger,
@@ -313,27 +346,9 @@ def outages(
     wait_until(lambda: len(runners()) == RUNNERS, timeout=60, what="the runners up")
     work = durable_work(rng, tasks)
     producer = Producer(ledger, [(i, job, SUCCEEDED) for i, job in work], rate)
-    faults: Counter[str] = Counter()
-    began = time.monotonic()
     producer.start()
     try:
-        next_outage = began + rng.uniform(1, 2)
-        while producer.is_alive():
-            time.sleep(0.02)
-            # (none in the last 2 s: the runners must carry on after the last one)
-            if time.monotonic() < next_outage or time.monotonic() > began + tasks / rate - 2:
-                continue
-            if faults["killed"] <= faults["full"]:
-                kill(server)
-                time.sleep(DOWN)
-                server.ensure_running()  # (the same data folder: the AOF is loaded)
-                faults["killed"] += 1
-            else:
-                take_the_memory(r)
-                time.sleep(FULL)
-                give_it_back(r)
-                faults["full"] += 1
-            next_outage = time.monotonic() + OUTAGE_EVERY
+        faults = outage_turns(server, r, rng, producer, tasks / rate)
         drain_s = drain(r, ledger, timeout=120, tick=fleet.replace_dead)
     finally:
         producer.stop()

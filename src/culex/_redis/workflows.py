@@ -200,6 +200,15 @@ def set_aside(keys: QueueKeys, entry: Entry, reason: str, ttl_ms: int) -> Call[i
     return Call((keys.outbox, keys.task_prefix), args, int, scripts.WORKFLOW_DONE)
 
 
+def due_again(keys: QueueKeys, task_ids: Sequence[str]) -> Call[int]:
+    """The entries (taken by this runner, not struck off) are due at once, their lease
+    given back; XX: one struck off or dropped meanwhile is not made again."""
+    args: list[Arg] = ["ZADD", keys.outbox, "XX"]
+    for task_id in task_ids:
+        args += (0, task_id)
+    return Call((), tuple(args), int)
+
+
 def take_unfinished(prefix: str, *, limit: int, lease_ms: int) -> Call[list[str]]:
     """Take (and lease) the runs whose cross-slot operation is overdue."""
     return Call(

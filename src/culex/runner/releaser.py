@@ -19,7 +19,7 @@ from .. import config
 from .._redis.drivers import AsyncDriverProtocol
 from ..errors import ServerError
 from ..server.procedures import run_on
-from ..workflows.release import drain, finish_unfinished
+from ..workflows.release import Held, drain, finish_unfinished
 
 logger = logging.getLogger("culex")
 
@@ -36,6 +36,7 @@ class Releaser:
         self.driver = driver
         self.queues = list(queues)
         self._woken = asyncio.Event()
+        self.held = Held()  # (entries taken whose calls were refused: applied next pass)
 
     def wake(self) -> None:
         """A node's end was reported: drain now."""
@@ -56,7 +57,11 @@ class Releaser:
         prefix = self.settings.prefix
         try:
             draining = drain(
-                prefix, self.queues, self.settings.failed_job_ttl_ms, self.settings.events
+                prefix,
+                self.queues,
+                self.settings.failed_job_ttl_ms,
+                self.settings.events,
+                held=self.held,
             )
             await run_on(draining, self.driver)
             if unfinished:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -39,14 +40,58 @@ ENDED = ("succeeded", "failed", "cancelled")  # a run's final states
 UNFINISHED = 50  # runs of the unfinished set looked at a pass
 
 
+class Held:
+    """The outbox entries a runner took and has not struck off (a call of theirs was
+    refused: the server away or full), while their lease holds (less MARGIN_S): no other
+    runner may take them before it runs out, so the runner's next drain makes them due
+    again (workflows.due_again) and takes them at once, as they are then."""
+
+    MARGIN_S = 5.0
+
+    def __init__(self) -> None:
+        self._held: dict[tuple[str, str], float] = {}  # (queue, task id) -> until
+
+    def took(self, entries: Iterable[Entry]) -> None:
+        until = time.monotonic() + LEASE_MS / 1000 - self.MARGIN_S
+        for entry in entries:
+            self._held[entry.queue, entry.task_id] = until
+
+    def let_go(self, queue: str, task_ids: Iterable[str]) -> None:
+        for task_id in task_ids:
+            self._held.pop((queue, task_id), None)
+
+    def due(self) -> dict[str, list[str]]:
+        """The ids still held, by queue (those whose lease is ending let go)."""
+        now = time.monotonic()
+        self._held = {k: until for k, until in self._held.items() if until > now}
+        by_queue: dict[str, list[str]] = {}
+        for queue, task_id in self._held:
+            by_queue.setdefault(queue, []).append(task_id)
+        return by_queue
+
+
 def drain(
-    prefix: str, queues: Iterable[str], dead_ttl_ms: int, events: bool = False
+    prefix: str,
+    queues: Iterable[str],
+    dead_ttl_ms: int,
+    events: bool = False,
+    held: Held | None = None,
 ) -> Procedure[int]:
     """Apply every due outbox entry of ``queues`` (and of the queues their downstreams
-    end on, as they end); the value: how many entries were applied. ``events``: the
-    downstreams released or ended go to their queues' event streams."""
+    end on, as they end), and the entries ``held`` (this runner's, taken by an earlier
+    drain whose calls were refused); the value: how many entries were applied.
+    ``events``: the downstreams released or ended go to their queues' event streams."""
+    held = Held() if held is None else held
     applied = 0
-    look = sorted(set(queues))
+    wanted = set(queues)
+    mine = held.due()
+    if mine:
+        replies = yield [workflows.due_again(queue_keys(prefix, q), ids) for q, ids in mine.items()]
+        for (queue, ids), reply in zip(mine.items(), replies, strict=True):
+            if not isinstance(reply, Exception):
+                held.let_go(queue, ids)
+                wanted.add(queue)
+    look = sorted(wanted)
     while look:
         taken = yield [
             workflows.take(queue_keys(prefix, q), limit=TAKE, lease_ms=LEASE_MS) for q in look
@@ -61,26 +106,29 @@ def drain(
                 again.add(queue)
         if not entries:
             break
-        done, ended_on = yield from _apply(prefix, entries, dead_ttl_ms, events)
+        held.took(entries)
+        done, ended_on = yield from _apply(prefix, entries, dead_ttl_ms, events, held)
         applied += done
         look = sorted(again | ended_on)
     return applied
 
 
 def _apply(
-    prefix: str, entries: list[Entry], dead_ttl_ms: int, events: bool
+    prefix: str, entries: list[Entry], dead_ttl_ms: int, events: bool, held: Held
 ) -> Procedure[tuple[int, set[str]]]:
     """Release the entries' downstreams, note their ends in their runs, strike them off.
     The value: how many were struck off, and the queues where a downstream ended dead.
 
     The downstreams of one entry on one queue are released by one call (BATCH at most),
     and the ends of one run noted by one: a fan-out of 100,000 costs 200 calls, not
-    100,000. A refused call leaves every entry it carried in the outbox, for the next pass."""
+    100,000. A refused call leaves every entry it carried in the outbox, and in ``held``
+    (for this runner's next pass: no other may take it before its lease runs out)."""
     kept: list[tuple[Entry, list[tuple[str, str]]]] = []
     for entry in entries:
         down, reason = _readable(entry.fields)
         if reason:
             yield from _set_aside(prefix, entry, reason, dead_ttl_ms)
+            held.let_go(entry.queue, (entry.task_id,))
         else:
             kept.append((entry, down))
     entries = [entry for entry, _ in kept]
@@ -123,6 +171,9 @@ def _apply(
     struck = yield from sent(
         [workflows.done(queue_keys(prefix, q), es) for q, es in by_queue_done.items()]
     )
+    for (queue, es), reply in zip(by_queue_done.items(), struck, strict=True):
+        if not isinstance(reply, Exception):
+            held.let_go(queue, (e.task_id for e in es))
     return sum(r for r in struck if isinstance(r, int)), ended_on
 
 
