@@ -15,7 +15,9 @@ What culex's redis-py drivers (redispy.py) add to redis-py's clients, and why:
   those calls only: the others' replies are kept). A connection lost after a batch
   was written is never resent (the server may have run it): ServerUnavailable at once.
 - **NOSCRIPT** (a failed-over replica has an empty script cache): the call is sent again as
-  EVAL with its source, which also loads it.
+  EVAL with its source, which also loads it; even once ``socket_timeout`` has run out (the
+  node answered; the first try of a promoted replica may come that late, behind a WAIT of
+  the same exchange), so a caller never gets NOSCRIPT.
 
 Nothing here sends or reads: :class:`Batch` holds a batch's state across tries (what each
 call replied, what is left, which node gets it) for the sync and async drivers, which only
@@ -223,8 +225,9 @@ class Batch:
     def settle(self) -> bool:
         """Look at the replies: True when nothing is left to send again, or when time is up
         (after one try again at least: a stale slot map is read again first). Then a call
-        that was never answered keeps its refusal, which its caller gets as a ServerError
-        (ServerUnavailable) in its place: the other calls' replies are kept."""
+        that was never answered keeps its refusal, which its caller gets as a
+        ServerUnavailable in its place: the other calls' replies are kept. A call refused
+        NOSCRIPT is sent again as EVAL even then: NOSCRIPT is never what a caller gets."""
         again: list[int] = []
         self.asking.clear()
         self.refused = False
@@ -244,7 +247,14 @@ class Batch:
                     self.stale = True
                 again.append(i)
         if again and self.tries > 1 and time.monotonic() >= self.deadline:
-            return True  # time is up
+            # Time is up: a call refused NOSCRIPT is still sent again, at once, as EVAL
+            # (its node answered, and an EVAL is never refused so: one try more at most);
+            # the others keep their refusal, which reads as ServerUnavailable.
+            again = [i for i in again if self.replies[i].code == "NOSCRIPT"]
+            if not again:
+                return True
+            self.refused = self.stale = False
+            self.asking.clear()
         if again:  # a write sent again is confirmed again
             confirms = [i for i in self.todo if _command(self.calls[i]) in _CONFIRMS]
             again = sorted({*again, *(i for i in confirms if i > again[0])})
