@@ -21,6 +21,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -31,7 +32,7 @@ import redis
 
 import culex
 from culex import config
-from culex._redis import commands
+from culex._redis import commands, redispy_routing
 from culex._redis.keys import queue_keys
 from culex._redis.redispy import RedisPyAsyncDriver, RedisPySyncDriver
 from culex.operations import inspection
@@ -552,3 +553,106 @@ async def test_the_runner_registry_and_queue_latency_on_a_cluster(on_cluster: Cl
     assert await inspection.arunners() == []
     lag = await inspection.aqueue_latency(queues=list(QUEUES))
     assert set(lag) == set(QUEUES) and all(value == 0.0 for value in lag.values())
+
+
+# -- a master that does not answer holds up only its own queues ----------------------------
+
+
+@pytest.fixture
+def hung_master(private_cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> Iterator[Hung]:
+    """A private cluster, culex pointed at it, and a master that stops answering (SIGSTOP:
+    a master that died is out of reach alike until its replica takes over) once
+    :meth:`Hung.stop` is called; it answers again at the end."""
+    monkeypatch.setenv("CULEX_REDIS_URL", private_cluster.url)
+    config.reset()
+    hung = Hung(private_cluster, monkeypatch)
+    try:
+        yield hung
+    finally:
+        hung.resume()
+        monkeypatch.undo()
+        config.reset()
+
+
+class Hung:
+    """Two queues on two masters, ``job`` on the one that stops answering, ``other`` not;
+    ``sent`` is set once a batch is sent to the stopped one."""
+
+    def __init__(self, cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.job = ECHO_JOBS[0]
+        self.master = master_of_queue(cluster, self.job.queue)
+        self.other = next(j for j in ECHO_JOBS if master_of_queue(cluster, j.queue) != self.master)
+        self.sent = threading.Event()
+        self.stopped = False
+        sends = redispy_routing.Batch.sends
+
+        def noting(batch: redispy_routing.Batch, node_of: Any, node_at: Any) -> Any:
+            found = sends(batch, node_of, node_at)
+            if self.stopped and any(s.node and s.node.port == self.master.port for s in found):
+                self.sent.set()
+            return found
+
+        monkeypatch.setattr(redispy_routing.Batch, "sends", noting)
+
+    def stop(self) -> None:
+        assert self.master.process is not None
+        self.master.process.send_signal(signal.SIGSTOP)
+        self.stopped = True
+
+    def resume(self) -> None:
+        if self.stopped and self.master.process is not None:
+            self.master.process.send_signal(signal.SIGCONT)
+        self.stopped = False
+
+
+def test_threads_enqueue_to_other_masters_while_one_master_hangs(hung_master: Hung) -> None:
+    """Producer threads share one driver: a call to a master that does not answer holds up
+    none to another master's queue (on a cluster their calls are not coalesced into one
+    batch, which would end with its slowest node). Seen failing with them coalesced: the
+    other thread's enqueue waited for the hung one's to time out."""
+    hung = hung_master
+    hung.job(n=0).enqueue()  # (connections made, scripts loaded)
+    hung.other(n=0).enqueue()
+    outcome: list[BaseException | culex.Task] = []
+
+    def enqueue_to_the_hung_master() -> None:
+        try:
+            outcome.append(hung.job(n=1).enqueue())
+        except culex.ServerUnavailable as exc:  # (the stop outlasted socket_timeout)
+            outcome.append(exc)
+
+    hung.stop()
+    thread = threading.Thread(target=enqueue_to_the_hung_master)
+    thread.start()
+    try:
+        assert hung.sent.wait(30), "no call went to the stopped master"
+        assert hung.other(n=2).enqueue().state() is culex.TaskState.WAITING
+        assert thread.is_alive()  # the hung master's call is still out
+    finally:
+        hung.resume()
+        thread.join(30)
+    assert len(outcome) == 1
+
+
+async def test_coroutines_enqueue_to_other_masters_while_one_master_hangs(
+    hung_master: Hung,
+) -> None:
+    """The same for coroutines: calls made in one turn of the loop while another is on the
+    wire would go in one batch. Seen failing with them coalesced: the other master's
+    enqueue failed with the hung one's (the batch's write did not end)."""
+    hung = hung_master
+    await hung.job(n=0).aenqueue()
+    await hung.other(n=0).aenqueue()
+    hung.stop()
+    first = asyncio.ensure_future(hung.other(n=1).aenqueue())  # on the wire first
+    await asyncio.sleep(0)
+    stuck = asyncio.ensure_future(hung.job(n=2).aenqueue())
+    other = asyncio.ensure_future(hung.other(n=3).aenqueue())
+    try:
+        assert (await other).queue == hung.other.queue
+        assert (await first).queue == hung.other.queue
+        assert hung.sent.is_set() and not stuck.done()  # the hung master's call is still out
+    finally:
+        hung.resume()
+        await asyncio.wait([stuck], timeout=30)
+    assert stuck.done()
