@@ -237,6 +237,8 @@ class RedisPyAsyncDriver(_RedisPyDriver):
         try:  # (a pool may connect here: a sentinel's asks for the master first)
             conn = await pool.get_connection() if pool else send.node.acquire_connection()
             await conn.connect()
+            if pool is None:  # (a pool checks its connections itself)
+                await _fresh(conn)
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
             if conn is not None:
                 await self._release(send, pool, conn)
@@ -292,6 +294,20 @@ class RedisPyAsyncDriver(_RedisPyDriver):
         self._ready = False  # (a cluster client closed must be initialized again to be used)
         for sentinel in self._client.sentinels:
             await sentinel.aclose()
+
+
+async def _fresh(conn: Any) -> None:
+    """A cluster node's idle connection that its server closed (the node restarted, or
+    dropped idle clients) is made again before anything is written on it: a closed one
+    would fail at the read, as a batch lost after its write, which is never sent again.
+    (The blocking client's pools check a connection so when they hand it out.)"""
+    try:
+        stale = await conn.can_read()  # (nothing should be left to read on an idle one)
+    except (OSError, redis_py().exceptions.ConnectionError):
+        stale = True
+    if stale:
+        await conn.disconnect()
+        await conn.connect()
 
 
 def _reached(replies: list[Any], where: str) -> list[Any]:
