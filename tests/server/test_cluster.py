@@ -36,6 +36,7 @@ from culex._redis import commands, redispy_routing
 from culex._redis.keys import queue_keys
 from culex._redis.redispy import RedisPyAsyncDriver, RedisPySyncDriver
 from culex.operations import inspection
+from culex.runner.backoff import NODE_OUT_OF_REACH, Backoff
 
 from ..conftest import await_until, running
 from ..topology import Cluster, Node, keyslot
@@ -656,6 +657,70 @@ async def test_coroutines_enqueue_to_other_masters_while_one_master_hangs(
         hung.resume()
         await asyncio.wait([stuck], timeout=30)
     assert stuck.done()
+
+
+gate = asyncio.Event()  # GatedJob's perform ends once it is set
+
+
+class GatedJob(culex.QueuedJob):
+    queue = QUEUES[0]
+
+    async def perform(self) -> None:
+        await gate.wait()
+
+
+async def test_a_runner_serves_the_other_masters_queues_while_a_shard_is_down(
+    private_cluster: Cluster, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A shard down (its master and its replica killed: no failover) holds up only its own
+    queues: the runner's report of a task of it cannot be sent, and tasks of another
+    master's queue are still claimed and run (the claims of one server stop until the
+    reports land; those of a cluster's other nodes go on). The shard's queue is tried
+    again at least every NODE_OUT_OF_REACH[1] however long it is down. The outage is told
+    in one line when it begins and one when it ends, each failed try at DEBUG. Seen
+    failing with every claim held for the report (the other task never ran), with the
+    pause of SERVER_ERROR (1.6 s after 6 failures), and with a warning for each try (a
+    dozen lines a second, each naming every node)."""
+    monkeypatch.setenv("CULEX_REDIS_URL", private_cluster.url)
+    config.reset()
+    master = master_of_queue(private_cluster, GatedJob.queue)
+    (replica,) = private_cluster.replicas_of(master)
+    other = next(j for j in ECHO_JOBS if master_of_queue(private_cluster, j.queue) != master)
+    gate.clear()
+    try:
+        gated = await GatedJob().aenqueue()
+        caplog.set_level(logging.WARNING, logger="culex")
+        async with running(runner((GatedJob.queue, other.queue))) as r:
+            await await_until(lambda: gated.state() is culex.TaskState.PENDING, what="a start")
+            await await_until(lambda: inspection.runners() != [], what="the runner's beat")
+            private_cluster.kill(master)
+            private_cluster.kill(replica)
+            gate.set()  # its report goes to a shard that is down: it cannot land
+            await await_until(lambda: r._outbox.outcomes != [], what="the report held back")
+            assert await (await other(n=7).aenqueue()).aresult(timeout=20) == 7
+            claimer = r._claimer
+            assert claimer is not None
+
+            def tried_often() -> bool:
+                return claimer._unhealthy.get(GatedJob.queue, (0.0, Backoff(0, 0)))[1].failures >= 6
+
+            await await_until(tried_often, timeout=30, what="six tries of the shard's queue")
+            until, _ = claimer._unhealthy[GatedJob.queue]
+            assert until - time.monotonic() <= NODE_OUT_OF_REACH[1]
+            for node in (master, replica):  # (back, so the report lands and the runner stops)
+                node.start()
+            private_cluster.wait_settled(60)
+            assert await gated.aresult(timeout=30) is None
+            await await_until(lambda: "the server answers again" in caplog.text, what="the end")
+    finally:
+        gate.set()
+        monkeypatch.undo()
+        config.reset()
+    said = [r.getMessage() for r in caplog.records if r.name == "culex"]
+    began = [m for m in said if "a failover, or a restart, may be under way" in m]
+    assert len(began) == 1 and len([m for m in said if "the server answers again" in m]) == 1
+    storm = ("is unhealthy", "reporting outcomes failed", "reclaiming expired leases failed")
+    assert not [m for m in said if any(s in m for s in storm)], said
 
 
 @pytest.mark.parametrize("kind", ["redis-py sync", "redis-py async"])

@@ -25,13 +25,17 @@ from .._redis.keys import QueueKeys, queue_keys
 from ..errors import ServerError, ServerUnavailable
 from ..jobs.limits import QueueLimits
 from . import queue_order
-from .backoff import SERVER_ERROR, Backoff
+from .backoff import NODE_OUT_OF_REACH, SERVER_ERROR, Backoff
+from .outage import Outage
 from .slots import Slots
 
 logger = logging.getLogger("culex")
 
 PROMOTE_LIMIT = 1000  # due scheduled tasks promoted per claim
 SICK_PAUSE = (0.5, 60.0)  # back-off bounds of a queue whose keys the server refuses
+
+# What the outage is told failed (on a cluster, claims are told per queue).
+CLAIMING, WAITING = "claiming tasks", "waiting for work"
 
 SHORT_SLEEP = 0.005  # a task due sooner than this is waited for without a blocking call
 # The loop's timers wake up to 1 ms late (epoll takes whole ms): a wait for a due task
@@ -66,8 +70,10 @@ class Claimer:
         stopping: asyncio.Event,
         reports_landed: asyncio.Event | None = None,
         claiming: asyncio.Event | None = None,
+        outage: Outage | None = None,
     ) -> None:
         self.settings = settings
+        self.outage = outage or Outage()  # (told what fails for want of the server)
         self.driver = driver
         self.keys = [queue_keys(settings.prefix, q) for q in queues]
         self.queue_of = {keys.signal: keys.name for keys in self.keys}  # by signal key
@@ -172,13 +178,13 @@ class Claimer:
                 if self.driver.cluster:  # one node out of reach: the others' queues go on
                     self._sick(keys.name, exc)
                     continue
-                logger.warning("%s", exc)
+                self.outage.failed(CLAIMING, exc)
                 return 0, self.backoff.failed(), False
             except ServerError as exc:
                 self._sick(keys.name, exc)
                 continue
             self.backoff.failures = 0
-            self._unhealthy.pop(keys.name, None)
+            self._healthy(keys.name)
             due = reply.next_due_in
             if due is not None:
                 due_in = due if due_in is None else min(due_in, due)
@@ -211,13 +217,23 @@ class Claimer:
 
     def _sick(self, queue: str, exc: ServerError) -> None:
         """A queue whose keys the server refuses (or, on a cluster, whose node is out of
-        reach) is skipped with back-off, never deleted."""
+        reach: told to the outage) is skipped with back-off, never deleted."""
         _, backoff = self._unhealthy.get(queue, (0.0, None))
-        backoff = backoff or Backoff(*(SERVER_ERROR if _unreached(exc) else SICK_PAUSE))
+        if backoff is None:
+            bounds = NODE_OUT_OF_REACH if self.driver.cluster else SERVER_ERROR
+            backoff = Backoff(*(bounds if _unreached(exc) else SICK_PAUSE))
         pause = backoff.failed()
         self._unhealthy[queue] = (time.monotonic() + pause, backoff)
-        log = logger.warning if _unreached(exc) else logger.error
-        log("queue %s is unhealthy (%s); trying it again in %.1f s", queue, exc, pause)
+        if _unreached(exc):
+            self.outage.failed(f"claiming from {queue}", exc)
+        else:
+            logger.error("queue %s is unhealthy (%s); trying it again in %.1f s", queue, exc, pause)
+
+    def _healthy(self, queue: str) -> None:
+        """A claim of ``queue`` worked."""
+        if self._unhealthy.pop(queue, None) is not None:
+            self.outage.worked(f"claiming from {queue}")
+        self.outage.worked(CLAIMING)
 
     async def _wait_for_work(
         self, groups: list[tuple[str, ...]], first: QueueKeys, due_in: float | None
@@ -265,8 +281,13 @@ class Claimer:
                 failed = exc
             elif isinstance(exc, BaseException):
                 raise exc
+            else:
+                self.outage.worked(WAITING)
+        if isinstance(failed, ServerUnavailable):
+            self.outage.failed(WAITING, failed)
+        elif failed is not None:
+            logger.warning("%s failed: %s", WAITING, failed)
         if failed is not None:
-            logger.warning("waiting for work failed: %s", failed)
             await asyncio.sleep(self.backoff.failed())
 
     def _out_of_reach(self, signals: tuple[str, ...], now: float) -> bool:
@@ -307,11 +328,11 @@ class Claimer:
             self.slots.freed.set()
         reply = replies[1]
         if isinstance(reply, ServerUnavailable):
-            logger.warning("%s", reply)
+            self.outage.failed(f"claiming from {queue}" if self.driver.cluster else CLAIMING, reply)
         elif isinstance(reply, ServerError):
             self._sick(queue, reply)
         else:
-            self._unhealthy.pop(queue, None)
+            self._healthy(queue)
             self._hold(queue, reply)
             for claimed in reply.tasks:
                 self.start(claimed)
