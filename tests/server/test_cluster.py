@@ -35,6 +35,7 @@ from culex import config
 from culex._redis import commands, redispy_routing
 from culex._redis.keys import queue_keys
 from culex._redis.redispy import RedisPyAsyncDriver, RedisPySyncDriver
+from culex.jobs import durability
 from culex.operations import inspection
 from culex.runner.backoff import NODE_OUT_OF_REACH, Backoff
 
@@ -411,6 +412,39 @@ def test_durable_enqueue_fails_while_the_replica_of_its_shard_does_not_confirm(
     finally:
         replica.process.send_signal(signal.SIGCONT)
         on_cluster.wait_settled()
+
+
+def test_a_durable_workflow_and_signal_wait_for_the_replica_of_their_shard(
+    on_cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """durable_enqueue covers a workflow's enqueue and a signal: with the replica of their
+    shard stopped, neither is acknowledged (ServerUnavailable: sent again, with the same
+    ids, once a replica is back); with it running, both are, and the replica has them.
+    Seen failing without it: both acknowledged while the replica had neither."""
+    monkeypatch.setenv("CULEX_DURABLE_ENQUEUE", "1")
+    monkeypatch.setattr(durability, "DURABLE_TIMEOUT_MS", 300)
+    config.reset()
+    job = ECHO_JOBS[4]
+    waiting = job(n=0).enqueue()  # (culex learns how this deployment confirms a write)
+    master = master_of_queue(on_cluster, job.queue)
+    (replica,) = on_cluster.replicas_of(master)
+    assert replica.process is not None
+    flow = culex.Workflow()
+    flow.add(job(n=1))
+    replica.process.send_signal(signal.SIGSTOP)
+    try:
+        with pytest.raises(culex.ServerUnavailable, match="no replica confirmed the write"):
+            flow.enqueue()
+        with pytest.raises(culex.ServerUnavailable, match="no replica confirmed the write"):
+            waiting.signal("go", 1)
+    finally:
+        replica.process.send_signal(signal.SIGCONT)
+        on_cluster.wait_settled()
+    assert waiting.signal("go", 2) == "kept"  # (a signal for a task that waits for none)
+    again = culex.Workflow()  # (the first one, left half-made, a runner discards)
+    other = again.add(job(n=2))
+    again.enqueue()
+    assert replica_has(on_cluster, master, queue_keys("culex", job.queue).task(other.id))
 
 
 async def test_periodic_jobs_run_once_per_slot_with_two_runners(on_cluster: Cluster) -> None:

@@ -17,7 +17,7 @@ from .._redis import steps as durable
 from .._redis.keys import QueueKeys, check_queue_name, queue_keys, queues_key
 from ..errors import CulexError, TaskFailed, short
 from ..server.procedures import Procedure, one_call, run_async, run_sync
-from . import events, task_logs
+from . import durability, events, task_logs
 from .codecs import Codec
 from .progress import Progress, read_procedure
 from .registry import registry
@@ -341,9 +341,8 @@ class Task:
             raise TypeError(f"signal: the value must be JSON: {exc}") from None
         if len(text.encode()) > durable.MAX_SIGNAL_BYTES:
             raise ValueError(f"signal: the value is larger than {durable.MAX_SIGNAL_BYTES:,} bytes")
-        return one_call(
-            durable.signal(self._keys(), self.id, name, text, max_bytes=durable.MAX_SIGNAL_BYTES)
-        )
+        call = durable.signal(self._keys(), self.id, name, text, max_bytes=durable.MAX_SIGNAL_BYTES)
+        return durability.confirmed(one_call(call))  # (durable_enqueue: as an enqueue is)
 
     def _watching(self, timeout: float | None) -> Any:
         prefix = self.prefix if self.prefix is not None else config.settings().prefix
