@@ -33,6 +33,7 @@ import redis
 import culex
 from culex import config
 from culex._redis import commands, redispy_routing
+from culex._redis.calls import Call
 from culex._redis.keys import queue_keys
 from culex._redis.redispy import RedisPyAsyncDriver, RedisPySyncDriver
 from culex.jobs import durability
@@ -786,3 +787,36 @@ async def test_a_node_that_closed_the_idle_connections_is_sent_to_again(
 
 async def _done(outcome: Any) -> Any:
     return await outcome if asyncio.iscoroutine(outcome) else outcome
+
+
+@pytest.mark.parametrize("kind", ["redis-py sync", "redis-py async"])
+async def test_a_batch_keeps_the_replies_of_the_masters_whose_connection_held(
+    kind: str, private_cluster: Cluster
+) -> None:
+    """A batch over two masters, one of which stops answering once the batch is written:
+    its calls get ServerUnavailable (they may have run: never sent again), the other
+    master's reply is kept, so a runner sends again only what may not have run. Seen
+    failing without it: the whole batch raised, and a report that had landed on the other
+    master was sent again (then refused, as its attempt had ended)."""
+    hung = master_of_queue(private_cluster, QUEUES[0])
+    other = next(q for q in QUEUES if master_of_queue(private_cluster, q) != hung)
+    keys = (f"{{{QUEUES[0]}}}:n", f"{{{other}}}:n")
+    make = RedisPySyncDriver if kind == "redis-py sync" else RedisPyAsyncDriver
+    driver = make(private_cluster.url, socket_timeout=0.3)  # (a short stop: no failover)
+    assert hung.process is not None
+    try:
+        await _done(driver.run_many([commands.server_time()]))  # (the slot map read)
+        hung.process.send_signal(signal.SIGSTOP)
+        try:
+            lost, counted = await _done(driver.run_many([_incr(keys[0]), _incr(keys[1])]))
+        finally:
+            hung.process.send_signal(signal.SIGCONT)
+        assert isinstance(lost, culex.ServerUnavailable) and "did not answer" in str(lost)
+        assert counted == 1
+        assert master_of_queue(private_cluster, other).client().get(keys[1]) == "1"
+    finally:
+        await _done(driver.close())
+
+
+def _incr(key: str) -> Call[int]:
+    return Call((), ("INCR", key), int)

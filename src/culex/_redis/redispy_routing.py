@@ -13,7 +13,9 @@ What culex's redis-py drivers (redispy.py) add to redis-py's clients, and why:
   that could not be opened, is retried after the slot map is read again, for up to
   ``socket_timeout``; then the caller gets ServerUnavailable (in a batch, in the places of
   those calls only: the others' replies are kept). A connection lost after a batch
-  was written is never resent (the server may have run it): ServerUnavailable at once.
+  was written is never resent (the server may have run it): ServerUnavailable at once, in
+  the places of that node's calls (the other nodes' replies are kept: a runner sends
+  again only what may not have run).
 - **NOSCRIPT** (a failed-over replica has an empty script cache): the call is sent again as
   EVAL with its source, which also loads it; even once ``socket_timeout`` has run out (the
   node answered; the first try of a promoted replica may come that late, behind a WAIT of
@@ -31,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, ServerError
 from .address import Address
 from .calls import Call
 from .connections import ReplyError
@@ -150,6 +152,19 @@ class Unreached(ReplyError, OSError):
         return "TRYAGAIN"
 
 
+class Lost(ReplyError):
+    """In the place of a call whose connection was lost (or too slow) after it was written:
+    it may have run, so it is never sent again; its caller gets ``error``."""
+
+    def __init__(self, error: ServerError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+    @property
+    def code(self) -> str:
+        return "LOST"
+
+
 @dataclass
 class Send:
     """One exchange: calls (by index in the batch) for one node, on one connection."""
@@ -221,6 +236,12 @@ class Batch:
         for i in send.indices:
             if i >= 0:
                 self.replies[i] = Unreached(str(exc))
+
+    def lost(self, send: Send, error: ServerError) -> None:
+        """``send``'s connection was lost after its calls were written: each gets ``error``."""
+        for i in send.indices:
+            if i >= 0:
+                self.replies[i] = Lost(error)
 
     def settle(self) -> bool:
         """Look at the replies: True when nothing is left to send again, or when time is up
