@@ -231,9 +231,9 @@ class Claimer:
 
     def _healthy(self, queue: str) -> None:
         """A claim of ``queue`` worked."""
-        if self._unhealthy.pop(queue, None) is not None:
-            self.outage.worked(f"claiming from {queue}")
-        self.outage.worked(CLAIMING)
+        self._unhealthy.pop(queue, None)
+        if self.outage.failing:
+            self.outage.worked(f"claiming from {queue}", CLAIMING)
 
     async def _wait_for_work(
         self, groups: list[tuple[str, ...]], first: QueueKeys, due_in: float | None

@@ -40,11 +40,11 @@ class Outage:
         else:
             logger.debug("%s failed again: %s", what, error)
 
-    def worked(self, what: str) -> None:
-        """``what`` worked (again); the outage is over once every name that failed has."""
-        if not self.failing or what not in self.failing:
+    def worked(self, *whats: str) -> None:
+        """``whats`` worked (again); the outage is over once every name that failed has."""
+        if not self.failing or self.failing.isdisjoint(whats):
             return
-        self.failing.discard(what)
+        self.failing.difference_update(whats)
         if not self.failing and self.since is not None:
             logger.warning(
                 "the server answers again: what was held is sent (out of reach for %.1f s)",

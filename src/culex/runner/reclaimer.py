@@ -89,7 +89,8 @@ class Reclaimer:
             if isinstance(reclaimed, ServerError):
                 logger.warning("queue %s: %s failed: %s", queue, RECLAIMING, reclaimed)
                 continue
-            self.outage.worked(f"{RECLAIMING} of {queue}")
+            if self.outage.failing:
+                self.outage.worked(f"{RECLAIMING} of {queue}")
             for group, said, now in getattr(reclaimed, "healed", ()):
                 logger.warning(
                     "queue %s: group %r's running count said %d, %d of its tasks run: set "
