@@ -160,3 +160,30 @@ async def test_a_call_refused_noscript_when_time_is_up_is_still_sent_as_eval(
         await done(driver.close())
         move_slot(cluster, slot, target, source)
         cluster.wait_settled()
+
+
+@pytest.mark.parametrize("kind", ["redis-py sync", "redis-py async"])
+async def test_a_call_whose_master_died_goes_to_the_promoted_replica_as_eval(
+    kind: str, private_cluster: Cluster
+) -> None:
+    """A call whose master could not be reached is sent again, after its replica took over,
+    as EVAL at once: the promoted replica's script cache is empty, and no NOSCRIPT round
+    trip is spent (nor a durable enqueue's WAIT behind a call that did not run). Seen
+    failing without it: the new master replied NOSCRIPT first."""
+    from .._redis.test_drivers import KEYS, done, put
+
+    slot = keyslot(KEYS.waiting)
+    master = private_cluster.master_of_slot(slot)
+    make = RedisPySyncDriver if kind == "redis-py sync" else RedisPyAsyncDriver
+    driver = make(private_cluster.url)
+    try:
+        assert (await done(driver.run(put("t1")))).task_id == "t1"  # (the slot map read)
+        # (in threads: the loop runs meanwhile, and sees its connections to the dead master
+        # closed, as a runner's would)
+        await asyncio.to_thread(private_cluster.kill, master)
+        promoted = await asyncio.to_thread(private_cluster.wait_failover, master, 60)
+        assert (await done(driver.run(put("t2")))).task_id == "t2"
+        errors = promoted.client().info("errorstats")
+        assert "errorstat_NOSCRIPT" not in errors, errors
+    finally:
+        await done(driver.close())

@@ -16,8 +16,11 @@ What culex's redis-py drivers (redispy.py) add to redis-py's clients, and why:
   was written is never resent (the server may have run it): ServerUnavailable at once, in
   the places of that node's calls (the other nodes' replies are kept: a runner sends
   again only what may not have run).
-- **NOSCRIPT** (a failed-over replica has an empty script cache): the call is sent again as
-  EVAL with its source, which also loads it; even once ``socket_timeout`` has run out (the
+- **NOSCRIPT** (a failed-over replica has an empty script cache): a call whose node could
+  not be reached is sent again as EVAL at once (its next node is likely a promoted
+  replica: no NOSCRIPT round trip, and a durable enqueue's WAIT is not spent behind a call
+  that did not run). A call refused NOSCRIPT is sent again as EVAL with its source, which
+  also loads it; even once ``socket_timeout`` has run out (the
   node answered; the first try of a promoted replica may come that late, behind a WAIT of
   the same exchange), so a caller never gets NOSCRIPT.
 
@@ -266,6 +269,8 @@ class Batch:
                     self.asking[i] = _ask_target(reply)
                 else:
                     self.stale = True
+                if isinstance(reply, Unreached):  # (its node died: the next is likely a
+                    self.as_source.add(i)  # promoted replica, whose script cache is empty)
                 again.append(i)
         if again and self.tries > 1 and time.monotonic() >= self.deadline:
             # Time is up: a call refused NOSCRIPT is still sent again, at once, as EVAL
