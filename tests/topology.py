@@ -274,7 +274,10 @@ class Cluster(Topology):
     """A Redis Cluster of ``masters`` masters with one replica each (3 + 3 by default),
     made with ``valkey-cli --cluster create``. A node is suspected after
     ``node_timeout_ms``, and a replica may always take over (validity factor 0), so a
-    killed master's replica is master within a few seconds."""
+    killed master's replica is master within a few seconds. ``full_coverage``: the
+    servers' ``cluster-require-full-coverage``; ``no`` by default, as docs/production.md
+    recommends for culex (a master that dies then stops only its own slots, not the
+    cluster)."""
 
     def __init__(
         self,
@@ -282,11 +285,13 @@ class Cluster(Topology):
         *,
         masters: int = 3,
         node_timeout_ms: int = 1000,
+        full_coverage: bool = False,
         binary: str | None = None,
     ) -> None:
         super().__init__(folder, binary)
         self.master_count = masters
         self.node_timeout_ms = node_timeout_ms
+        self.full_coverage = full_coverage
         self._killed_slots: dict[Node, tuple[tuple[int, int], ...]] = {}
 
     def start(self) -> None:
@@ -298,6 +303,7 @@ class Cluster(Topology):
                     "--cluster-config-file", "nodes.conf",
                     "--cluster-node-timeout", str(self.node_timeout_ms),
                     "--cluster-replica-validity-factor", "0",
+                    "--cluster-require-full-coverage", "yes" if self.full_coverage else "no",
                     "--appendonly", "yes", "--save", "",
                     "--repl-diskless-sync-delay", "0"]  # fmt: skip
             self.nodes.append(Node(f"cluster node {index}", port, folder, argv))

@@ -26,7 +26,7 @@ import pytest
 
 import culex
 from culex import config
-from culex.jobs import enqueue
+from culex.jobs import durability
 
 from ..conftest import wait_until
 from ..topology import Cluster, Node, SentinelSetup, Topology
@@ -236,7 +236,7 @@ def durable_cluster(
 ) -> Iterator[Cluster]:
     """durable_enqueue on a private cluster, through its redis+cluster:// URL or through the
     redis:// URL of one node (a cluster culex finds out about)."""
-    monkeypatch.setattr(enqueue, "DURABLE_TIMEOUT_MS", 300)
+    monkeypatch.setattr(durability, "DURABLE_TIMEOUT_MS", 300)
     point_at(monkeypatch, getattr(private_cluster, request.param), durable=True)
     try:
         yield private_cluster

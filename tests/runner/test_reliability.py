@@ -200,6 +200,27 @@ def test_the_keeper_says_when_it_could_not_renew(
     assert "lost the lease of task q<t1>" in caplog.text
 
 
+def test_the_keeper_outlives_a_cluster_it_cannot_reach_at_start(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """No node of the cluster answers when the heartbeat thread makes its driver (a runner
+    started during an outage): it tries again until it can, or until stopped; it does not
+    die (seen failing without it: the thread ended with ServerUnavailable, and no lease
+    was renewed for the rest of the run)."""
+    keeper = LeaseKeeper(culex.Settings(), "redis+cluster://127.0.0.1:1")
+    with caplog.at_level(logging.WARNING, logger="culex"):
+        keeper.start()
+        try:
+            wait_until(
+                lambda: caplog.text.count("the heartbeat cannot connect") >= 2,
+                what="the keeper to try twice",
+            )
+            assert keeper._thread.is_alive()
+        finally:
+            keeper.stop()
+    assert not keeper._thread.is_alive()
+
+
 class HangingThreadJob(culex.QueuedJob):
     queue = "limits"
     timeout = 0.2

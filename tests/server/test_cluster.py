@@ -21,6 +21,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -31,10 +32,13 @@ import redis
 
 import culex
 from culex import config
-from culex._redis import commands
+from culex._redis import commands, redispy_routing
+from culex._redis.calls import Call
 from culex._redis.keys import queue_keys
 from culex._redis.redispy import RedisPyAsyncDriver, RedisPySyncDriver
+from culex.jobs import durability
 from culex.operations import inspection
+from culex.runner.backoff import NODE_OUT_OF_REACH, Backoff
 
 from ..conftest import await_until, running
 from ..topology import Cluster, Node, keyslot
@@ -411,6 +415,39 @@ def test_durable_enqueue_fails_while_the_replica_of_its_shard_does_not_confirm(
         on_cluster.wait_settled()
 
 
+def test_a_durable_workflow_and_signal_wait_for_the_replica_of_their_shard(
+    on_cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """durable_enqueue covers a workflow's enqueue and a signal: with the replica of their
+    shard stopped, neither is acknowledged (ServerUnavailable: sent again, with the same
+    ids, once a replica is back); with it running, both are, and the replica has them.
+    Seen failing without it: both acknowledged while the replica had neither."""
+    monkeypatch.setenv("CULEX_DURABLE_ENQUEUE", "1")
+    monkeypatch.setattr(durability, "DURABLE_TIMEOUT_MS", 300)
+    config.reset()
+    job = ECHO_JOBS[4]
+    waiting = job(n=0).enqueue()  # (culex learns how this deployment confirms a write)
+    master = master_of_queue(on_cluster, job.queue)
+    (replica,) = on_cluster.replicas_of(master)
+    assert replica.process is not None
+    flow = culex.Workflow()
+    flow.add(job(n=1))
+    replica.process.send_signal(signal.SIGSTOP)
+    try:
+        with pytest.raises(culex.ServerUnavailable, match="no replica confirmed the write"):
+            flow.enqueue()
+        with pytest.raises(culex.ServerUnavailable, match="no replica confirmed the write"):
+            waiting.signal("go", 1)
+    finally:
+        replica.process.send_signal(signal.SIGCONT)
+        on_cluster.wait_settled()
+    assert waiting.signal("go", 2) == "kept"  # (a signal for a task that waits for none)
+    again = culex.Workflow()  # (the first one, left half-made, a runner discards)
+    other = again.add(job(n=2))
+    again.enqueue()
+    assert replica_has(on_cluster, master, queue_keys("culex", job.queue).task(other.id))
+
+
 async def test_periodic_jobs_run_once_per_slot_with_two_runners(on_cluster: Cluster) -> None:
     class ShardTickJob(culex.PeriodicJob):
         queue = PERIODIC_QUEUES[0]
@@ -552,3 +589,236 @@ async def test_the_runner_registry_and_queue_latency_on_a_cluster(on_cluster: Cl
     assert await inspection.arunners() == []
     lag = await inspection.aqueue_latency(queues=list(QUEUES))
     assert set(lag) == set(QUEUES) and all(value == 0.0 for value in lag.values())
+
+
+# -- a master that does not answer holds up only its own queues ----------------------------
+
+
+@pytest.fixture
+def hung_master(private_cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> Iterator[Hung]:
+    """A private cluster, culex pointed at it, and a master that stops answering (SIGSTOP:
+    a master that died is out of reach alike until its replica takes over) once
+    :meth:`Hung.stop` is called; it answers again at the end."""
+    monkeypatch.setenv("CULEX_REDIS_URL", private_cluster.url)
+    config.reset()
+    hung = Hung(private_cluster, monkeypatch)
+    try:
+        yield hung
+    finally:
+        hung.resume()
+        monkeypatch.undo()
+        config.reset()
+
+
+class Hung:
+    """Two queues on two masters, ``job`` on the one that stops answering, ``other`` not;
+    ``sent`` is set once a batch is sent to the stopped one."""
+
+    def __init__(self, cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.job = ECHO_JOBS[0]
+        self.master = master_of_queue(cluster, self.job.queue)
+        self.other = next(j for j in ECHO_JOBS if master_of_queue(cluster, j.queue) != self.master)
+        self.sent = threading.Event()
+        self.stopped = False
+        sends = redispy_routing.Batch.sends
+
+        def noting(batch: redispy_routing.Batch, node_of: Any, node_at: Any) -> Any:
+            found = sends(batch, node_of, node_at)
+            if self.stopped and any(s.node and s.node.port == self.master.port for s in found):
+                self.sent.set()
+            return found
+
+        monkeypatch.setattr(redispy_routing.Batch, "sends", noting)
+
+    def stop(self) -> None:
+        assert self.master.process is not None
+        self.master.process.send_signal(signal.SIGSTOP)
+        self.stopped = True
+
+    def resume(self) -> None:
+        if self.stopped and self.master.process is not None:
+            self.master.process.send_signal(signal.SIGCONT)
+        self.stopped = False
+
+
+def test_threads_enqueue_to_other_masters_while_one_master_hangs(hung_master: Hung) -> None:
+    """Producer threads share one driver: a call to a master that does not answer holds up
+    none to another master's queue (on a cluster their calls are not coalesced into one
+    batch, which would end with its slowest node). Seen failing with them coalesced: the
+    other thread's enqueue waited for the hung one's to time out."""
+    hung = hung_master
+    hung.job(n=0).enqueue()  # (connections made, scripts loaded)
+    hung.other(n=0).enqueue()
+    outcome: list[BaseException | culex.Task] = []
+
+    def enqueue_to_the_hung_master() -> None:
+        try:
+            outcome.append(hung.job(n=1).enqueue())
+        except culex.ServerUnavailable as exc:  # (the stop outlasted socket_timeout)
+            outcome.append(exc)
+
+    hung.stop()
+    thread = threading.Thread(target=enqueue_to_the_hung_master)
+    thread.start()
+    try:
+        assert hung.sent.wait(30), "no call went to the stopped master"
+        assert hung.other(n=2).enqueue().state() is culex.TaskState.WAITING
+        assert thread.is_alive()  # the hung master's call is still out
+    finally:
+        hung.resume()
+        thread.join(30)
+    assert len(outcome) == 1
+
+
+async def test_coroutines_enqueue_to_other_masters_while_one_master_hangs(
+    hung_master: Hung,
+) -> None:
+    """The same for coroutines: calls made in one turn of the loop while another is on the
+    wire would go in one batch. Seen failing with them coalesced: the other master's
+    enqueue failed with the hung one's (the batch's write did not end)."""
+    hung = hung_master
+    await hung.job(n=0).aenqueue()
+    await hung.other(n=0).aenqueue()
+    hung.stop()
+    first = asyncio.ensure_future(hung.other(n=1).aenqueue())  # on the wire first
+    await asyncio.sleep(0)
+    stuck = asyncio.ensure_future(hung.job(n=2).aenqueue())
+    other = asyncio.ensure_future(hung.other(n=3).aenqueue())
+    try:
+        assert (await other).queue == hung.other.queue
+        assert (await first).queue == hung.other.queue
+        assert hung.sent.is_set() and not stuck.done()  # the hung master's call is still out
+    finally:
+        hung.resume()
+        await asyncio.wait([stuck], timeout=30)
+    assert stuck.done()
+
+
+gate = asyncio.Event()  # GatedJob's perform ends once it is set
+
+
+class GatedJob(culex.QueuedJob):
+    queue = QUEUES[0]
+
+    async def perform(self) -> None:
+        await gate.wait()
+
+
+async def test_a_runner_serves_the_other_masters_queues_while_a_shard_is_down(
+    private_cluster: Cluster, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A shard down (its master and its replica killed: no failover) holds up only its own
+    queues: the runner's report of a task of it cannot be sent, and tasks of another
+    master's queue are still claimed and run (the claims of one server stop until the
+    reports land; those of a cluster's other nodes go on). The shard's queue is tried
+    again at least every NODE_OUT_OF_REACH[1] however long it is down. The outage is told
+    in one line when it begins and one when it ends, each failed try at DEBUG. Seen
+    failing with every claim held for the report (the other task never ran), with the
+    pause of SERVER_ERROR (1.6 s after 6 failures), and with a warning for each try (a
+    dozen lines a second, each naming every node)."""
+    monkeypatch.setenv("CULEX_REDIS_URL", private_cluster.url)
+    config.reset()
+    master = master_of_queue(private_cluster, GatedJob.queue)
+    (replica,) = private_cluster.replicas_of(master)
+    other = next(j for j in ECHO_JOBS if master_of_queue(private_cluster, j.queue) != master)
+    gate.clear()
+    try:
+        gated = await GatedJob().aenqueue()
+        caplog.set_level(logging.WARNING, logger="culex")
+        async with running(runner((GatedJob.queue, other.queue))) as r:
+            await await_until(lambda: gated.state() is culex.TaskState.PENDING, what="a start")
+            await await_until(lambda: inspection.runners() != [], what="the runner's beat")
+            private_cluster.kill(master)
+            private_cluster.kill(replica)
+            gate.set()  # its report goes to a shard that is down: it cannot land
+            await await_until(lambda: r._outbox.outcomes != [], what="the report held back")
+            assert await (await other(n=7).aenqueue()).aresult(timeout=20) == 7
+            claimer = r._claimer
+            assert claimer is not None
+
+            def tried_often() -> bool:
+                _, backoff = claimer.skips.unhealthy.get(GatedJob.queue, (0.0, Backoff(0, 0)))
+                return backoff.failures >= 6
+
+            await await_until(tried_often, timeout=30, what="six tries of the shard's queue")
+            until, _ = claimer.skips.unhealthy[GatedJob.queue]
+            assert until - time.monotonic() <= NODE_OUT_OF_REACH[1]
+            for node in (master, replica):  # (back, so the report lands and the runner stops)
+                node.start()
+            private_cluster.wait_settled(60)
+            assert await gated.aresult(timeout=30) is None
+            await await_until(lambda: "the server answers again" in caplog.text, what="the end")
+    finally:
+        gate.set()
+        monkeypatch.undo()
+        config.reset()
+    said = [r.getMessage() for r in caplog.records if r.name == "culex"]
+    began = [m for m in said if "a failover, or a restart, may be under way" in m]
+    assert len(began) == 1 and len([m for m in said if "the server answers again" in m]) == 1
+    storm = ("is unhealthy", "reporting outcomes failed", "reclaiming expired leases failed")
+    # (the first line names what failed first: the report, a claim or a reclaim)
+    assert not [m for m in said if any(s in m for s in storm) and m not in began], said
+
+
+@pytest.mark.parametrize("kind", ["redis-py sync", "redis-py async"])
+async def test_a_node_that_closed_the_idle_connections_is_sent_to_again(
+    kind: str, on_cluster: Cluster
+) -> None:
+    """A node that closed the driver's idle connections (restarted, or CLIENT KILL here)
+    gets the next call on a new one: the call runs. Seen failing on the asyncio driver
+    without the check of a node's idle connection: ServerUnavailable "Connection closed
+    by server", a batch lost after its write, never sent again."""
+    task = ECHO_JOBS[0](n=1).enqueue()
+    master = master_of_queue(on_cluster, task.queue)
+    call = commands.read_task(queue_keys("culex", task.queue), task.id)
+    params = '{"n":1}'
+    driver = (RedisPySyncDriver if kind == "redis-py sync" else RedisPyAsyncDriver)(on_cluster.url)
+    try:
+        assert (await _done(driver.run(call)))["params"] == params  # (a connection kept idle)
+        master.client().execute_command("CLIENT", "KILL", "TYPE", "normal")  # (not itself)
+        if isinstance(driver, RedisPyAsyncDriver):  # (until the loop has seen them closed)
+            node = driver._client.client.get_node(host="127.0.0.1", port=master.port)
+            await await_until(
+                lambda: all(conn._parser._stream.at_eof() for conn in node._free),
+                what="the idle connections seen closed",
+            )
+        assert (await _done(driver.run(call)))["params"] == params
+    finally:
+        await _done(driver.close())
+
+
+async def _done(outcome: Any) -> Any:
+    return await outcome if asyncio.iscoroutine(outcome) else outcome
+
+
+@pytest.mark.parametrize("kind", ["redis-py sync", "redis-py async"])
+async def test_a_batch_keeps_the_replies_of_the_masters_whose_connection_held(
+    kind: str, private_cluster: Cluster
+) -> None:
+    """A batch over two masters, one of which stops answering once the batch is written:
+    its calls get ServerUnavailable (they may have run: never sent again), the other
+    master's reply is kept, so a runner sends again only what may not have run. Seen
+    failing without it: the whole batch raised, and a report that had landed on the other
+    master was sent again (then refused, as its attempt had ended)."""
+    hung = master_of_queue(private_cluster, QUEUES[0])
+    other = next(q for q in QUEUES if master_of_queue(private_cluster, q) != hung)
+    keys = (f"{{{QUEUES[0]}}}:n", f"{{{other}}}:n")
+    make = RedisPySyncDriver if kind == "redis-py sync" else RedisPyAsyncDriver
+    driver = make(private_cluster.url, socket_timeout=0.3)  # (a short stop: no failover)
+    assert hung.process is not None
+    try:
+        await _done(driver.run_many([commands.server_time()]))  # (the slot map read)
+        hung.process.send_signal(signal.SIGSTOP)
+        try:
+            lost, counted = await _done(driver.run_many([_incr(keys[0]), _incr(keys[1])]))
+        finally:
+            hung.process.send_signal(signal.SIGCONT)
+        assert isinstance(lost, culex.ServerUnavailable) and "did not answer" in str(lost)
+        assert counted == 1
+        assert master_of_queue(private_cluster, other).client().get(keys[1]) == "1"
+    finally:
+        await _done(driver.close())
+
+
+def _incr(key: str) -> Call[int]:
+    return Call((), ("INCR", key), int)

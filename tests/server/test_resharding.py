@@ -13,8 +13,9 @@ import pytest
 
 import culex
 from culex import config
-from culex._redis import redispy_routing
+from culex._redis import commands, enqueuing, redispy_routing
 from culex._redis.connections import ReplyError
+from culex._redis.redispy import RedisPyAsyncDriver, RedisPySyncDriver
 
 from ..conftest import await_until, running, wait_until
 from ..topology import Cluster, Node, keyslot
@@ -131,3 +132,58 @@ async def test_a_queue_moved_to_another_master_under_load_loses_nothing(
     assert "ASK" in refusals  # the clients were sent along to the keys that had moved
     seen = {code: refusals.count(code) for code in sorted(set(refusals))}
     print(f"\nmoved {moved} keys; sent along: {seen}; producer retries: {len(errors)}")
+
+
+@pytest.mark.parametrize("kind", ["redis-py sync", "redis-py async"])
+async def test_a_call_refused_noscript_when_time_is_up_is_still_sent_as_eval(
+    kind: str, cluster: Cluster
+) -> None:
+    """A runner's driver tries a call that did not run once more only (retry_for=0): after
+    a MOVED (its slot map was out of date), the new master, whose scripts are gone (as a
+    promoted replica's are), refuses it NOSCRIPT when the time is up already. It is sent
+    as EVAL all the same: NOSCRIPT is never what a caller gets. (Seen failing without it:
+    ServerError NOSCRIPT, the write and its WAIT lost.)"""
+    from .._redis.test_drivers import KEYS, done, put
+
+    slot = keyslot(KEYS.waiting)
+    source = cluster.master_of_slot(slot)
+    target = next(node for node in cluster.masters() if node is not source)
+    make = RedisPySyncDriver if kind == "redis-py sync" else RedisPyAsyncDriver
+    driver = make(cluster.url, retry_for=0)
+    try:
+        assert (await done(driver.run(put("t1")))).task_id == "t1"  # (the slot map read)
+        move_slot(cluster, slot, source, target)
+        target.client().script_flush()
+        written, confirmed = await done(driver.run_many([put("t2"), commands.wait_replica(5000)]))
+        assert written == enqueuing.Enqueued("t2", "waiting", False) and confirmed is True
+    finally:
+        await done(driver.close())
+        move_slot(cluster, slot, target, source)
+        cluster.wait_settled()
+
+
+@pytest.mark.parametrize("kind", ["redis-py sync", "redis-py async"])
+async def test_a_call_whose_master_died_goes_to_the_promoted_replica_as_eval(
+    kind: str, private_cluster: Cluster
+) -> None:
+    """A call whose master could not be reached is sent again, after its replica took over,
+    as EVAL at once: the promoted replica's script cache is empty, and no NOSCRIPT round
+    trip is spent (nor a durable enqueue's WAIT behind a call that did not run). Seen
+    failing without it: the new master replied NOSCRIPT first."""
+    from .._redis.test_drivers import KEYS, done, put
+
+    slot = keyslot(KEYS.waiting)
+    master = private_cluster.master_of_slot(slot)
+    make = RedisPySyncDriver if kind == "redis-py sync" else RedisPyAsyncDriver
+    driver = make(private_cluster.url)
+    try:
+        assert (await done(driver.run(put("t1")))).task_id == "t1"  # (the slot map read)
+        # (in threads: the loop runs meanwhile, and sees its connections to the dead master
+        # closed, as a runner's would)
+        await asyncio.to_thread(private_cluster.kill, master)
+        promoted = await asyncio.to_thread(private_cluster.wait_failover, master, 60)
+        assert (await done(driver.run(put("t2")))).task_id == "t2"
+        errors = promoted.client().info("errorstats")
+        assert "errorstat_NOSCRIPT" not in errors, errors
+    finally:
+        await done(driver.close())

@@ -17,7 +17,7 @@ import redis
 
 import culex
 from culex import config
-from culex.jobs import enqueue
+from culex.jobs import durability
 
 from .._redis import test_drivers
 from ..chaos import chaos_jobs
@@ -140,7 +140,7 @@ def test_a_durable_enqueue_is_confirmed_only_by_the_replica(
     waited for the master's fsync would return while the replica, the one a failover
     promotes, lacks the task. It must wait for the replica (WAIT 1)."""
     setup = private_sentinel_setup
-    monkeypatch.setattr(enqueue, "DURABLE_TIMEOUT_MS", 300)
+    monkeypatch.setattr(durability, "DURABLE_TIMEOUT_MS", 300)
     point_at(monkeypatch, setup, durable=True)
     replica = setup.replica()
     assert replica.process is not None

@@ -18,9 +18,12 @@ purpose (a wait for work) is never held with others.
 
 Each caller's own calls keep their order (a caller sends its next call once the last one
 answered), and a failed write fails exactly the calls it carried: those waiting for the
-next write are sent on. The batch is sent through the driver's ``run_many``, so the same
-holds on a cluster, where the calls of one batch go to several nodes (culex._redis.redispy).
-ioredis calls this auto-pipelining; here it spans threads too.
+next write are sent on. ioredis calls this auto-pipelining; here it spans threads too.
+
+On a cluster nothing is coalesced: each call goes on its own (the driver beneath sends it
+to its node). A batch ends with its slowest node, and a node out of reach (a master that
+died, until its replica takes over: seconds) would hold up every call that rode with one
+of its calls, whatever queue and node they were for.
 """
 
 from __future__ import annotations
@@ -92,7 +95,7 @@ class AsyncCoalescer:
             self._on_wire -= 1
 
     async def run(self, call: Call[T]) -> T:
-        if call.blocks:  # a wait on purpose holds no one else's call
+        if call.blocks or self.cluster:  # (see the module's docstring)
             return await self.driver.run(call)
         if not self._on_wire and self._next is None:  # alone: it goes now
             self._on_wire += 1
@@ -189,7 +192,7 @@ class SyncCoalescer:
         self._carrying = False
 
     def run(self, call: Call[T]) -> T:
-        if call.blocks:  # a wait on purpose holds no one else's call
+        if call.blocks or self.cluster:  # (see the module's docstring)
             return self.driver.run(call)
         with self._mutex:
             alone = not self._carrying

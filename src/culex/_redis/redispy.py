@@ -24,7 +24,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..errors import ServerUnavailable
+from ..errors import ServerError, ServerUnavailable
 from .address import Address
 from .calls import Call
 from .connections import SOCKET_TIMEOUT, late
@@ -36,7 +36,7 @@ from .drivers import (
     server_error,
     settled,
 )
-from .redispy_routing import Batch, Client, Send, Unreached, redis_py, reply_error
+from .redispy_routing import Batch, Client, Lost, Send, Unreached, redis_py, reply_error
 
 T = TypeVar("T")
 
@@ -75,10 +75,10 @@ class RedisPySyncDriver(_RedisPyDriver):
     """A blocking driver through redis-py (Sentinel, Cluster, or one server)."""
 
     def run(self, call: Call[T]) -> T:
-        return parsed(call, self._replies([call])[0], self.where)
+        return _parsed(call, self._replies([call])[0], self.where)
 
     def run_many(self, calls: Sequence[Call[Any]]) -> list[Any]:
-        return settled(calls, _reached(self._replies(calls), self.where), self.where)
+        return _settled(calls, self._replies(calls), self.where)
 
     def _replies(self, calls: Sequence[Call[Any]]) -> list[Any]:
         batch = Batch(calls, time.monotonic() + self.retry_for)
@@ -157,8 +157,9 @@ class RedisPySyncDriver(_RedisPyDriver):
             conn.disconnect()
             if _DEMOTED in str(exc):
                 batch.unreached(send, exc)
-                return
-            raise _lost(exc, self.where, self.socket_timeout, send.blocks) from exc
+            else:
+                batch.lost(send, _lost(exc, self.where, self.socket_timeout, send.blocks))
+            return
         finally:
             pool.release(conn)
         batch.keep(send, replies)
@@ -187,11 +188,11 @@ class RedisPyAsyncDriver(_RedisPyDriver):
 
     async def run(self, call: Call[T]) -> T:
         async with self._slots:
-            return parsed(call, (await self._replies([call]))[0], self.where)
+            return _parsed(call, (await self._replies([call]))[0], self.where)
 
     async def run_many(self, calls: Sequence[Call[Any]]) -> list[Any]:
         async with self._slots:
-            return settled(calls, _reached(await self._replies(calls), self.where), self.where)
+            return _settled(calls, await self._replies(calls), self.where)
 
     async def _replies(self, calls: Sequence[Call[Any]]) -> list[Any]:
         batch = Batch(calls, time.monotonic() + self.retry_for)
@@ -237,6 +238,8 @@ class RedisPyAsyncDriver(_RedisPyDriver):
         try:  # (a pool may connect here: a sentinel's asks for the master first)
             conn = await pool.get_connection() if pool else send.node.acquire_connection()
             await conn.connect()
+            if pool is None:  # (a pool checks its connections itself)
+                await _fresh(conn)
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
             if conn is not None:
                 await self._release(send, pool, conn)
@@ -268,11 +271,13 @@ class RedisPyAsyncDriver(_RedisPyDriver):
             await conn.disconnect()
             if _DEMOTED in str(exc):
                 batch.unreached(send, exc)
-                return
-            raise _lost(exc, self.where, self.socket_timeout, send.blocks) from exc
+            else:
+                batch.lost(send, _lost(exc, self.where, self.socket_timeout, send.blocks))
+            return
         except TimeoutError as exc:
             await conn.disconnect()
-            raise _lost(exc, self.where, self.socket_timeout, send.blocks) from exc
+            batch.lost(send, _lost(exc, self.where, self.socket_timeout, send.blocks))
+            return
         except BaseException:  # cancelled mid-exchange: the connection is out of step
             await asyncio.shield(conn.disconnect())
             raise
@@ -294,12 +299,36 @@ class RedisPyAsyncDriver(_RedisPyDriver):
             await sentinel.aclose()
 
 
-def _reached(replies: list[Any], where: str) -> list[Any]:
-    """``replies``, unless no call reached a node: then the deployment is out of reach, and
-    that raises (a single node out of reach leaves ServerUnavailable in its calls' places)."""
+async def _fresh(conn: Any) -> None:
+    """A cluster node's idle connection that its server closed (the node restarted, or
+    dropped idle clients) is made again before anything is written on it: a closed one
+    would fail at the read, as a batch lost after its write, which is never sent again.
+    (The blocking client's pools check a connection so when they hand it out.)"""
+    try:
+        stale = await conn.can_read()  # (nothing should be left to read on an idle one)
+    except (OSError, redis_py().exceptions.ConnectionError):
+        stale = True
+    if stale:
+        await conn.disconnect()
+        await conn.connect()
+
+
+def _parsed(call: Call[T], reply: Any, where: str) -> T:
+    if isinstance(reply, Lost):
+        raise reply.error
+    return parsed(call, reply, where)
+
+
+def _settled(calls: Sequence[Call[Any]], replies: list[Any], where: str) -> list[Any]:
+    """Each call's value, or its ServerError in its place; unless no call reached a node,
+    or every connection was lost: then that raises, as for a single server (a node out of
+    reach, or lost, leaves ServerUnavailable in its calls' places only)."""
     if replies and all(isinstance(reply, Unreached) for reply in replies):
         raise server_error(replies[0], where)
-    return replies
+    if replies and all(isinstance(reply, Unreached | Lost) for reply in replies):
+        raise next(reply.error for reply in replies if isinstance(reply, Lost))
+    values = settled(calls, replies, where)
+    return [r.error if isinstance(r, Lost) else v for r, v in zip(replies, values, strict=True)]
 
 
 def _refused_login(exc: Exception, where: str) -> None:
@@ -308,12 +337,15 @@ def _refused_login(exc: Exception, where: str) -> None:
         raise ServerUnavailable(f"the Redis server at {where} refused the login: {exc}") from exc
 
 
-def _lost(exc: Exception, where: str, timeout: float, blocks: float) -> Exception:
+def _lost(exc: Exception, where: str, timeout: float, blocks: float) -> ServerError:
     """A connection lost (or too slow: past ``timeout`` plus what the calls ``blocks``)
     after a batch was written: never sent again."""
     if isinstance(exc, TimeoutError | redis_py().exceptions.TimeoutError):
-        return server_error(late(timeout, blocks), where)
-    return server_error(ConnectionError(str(exc)), where)
+        error = server_error(late(timeout, blocks), where)
+    else:
+        error = server_error(ConnectionError(str(exc)), where)
+    error.__cause__ = exc
+    return error
 
 
 if TYPE_CHECKING:  # mypy checks that these drivers implement what culex needs of one

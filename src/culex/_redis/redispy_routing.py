@@ -13,9 +13,16 @@ What culex's redis-py drivers (redispy.py) add to redis-py's clients, and why:
   that could not be opened, is retried after the slot map is read again, for up to
   ``socket_timeout``; then the caller gets ServerUnavailable (in a batch, in the places of
   those calls only: the others' replies are kept). A connection lost after a batch
-  was written is never resent (the server may have run it): ServerUnavailable at once.
-- **NOSCRIPT** (a failed-over replica has an empty script cache): the call is sent again as
-  EVAL with its source, which also loads it.
+  was written is never resent (the server may have run it): ServerUnavailable at once, in
+  the places of that node's calls (the other nodes' replies are kept: a runner sends
+  again only what may not have run).
+- **NOSCRIPT** (a failed-over replica has an empty script cache): a call whose node could
+  not be reached is sent again as EVAL at once (its next node is likely a promoted
+  replica: no NOSCRIPT round trip, and a durable enqueue's WAIT is not spent behind a call
+  that did not run). A call refused NOSCRIPT is sent again as EVAL with its source, which
+  also loads it; even once ``socket_timeout`` has run out (the
+  node answered; the first try of a promoted replica may come that late, behind a WAIT of
+  the same exchange), so a caller never gets NOSCRIPT.
 
 Nothing here sends or reads: :class:`Batch` holds a batch's state across tries (what each
 call replied, what is left, which node gets it) for the sync and async drivers, which only
@@ -29,7 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, ServerError
 from .address import Address
 from .calls import Call
 from .connections import ReplyError
@@ -148,6 +155,19 @@ class Unreached(ReplyError, OSError):
         return "TRYAGAIN"
 
 
+class Lost(ReplyError):
+    """In the place of a call whose connection was lost (or too slow) after it was written:
+    it may have run, so it is never sent again; its caller gets ``error``."""
+
+    def __init__(self, error: ServerError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+    @property
+    def code(self) -> str:
+        return "LOST"
+
+
 @dataclass
 class Send:
     """One exchange: calls (by index in the batch) for one node, on one connection."""
@@ -220,11 +240,18 @@ class Batch:
             if i >= 0:
                 self.replies[i] = Unreached(str(exc))
 
+    def lost(self, send: Send, error: ServerError) -> None:
+        """``send``'s connection was lost after its calls were written: each gets ``error``."""
+        for i in send.indices:
+            if i >= 0:
+                self.replies[i] = Lost(error)
+
     def settle(self) -> bool:
         """Look at the replies: True when nothing is left to send again, or when time is up
         (after one try again at least: a stale slot map is read again first). Then a call
-        that was never answered keeps its refusal, which its caller gets as a ServerError
-        (ServerUnavailable) in its place: the other calls' replies are kept."""
+        that was never answered keeps its refusal, which its caller gets as a
+        ServerUnavailable in its place: the other calls' replies are kept. A call refused
+        NOSCRIPT is sent again as EVAL even then: NOSCRIPT is never what a caller gets."""
         again: list[int] = []
         self.asking.clear()
         self.refused = False
@@ -242,9 +269,18 @@ class Batch:
                     self.asking[i] = _ask_target(reply)
                 else:
                     self.stale = True
+                if isinstance(reply, Unreached):  # (its node died: the next is likely a
+                    self.as_source.add(i)  # promoted replica, whose script cache is empty)
                 again.append(i)
         if again and self.tries > 1 and time.monotonic() >= self.deadline:
-            return True  # time is up
+            # Time is up: a call refused NOSCRIPT is still sent again, at once, as EVAL
+            # (its node answered, and an EVAL is never refused so: one try more at most);
+            # the others keep their refusal, which reads as ServerUnavailable.
+            again = [i for i in again if self.replies[i].code == "NOSCRIPT"]
+            if not again:
+                return True
+            self.refused = self.stale = False
+            self.asking.clear()
         if again:  # a write sent again is confirmed again
             confirms = [i for i in self.todo if _command(self.calls[i]) in _CONFIRMS]
             again = sorted({*again, *(i for i in confirms if i > again[0])})

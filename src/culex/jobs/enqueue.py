@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Protocol
 
 from .. import config, tracing
 from .._redis import commands, enqueuing
@@ -21,7 +21,7 @@ from ..middleware.hooks import enqueue_parts
 from ..server.compatibility import warn_of_older
 from ..server.procedures import Procedure
 from .batches import Batch
-from .durability import Confirm, confirmation
+from .durability import Confirm, confirmation, sent
 from .enqueue_options import (
     NO_CONTROL,
     FlowControl,
@@ -36,8 +36,6 @@ from .task import ResultTyped, Task, check_id, new_id
 
 # Bulk enqueue sends this many scripts per round trip.
 CHUNK = 1000
-# How long a durable enqueue waits for the server to confirm the fsync.
-DURABLE_TIMEOUT_MS = 5000
 
 # Queues this process has already added to the queue registry set (saves a command).
 _registered: set[tuple[str | None, str, str]] = set()
@@ -192,13 +190,9 @@ def _enqueue(
     ]
     first = [commands.register_queue(queues_key(settings.prefix), q) for q in new_queues]
     tasks: list[Task] = []
-    confirm = (
-        (yield from confirmation(settings, DURABLE_TIMEOUT_MS))
-        if settings.durable_enqueue
-        else None
-    )
+    confirm = (yield from confirmation(settings)) if settings.durable_enqueue else None
     for start in range(0, len(calls), CHUNK):
-        replies = yield from _sent([*first, *calls[start : start + CHUNK]], confirm, "return")
+        replies = yield from sent([*first, *calls[start : start + CHUNK]], confirm, "return")
         refused = next((r for r in replies[: len(first)] if isinstance(r, Exception)), None)
         done: list[Enqueued | ServerError] = replies[len(first) :]
         for i, (outcome, job) in enumerate(zip(done, jobs[start:], strict=False), start):
@@ -241,34 +235,9 @@ def _redraw(
     """
     while True:
         call = _call(job, settings, due_ms, delay_ms, new_id(), trace, control, drawn=True)
-        outcome: Enqueued = (yield from _sent([call], confirm))[0]
+        outcome: Enqueued = (yield from sent([call], confirm))[0]
         if not outcome.existed:
             return outcome
-
-
-def _sent(
-    calls: list[Call[Any]], confirm: Confirm | None, refused: str = "raise"
-) -> Procedure[list[Any]]:
-    """Send ``calls`` in one round trip, with the durability check behind them if
-    ``confirm`` names one; the value is their replies. A refused call raises (with
-    ``refused="return"``, its ServerError is its reply); a failed check always raises."""
-    replies: list[Any]
-    if confirm is None:
-        replies = yield calls
-    else:
-        check, unconfirmed = confirm
-        replies = yield [*calls, check]
-        confirmed = replies.pop()
-        if isinstance(confirmed, ServerError):
-            raise ServerError(f"durable_enqueue: the check behind the write failed: {confirmed}")
-        if not confirmed:
-            raise ServerError(f"durable_enqueue: {unconfirmed} in time")
-    if refused == "return":
-        return replies
-    for reply in replies:
-        if isinstance(reply, Exception):
-            raise reply
-    return replies
 
 
 def checked_params(job: Enqueueable, settings: config.Settings) -> str:

@@ -11,6 +11,7 @@ from .._redis import steps as durable
 from .._redis.keys import QueueKeys
 from ..errors import short
 from ..server.procedures import Procedure, one_call
+from . import durability
 from .codecs import is_json
 
 
@@ -57,7 +58,8 @@ def signal_procedure(
         max_kept_bytes=durable.MAX_KEPT_BYTES,
         keep=keep,
     )
-    return one_call(call, lambda reply: _replied(reply, name))
+    # (durable_enqueue: confirmed as an enqueue is)
+    return durability.confirmed(one_call(call, lambda reply: _replied(reply, name)))
 
 
 def _replied(reply: tuple[str, ...], name: str) -> SignalReply:

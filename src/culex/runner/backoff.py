@@ -7,6 +7,9 @@ from __future__ import annotations
 
 # Bounds of the pause after a server error, in seconds.
 SERVER_ERROR = (0.05, 2.0)
+# ... after a cluster's node was out of reach: a failover there takes a few seconds, and
+# its queues are served again within this much of its end (docs/production.md).
+NODE_OUT_OF_REACH = (0.05, 0.5)
 
 
 class Backoff:

@@ -26,13 +26,17 @@ from ..errors import ServerError, ServerUnavailable
 from ..jobs.limits import QueueLimits
 from . import queue_order
 from .backoff import SERVER_ERROR, Backoff
+from .outage import Outage
+from .queue_skips import QueueSkips
 from .slots import Slots
 from .wrapping import tell_buried
 
 logger = logging.getLogger("culex")
 
 PROMOTE_LIMIT = 1000  # due scheduled tasks promoted per claim
-SICK_PAUSE = (0.5, 60.0)  # back-off bounds of a queue whose keys the server refuses
+
+# What the outage is told failed (on a cluster, claims are told per queue).
+CLAIMING, WAITING = "claiming tasks", "waiting for work"
 
 SHORT_SLEEP = 0.005  # a task due sooner than this is waited for without a blocking call
 # The loop's timers wake up to 1 ms late (epoll takes whole ms): a wait for a due task
@@ -69,8 +73,10 @@ class Claimer:
         reports_landed: asyncio.Event | None = None,
         claiming: asyncio.Event | None = None,
         allowance: Callable[[], int | None] | None = None,
+        outage: Outage | None = None,
     ) -> None:
         self.settings = settings
+        self.outage = outage or Outage()  # (told what fails for want of the server)
         self.driver = driver
         self.keys = [queue_keys(settings.prefix, q) for q in queues]
         self.queue_of = {keys.signal: keys.name for keys in self.keys}  # by signal key
@@ -96,11 +102,7 @@ class Claimer:
         # The blocking waits for a signal in flight, by the signal keys each waits on.
         self.waiters: dict[tuple[str, ...], asyncio.Future[list[Any]]] = {}
         self._stopped: asyncio.Future[Any] | None = None  # done once a stop is asked
-        # Queues whose keys the server refused (e.g. WRONGTYPE): skipped until this time.
-        self._unhealthy: dict[str, tuple[float, Backoff]] = {}
-        # Queues whose rate limit holds their ready tasks back: not claimed until this
-        # time (the claim's reply says when), whatever wakes the runner meanwhile.
-        self._held: dict[str, float] = {}
+        self.skips = QueueSkips(driver.cluster)  # queues refused or held back, for now
         self._telling: set[asyncio.Future[None]] = set()  # on_dead of tasks claims buried
 
     async def run(self) -> None:
@@ -173,9 +175,7 @@ class Claimer:
             ask = wanted - total
             if ask <= 0:  # the shares never grow along the order: none is left to ask
                 break
-            if keys.name in self._unhealthy and self._unhealthy[keys.name][0] > now:
-                continue
-            if self._held and self._held.get(keys.name, 0.0) > now:
+            if self.skips.skipped(keys.name, now):
                 continue
             try:
                 reply = await self.driver.run(self._claim_call(keys, ask))
@@ -183,33 +183,29 @@ class Claimer:
                 if self.driver.cluster:  # one node out of reach: the others' queues go on
                     self._sick(keys.name, exc)
                     continue
-                logger.warning("%s", exc)
+                self.outage.failed(CLAIMING, exc)
                 return 0, self.backoff.failed(), False
             except ServerError as exc:
                 self._sick(keys.name, exc)
                 continue
             self.backoff.failures = 0
-            self._unhealthy.pop(keys.name, None)
             due = reply.next_due_in
             if due is not None:
                 due_in = due if due_in is None else min(due_in, due)
-            self._hold(keys.name, reply)
-            for claimed in reply.tasks:
-                self.start(claimed)
-            if reply.dead:
-                _tell_dead(self._telling, keys.name, reply.dead)
+            self._took(keys.name, reply)
             total += len(reply.tasks)
             filled = filled or len(reply.tasks) >= ask
         return total, due_in, filled
 
-    def _hold(self, queue: str, reply: ClaimReply) -> None:
-        """Skip ``queue`` until its rate limit allows a start again, when the claim said
-        it holds ready tasks back (a claim before then would only be refused)."""
-        held_for = reply.held_for
-        if held_for:
-            self._held[queue] = time.monotonic() + held_for
-        elif self._held:
-            self._held.pop(queue, None)
+    def _took(self, queue: str, reply: ClaimReply) -> None:
+        """A claim of ``queue`` worked: start what it took, tell on_dead of what it buried,
+        and pass the queue over while its rate limit holds tasks back."""
+        self._healthy(queue)
+        self.skips.hold(queue, reply.held_for)
+        for claimed in reply.tasks:
+            self.start(claimed)
+        if reply.dead:
+            _tell_dead(self._telling, queue, reply.dead)
 
     def _claim_call(self, keys: QueueKeys, limit: int) -> Call[ClaimReply]:
         return claims.claim(
@@ -224,13 +220,18 @@ class Claimer:
 
     def _sick(self, queue: str, exc: ServerError) -> None:
         """A queue whose keys the server refuses (or, on a cluster, whose node is out of
-        reach) is skipped with back-off, never deleted."""
-        _, backoff = self._unhealthy.get(queue, (0.0, None))
-        backoff = backoff or Backoff(*(SERVER_ERROR if _unreached(exc) else SICK_PAUSE))
-        pause = backoff.failed()
-        self._unhealthy[queue] = (time.monotonic() + pause, backoff)
-        log = logger.warning if _unreached(exc) else logger.error
-        log("queue %s is unhealthy (%s); trying it again in %.1f s", queue, exc, pause)
+        reach: told to the outage) is skipped with back-off, never deleted."""
+        pause = self.skips.sick(queue, _unreached(exc))
+        if _unreached(exc):
+            self.outage.failed(f"claiming from {queue}", exc)
+        else:
+            logger.error("queue %s is unhealthy (%s); trying it again in %.1f s", queue, exc, pause)
+
+    def _healthy(self, queue: str) -> None:
+        """A claim of ``queue`` worked."""
+        self.skips.healthy(queue)
+        if self.outage.failing:
+            self.outage.worked(f"claiming from {queue}", CLAIMING)
 
     async def _wait_for_work(
         self, groups: list[tuple[str, ...]], first: QueueKeys, due_in: float | None
@@ -250,13 +251,14 @@ class Claimer:
             return
         now = time.monotonic()
         for group in groups:
-            if group not in self.waiters and not self._out_of_reach(group, now):
+            queues = [self.queue_of[signal] for signal in group]
+            if group not in self.waiters and not self.skips.out_of_reach(queues, now):
                 self.waiters[group] = self._new_waiter(group, first)
         if self._stopped is None:  # one future for the whole run, not one per wait
             self._stopped = asyncio.ensure_future(self.stopping.wait())
         timeout = None if due_in is None else due_in - TIMER_GRAIN
-        if self.driver.cluster and self._unhealthy:  # look again when a node may be back
-            back = max(0.0, min(until for until, _ in self._unhealthy.values()) - now)
+        back = self.skips.back_in(now)  # (on a cluster: look again when a node may be back)
+        if back is not None:
             timeout = back if timeout is None else min(timeout, back)
         await asyncio.wait(
             (*self.waiters.values(), self._stopped), timeout=timeout, return_when="FIRST_COMPLETED"
@@ -278,16 +280,14 @@ class Claimer:
                 failed = exc
             elif isinstance(exc, BaseException):
                 raise exc
+            else:
+                self.outage.worked(WAITING)
+        if isinstance(failed, ServerUnavailable):
+            self.outage.failed(WAITING, failed)
+        elif failed is not None:
+            logger.warning("%s failed: %s", WAITING, failed)
         if failed is not None:
-            logger.warning("waiting for work failed: %s", failed)
             await asyncio.sleep(self.backoff.failed())
-
-    def _out_of_reach(self, signals: tuple[str, ...], now: float) -> bool:
-        """On a cluster, whether every queue of a wait is skipped for now (its node was out
-        of reach): no wait is started for it until then."""
-        return self.driver.cluster and all(
-            self._unhealthy.get(self.queue_of[signal], (0.0, None))[0] > now for signal in signals
-        )
 
     def _new_waiter(self, signals: tuple[str, ...], first: QueueKeys) -> asyncio.Future[list[Any]]:
         """The blocking wait, with a claim of one task of ``first`` pipelined behind it.
@@ -299,12 +299,13 @@ class Claimer:
         cluster, only the wait on ``first``'s own signal carries it: one slot.)
         """
         calls: list[Call[Any]] = [commands.wait_signal(signals, self.settings.idle_wait)]
-        held = self._held.get(first.name, 0.0) > time.monotonic()
+        held = self.skips.held.get(first.name, 0.0) > time.monotonic()
         if self.reports_landed is not None and not self.reports_landed.is_set():
             held = True
         if self.claiming is not None and not self.claiming.is_set():
             held = True
-        if self.free() < 2 or first.name in self._unhealthy or held or first.signal not in signals:
+        sick = first.name in self.skips.unhealthy
+        if self.free() < 2 or sick or held or first.signal not in signals:
             return asyncio.ensure_future(self.driver.run_many(calls))
         calls.append(self._claim_call(first, 1))
         self.reserved += 1
@@ -320,16 +321,11 @@ class Claimer:
             self.slots.freed.set()
         reply = replies[1]
         if isinstance(reply, ServerUnavailable):
-            logger.warning("%s", reply)
+            self.outage.failed(f"claiming from {queue}" if self.driver.cluster else CLAIMING, reply)
         elif isinstance(reply, ServerError):
             self._sick(queue, reply)
         else:
-            self._unhealthy.pop(queue, None)
-            self._hold(queue, reply)
-            for claimed in reply.tasks:
-                self.start(claimed)
-            if reply.dead:
-                _tell_dead(self._telling, queue, reply.dead)
+            self._took(queue, reply)
         return replies
 
     async def _until(self, awaitable: Any) -> None:

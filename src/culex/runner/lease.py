@@ -129,7 +129,9 @@ class LeaseKeeper:
                 del self._held[(claimed.queue, claimed.id)]
 
     def _run(self) -> None:
-        driver = configured.new_sync_driver(self.url, socket_timeout=self.settings.socket_timeout)
+        driver = self._connected()
+        if driver is None:  # stopped first
+            return
         self._renew(driver, [])  # (the runner is in the registry from its start)
         while not self._stopped.is_set():
             with self._lock:
@@ -147,6 +149,19 @@ class LeaseKeeper:
             except ServerError as exc:  # (it expires a lease from now anyway)
                 logger.warning("could not leave the runner registry: %s", exc)
         driver.close()
+
+    def _connected(self) -> SyncDriverProtocol | None:
+        """The thread's own driver; while it cannot be made (a cluster whose nodes do not
+        answer, say), tried again after a back-off: the thread never dies of it."""
+        backoff = Backoff(*SERVER_ERROR)
+        while True:
+            try:
+                timeout = self.settings.socket_timeout
+                return configured.new_sync_driver(self.url, socket_timeout=timeout)
+            except ServerError as exc:
+                logger.warning("the heartbeat cannot connect (tried again): %s", exc)
+            if self._stopped.wait(backoff.failed()):
+                return None
 
     def _record(self, ttl_ms: int, held: list[Held]) -> Call[int]:
         """The runner's beat in the registry: who it is, and the tasks it runs now."""

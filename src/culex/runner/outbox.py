@@ -3,7 +3,8 @@
 A runner puts each outcome in as its attempt ends (a drain of culex.testing, a round's at
 a time); the reporter (culex.runner.reporter) takes them all at once, and puts back those
 it could not send. ``landed`` is clear while outcomes wait for a server that could not
-take them (out of memory, out of reach): the claimer claims no task then.
+take them (out of memory, out of reach): the claimer claims no task then (on one server;
+not on a cluster, where it skips the queues of the master out of reach by itself).
 """
 
 from __future__ import annotations

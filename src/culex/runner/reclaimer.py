@@ -19,14 +19,16 @@ from .. import config
 from .._redis import claims, commands
 from .._redis.drivers import AsyncDriverProtocol
 from .._redis.keys import queue_keys
-from ..errors import ServerError
+from ..errors import ServerError, ServerUnavailable
 from . import wrapping
+from .outage import Outage
 
 logger = logging.getLogger("culex")
 
 RECLAIM_LIMIT = 100  # expired leases reclaimed per queue per pass
 RECLAIM_EVERY = 2.0  # seconds between reclaim passes (at most; less with a short lease)
 STALLED = "lease expired (runner lost)"  # on_dead's reason when the record cannot be read
+RECLAIMING = "reclaiming expired leases"
 
 
 class Reclaimer:
@@ -39,8 +41,10 @@ class Reclaimer:
         driver: AsyncDriverProtocol,
         queues: Iterable[str],
         own_stalls: Mapping[str, Mapping[str, int]] | None = None,
+        outage: Outage | None = None,
     ) -> None:
         self.settings = settings
+        self.outage = outage or Outage()  # (told of a pass that cannot reach the server)
         self.driver = driver
         self.queues = list(queues)
         # By queue: the job types whose classes set their own max_stalls, with it.
@@ -73,13 +77,22 @@ class Reclaimer:
         ]
         try:
             results = await self.driver.run_many(calls)
-        except ServerError as exc:
-            logger.warning("reclaiming expired leases failed: %s", exc)
+        except ServerUnavailable as exc:
+            self.outage.failed(RECLAIMING, exc)
             return
+        except ServerError as exc:
+            logger.warning("%s failed: %s", RECLAIMING, exc)
+            return
+        self.outage.worked(RECLAIMING)
         for queue, reclaimed in zip(self.queues, results, strict=True):
-            if isinstance(reclaimed, ServerError):  # (this queue's; the others went on)
-                logger.warning("queue %s: reclaiming expired leases failed: %s", queue, reclaimed)
+            if isinstance(reclaimed, ServerUnavailable):  # (this queue's; the others went on)
+                self.outage.failed(f"{RECLAIMING} of {queue}", reclaimed)
                 continue
+            if isinstance(reclaimed, ServerError):
+                logger.warning("queue %s: %s failed: %s", queue, RECLAIMING, reclaimed)
+                continue
+            if self.outage.failing:
+                self.outage.worked(f"{RECLAIMING} of {queue}")
             for group, said, now in getattr(reclaimed, "healed", ()):
                 logger.warning(
                     "queue %s: group %r's running count said %d, %d of its tasks run: set "

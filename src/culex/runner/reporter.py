@@ -4,10 +4,12 @@ Successes of one queue go in one complete call, each failure in a fail call (wit
 traceback, which the task's errors keep: culex.jobs.failures), each
 push-back (culex.RetryLater) in a retry_later call; a report the server refuses (the lease
 was lost and the task handed out again) is logged and dropped; a batch that could not be
-sent is sent again after a back-off, and while the server cannot take it (out of memory,
+sent is sent again after a back-off, and while one server cannot take it (out of memory,
 out of reach: ServerUnavailable) the outbox's ``landed`` is clear, so the claimer takes no
-more tasks until the reports are in (culex.runner.outbox). A hand-back on stop is a
-report too: the task goes back to waiting, fenced the same way.
+more tasks until the reports are in (culex.runner.outbox). (Not on a cluster: a master
+that cannot take reports cannot take claims either, and the claimer skips its queues; the
+other masters' queues go on.) A hand-back on stop is a report too: the task goes back to
+waiting, fenced the same way.
 """
 
 from __future__ import annotations
@@ -26,8 +28,9 @@ from .._redis.keys import queue_keys
 from .._redis.scripts import MOST
 from ..errors import ConfigurationError, ServerError, ServerUnavailable
 from ..jobs import failures
-from .backoff import SERVER_ERROR, Backoff
+from .backoff import NODE_OUT_OF_REACH, SERVER_ERROR, Backoff
 from .lease import LeaseKeeper
+from .outage import Outage
 from .outbox import Outbox
 from .outcome import Outcome, task_name
 
@@ -35,13 +38,15 @@ logger = logging.getLogger("culex")
 
 UNSENT = object()  # the result of a call in a batch that could not be sent
 REFUSALS = 5  # times a report the server refuses (not: cannot be reached) is sent at most
+REPORTING = "reporting outcomes"
 
 
 class Reporter:
     """Empties ``outbox`` (filled by the runner) into reports.
 
     Once a report lands, or a task is handed back, the ``keeper`` stops renewing its lease.
-    A landed report of a workflow node's attempt calls ``nodes_ended``.
+    A landed report of a workflow node's attempt calls ``nodes_ended``. A report that
+    cannot reach the server is told to ``outage`` (logged once for the whole outage).
     """
 
     def __init__(
@@ -51,13 +56,15 @@ class Reporter:
         keeper: LeaseKeeper,
         outbox: Outbox,
         nodes_ended: Callable[[], None] = lambda: None,
+        outage: Outage | None = None,
     ) -> None:
+        self.outage = outage or Outage()
         self.settings = settings
         self.nodes_ended = nodes_ended  # a workflow node's report landed (runner.releaser)
         self.driver = driver
         self.keeper = keeper
         self.outbox = outbox
-        self.backoff = Backoff(*SERVER_ERROR)
+        self.backoff = Backoff(*(NODE_OUT_OF_REACH if driver.cluster else SERVER_ERROR))
         self._closing = False
         self._flushing = asyncio.Lock()
         self._refusals: dict[tuple[str, str, int], int] = {}  # (queue, id, attempt): times
@@ -112,10 +119,19 @@ class Reporter:
             again = False  # some of the batch go again: pause first (not for new ones)
             calls, owners = self._calls(batch)
             lines = self._lines(batch)  # (before the reports: log.lua fences by attempt)
-            results = await self.send([*lines, *calls], "reporting outcomes")
+            results = await self.send([*lines, *calls], REPORTING)
             _lines_kept(batch, results[: len(lines)])
             results = results[len(lines) :]
-            if any(r is UNSENT or isinstance(r, ServerUnavailable) for r in results):
+            # (on a cluster, claims go on: a node that cannot take reports cannot take
+            # claims either, and the claimer skips its queues; the other nodes' queues go on)
+            unlanded = next(
+                (r for r in results if r is UNSENT or isinstance(r, ServerUnavailable)), None
+            )
+            if unlanded is None:
+                self.outage.worked(REPORTING)
+            elif isinstance(unlanded, ServerUnavailable):  # (send told it of an unsent one)
+                self.outage.failed(REPORTING, unlanded)
+            if unlanded is not None and not self.driver.cluster:
                 if landed.is_set():
                     logger.warning("no more tasks are claimed until the outcomes are reported")
                 landed.clear()
@@ -161,6 +177,9 @@ class Reporter:
         """Run ``calls`` in one round trip; :data:`UNSENT` for each when that failed."""
         try:
             results = await self.driver.run_many(calls)
+        except ServerUnavailable as exc:
+            self.outage.failed(what, exc)
+            return [UNSENT] * len(calls)
         except ServerError as exc:
             logger.warning("%s failed: %s", what, exc)
             return [UNSENT] * len(calls)

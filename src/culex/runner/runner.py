@@ -102,10 +102,7 @@ class Runner:
         self._default_lease_ms = self.settings.lease_ms  # (read per task: computed once)
         # (where each queue's jobs report progress, and the keeper's hold: set by arun)
         self._preparation = Preparation(
-            jobs,
-            self.settings.max_payload_bytes,
-            {},
-            default_lease_ms=self._default_lease_ms,
+            jobs, self.settings.max_payload_bytes, {}, default_lease_ms=self._default_lease_ms
         )
         self._prepare = self._preparation.prepare
         self._owns_process = False  # run(), not arun() on an application's loop
@@ -251,6 +248,9 @@ class Runner:
         self, driver: AsyncDriverProtocol, keeper: LeaseKeeper
     ) -> tuple[Claimer, Reporter, list[asyncio.Task[Any]]]:
         """The claim loop (arun runs it), and the helper loops, started as tasks."""
+        releaser = Releaser(self.settings, driver, self.queues)
+        reporter = Reporter(self.settings, driver, keeper, self._outbox, releaser.wake)
+        self._reporter = reporter
         self._claimer = Claimer(
             self.settings,
             driver,
@@ -263,12 +263,10 @@ class Runner:
             reports_landed=self._outbox.landed,
             claiming=self._claiming,
             allowance=None if self.supervised is None else self.supervised.left,
+            outage=reporter.outage,  # (one for the loops: culex.runner.outage)
         )
-        releaser = Releaser(self.settings, driver, self.queues)
-        reporter = Reporter(self.settings, driver, keeper, self._outbox, releaser.wake)
-        self._reporter = reporter
         own_stalls = {q: self.jobs.own_stalls(q) for q in self.queues}
-        reclaimer = Reclaimer(self.settings, driver, self.queues, own_stalls)
+        reclaimer = Reclaimer(self.settings, driver, self.queues, own_stalls, reporter.outage)
         watcher = CancelWatcher(self.settings, driver, self._slots)
         loops: dict[str, Callable[[asyncio.Event], Awaitable[None]]] = {
             "culex-reporter": lambda _: reporter.run(),

@@ -17,6 +17,7 @@ from datetime import timedelta
 
 from .. import config
 from ..errors import short
+from ..jobs.durability import confirmed
 from ..jobs.enqueue import checked_params
 from ..jobs.job import QueuedJob
 from ..jobs.task import Task, new_id
@@ -119,6 +120,7 @@ class Workflow:
         return self._enqueued()
 
     def _enqueued(self) -> Procedure[WorkflowRun]:
-        run = yield from enqueue_run(self.name, self.ttl_ms, list(self.nodes.values()))
+        # (with durable_enqueue, each round trip is confirmed as an enqueue is)
+        run = yield from confirmed(enqueue_run(self.name, self.ttl_ms, list(self.nodes.values())))
         self.run = run
         return run
