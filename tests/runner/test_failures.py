@@ -68,9 +68,11 @@ async def test_a_dead_task_keeps_its_traceback_with_the_job_s_file_and_line(
     assert kept.traceback.startswith("Traceback (most recent call last):\n")
     assert where in kept.traceback and kept.traceback.endswith(f"\n{reason}\n")
 
-    # In the runner's log, below its Failure line.
+    # In the runner's log, below its Failure line, culex's frames before the job's folded.
     [logged] = [m for m in caplog.messages if m.startswith("Failure: task")]
-    assert logged.endswith(f"({reason})\n" + kept.traceback.rstrip("\n"))
+    hint = f"culex task {job.queue}<{task.id}> --full"
+    assert logged.endswith(f"({reason})\n" + failures.folded(kept.traceback, hint).rstrip("\n"))
+    assert f"culex frames folded: {hint})\n  {where}\n" in logged
 
     # In culex task, under the other fields.
     monkeypatch.setattr(logs, "configure", lambda *args, **kwargs: None)
