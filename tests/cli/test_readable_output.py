@@ -126,3 +126,73 @@ async def test_culex_task_prints_fields_in_a_fixed_order_without_culex_s_bookkee
     assert cli.main(["task", first.queue, first.id, "--redis-url", url]) == 0
     out = capsys.readouterr().out
     assert f"\ndown          {after.queue}<{after.id}>\n" in out and "on_end" not in out
+
+
+async def test_culex_workflow_says_why_a_dead_node_died_and_culex_tasks_counts_retries(
+    quiet: None, url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run, first, after = await _broken_run()
+    assert cli.main(["workflow", run.id, "--redis-url", url]) == 0
+    out = capsys.readouterr().out
+    header, *rows = out.split("\n\n", 1)[1].strip().splitlines()
+    assert header.split()[-1] == "error"
+    errors = {row.split()[0]: row[header.index("error") :] for row in rows}
+    assert errors == {
+        "print": "out of paper",
+        "staple": f"upstream print ({first.id}) ended dead: out of paper",
+    }
+    # fail(retry=False) on attempt 1: no retry; the node after it never ran: none either
+    for task in (first, after):
+        argv = ["tasks", task.queue, "--state", "dead", "--redis-url", url]
+        assert cli.main(argv) == 0
+        header, row = capsys.readouterr().out.splitlines()[:2]
+        assert row.split()[0] == task.id
+        assert row[header.index("retries") :].split()[0] == "0", (header, row)
+
+
+@pytest.mark.parametrize(
+    ("state", "failures", "error", "retries"),
+    [
+        ("dead", 1, "out of paper", 0),  # the failure that ended it had no retry after it
+        ("dead", 3, "ValueError: x", 2),
+        ("dead", 0, "cancelled", 0),  # cancelled before it ever ran
+        ("dead", 2, "lease expired (runner lost): stall 4, past max_stalls (3)", 2),
+        ("scheduled", 1, "ValueError: x", 1),  # its retry is due
+        ("succeeded", 2, "ValueError: x", 2),
+        ("waiting", 0, "", 0),
+    ],
+)
+def test_retries_count_the_failures_that_ran_again(
+    state: str, failures: int, error: str, retries: int
+) -> None:
+    from culex.operations.browsing import retries as counted
+
+    assert counted(state, failures, error) == retries
+
+
+def test_culex_events_columns_line_up(r: redis.Redis) -> None:
+    class E(culex.QueuedJob):
+        queue = "ev"
+
+        def perform(self) -> None: ...
+
+    class ReadableEventsLongerNamedJob(culex.QueuedJob):
+        queue = "events_of_a_longer_queue"
+
+        def perform(self) -> None: ...
+
+    culex.configure(events=True)
+    ids = [E().enqueue().id, ReadableEventsLongerNamedJob().enqueue().id, E().enqueue().id]
+    done = subprocess.run(
+        culex_command("events", "ev", "events_of_a_longer_queue"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert sorted(line.split()[-1] for line in lines) == sorted(ids)
+    # each column starts where it does on every other line
+    for word in (3, 4, 6):
+        starts = {[m.start() for m in re.finditer(r"\S+", line)][word] for line in lines}
+        assert len(starts) == 1, (word, done.stdout)

@@ -224,7 +224,7 @@ def tasks_command(args: argparse.Namespace) -> int:
     rows = [
         {"id": row.id, "job": row.job, _AT[args.state]: _moment(row.at),
          "enqueued": _moment(row.enqueued_at), "priority": str(row.priority),
-         "group": one_line(row.group, 30), "retries": str(row.retry_count),
+         "group": one_line(row.group, 30), "retries": str(row.retries),
          "params": one_line(row.params, 40), "last error": one_line(row.last_error, 60)}
         for row in page.rows
     ]  # fmt: skip

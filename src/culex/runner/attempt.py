@@ -317,6 +317,9 @@ def _failed(
     took = _took(started)
     # (a child process's own traceback: the one its ChildRaised has would be the parent's)
     stack = raised.traceback if isinstance(raised, ChildRaised) else traceback_of(raised)
+    # (self.fail(reason) is the job's own decision, its reason all there is to say: one
+    # line, no traceback; the task keeps it, for culex task)
+    logged = "" if isinstance(raised, JobFailure) else stack
     if delay_ms is None:
         logger.warning(
             "Failure: task %s failed, taking %s and cannot be rescheduled%s (%s)%s",
@@ -324,7 +327,7 @@ def _failed(
             took,
             ": retry_on does not list it" if unlisted else "",
             reason,
-            _below(stack, claimed),
+            _below(logged, claimed),
         )
     else:
         logger.warning(
@@ -333,7 +336,7 @@ def _failed(
             took,
             _clock(delay_ms),
             reason,
-            _below(stack, claimed),
+            _below(logged, claimed),
         )
     return Outcome(
         claimed, error=reason, retry_delay_ms=delay_ms, exception=raised, traceback=stack
