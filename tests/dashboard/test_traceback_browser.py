@@ -1,6 +1,6 @@
 """A failed attempt's traceback on the task page, in a real browser: the job's frames and
 the exception first, where the box shows them without scrolling it, culex's own frames
-folded into a <details> that holds the whole traceback."""
+folded into a <details> that holds the whole traceback; and its retries, counted."""
 
 from __future__ import annotations
 
@@ -65,6 +65,7 @@ def test_the_exception_line_shows_without_scrolling_culex_s_frames_folded(
     page.set_viewport_size({"width": 1024, "height": 768})
     page.clock.install()
     page.goto(f"{dashboard}/task?queue=dash_invoices&id={task.id}")
+    expect(page.locator("#task-retries")).to_have_text("0")  # (it died of its first failure)
     box = page.locator("#errors details.attempt-error > pre")
     expect(box).to_contain_text(EXCEPTION)
     assert box.evaluate(IN_VIEW.replace("arguments[1]", repr(EXCEPTION)))
