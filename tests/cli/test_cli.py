@@ -415,7 +415,14 @@ def test_demo_shows_success_retry_and_delay(r: redis.Redis) -> None:
     assert log.rstrip().splitlines()[-1].startswith(where), log
     assert "embedded" not in log
     assert "[WelcomeJob] welcome, newcomer!" in log
-    assert "will run again in 00:00:01" in log
+    # (its failure on purpose: one line, the job's reason, no traceback)
+    lines = log.splitlines()
+    [failed] = [i for i, line in enumerate(lines) if "Failure: task culex_demo<" in line]
+    assert lines[failed].endswith(
+        "will run again in 00:00:01 (the mail server is down (on purpose, to show a retry))"
+    )
+    assert "Traceback" not in log and "JobFailure" not in log
+    assert re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d - ", lines[failed + 1]), log
     assert "[FlakyJob] worked on attempt 2" in log
     assert "[ReminderJob] reminder: culex keeps your tasks" in log
     assert "result of" in log and "'reminded'" in log

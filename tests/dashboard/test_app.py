@@ -265,7 +265,9 @@ async def test_the_task_page_shows_each_attempt_s_error_with_its_traceback(
     lines, first = inspect.getsourcelines(TracedShownJob.perform)
     number = first + next(i for i, line in enumerate(lines) if "raise ValueError" in line)
     where = f"File &#34;{__file__}&#34;, line {number}, in perform"
-    assert page.count(where) == 2 and '<div id="errors">' in page
+    # (each attempt's: culex's frames before it folded, and in the whole traceback below)
+    assert page.count(where) == 4 and '<div id="errors">' in page
+    assert page.count("culex frames folded: the whole traceback below)") == 2
     newest, oldest = page.index("attempt 2 ·"), page.index("attempt 1 ·")
     assert newest < oldest  # (newest first, and open)
     opened = r'<details class="attempt-error" id="error-2-\d+" open>\n  <summary>attempt 2 ·'

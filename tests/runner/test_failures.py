@@ -68,9 +68,11 @@ async def test_a_dead_task_keeps_its_traceback_with_the_job_s_file_and_line(
     assert kept.traceback.startswith("Traceback (most recent call last):\n")
     assert where in kept.traceback and kept.traceback.endswith(f"\n{reason}\n")
 
-    # In the runner's log, below its Failure line.
+    # In the runner's log, below its Failure line, culex's frames before the job's folded.
     [logged] = [m for m in caplog.messages if m.startswith("Failure: task")]
-    assert logged.endswith(f"({reason})\n" + kept.traceback.rstrip("\n"))
+    hint = f"culex task {job.queue}<{task.id}> --full"
+    assert logged.endswith(f"({reason})\n" + failures.folded(kept.traceback, hint).rstrip("\n"))
+    assert f"culex frames folded: {hint})\n  {where}\n" in logged
 
     # In culex task, under the other fields.
     monkeypatch.setattr(logs, "configure", lambda *args, **kwargs: None)
@@ -190,3 +192,35 @@ def test_culex_task_shows_a_task_that_failed_before_errors_were_kept(
     r.hset(keys.task(task.id), "errors", "[not a list")  # (written by something else)
     assert cli.main(["task", "parse", task.id, "--redis-url", url]) == 0
     assert "errors        [not a list\n" in capsys.readouterr().out
+
+
+def _frame(path: str, line: int = 1, name: str = "f") -> str:
+    return f'  File "{path}", line {line}, in {name}\n    code()\n    ^^^^^^\n'
+
+
+RUNNER = "/srv/app/.venv/lib/python3.12/site-packages/culex/runner/attempt.py"
+POOL = "/usr/lib/python3.12/concurrent/futures/thread.py"
+MINE = "/srv/app/jobs.py"
+HEADER = "Traceback (most recent call last):\n"
+
+
+def test_folded_leaves_out_culex_s_leading_frames_and_says_how_many() -> None:
+    stored = HEADER + _frame(POOL) + _frame(RUNNER) + _frame(MINE) + "ValueError: x\n"
+    assert failures.folded(stored) == (
+        HEADER + "  (2 culex frames folded: --full)\n" + _frame(MINE) + "ValueError: x\n"
+    )
+    # each traceback of a chain folds its own; one of culex's frames alone is kept whole
+    cause = HEADER + _frame(RUNNER) + "KeyError: 'k'\n"
+    chained = cause + "\nDuring handling of the above exception, another exception occurred:\n\n"
+    chained += HEADER + _frame(RUNNER) + _frame(MINE, 2) + "ValueError: y\n"
+    assert failures.folded(chained, "see more") == (
+        cause + "\nDuring handling of the above exception, another exception occurred:\n\n"
+        + HEADER + "  (1 culex frame folded: see more)\n" + _frame(MINE, 2) + "ValueError: y\n"
+    )  # fmt: skip
+    # no frame of culex's before the job's first (or no traceback at all): unchanged
+    for kept in (
+        HEADER + _frame(MINE) + _frame(RUNNER) + "E: e\n",
+        HEADER + _frame(POOL) + _frame(MINE) + "E: e\n",
+        "no traceback",
+    ):
+        assert failures.folded(kept) == kept

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -158,8 +159,8 @@ async def test_progress_is_seen_by_another_process_while_the_task_runs_and_kept_
             capture_output=True, text=True, timeout=60, env={**os.environ},
         )  # fmt: skip
         assert shown.returncode == 0, shown.stderr
-        assert "state             pending" in shown.stdout
-        assert "progress          40%: rendered 4 of 10 pages" in shown.stdout
+        assert re.search(r"^state +pending$", shown.stdout, re.MULTILINE)
+        assert re.search(r"^progress +40%: rendered 4 of 10 pages$", shown.stdout, re.MULTILINE)
         # another handle, through the blocking API in a thread
         handle = culex.Task(task.id, "reporting")
         assert await asyncio.to_thread(handle.progress) == (0.4, "rendered 4 of 10 pages")

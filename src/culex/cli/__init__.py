@@ -158,6 +158,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     task.add_argument("queue", metavar="QUEUE | QUEUE<ID> | ID")
     task.add_argument("id", nargs="?", metavar="ID")
+    task.add_argument(
+        "--full",
+        action="store_true",
+        help="each traceback whole: culex's own frames before the job's are folded without",
+    )
     task.set_defaults(command=looking.task_command)
     feed = command(
         "events",

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import time
 
 from .. import config
 from .._redis.calls import shown
 from ..errors import CulexError
 from ..jobs.codecs import moment
-from ..jobs.failures import AttemptError, attempt_errors
-from ..middleware.encryption import is_encrypted, shown_params
+from . import task_fields
 from .durable_commands import print_durable
 from .queue_control_commands import marks
 from .tables import one_line, print_table
@@ -92,14 +90,6 @@ def _span(seconds: float) -> str:
     return f"{seconds:.0f}s"
 
 
-# The fields of a task hash that hold a time (ms since the epoch), and those that hold JSON.
-_TIMES = ("enqueue_time", "due_at", "started_at", "failed_at", "finished_at", "retried_at", "slot",
-          "retry_later_at", "progress_at", "stalled_at", "suspended_at")  # fmt: skip
-
-
-_JSON = ("params", "result")
-
-
 def task_command(args: argparse.Namespace) -> int:
     """``culex task QUEUE ID``, ``culex task QUEUE<ID>`` as logs name a task, or ``culex
     task ID`` alone, looked for in every queue culex knows."""
@@ -118,26 +108,13 @@ def task_command(args: argparse.Namespace) -> int:
         print(f"{task_name(queue, task_id)}: no such task (never enqueued, or expired)")
         return 1
     # (a durable task's records and signals: shown readable after the fields)
-    fields = {k: v for k, v in record.items() if not _durable_field(k) and k != "logs"}
-    width = max(len(name) for name in fields)
-    for name, value in fields.items():
-        said = value
-        if name in _TIMES and value.isdigit() and (when := moment(int(value))) is not None:
-            said = f"{when.isoformat(timespec='milliseconds')} ({value})"
-        elif name == "progress":
-            said = _progress(value, record.get("progress_message", ""))
-        elif name == "progress_message" and "progress" in record:
-            continue  # (said on the progress line)
-        elif name == "errors" and (entries := attempt_errors(value)):
-            said = _attempt_errors(entries).replace("\n", "\n" + " " * (width + 2))
-        elif name == "params" and is_encrypted(value):  # (EncryptedParams': never shown)
-            said = shown_params(value)
-        elif name in _JSON:
-            # (else shown as stored: not JSON, or nested too deep for Python's parser)
-            with contextlib.suppress(ValueError, RecursionError):
-                said = json.dumps(json.loads(value), indent=2, ensure_ascii=False)
-            said = said.replace("\n", "\n" + " " * (width + 2))
-        print(shown(f"{name:<{width}}  {said}"))
+    fields = [
+        (k, v) for k, v in task_fields.ordered(record) if not _durable_field(k) and k != "logs"
+    ]
+    width = max((len(name) for name, _ in fields), default=0)
+    for name, value in fields:
+        said = task_fields.field_text(name, value, record, args.full)
+        print(shown(f"{name:<{width}}  " + said.replace("\n", "\n" + " " * (width + 2))))
     print_durable(record)
     _print_logs(record.get("logs"))
     return 0
@@ -180,19 +157,6 @@ def _which_task(
         for queue in holding:
             print(shown(f"  culex task {task_name(queue, first)}"))
     return None
-
-
-def _progress(value: str, message: str) -> str:
-    """``11%: rendered 4 of 10 pages``; the stored fraction too only where the percent
-    hides it (0% that is not 0, 100% that is not 1), or as stored when it is no number."""
-    try:
-        fraction = float(value)
-    except ValueError:
-        return value
-    said = f"{fraction:.0%}"
-    if said in ("0%", "100%") and fraction not in (0.0, 1.0):
-        said += f" ({value})"
-    return f"{said}: {message}" if message else said
 
 
 def runners_command(args: argparse.Namespace) -> int:
@@ -260,7 +224,7 @@ def tasks_command(args: argparse.Namespace) -> int:
     rows = [
         {"id": row.id, "job": row.job, _AT[args.state]: _moment(row.at),
          "enqueued": _moment(row.enqueued_at), "priority": str(row.priority),
-         "group": one_line(row.group, 30), "retries": str(row.retry_count),
+         "group": one_line(row.group, 30), "retries": str(row.retries),
          "params": one_line(row.params, 40), "last error": one_line(row.last_error, 60)}
         for row in page.rows
     ]  # fmt: skip
@@ -278,20 +242,6 @@ def tasks_command(args: argparse.Namespace) -> int:
     if page.next_cursor is not None:
         print(f"next page: --after {page.next_cursor}")
     return 0
-
-
-def _attempt_errors(entries: list[AttemptError]) -> str:
-    """A task's kept errors, oldest first: each attempt's number, time (UTC) and error, and
-    below it, indented, its traceback."""
-    lines = []
-    for entry in entries:
-        head = f"attempt {'?' if entry.attempt is None else entry.attempt}"
-        when = None if entry.at is None else moment(entry.at)
-        if when is not None:
-            head += f" at {when.isoformat(timespec='milliseconds')}"
-        lines.append(f"{head}: {entry.error}")
-        lines += ["  " + line for line in entry.traceback.rstrip("\n").splitlines()]
-    return "\n".join(lines)
 
 
 def _moment(seconds: float | None) -> str:

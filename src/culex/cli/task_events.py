@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterable
 from datetime import timedelta
 
 from .. import config
 from .._redis.calls import shown
-from ..jobs.events import EVENTS_OFF_HINT, Event, EventsTrimmed, events, events_off
+from ..jobs.events import EVENTS_OFF_HINT, KINDS, Event, EventsTrimmed, events, events_off
 from ..operations.known_queues import queue_names
 from ..server.procedures import run_sync
 from .looking import window
@@ -43,11 +44,19 @@ def events_command(args: argparse.Namespace) -> int:
         print(f"culex: events are off for queue {shown(queue)}: {EVENTS_OFF_HINT}", file=sys.stderr)
     start: str | timedelta = args.since if args.since is not None else RECENT
     timeout = None if args.follow else 0.0
+    columns = Columns(max(len(shown(queue)) for queue in queues))
     try:
         while True:
             try:
-                for event in events(queues, start, args.follow, timeout, settings=settings):
-                    print(line(event), flush=args.follow)
+                found: Iterable[Event] = events(
+                    queues, start, args.follow, timeout, settings=settings
+                )
+                if not args.follow:  # (all of them at hand: the job column as wide as needed)
+                    found = list(found)
+                    for event in found:
+                        columns.fit(event)
+                for event in found:
+                    print(columns.line(event), flush=args.follow)
                 return 0
             except EventsTrimmed as trimmed:
                 print(f"culex: {trimmed}; going on from there", file=sys.stderr)
@@ -56,10 +65,27 @@ def events_command(args: argparse.Namespace) -> int:
         return 0
 
 
-def line(event: Event) -> str:
-    """One event as the command prints it: time (UTC, ms), queue, kind, attempt, job, id."""
-    at = event.at.strftime("%Y-%m-%d %H:%M:%S.") + f"{event.at.microsecond // 1000:03d}"
-    return (
-        f"{at}  {shown(event.queue)}  {event.kind:<9}  {event.attempt:>3}  "
-        f"{shown(event.job)}  {shown(event.task_id)}"
-    )
+class Columns:
+    """The widths of the command's columns, so that they line up: the queue's as the
+    longest queue name asked, the job's as the longest job type seen (with --follow, it
+    widens when a longer one comes)."""
+
+    def __init__(self, queue: int) -> None:
+        self.queue = queue
+        self.job = 0
+
+    def fit(self, event: Event) -> None:
+        self.queue = max(self.queue, len(shown(event.queue)))
+        self.job = max(self.job, len(shown(event.job)))
+
+    def line(self, event: Event) -> str:
+        """One event: time (UTC, ms), queue, kind, attempt, job, id."""
+        self.fit(event)
+        at = event.at.strftime("%Y-%m-%d %H:%M:%S.") + f"{event.at.microsecond // 1000:03d}"
+        return (
+            f"{at}  {shown(event.queue):<{self.queue}}  {event.kind:<{KIND}}  "
+            f"{event.attempt:>3}  {shown(event.job):<{self.job}}  {shown(event.task_id)}"
+        )
+
+
+KIND = max(len(kind) for kind in KINDS)

@@ -11,10 +11,12 @@ from typing import TYPE_CHECKING
 from .. import config
 from ..errors import CulexError, short
 from ..jobs.codecs import moment
-from .tables import local_time, print_table
+from .tables import local_time, one_line, print_table
 
 if TYPE_CHECKING:
     from ..operations.runs import RunOverview
+
+ERROR_WIDTH = 80  # of a dead node's error in the table: its first line, cut
 
 WORKFLOW_USAGE = (
     "culex workflow RUN_ID [--limit N] [--offset N] [--state STATE], or culex workflow "
@@ -112,15 +114,18 @@ def _show(run: RunOverview, offset: int = 0, limit: int = 2000, only: str = "") 
     for name, value in facts:
         print(f"{name:<8} {value}")
     print()
-    columns = ("node", "state", "queue", "task id", "attempts", "started", "ended", "after")
+    columns = ("node", "state", "queue", "task id", "attempts", "started", "ended", "after",
+               "error")  # fmt: skip
     page = run.page(offset, limit, only)
     rows = [
         dict(zip(columns, (node.name, node.state, node.queue, node.task_id, str(node.attempts),
                            _when(node.started_at), _when(node.ended_at),
-                           after_shown(node.after)), strict=True))
+                           after_shown(node.after), one_line(node.error, ERROR_WIDTH)),
+                 strict=True))
         for node in page
     ]  # fmt: skip
-    print_table(columns, rows)
+    # (the error column, why a dead node died, on a page that shows a dead node)
+    print_table(columns if any(node.error for node in page) else columns[:-1], rows)
     total = run.counts.get(only, 0) if only else len(run.nodes)
     if len(page) < total:
         shown = f"{offset + 1}-{offset + len(page)}" if page else "none"

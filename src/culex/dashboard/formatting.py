@@ -12,6 +12,7 @@ from datetime import datetime
 from markupsafe import Markup
 
 from .._redis.calls import shown
+from ..jobs import failures
 from ..jobs.codecs import moment
 
 # Shown in full up to this many characters; longer text is cut, with a "show all" link
@@ -94,6 +95,12 @@ def first_line(text: object, limit: int = 120) -> str:
     lines = ("" if text is None else str(text)).strip().splitlines() or [""]
     line = lines[0] + (" …" if len(lines) > 1 else "")
     return cut(line, limit)
+
+
+def folded_traceback(text: str) -> str:
+    """A failed attempt's traceback with culex's own frames before the job's folded: the
+    task page shows it first, and the whole one in a <details> below it."""
+    return failures.folded(text, "the whole traceback below")
 
 
 def readable(value: object) -> object:

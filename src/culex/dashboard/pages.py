@@ -10,12 +10,14 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 
+from .._redis.calls import number
 from .._redis.keys import check_queue_name
 from ..jobs import task_logs
 from ..jobs.failures import attempt_errors
 from ..jobs.task import Task, check_id
 from ..middleware.encryption import is_encrypted, shown_params
 from ..operations import durable_view, inspection, queue_control, stats
+from ..operations.browsing import retries
 from ..operations.bulk import Action
 from . import formatting, listing, workflow_pages
 from .templating import path_for, render
@@ -200,11 +202,18 @@ async def task(request: Request) -> Response:
         {
             **context,
             "progress": _progress(record),
+            "retries": _retries(record),
             "errors": errors,
             "logs": task_logs.parse(record.get("logs")),
             "page": "queues",
         },
     )
+
+
+def _retries(record: dict[str, str]) -> int:
+    """The retries the task had (operations.browsing.retries), as its lists count them."""
+    state, failures = record.get("state", ""), number(record.get("retry_count"))
+    return retries(state, failures, record.get("last_error", ""))
 
 
 # The states in which a signal can still reach a task (an ended one answers "ended"): its

@@ -35,6 +35,7 @@ def templates() -> Jinja2Templates:
         first_line=formatting.first_line,
         pretty_json=formatting.pretty_json,
         after_shown=runs.after_shown,  # (a node's upstreams: a few names, then how many more)
+        folded=formatting.folded_traceback,
     )
     env.globals["url_for"] = _url_for
     return Jinja2Templates(env=env)

@@ -9,6 +9,7 @@ logs the same traceback; ``culex task`` and the dashboard's task page show the l
 from __future__ import annotations
 
 import json
+import re
 import traceback
 from dataclasses import dataclass
 
@@ -77,3 +78,50 @@ def _whole(value: object) -> int | None:
 
 def _text(value: object) -> str:
     return value if isinstance(value, str) else ""
+
+
+# A frame's first line, as Python prints it; a file inside the culex package (a checkout's
+# src/culex/, an installed site-packages/culex/, dist-packages on Debian); and one of the
+# standard library's (lib/python3.N/ outside site-packages), through which culex calls the
+# job: a thread pool, asyncio.
+_FRAME = re.compile(r'  File "(?P<file>[^"]*)", line \d+')
+_CULEX_FILE = re.compile(r"[/\\](?:src|site-packages|dist-packages)[/\\]culex[/\\]")
+_STDLIB_FILE = re.compile(
+    r"[/\\]lib[/\\]python3(?:\.\d+)?[/\\](?!site-packages|dist-packages)|^<frozen ", re.I
+)
+_HEADER = "Traceback (most recent call last):"
+
+
+def folded(text: str, hint: str = "--full") -> str:
+    """A stored traceback as a person reads it first: culex's own frames at the top of each
+    traceback (the runner's and the middleware chain's, which come before the job's, and
+    the standard library's among them: a thread pool's, asyncio's) left out, with a line
+    in their place that says how many: ``(N culex frames folded: hint)``.
+    The job's frames and the exception are kept as they were; a traceback without such
+    frames, or with no frame but culex's (an error of culex's own), comes back unchanged.
+    The stored text is never changed: this is for display."""
+    lines = text.split("\n")
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        out.append(lines[i])
+        starts = lines[i] == _HEADER or (i == 0 and lines[i].startswith("[... "))
+        i += 1
+        if not starts:
+            continue
+        count, ours, j = 0, False, i
+        while j < len(lines) and (frame := _FRAME.match(lines[j])):
+            if _CULEX_FILE.search(frame["file"]):
+                ours = True
+            elif not _STDLIB_FILE.search(frame["file"]):
+                break
+            j += 1
+            while j < len(lines) and lines[j].startswith("    "):  # (its source, its ^^^)
+                j += 1
+            count += 1
+        else:  # (no frame of the job's follows: culex's own error, shown whole)
+            continue
+        if ours:
+            i = j
+            out.append(f"  ({count} culex frame{'s' if count > 1 else ''} folded: {hint})")
+    return "\n".join(out)

@@ -56,6 +56,21 @@ class TaskRow:
     priority: int = 0  # higher runs first (a task stored without one: 0)
     group: str = ""  # the group it was enqueued with ("": none)
 
+    @property
+    def retries(self) -> int:
+        """How many times the task ran again after a failure (:func:`retries`)."""
+        return retries(self.state, self.retry_count, self.last_error)
+
+
+def retries(state: str, retry_count: int, last_error: str) -> int:
+    """The retries a task had, as its listings count them: its failures that were followed
+    by another run (or wait for one). ``retry_count`` counts the failures; on a dead task
+    the one that ended it (a failure not retried, ``fail(retry=False)`` on attempt 1 among
+    them) had no retry after it, nor had a failure whose retry was cancelled or expired
+    before it ran. A task that died of a lost runner died of no failure: its count stands."""
+    lost = last_error.startswith("lease expired (runner lost)")
+    return retry_count - 1 if state == "dead" and retry_count > 0 and not lost else retry_count
+
 
 @dataclass(frozen=True)
 class TaskPage:

@@ -42,6 +42,7 @@ class NodeRow(NamedTuple):
     before: tuple[str, ...]  # its downstreams' names
     depth: int  # 0 without upstreams, else one more than its deepest upstream
     policy: str  # "dead" or "run": what an upstream that ends dead does to it
+    error: str = ""  # a dead node's last_error: why it died ("" for any other)
 
 
 class RunOverview(NamedTuple):
@@ -181,6 +182,7 @@ def _row(view: NodeView, depth: int, below: tuple[str, ...]) -> NodeRow:
         before=below,
         depth=depth,
         policy=view.policy,
+        error=fields.get("last_error", "") if state == "dead" else "",
     )
 
 

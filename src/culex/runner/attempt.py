@@ -22,7 +22,7 @@ from .._redis.scripts import MOST
 from ..config import seconds
 from ..errors import AttemptOver, JobFailure, RetryLater, short
 from ..jobs import retry_policy
-from ..jobs.failures import traceback_of
+from ..jobs.failures import folded, traceback_of
 from ..jobs.job import Job
 from ..jobs.progress import Reporting
 from ..jobs.registry import JobRegistry
@@ -152,7 +152,10 @@ def broken(claimed: Claimed, reason: str, raised: BaseException | None = None) -
     reason = f"broken task: {reason}"
     stack = "" if raised is None else traceback_of(raised)
     logger.error(
-        "task %s cannot run and goes to dead: %s%s", task_name(claimed), reason, _below(stack)
+        "task %s cannot run and goes to dead: %s%s",
+        task_name(claimed),
+        reason,
+        _below(stack, claimed),
     )
     return Outcome(claimed, error=reason, traceback=stack)
 
@@ -314,6 +317,9 @@ def _failed(
     took = _took(started)
     # (a child process's own traceback: the one its ChildRaised has would be the parent's)
     stack = raised.traceback if isinstance(raised, ChildRaised) else traceback_of(raised)
+    # (self.fail(reason) is the job's own decision, its reason all there is to say: one
+    # line, no traceback; the task keeps it, for culex task)
+    logged = "" if isinstance(raised, JobFailure) else stack
     if delay_ms is None:
         logger.warning(
             "Failure: task %s failed, taking %s and cannot be rescheduled%s (%s)%s",
@@ -321,7 +327,7 @@ def _failed(
             took,
             ": retry_on does not list it" if unlisted else "",
             reason,
-            _below(stack),
+            _below(logged, claimed),
         )
     else:
         logger.warning(
@@ -330,16 +336,19 @@ def _failed(
             took,
             _clock(delay_ms),
             reason,
-            _below(stack),
+            _below(logged, claimed),
         )
     return Outcome(
         claimed, error=reason, retry_delay_ms=delay_ms, exception=raised, traceback=stack
     )
 
 
-def _below(stack: str) -> str:
-    """A traceback on the lines below a log line's own ("" for none)."""
-    return "\n" + stack.rstrip("\n") if stack else ""
+def _below(stack: str, claimed: Claimed) -> str:
+    """A traceback on the lines below a log line's own ("" for none), culex's own frames
+    before the job's folded (the task keeps it whole: ``culex task NAME --full``)."""
+    if not stack:
+        return ""
+    return "\n" + folded(stack, f"culex task {task_name(claimed)} --full").rstrip("\n")
 
 
 def _later(job: Job, claimed: Claimed, asked: RetryLater, started: float) -> Outcome:
