@@ -15,6 +15,7 @@ from ..jobs.failures import AttemptError, attempt_errors
 from ..middleware.encryption import is_encrypted, shown_params
 from .durable_commands import print_durable
 from .queue_control_commands import marks
+from .seen_queues import seen_queues
 from .tables import one_line, print_table
 
 
@@ -56,6 +57,7 @@ def stats_command(args: argparse.Namespace) -> int:
     from ..operations.stats import Counts, job_summary, summary
 
     settings = config.settings_for(args.redis_url)
+    seen_queues(args.queue or [], settings)
     rows: dict[tuple[str, ...], Counts]
     if args.jobs:
         rows = dict(job_summary(settings, queues=args.queue, window=args.window).items())
@@ -165,10 +167,9 @@ def _which_task(
     """The queue and id ``culex task`` names (None: said why not, on stdout)."""
     from ..jobs.task import check_id, queues_holding, split_task_name, task_name
 
-    if task_id is not None:
-        return first, task_id
-    named = split_task_name(first)
+    named = (first, task_id) if task_id is not None else split_task_name(first)
     if named is not None:
+        seen_queues([named[0]], settings)
         return named
     holding = queues_holding(check_id(first), settings)
     if len(holding) == 1:
@@ -251,6 +252,7 @@ def tasks_command(args: argparse.Namespace) -> int:
 
     settings = config.settings_for(args.redis_url)
     try:
+        seen_queues([args.queue], settings)
         page = tasks(
             args.queue, args.state, settings, newest_first=not args.oldest, cursor=args.after,
             limit=args.limit, job=args.job,
