@@ -13,10 +13,12 @@ import pytest
 import redis
 
 import culex
+from culex import config
 from culex.server import serving
 from culex.server.procedures import Procedure
 
 from ..conftest import running
+from ..topology import Cluster
 
 
 class LonelyJob(culex.QueuedJob):
@@ -109,3 +111,19 @@ async def test_a_run_waiting_on_a_node_of_a_queue_no_runner_serves_says_which() 
         f"workflow run {run.id} waits on a queue no runner serves: {NEVER}"
     ]
     assert str(late.value) == f"workflow run {run.id} is still running after 2 s; {NEVER}"
+
+
+def test_on_a_cluster_the_registry_and_the_queue_are_read_in_one_batch(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # (the runner registry and the queue's counters live in other slots, maybe other masters)
+    monkeypatch.setenv("CULEX_REDIS_URL", cluster.url)
+    config.reset()
+    try:
+        task = LonelyJob().enqueue()
+        with pytest.warns(culex.NoRunnerWarning), pytest.raises(TimeoutError) as late:
+            task.result(timeout=2)
+        assert str(late.value) == f"task lonely<{task.id}> is still waiting; {NEVER}"
+    finally:
+        monkeypatch.undo()
+        config.reset()
