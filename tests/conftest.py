@@ -113,11 +113,20 @@ def url(server: EmbeddedServer) -> str:
     return server.url
 
 
+def forget_registered_queues() -> None:
+    """After a flush: the queues this process named in the registry of queue names are
+    gone, so its next enqueue to each names it again (as a new process would)."""
+    from culex.jobs import enqueue
+
+    enqueue._registered.clear()
+
+
 @pytest.fixture
 def r(server: EmbeddedServer) -> Iterator[redis.Redis]:
     """A plain redis-py client on the test server; the database is empty for each test."""
     client = redis.Redis.from_url(server.url)
     client.flushall()
+    forget_registered_queues()
     config.reset()
     try:
         yield client
@@ -365,6 +374,7 @@ def cluster(shared_cluster: Cluster) -> Cluster:
     down = [node for node in shared_cluster.nodes if not node.alive]
     assert not down, f"a test stopped {down} of the shared cluster (use private_cluster)"
     shared_cluster.flushall()
+    forget_registered_queues()
     return shared_cluster
 
 

@@ -53,6 +53,7 @@ from .operations.queue_control import (
 )
 from .runner import Runner
 from .server.compatibility import VERSION as __version__  # (the release: CHANGELOG.md)
+from .server.serving import NoRunnerWarning
 from .workflows.run import NodeView, WorkflowError, WorkflowNotFound, WorkflowRun
 from .workflows.shapes import Group, chain, group
 from .workflows.workflow import Workflow
@@ -110,6 +111,7 @@ __all__ = [
     "JobRegistry",
     "Middleware",
     "MonthSpan",
+    "NoRunnerWarning",
     "NodeView",
     "ParamsUnreadable",
     "PeriodicJob",

@@ -187,6 +187,40 @@ def test_a_queue_culex_never_saw_is_refused_with_the_names_close_to_it(r: redis.
     assert culex_run("pause", "typo_emails").returncode == 0  # the queue it knows
 
 
+class WhichOrdersJob(culex.QueuedJob):
+    queue = "typo_orders"
+
+    def perform(self) -> None: ...
+
+
+def test_every_read_of_a_queue_by_name_refuses_one_culex_never_saw(r: redis.Redis) -> None:
+    # (a typo read as an empty queue: "0 task(s)", exit 0, and the user looks elsewhere)
+    task = WhichOrdersJob().enqueue()
+    reads = [
+        ["tasks", "typo_oders"], ["tasks", "typo_oders", "--state", "dead"],
+        ["dead", "typo_oders"], ["dead", "retry", "typo_oders", task.id],
+        ["dead", "purge", "typo_oders", "--yes"], ["task", "typo_oders", task.id],
+        ["task", f"typo_oders<{task.id}>"], ["cancel", "typo_oders", task.id],
+        ["signal", "typo_oders", task.id, "go"], ["events", "typo_orders", "typo_oders"],
+        ["stats", "--queue", "typo_oders"],
+    ]  # fmt: skip
+    for words in reads:
+        done = culex_run(*words)
+        assert done.returncode == 2, (words, done)
+        assert done.stderr.splitlines()[-1] == (
+            "culex: culex has never seen a queue named 'typo_oders' (did you mean typo_orders?)"
+        ), words
+        assert done.stdout == "", words
+    far = culex_run("tasks", "zzzzzz")
+    assert far.stderr.splitlines()[-1].startswith(
+        "culex: culex has never seen a queue named 'zzzzzz' (known: "
+    )
+    assert culex_run("tasks", "typo_orders").returncode == 0  # the queue it knows
+    from culex._redis.keys import queue_keys
+
+    assert r.hget(queue_keys("culex", "typo_orders").task_prefix + task.id, "state") == b"waiting"
+
+
 LIMITED_JOBS = """
 import culex
 from culex.server.embedded import EmbeddedServer

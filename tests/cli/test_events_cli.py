@@ -37,8 +37,9 @@ JOBS = textwrap.dedent(
 
 def enqueue(n: int) -> culex.Task:
     """Enqueue EventsCliJob by name (the class lives in the runner's module only)."""
+    from culex._redis import commands
     from culex._redis.enqueuing import enqueue as enqueue_call
-    from culex._redis.keys import queue_keys
+    from culex._redis.keys import queue_keys, queues_key
     from culex.jobs.task import new_id
     from culex.server.procedures import one_call, run_sync
 
@@ -48,6 +49,7 @@ def enqueue(n: int) -> culex.Task:
         due_ms=None, delay_ms=0, max_retries=1, drawn=True, events=True,
     )  # fmt: skip
     run_sync(one_call(call))
+    run_sync(one_call(commands.register_queue(queues_key("culex"), "events_cli")))  # (as enqueue)
     return culex.Task(task_id, "events_cli")
 
 

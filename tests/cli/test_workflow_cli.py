@@ -132,6 +132,27 @@ async def test_retry_runs_a_failed_run_again(url: str, capsys: pytest.CaptureFix
     assert bad.result(timeout=1) == "printed"
 
 
+async def test_dead_retry_of_a_node_says_it_goes_back_with_its_run(
+    url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    wf = culex.Workflow()
+    bad = wf.add(ShownBrokenJob(), name="bad")
+    merge = wf.add(ShownMergeJob(), after=[bad], name="merge")
+    run = wf.enqueue()
+    async with running(runner()):
+        assert await run.await_(timeout=30) == "failed"
+    capsys.readouterr()
+    done = cli.main(["dead", "retry", bad.queue, bad.id, "ghost", "--redis-url", url])
+    assert done == 1  # (nothing was put back: not a success)
+    assert capsys.readouterr().out.splitlines() == [
+        f"put 0 dead task(s) of {bad.queue} back in waiting",
+        f"skipped {bad.id}: a node of workflow run {run.id}, which retries its dead nodes "
+        f"together: culex workflow retry {run.id}",
+        "skipped (not dead, or its record expired): ghost",
+    ]
+    assert bad.state() == merge.state() == culex.TaskState.DEAD
+
+
 def test_a_missing_run_is_one_line_and_exit_1(url: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert workflow(url, "0190nosuchrun") == 1
     said = capsys.readouterr().out

@@ -144,6 +144,27 @@ def test_a_node_s_task_page_links_its_run_its_upstreams_and_downstreams(base: st
     assert 'id="task-run"' not in Client(base).get("task", queue="wf-shown-a", id=plain.id)[1]
 
 
+async def test_a_dead_node_s_task_page_offers_retry_run_not_retry(base: str) -> None:
+    # (a node's own Retry is skipped by the server: the node goes back with its run)
+    wf = culex.Workflow()
+    bad = wf.add(ShownBrokenJob(), name="bad")
+    run = wf.enqueue()
+    plain = ShownBrokenJob().enqueue()  # (a dead task of no run keeps its own Retry)
+    async with running(culex.Runner(run_from=list(QUEUES))):
+        assert await run.await_(timeout=30) == "failed"
+        with pytest.raises(culex.TaskFailed):
+            await plain.aresult(timeout=30)
+    client = Client(base)
+    page = client.get("task", queue=bad.queue, id=bad.id)[1]
+    assert 'class="state dead" id="task-state">dead<' in page
+    assert posts(page)[0] == f"/workflow/retry?id={run.id}" and ">Retry run<" in page
+    assert not any(path.startswith("/task/retry") for path in posts(page))
+    status, page = client.post("workflow/retry", {"csrf": token(page)}, id=run.id)
+    assert status == 200 and "Retrying: 1 node(s) run again" in page
+    page = client.get("task", queue=plain.queue, id=plain.id)[1]
+    assert posts(page)[0] == f"/task/retry?queue={plain.queue}&id={plain.id}"
+
+
 async def test_cancel_then_retry_from_the_run_page(base: str) -> None:
     wf = culex.Workflow()
     bad = wf.add(ShownBrokenJob(), name="bad")

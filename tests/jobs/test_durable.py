@@ -103,6 +103,8 @@ async def test_steps_that_changed_under_a_running_task_end_it_dead_naming_both()
             await task.aresult(timeout=30)
     assert "recorded step 'draft'" in failed.value.reason
     assert "reaches step 'final'" in failed.value.reason
+    # (the other way a name changes: one made of a random value, new on each attempt)
+    assert "a place's name must be the same on every attempt" in failed.value.reason
     assert task.info()["attempt"] == "2"  # dead at once: no third attempt
 
 

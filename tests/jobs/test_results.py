@@ -549,8 +549,9 @@ def test_a_two_second_wait_costs_a_few_round_trips_not_dozens(
     exchanges = count_exchanges(monkeypatch, SyncConnection)
     with pytest.raises(TimeoutError, match="is still waiting"):
         task.result(timeout=2)
-    assert len(exchanges) <= 4, exchanges
-    assert exchanges[1:] == [2] * (len(exchanges) - 1)  # each block with its read behind it
+    assert len(exchanges) <= 5, exchanges
+    assert exchanges[1:-1] == [2] * (len(exchanges) - 2)  # each block with its read behind it
+    assert exchanges[-1] == 2  # (for the TimeoutError: does a runner serve the queue? none)
 
 
 async def test_an_async_wait_that_times_out_leaves_the_task_as_it_was(r: redis.Redis) -> None:

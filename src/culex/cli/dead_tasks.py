@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from ..operations.dead import DeadTask
 
 
+from .seen_queues import seen_queues
 from .tables import local_time, one_line, print_table
 
 _DEAD_USAGE = (
@@ -35,7 +36,10 @@ def dead_command(args: argparse.Namespace) -> int:
         or (args.offset and action)
     ):
         raise CulexError(_DEAD_USAGE)
+    if args.limit is not None and args.limit < 1:  # (before the queue is looked for)
+        raise CulexError(f"--limit must be > 0, got {args.limit}")
     try:
+        seen_queues([queue], settings)
         if action == "purge":
             return _purge(queue, args.job, args.yes, settings)
         if action == "retry" and args.all and args.limit is None:
@@ -51,11 +55,37 @@ def dead_command(args: argparse.Namespace) -> int:
         raise CulexError(str(exc)) from None
     if action == "retry":
         print(f"put {len(outcome.retried)} dead task(s) of {queue} back in waiting")
-        if outcome.skipped:
-            print(f"skipped (not dead, or its record expired): {' '.join(outcome.skipped)}")
-        return 0
+        return _said_skipped(queue, outcome.skipped, settings)
     _show_dead(tasks, queue, args.offset, settings)
     return 0
+
+
+def _said_skipped(queue: str, skipped: list[str], settings: config.Settings) -> int:
+    """Why each id that retry skipped stayed where it was, and what to do: a dead workflow
+    node goes back with its run (``culex workflow retry RUN``), which also puts back the
+    nodes that ended because of it. Exit 1 when any was skipped. (One read, in one round
+    trip, of the skipped ids' ``run`` and ``state``, after the retry: for the words only.)"""
+    from .._redis import commands
+    from .._redis.keys import queue_keys
+    from ..server.procedures import one_call, run_sync, together
+
+    if not skipped:
+        return 0
+    keys = queue_keys(settings.prefix, queue)
+    read = [one_call(commands.read_fields(keys, one, ("run", "state"))) for one in skipped]
+    others = []
+    replies = run_sync(together(read), settings.redis_url)
+    for task_id, (run, state) in zip(skipped, replies, strict=True):
+        if run and state == "dead":
+            print(
+                f"skipped {task_id}: a node of workflow run {run}, which retries its dead "
+                f"nodes together: culex workflow retry {run}"
+            )
+        else:
+            others.append(task_id)
+    if others:
+        print(f"skipped (not dead, or its record expired): {' '.join(others)}")
+    return 1
 
 
 def _retry_all(queue: str, job: str | None, settings: config.Settings) -> int:
@@ -131,6 +161,7 @@ def cancel_command(args: argparse.Namespace) -> int:
             ).cancel_procedure(args.reason)
             for task_id in dict.fromkeys(args.ids)
         }
+        seen_queues([args.queue], settings)
     except (TypeError, ValueError) as exc:
         raise CulexError(str(exc)) from None
     batch = together(list(procedures.values()), refused="return")  # one round trip

@@ -13,6 +13,7 @@ from .._redis.calls import shown
 from ..errors import CulexError
 from ..jobs.codecs import moment
 from ..operations import durable_view
+from .seen_queues import seen_queues
 from .tables import print_table
 
 if TYPE_CHECKING:
@@ -32,6 +33,7 @@ def signal_command(args: argparse.Namespace) -> int:
         raise CulexError(f"the value {args.value[:80]!r} is not JSON: {exc}") from None
     settings = config.settings_for(args.redis_url)
     try:
+        seen_queues([args.queue], settings)
         task = Task(args.id, args.queue, settings.redis_url, prefix=settings.prefix)
         reply = task.signal(args.name, value, keep=args.keep)
     except (TypeError, ValueError) as exc:

@@ -13,6 +13,7 @@ from ..jobs.codecs import moment
 from . import task_fields
 from .durable_commands import print_durable
 from .queue_control_commands import marks
+from .seen_queues import seen_queues
 from .tables import one_line, print_table
 
 
@@ -54,6 +55,7 @@ def stats_command(args: argparse.Namespace) -> int:
     from ..operations.stats import Counts, job_summary, summary
 
     settings = config.settings_for(args.redis_url)
+    seen_queues(args.queue or [], settings)
     rows: dict[tuple[str, ...], Counts]
     if args.jobs:
         rows = dict(job_summary(settings, queues=args.queue, window=args.window).items())
@@ -142,10 +144,9 @@ def _which_task(
     """The queue and id ``culex task`` names (None: said why not, on stdout)."""
     from ..jobs.task import check_id, queues_holding, split_task_name, task_name
 
-    if task_id is not None:
-        return first, task_id
-    named = split_task_name(first)
+    named = (first, task_id) if task_id is not None else split_task_name(first)
     if named is not None:
+        seen_queues([named[0]], settings)
         return named
     holding = queues_holding(check_id(first), settings)
     if len(holding) == 1:
@@ -215,6 +216,7 @@ def tasks_command(args: argparse.Namespace) -> int:
 
     settings = config.settings_for(args.redis_url)
     try:
+        seen_queues([args.queue], settings)
         page = tasks(
             args.queue, args.state, settings, newest_first=not args.oldest, cursor=args.after,
             limit=args.limit, job=args.job,

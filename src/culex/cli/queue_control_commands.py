@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import sys
 import warnings
 from collections.abc import Iterator
 from typing import Any
 
 from .. import config
-from ..errors import CulexError
 from ..operations.queue_control import SET_AT_RUN_TIME, LimitInForce, limit, pause, resume
 from ..server.compatibility import OlderRunnerWarning
+from .seen_queues import seen_queues
 
 
 @contextlib.contextmanager
@@ -36,38 +35,9 @@ def older_runners_said() -> Iterator[None]:
         print(line)
 
 
-def seen_queue(queue: str, settings: config.Settings, force: bool) -> None:
-    """Refuse a queue culex has never seen (not in ``<prefix>:queues``, where enqueues and
-    runners name theirs), with the known names closest to it: a typo would otherwise pause
-    or limit a queue nothing runs while the meant one goes on. With ``force``, a warning on
-    stderr and go on. (A read before the change, for the user's sake only: the change
-    itself stays one atomic script, whatever the read found.)"""
-    import difflib
-
-    from .._redis import commands
-    from .._redis.keys import check_queue_name, queues_key
-    from ..server.procedures import one_call, run_sync
-
-    check_queue_name(queue)
-    known = run_sync(
-        one_call(commands.known_queues(queues_key(settings.prefix))), settings.redis_url
-    )
-    if queue in known:
-        return
-    close = difflib.get_close_matches(queue, known, n=3)
-    said = f"culex has never seen a queue named {queue!r}" + (
-        f" (did you mean {' or '.join(close)}?)"
-        if close
-        else f" (known: {len(known)} queue(s), see culex queues)"
-    )
-    if not force:
-        raise CulexError(f"{said}; add --force to change it all the same")
-    print(f"warning: {said}", file=sys.stderr)
-
-
 def pause_command(args: argparse.Namespace) -> int:
     settings = config.settings_for(args.redis_url)
-    seen_queue(args.queue, settings, args.force)
+    seen_queues([args.queue], settings, args.force)
     with older_runners_said():
         pause(args.queue, settings)
         print(_summary(args.queue, settings))
@@ -76,7 +46,7 @@ def pause_command(args: argparse.Namespace) -> int:
 
 def resume_command(args: argparse.Namespace) -> int:
     settings = config.settings_for(args.redis_url)
-    seen_queue(args.queue, settings, args.force)
+    seen_queues([args.queue], settings, args.force)
     resume(args.queue, settings)
     print(_summary(args.queue, settings))
     return 0
@@ -88,7 +58,7 @@ def limit_command(args: argparse.Namespace) -> int:
     from ..operations.queue_control import limits_in_force
 
     settings = config.settings_for(args.redis_url)
-    seen_queue(args.queue, settings, args.force)
+    seen_queues([args.queue], settings, args.force)
     changes: dict[str, Any] = {}  # (argparse's values, which limit() checks)
     for name in ("rate", "group_rate"):
         if getattr(args, name) is not None:

@@ -14,6 +14,7 @@ from ..jobs.events import EVENTS_OFF_HINT, KINDS, Event, EventsTrimmed, events, 
 from ..operations.known_queues import queue_names
 from ..server.procedures import run_sync
 from .looking import window
+from .seen_queues import seen_queues
 
 RECENT = timedelta(minutes=10)  # what the command shows without --since
 
@@ -35,6 +36,8 @@ def events_command(args: argparse.Namespace) -> int:
     said on stderr, and the command goes on from the oldest event kept; so is a queue with
     no stream at all (events are off for it: jobs.events.EventsOff)."""
     settings = config.settings_for(args.redis_url)
+    # (--follow may start before the first task of a queue: a warning, and it waits)
+    seen_queues(args.queue, settings, force=True if args.follow else None)
     queues = run_sync(queue_names(settings.prefix, args.queue or None), settings.redis_url)
     if not queues:
         print("no queue yet", file=sys.stderr)

@@ -139,6 +139,7 @@ async def queue(request: Request) -> Response:
             "limits": listing.LIMITS,
             "page": "dead" if request.query_params.get("from_dead") else "queues",
             "unserved": await inspection.aunserved(settings, [name]),
+            "no_runner": await inspection.ano_runner(settings, [name]),
         },
     )
 

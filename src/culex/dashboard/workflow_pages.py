@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from ..jobs.task import check_id
-from ..operations import runs
+from ..operations import inspection, runs
 from ..workflows.run import WorkflowError, WorkflowNotFound
 from . import security
 from .templating import path_for, render
@@ -33,7 +33,16 @@ async def run(request: Request) -> Response:
         "previous": max(0, offset - runs.PAGE) if offset else None,
         "next": offset + runs.PAGE if offset + runs.PAGE < len(shown.nodes) else None,
     }
-    return render(request, "workflow.html", {"run": shown, "page": "", "paged": paged})
+    # (a running run whose nodes wait on a queue no runner serves: said, as its wait says it)
+    ended = ("succeeded", "dead", runs.EXPIRED)
+    left = sorted({n.queue for n in shown.nodes if n.state not in ended})
+    settings = request.app.state.settings
+    no_runner = await inspection.ano_runner(settings, left) if shown.state == "running" else []
+    return render(
+        request,
+        "workflow.html",
+        {"run": shown, "page": "", "paged": paged, "no_runner": no_runner},
+    )
 
 
 async def run_action(request: Request) -> Response:

@@ -362,6 +362,8 @@ def _judge(reply: tuple[str, ...], place: Place, kind: str, name: str) -> None:
 def _changed(index: int, found: Record, kind: str, name: str) -> StepError:
     return StepError(
         f"the steps changed under a running task: place {index} recorded {found.kind} "
-        f"{found.name!r}, the code now reaches {kind} {name!r} (docs/durable.md: changing "
-        "a job's steps)"
+        f"{found.name!r}, the code now reaches {kind} {name!r}: a place's name must be the "
+        "same on every attempt (not made of a random value, the time or a read), and a "
+        "deploy must not change the steps of tasks in flight (docs/durable.md: changing a "
+        "job's steps)"
     )

@@ -14,6 +14,7 @@ from .. import config
 from .._redis import commands, interventions, reads
 from .._redis.keys import QueueKeys, check_queue_name, queue_keys, queues_key
 from ..errors import CulexError, TaskFailed, short
+from ..server import serving
 from ..server.procedures import Procedure, one_call, run_async, run_sync
 from . import events, task_logs
 from .codecs import Codec
@@ -184,14 +185,26 @@ class Task:
 
     def _wait(self, keys: QueueKeys, timeout: float | None) -> Procedure[Any]:
         """Read the task's end; until it has one, block on its done list (wait.lua), with
-        the next read sent right behind each block: one round trip per wake-up or chunk."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+        the next read sent right behind each block: one round trip per wake-up or chunk.
+        After ``serving.WARN_AFTER`` s, once, and in a TimeoutError: whether a runner
+        serves the task's queue (culex.server.serving), read then and only then."""
+        started = time.monotonic()
+        deadline = None if timeout is None else started + timeout
+        prefix = self.prefix if self.prefix is not None else config.settings().prefix
         read = reads.wait(keys, self.id)
         end: reads.End = yield read
+        looked = False
         while not end.finished:
-            left = WAIT_CHUNK if deadline is None else deadline - time.monotonic()
+            now = time.monotonic()
+            left = WAIT_CHUNK if deadline is None else deadline - now
             if left <= 0:
-                raise TimeoutError(f"task {task_name(self.queue, self.id)} is still {end.state}")
+                said = f"task {task_name(self.queue, self.id)} is still {end.state}"
+                lines = yield from serving.unserved(prefix, [self.queue])
+                raise TimeoutError("; ".join([said, *lines]))
+            if not looked and now - started >= serving.WARN_AFTER:
+                looked = True
+                lines = yield from serving.unserved(prefix, [self.queue])
+                serving.warn(lines, f"task {task_name(self.queue, self.id)}")
             block = commands.block_until_done(keys, self.id, min(left, WAIT_CHUNK))
             replies = yield [block, read]
             for reply in replies:

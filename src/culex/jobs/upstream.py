@@ -29,10 +29,34 @@ class Upstream(NamedTuple):
     error: str | None
 
 
+class NoSuchUpstream(KeyError):
+    """``self.upstream()["validate"]`` in a node with no upstream of that name: says which
+    it has, where a bare ``KeyError: 'validate'`` would leave the reader guessing."""
+
+    def __str__(self) -> str:  # (KeyError's own would show the message in quotes)
+        return str(self.args[0])
+
+
+class Upstreams(dict[str, Upstream]):
+    """A node's upstreams by name, as :meth:`culex.Job.upstream` returns them: a dict
+    whose missing name is a :class:`NoSuchUpstream` that lists the names there are."""
+
+    def __missing__(self, name: str) -> Upstream:
+        has = (
+            f"its upstreams are {', '.join(map(repr, sorted(self)))}"
+            if self
+            else "it has none (or it is no workflow node)"
+        )
+        raise NoSuchUpstream(
+            f"this node has no upstream named {name!r}: {has}; a node's upstreams are the "
+            "nodes its after= names"
+        )
+
+
 def upstream_procedure(keys: QueueKeys, task_id: str) -> Procedure[dict[str, Upstream]]:
     """The ends of a node's upstreams, by node name ({} for a task that is no node)."""
     copies = yield workflows.read_upstream(keys, task_id)
-    return {name: end for name, end in map(_upstream, copies.values())}
+    return Upstreams(map(_upstream, copies.values()))
 
 
 def upstreams(
@@ -41,7 +65,7 @@ def upstreams(
     """:meth:`culex.Job.upstream`: read where ``reporting`` says ({} outside a runner),
     held through a server outage by ``outage`` (culex.runner.lease)."""
     if reporting is None:
-        return {}
+        return Upstreams()
     return run_sync(upstream_procedure(reporting.keys, task_id), reporting.url, outage)
 
 
@@ -50,7 +74,7 @@ async def aupstreams(
 ) -> dict[str, Upstream]:
     """The async twin of :func:`upstreams`."""
     if reporting is None:
-        return {}
+        return Upstreams()
     return await run_async(upstream_procedure(reporting.keys, task_id), reporting.url, outage)
 
 

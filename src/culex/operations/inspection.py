@@ -16,7 +16,7 @@ from typing import Any
 from .. import config
 from .._redis import commands
 from .._redis.calls import number, shown
-from ..server import compatibility
+from ..server import compatibility, serving
 from ..server.compatibility import Unserved as Unserved
 from ..server.procedures import Procedure, run_async, run_sync
 from .browsing import LISTED as LISTED
@@ -85,6 +85,13 @@ async def aunserved(
     """The async twin of :func:`unserved`."""
     settings = settings or config.settings()
     return await run_async(compatibility.unserved(settings.prefix, queues), settings.redis_url)
+
+
+async def ano_runner(settings: config.Settings, queues: list[str]) -> list[str]:
+    """For each of ``queues`` that no live runner serves, the line that says so and since
+    when (culex.server.serving: what a wait's warning says); the dashboard's queue and run
+    pages show them."""
+    return await run_async(serving.unserved(settings.prefix, queues), settings.redis_url)
 
 
 def rollback_check(

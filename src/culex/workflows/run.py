@@ -14,6 +14,7 @@ from .._redis.keys import RunKeys, queue_keys, run_keys
 from ..errors import CulexError
 from ..jobs.registry import registry
 from ..jobs.task import Task, check_id
+from ..server import serving
 from ..server.procedures import Procedure, run_async, run_sync
 from .finishing import OPERATION_MS, NodeInfo, call_off, read_nodes, rearm_nodes, sent
 
@@ -95,15 +96,34 @@ class WorkflowRun:
     def _wait(self, timeout: float) -> Procedure[str]:
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
             raise ValueError(f"wait: timeout is a number of seconds > 0, got {timeout!r:.40}")
-        deadline = time.monotonic() + timeout
+        started = time.monotonic()
+        deadline = started + timeout
+        looked = False
         while True:
             state = yield from self._state()
-            left = deadline - time.monotonic()
+            now = time.monotonic()
+            left = deadline - now
             if state in ENDED:
                 return state
             if left <= 0:
-                raise TimeoutError(f"workflow run {self.id} is still {state} after {timeout} s")
-            yield workflows.wait_ended(self._keys(), min(left, 5.0))
+                said = f"workflow run {self.id} is still {state} after {timeout} s"
+                lines = yield from self._unserved()
+                raise TimeoutError("; ".join([said, *lines]))
+            if not looked and now - started >= serving.WARN_AFTER:
+                looked = True
+                serving.warn((yield from self._unserved()), f"workflow run {self.id}")
+            yield workflows.wait_ended(self._keys(), min(left, serving.WARN_AFTER))
+
+    def _unserved(self) -> Procedure[list[str]]:
+        """Why the run may wait for ever: the queues of its nodes not ended that no runner
+        serves (culex.server.serving), read once when asked."""
+        return (yield from serving.unserved(self._prefix(), (yield from self._queues_left())))
+
+    def _queues_left(self) -> Procedure[list[str]]:
+        """The queues of the run's nodes that have not ended."""
+        nodes = yield from read_nodes(self._prefix(), self.id)
+        ended = yield workflows.read_ended(self._keys())
+        return sorted({n.queue for n in nodes.values() if n.task_id not in ended})
 
     def wait(self, timeout: float = 60) -> str:
         """The run's final state, once it has ended; TimeoutError if not within ``timeout`` s."""
