@@ -15,7 +15,7 @@ import pytest
 import redis
 
 import culex
-from culex._redis.keys import queue_keys
+from culex._redis.keys import queue_keys, queues_key
 from culex.operations import browsing, inspection
 from culex.operations.inspection import TaskPage, TaskRow
 
@@ -39,6 +39,7 @@ def put(r: redis.Redis, state: str, rows: Iterable[tuple[str, int, str]], **fiel
         record.update(fields)
         pipe.hset(K.task(task_id), mapping=record)
         pipe.zadd(browsing.state_set(K, state), {task_id: score})
+    pipe.sadd(queues_key("culex"), Q)  # (as enqueue() names it: the commands know it then)
     pipe.execute()
 
 
