@@ -256,7 +256,8 @@ class ThroughOutage:
     def __init__(self, keeper: LeaseKeeper, claimed: Claimed) -> None:
         self.keeper = keeper
         self.claimed = claimed
-        self.backoff = Backoff(*SERVER_ERROR)
+        # (made by the first outage: one is made for every task, most of which meet none)
+        self.backoff: Backoff | None = None
 
     def pause(self, error: ServerUnavailable) -> float:
         held = self.keeper.holding(self.claimed)
@@ -268,6 +269,8 @@ class ThroughOutage:
                 *(self.claimed.queue, self.claimed.id, self.claimed.attempt, error),
             )
             raise AttemptOver("outage") from error
+        if self.backoff is None:
+            self.backoff = Backoff(*SERVER_ERROR)
         if not self.backoff.failures:
             logger.warning(
                 "task %s<%s> (attempt %d) waits for the server: %s (sent again while its "
@@ -277,4 +280,5 @@ class ThroughOutage:
         return min(self.backoff.failed(), left)
 
     def passed(self) -> None:
-        self.backoff.failures = 0
+        if self.backoff is not None:
+            self.backoff.failures = 0
